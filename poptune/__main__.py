@@ -1,0 +1,5 @@
+import sys
+
+from poptune.cli import main
+
+sys.exit(main())

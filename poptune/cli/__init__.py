@@ -1,0 +1,44 @@
+"""The ``poptune`` command line: one subcommand per module in this package.
+
+Every user error (a :class:`~poptune.errors.PoptuneError` or a malformed argument) is reported as one line on
+stderr with exit code 2; nothing is written in that case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from poptune.errors import PoptuneError
+
+from . import generate
+
+__all__ = ["main"]
+
+_COMMANDS = (generate,)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="poptune", description="Benchmark and auto-tune Prefill-Only Pruning (POP).")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for command in _COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except PoptuneError as e:
+        print(f"poptune {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("poptune: interrupted", file=sys.stderr)
+        return 130

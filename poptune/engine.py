@@ -1,0 +1,379 @@
+"""The Prefill-Only Pruning (POP) engine on Hugging Face decoder models.
+
+POP (arXiv 2602.03295) skips a block of deep layers while the prompt is encoded and keeps the full model for
+decode. A skipped layer is an identity on the residual stream in prefill, but it still writes its prompt K/V
+through its own input norm, K/V projections, key norm and RoPE, applied to the hidden state entering the
+block, so that decode can attend to every layer. With boundary handling the last prompt token(s) run through
+the full model, as a first decode step, so the first generated token sees full depth.
+
+The engine hooks the decoder (the module that owns ``layers``) of a loaded model. After :func:`apply_pop`,
+ordinary ``model(...)`` and ``model.generate(...)`` use POP: a forward over an empty cache with more than one
+new token is a prefill and is split into
+
+1. a *pruned pass* over the first ``N - W`` prompt tokens, in which the layers of the skipped block only
+   write K/V (no attention, no FFN) and no LM-head logits are computed; then
+2. a *boundary pass* of the last ``W`` tokens through every layer, reading the cache the pruned pass wrote.
+
+Every later forward (decode) is the untouched model. The output of a POP prefill holds hidden states (and so
+logits) only for the positions that ran at full depth: the boundary window, or the last prompt position when
+``boundary="none"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+from .errors import ConfigError, UnsupportedModelError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+__all__ = ["BOUNDARIES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config", "decoder_of"]
+
+#: The boundary rules the tuner searches; ``window-<W>`` for any positive W is accepted too.
+BOUNDARIES: tuple[str, ...] = ("none", "last", "window-4", "window-16", "window-64")
+
+_WINDOW = re.compile(r"^window-([1-9][0-9]*)$")
+
+# Decoder classes (the module owning `layers`) the engine knows, by the model family they belong to.
+_SUPPORTED_DECODERS: dict[str, str] = {
+    "LlamaModel": "llama",
+    "Qwen3Model": "qwen3",
+    "Gemma3TextModel": "gemma3",
+    "Qwen3VLTextModel": "qwen3_vl",
+}
+
+_STATE_ATTR = "_poptune_pop"
+
+
+@dataclass(frozen=True)
+class PopConfig:
+    """One POP configuration.
+
+    Args:
+        skip: Number of layers skipped in prefill (0 = the full model).
+        boundary: ``"none"`` (the whole prompt is pruned), ``"last"`` (tokens 1..N-1 pruned, token N through
+            the full model: the paper's rule) or ``"window-W"`` (the last W prompt tokens through the full
+            model).
+        offset: Number of final layers kept even in prefill. The skipped block is
+            ``[L - offset - skip, L - offset)``; the paper's case is 0.
+    """
+
+    skip: int
+    boundary: str = "last"
+    offset: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("skip", "offset"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"`{name}` must be an integer, got {value!r}")
+            if value < 0:
+                raise ConfigError(f"`{name}` must be >= 0, got {value}")
+        if not isinstance(self.boundary, str) or (
+            self.boundary not in ("none", "last") and not _WINDOW.match(self.boundary)
+        ):
+            raise ConfigError(
+                f"`boundary` must be one of {', '.join(BOUNDARIES)} (or window-<W>), got {self.boundary!r}"
+            )
+
+    @property
+    def boundary_width(self) -> int:
+        """Number of final prompt tokens that run through the full model (0 for ``none``)."""
+        if self.boundary == "none":
+            return 0
+        if self.boundary == "last":
+            return 1
+        return int(self.boundary.split("-", 1)[1])
+
+    def check(self, num_layers: int) -> None:
+        """Raise :class:`ConfigError` unless this configuration fits a model with ``num_layers`` layers."""
+        if self.skip > num_layers - 1:
+            raise ConfigError(f"`skip` must be in [0, {num_layers - 1}] for this model, got {self.skip}")
+        if self.offset > num_layers - 1 - self.skip:
+            raise ConfigError(
+                f"`offset` must be in [0, {num_layers - 1 - self.skip}] for this model with skip={self.skip}, "
+                f"got {self.offset}"
+            )
+
+    def skipped_layers(self, num_layers: int) -> range:
+        """Indices of the layers skipped in prefill, ``[L - offset - skip, L - offset)``."""
+        self.check(num_layers)
+        stop = num_layers - self.offset
+        return range(stop - self.skip, stop)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PopConfig":
+        unknown = set(data) - {"skip", "boundary", "offset"}
+        if unknown:
+            raise ConfigError(f"unknown PopConfig field(s): {', '.join(sorted(unknown))}")
+        if "skip" not in data:
+            raise ConfigError("a PopConfig needs `skip`")
+        return cls(**data)
+
+    def __str__(self) -> str:
+        return f"skip={self.skip} boundary={self.boundary} offset={self.offset}"
+
+
+@dataclass
+class _PopState:
+    config: PopConfig
+    decoder: "nn.Module"
+    skipped: range
+
+
+class PopHandle:
+    """Returned by :func:`apply_pop`; use it as a context manager to remove POP on exit."""
+
+    def __init__(self, model: "nn.Module") -> None:
+        self.model = model
+
+    @property
+    def config(self) -> PopConfig:
+        return getattr(self.model, _STATE_ATTR).config
+
+    def remove(self) -> None:
+        remove_pop(self.model)
+
+    def __enter__(self) -> "PopHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        remove_pop(self.model)
+
+
+def decoder_of(model: "nn.Module") -> "nn.Module":
+    """The decoder module (owner of ``layers``) of a supported model, or :class:`UnsupportedModelError`."""
+    candidates = [model]
+    inner = getattr(model, "model", None)
+    if inner is not None:
+        candidates += [inner, getattr(inner, "language_model", None)]
+    candidates.append(getattr(model, "language_model", None))
+    for module in candidates:
+        if module is not None and type(module).__name__ in _SUPPORTED_DECODERS:
+            return module
+    supported = ", ".join(sorted(set(_SUPPORTED_DECODERS.values())))
+    raise UnsupportedModelError(
+        f"POP does not support {type(model).__name__} (supported families: {supported})"
+    )
+
+
+def apply_pop(model: "nn.Module", config: PopConfig) -> PopHandle:
+    """Make ``model`` run POP prefill with ``config``; decode stays the unmodified model.
+
+    Applying again replaces the configuration. The returned handle removes POP when used as a context
+    manager::
+
+        with apply_pop(model, PopConfig(skip=6)):
+            out = model.generate(**inputs)
+
+    Raises:
+        UnsupportedModelError: the architecture is not one the engine knows.
+        ConfigError: the configuration does not fit the model's depth.
+    """
+    if not isinstance(config, PopConfig):
+        raise ConfigError(f"apply_pop needs a PopConfig, got {type(config).__name__}")
+    decoder = decoder_of(model)
+    skipped = config.skipped_layers(len(decoder.layers))
+    state = _PopState(config=config, decoder=decoder, skipped=skipped)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return _pop_forward(state, *args, **kwargs)
+
+    decoder.forward = forward  # instance attribute: shadows the class's forward until remove_pop
+    setattr(model, _STATE_ATTR, state)
+    return PopHandle(model)
+
+
+def remove_pop(model: "nn.Module") -> None:
+    """Restore the plain model. A model without POP is left as it is."""
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        return
+    if "forward" in vars(state.decoder):
+        del state.decoder.forward
+    delattr(model, _STATE_ATTR)
+
+
+def get_pop_config(model: "nn.Module") -> PopConfig | None:
+    """The configuration applied to ``model``, or None."""
+    state = getattr(model, _STATE_ATTR, None)
+    return state.config if state is not None else None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The stage-aware forward
+
+
+def _pop_forward(
+    state: _PopState,
+    input_ids: "torch.Tensor | None" = None,
+    attention_mask: "torch.Tensor | dict | None" = None,
+    position_ids: "torch.Tensor | None" = None,
+    cache: Any = None,
+    inputs_embeds: "torch.Tensor | None" = None,
+    use_cache: bool | None = None,
+    **kwargs: Any,
+) -> Any:
+    decoder = state.decoder
+    if cache is None:
+        cache = kwargs.pop("past_key_values", None)
+
+    def plain(**overrides: Any) -> Any:
+        inputs = dict(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        inputs.update(overrides)
+        return type(decoder).forward(decoder, **inputs)
+
+    tokens = input_ids if input_ids is not None else inputs_embeds
+    if tokens is None:
+        return plain()  # let the model raise its own error
+    n = tokens.shape[1]
+    past = cache.get_seq_length() if cache is not None else 0
+    width = state.config.boundary_width
+    pruned = n - width
+    if state.config.skip == 0 or n <= 1 or past > 0 or pruned <= 0:
+        return plain()  # decode, a one-token prompt, or a prompt inside the boundary window: full depth
+
+    from transformers import DynamicCache
+
+    if use_cache is None:
+        use_cache = decoder.config.use_cache
+    # The pruned pass needs a cache whenever something reads it afterwards: the boundary pass or the caller.
+    if cache is None and (width > 0 or use_cache):
+        cache = DynamicCache(config=decoder.config)
+
+    head, tail = _split_inputs(n, pruned, input_ids, inputs_embeds, position_ids, kwargs)
+    head_mask = _slice_mask(attention_mask, cache, decoder, 0, pruned)
+    with _kv_only(decoder, state.skipped):
+        out = type(decoder).forward(
+            decoder, attention_mask=head_mask, cache=cache, use_cache=cache is not None, **head
+        )
+    if width == 0:
+        # (B, N, C) -> (B, 1, C): only the last prompt position yields the first token.
+        out.last_hidden_state = out.last_hidden_state[:, -1:]
+        if not use_cache:
+            out.cache = None
+        return out
+
+    tail_mask = _slice_mask(attention_mask, cache, decoder, pruned, n)
+    out = type(decoder).forward(decoder, attention_mask=tail_mask, cache=cache, use_cache=True, **tail)
+    if not use_cache:
+        out.cache = None
+    return out
+
+
+def _split_inputs(
+    n: int,
+    pruned: int,
+    input_ids: "torch.Tensor | None",
+    inputs_embeds: "torch.Tensor | None",
+    position_ids: "torch.Tensor | None",
+    kwargs: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split every per-token input at ``pruned``: the head goes to the pruned pass, the tail to the boundary."""
+    head: dict[str, Any] = dict(kwargs)
+    tail: dict[str, Any] = dict(kwargs)
+    for name, value in (("input_ids", input_ids), ("inputs_embeds", inputs_embeds)):
+        head[name] = None if value is None else value[:, :pruned]
+        tail[name] = None if value is None else value[:, pruned:]
+    # Position ids are (B, N) or, with multimodal RoPE, (3 or 4, B, N): always split on the last axis.
+    head["position_ids"] = None if position_ids is None else position_ids[..., :pruned]
+    tail["position_ids"] = None if position_ids is None else position_ids[..., pruned:]
+
+    # Qwen3-VL deepstack: visual features added to the hidden states of the first layers, at image tokens.
+    visual = kwargs.get("visual_pos_masks")
+    embeds = kwargs.get("deepstack_visual_embeds")
+    if visual is not None and embeds is not None:
+        import torch
+
+        order = torch.zeros(visual.shape, dtype=torch.long, device=visual.device)  # (B, N)
+        order[visual] = torch.arange(int(visual.sum()), device=visual.device)
+        for part, cols in ((head, slice(0, pruned)), (tail, slice(pruned, n))):
+            part_mask = visual[:, cols]
+            index = order[:, cols][part_mask]
+            part["visual_pos_masks"] = part_mask
+            part["deepstack_visual_embeds"] = [e[index.to(e.device)] for e in embeds] if part_mask.any() else None
+    return head, tail
+
+
+def _slice_mask(mask: Any, cache: Any, decoder: "nn.Module", start: int, stop: int) -> Any:
+    """The attention mask for the queries ``[start, stop)`` of a prefill whose full mask is ``mask``.
+
+    A 2D padding mask covers past and present tokens, so each pass takes its prefix. Prepared masks (a dict of
+    4D masks per layer type, as the vision-language models and compiled caches build them) are sliced on the
+    query axis and, on the key axis, to what the cache will hold for that layer type at that point.
+    """
+    if mask is None:
+        return None
+    if not isinstance(mask, dict):
+        if mask.dim() == 2:
+            return mask[:, :stop]
+        return _slice_4d(mask, cache, 0, start, stop)
+    if any(value is None for value in mask.values()):
+        # A mask the model may skip only exists without padding: let each pass build its own causal masks.
+        return None
+    layer_types = getattr(decoder.config, "layer_types", None) or ["full_attention"] * len(decoder.layers)
+    first_layer = {kind: layer_types.index(kind) for kind in mask if kind in layer_types}
+    return {kind: _slice_4d(value, cache, first_layer.get(kind, 0), start, stop) for kind, value in mask.items()}
+
+
+def _slice_4d(mask: "torch.Tensor", cache: Any, layer_idx: int, start: int, stop: int) -> "torch.Tensor":
+    kv_length, kv_offset = (stop, 0) if cache is None else cache.get_mask_sizes(stop - start, layer_idx)
+    return mask[..., start:stop, kv_offset : kv_offset + kv_length]  # (B, 1, Q, KV)
+
+
+@contextlib.contextmanager
+def _kv_only(decoder: "nn.Module", skipped: range) -> Iterator[None]:
+    """Within the block, the skipped layers only write their prompt K/V and pass the hidden state through."""
+    layers = [decoder.layers[i] for i in skipped]
+    for layer in layers:
+        layer.forward = _kv_only_forward(layer)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward
+
+
+def _kv_only_forward(layer: "nn.Module") -> Any:
+    def forward(hidden_states: "torch.Tensor", *, position_embeddings: Any = None, cache: Any = None, **_: Any):
+        if cache is not None:
+            _write_prompt_kv(layer, hidden_states, position_embeddings, cache)
+        return hidden_states
+
+    return forward
+
+
+def _write_prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_embeddings: Any, cache: Any) -> None:
+    """Independent K/V projection of a skipped layer: k = RoPE(k_norm(W_K LN(x))), v = W_V LN(x)."""
+    attn = layer.self_attn
+    normed = layer.input_layernorm(hidden_states)  # (B, P, C)
+    shape = (*normed.shape[:-1], -1, attn.head_dim)
+    keys = attn.k_proj(normed).view(shape)  # (B, P, H_kv, D)
+    k_norm = getattr(attn, "k_norm", None)
+    if k_norm is not None:
+        keys = k_norm(keys)
+    keys = keys.transpose(1, 2)  # (B, H_kv, P, D)
+    values = attn.v_proj(normed).view(shape).transpose(1, 2)  # (B, H_kv, P, D)
+    cos, sin = position_embeddings
+    # The architecture's own RoPE (Gemma-3 local vs global bases, Qwen3-VL's interleaved mRoPE are already
+    # folded into cos/sin by the model's rotary embedding for this layer).
+    rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+    _, keys = rope(keys, keys, cos, sin)
+    cache.update(keys, values, attn.layer_idx)

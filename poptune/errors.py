@@ -1,0 +1,35 @@
+"""One exception hierarchy for every user error.
+
+The CLI turns any :class:`PoptuneError` into one line on stderr and exit code 2; anything else is a bug and
+keeps its traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PoptuneError",
+    "ConfigError",
+    "ModelNotFoundError",
+    "UnsupportedModelError",
+    "DeviceError",
+]
+
+
+class PoptuneError(Exception):
+    """Base class of every error poptune reports to a user as one line."""
+
+
+class ConfigError(PoptuneError, ValueError):
+    """A configuration value is out of range or malformed."""
+
+
+class ModelNotFoundError(PoptuneError, LookupError):
+    """A model name, hub id or directory could not be resolved."""
+
+
+class UnsupportedModelError(PoptuneError, TypeError):
+    """The model's architecture is not one the POP engine knows how to run."""
+
+
+class DeviceError(PoptuneError, RuntimeError):
+    """A device was asked for that this machine does not have (e.g. CUDA without a GPU)."""

@@ -1,0 +1,229 @@
+"""Names to ``(model, tokenizer)``: the embedded Gemma-3-270M, hub ids, local directories, tiny random configs."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..device import resolve_device, resolve_dtype
+from ..errors import ConfigError, ModelNotFoundError
+from . import configs
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["ModelSpec", "resolve_model", "load_model", "model_names"]
+
+log = logging.getLogger(__name__)
+
+WEIGHTS = ("pretrained", "random")
+
+_ALIASES = {"gemma-3": "gemma-3-270m"}
+
+_HUB_IDS = {
+    "gemma-3-270m": "google/gemma-3-270m",
+    "gemma-3-1b": "google/gemma-3-1b-it",
+    "gemma-3-4b": "google/gemma-3-4b-it",
+    "gemma-3-12b": "google/gemma-3-12b-it",
+    "llama-3.1": "meta-llama/Llama-3.1-8B-Instruct",
+    "qwen3": "Qwen/Qwen3-8B",
+    "qwen3-vl": "Qwen/Qwen3-VL-8B-Instruct",
+}
+
+_EMBEDDED = "gemma-3-270m"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model name resolves to.
+
+    Attributes:
+        name: Canonical poptune name (``gemma-3-270m``, ``tiny-llama``, ...) or the local path given.
+        source: ``embedded``, ``hub``, ``local`` or ``tiny``.
+        hub_id: Hugging Face id for hub models, else None.
+        path: Local directory for ``local`` models, else None.
+    """
+
+    name: str
+    source: str
+    hub_id: str | None = None
+    path: str | None = None
+
+
+def model_names() -> tuple[str, ...]:
+    """Every registered name, aliases included (local paths are accepted too)."""
+    return (*_ALIASES, *_HUB_IDS, *configs.tiny_names())
+
+
+def resolve_model(name: str) -> ModelSpec:
+    """Resolve a registered name, alias or local directory; raise :class:`ModelNotFoundError` otherwise."""
+    canonical = _ALIASES.get(name, name)
+    if canonical == _EMBEDDED:
+        return ModelSpec(canonical, "embedded", hub_id=_HUB_IDS[canonical])
+    if canonical in _HUB_IDS:
+        return ModelSpec(canonical, "hub", hub_id=_HUB_IDS[canonical])
+    if configs.tiny_config(canonical) is not None:
+        return ModelSpec(canonical, "tiny")
+    if os.path.isdir(name):
+        return ModelSpec(str(Path(name)), "local", path=str(Path(name).resolve()))
+    import difflib
+
+    close = difflib.get_close_matches(name, model_names(), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ModelNotFoundError(
+        f"unknown model {name!r}{hint}: use one of {', '.join(model_names())} or a local model directory"
+    )
+
+
+def load_model(
+    name: str,
+    *,
+    device: "str | torch.device" = "cpu",
+    dtype: "str | torch.dtype | None" = None,
+    weights: str = "pretrained",
+) -> "tuple[PreTrainedModel, PreTrainedTokenizerBase]":
+    """Load a model and its tokenizer by poptune name, hub id alias or local directory.
+
+    Args:
+        name: ``gemma-3`` (the embedded Gemma-3-270M), ``gemma-3-1b``/``-4b``/``-12b``, ``llama-3.1``,
+            ``qwen3``, ``qwen3-vl``, ``tiny-llama``/``tiny-qwen3``/``tiny-gemma3``/``tiny-qwen3-vl``, or a
+            local Hugging Face model directory.
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        dtype: ``float32``, ``bfloat16``, ``float16`` or a torch dtype; None: float32 on CPU, bfloat16 on CUDA.
+        weights: ``pretrained``, or ``random`` for the full-size architecture with random weights (for
+            latency only: timing does not depend on weight values). Tiny models are always random.
+
+    Returns:
+        The model in eval mode on ``device`` and its tokenizer (left padding, a pad token set).
+
+    Raises:
+        ModelNotFoundError: unknown name, or weights that cannot be found (offline and not cached).
+        DeviceError: a device this machine does not have.
+        ConfigError: bad ``dtype`` or ``weights``.
+    """
+    if weights not in WEIGHTS:
+        raise ConfigError(f"`weights` must be one of {', '.join(WEIGHTS)}, got {weights!r}")
+    spec = resolve_model(name)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+
+    if spec.source == "tiny":
+        model, tokenizer = _random_model(configs.tiny_config(spec.name), dev, torch_dtype), _tiny_tokenizer()
+    elif weights == "random":
+        model, tokenizer = _random_model(_config_for_random(spec), dev, torch_dtype), _tokenizer_for_random(spec)
+    else:
+        directory = _pretrained_dir(spec)
+        model, tokenizer = _from_pretrained(directory, spec, dev, torch_dtype), _load_tokenizer(directory, spec)
+    model.eval()
+    _prepare_tokenizer(tokenizer, model)
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _pretrained_dir(spec: ModelSpec) -> str:
+    if spec.source == "embedded":
+        from .embedded import embedded_model_dir
+
+        return str(embedded_model_dir())
+    if spec.source == "local":
+        return spec.path  # type: ignore[return-value]
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(spec.hub_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"])
+    except Exception as e:  # offline, gated, or absent: one line naming what was looked for
+        raise ModelNotFoundError(
+            f"model {spec.name!r} ({spec.hub_id}) is not in the local Hugging Face cache and the hub cannot be "
+            f"reached ({type(e).__name__}); download it first or pass a local directory"
+        ) from e
+
+
+def _from_pretrained(directory: str, spec: ModelSpec, device: "torch.device", dtype: "torch.dtype") -> Any:
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(directory)
+    except (OSError, ValueError) as e:
+        raise ModelNotFoundError(f"{directory} is not a Hugging Face model directory: {e}") from e
+    auto = _auto_class(config)
+    return auto.from_pretrained(directory, dtype=dtype, device_map=None).to(device)
+
+
+def _auto_class(config: Any) -> Any:
+    import transformers
+
+    architectures = getattr(config, "architectures", None) or []
+    if any(a.endswith("ForConditionalGeneration") for a in architectures):
+        return transformers.AutoModelForImageTextToText
+    return transformers.AutoModelForCausalLM
+
+
+def _config_for_random(spec: ModelSpec) -> dict[str, Any]:
+    if spec.source == "local":
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(spec.path).to_dict()
+    config = configs.full_config(spec.name)
+    if config is None:
+        raise ModelNotFoundError(f"poptune has no full-size config for {spec.name!r}")
+    return config
+
+
+def _random_model(config_dict: dict[str, Any], device: "torch.device", dtype: "torch.dtype") -> Any:
+    """Build a model from a config dict with seeded random weights, directly on ``device``."""
+    import torch
+    from transformers import AutoConfig
+
+    config_dict = dict(config_dict)
+    model_type = config_dict.pop("model_type")
+    config = AutoConfig.for_model(model_type, **config_dict)
+    auto = _auto_class(config)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.device(device):
+        torch.manual_seed(0)
+        model = auto.from_config(config, dtype=dtype)
+    return model
+
+
+def _tiny_tokenizer() -> Any:
+    from .tokenizer import byte_tokenizer
+
+    return byte_tokenizer()
+
+
+def _tokenizer_for_random(spec: ModelSpec) -> Any:
+    """The real tokenizer where one is at hand (Gemma-3 shares the embedded one), else byte-level ids."""
+    if spec.name.startswith("gemma-3"):
+        from .embedded import embedded_model_dir
+
+        return _load_tokenizer(str(embedded_model_dir()), spec)
+    try:
+        directory = spec.path if spec.source == "local" else _pretrained_dir(spec)
+        return _load_tokenizer(directory, spec)
+    except ModelNotFoundError:
+        log.warning("no tokenizer for %s offline: using byte-level token ids (fine for latency)", spec.name)
+        return _tiny_tokenizer()
+
+
+def _load_tokenizer(directory: str, spec: ModelSpec) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(directory)
+    except (OSError, ValueError) as e:
+        raise ModelNotFoundError(f"no tokenizer for {spec.name!r} in {directory}: {e}") from e
+
+
+def _prepare_tokenizer(tokenizer: Any, model: Any) -> None:
+    """Left padding (what batched generation needs) and a pad token."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is not None and generation_config.pad_token_id is None:
+        generation_config.pad_token_id = tokenizer.pad_token_id

@@ -1,0 +1,216 @@
+"""Tests of hardware fingerprints and telemetry: the real CPU, and CUDA/NVML through fakes."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from types import SimpleNamespace
+
+import pynvml
+import pytest
+import torch
+
+from poptune.errors import ConfigError, DeviceError
+from poptune.measure import HardwareRecord, Telemetry, decode_clock_reasons, fingerprint
+
+UUID_A100 = "11111111-aaaa-bbbb-cccc-000000000001"
+UUID_H200 = "22222222-aaaa-bbbb-cccc-000000000002"
+
+
+class FakeNVML(types.ModuleType):
+    """A stand-in ``pynvml`` with GPUs in PCI order; names in ``unsupported`` raise NotSupported."""
+
+    def __init__(self, gpus: list[dict], unsupported: tuple[str, ...] = (), init_error: type | None = None):
+        super().__init__("pynvml")
+        for name in dir(pynvml):
+            if name.startswith(("NVMLError", "NVML_")):
+                setattr(self, name, getattr(pynvml, name))
+        self.gpus, self.unsupported, self.init_error = gpus, set(unsupported), init_error
+        self.inits = self.shutdowns = 0
+        self.energy_mj = 1_000_000
+
+    def _check(self, name: str) -> None:
+        if name in self.unsupported:
+            raise pynvml.NVMLError_NotSupported()
+
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise self.init_error()
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, k: int) -> dict:
+        return self.gpus[k]
+
+    def nvmlDeviceGetUUID(self, h: dict) -> bytes:
+        return ("GPU-" + h["uuid"]).encode()  # nvidia-ml-py returns bytes here
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "570.86.15"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12080
+
+    def nvmlDeviceGetMaxClockInfo(self, h: dict, kind: int) -> int:
+        return h["max_sm"] if kind == pynvml.NVML_CLOCK_SM else 2619
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: dict) -> int:
+        return h["limit_mw"]
+
+    def nvmlDeviceGetClockInfo(self, h: dict, kind: int) -> int:
+        return 1755 if kind == pynvml.NVML_CLOCK_SM else 2619
+
+    def nvmlDeviceGetPowerUsage(self, h: dict) -> int:
+        return 350_500
+
+    def nvmlDeviceGetTemperature(self, h: dict, sensor: int) -> int:
+        return 41
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: dict) -> int:
+        self._check("nvmlDeviceGetCurrentClocksEventReasons")
+        return 0x4
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: dict) -> int:
+        return 0x1
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: dict) -> int:
+        self._check("nvmlDeviceGetTotalEnergyConsumption")
+        self.energy_mj += 5500
+        return self.energy_mj
+
+
+GPUS = [
+    {"uuid": UUID_A100, "max_sm": 1410, "limit_mw": 400_000},
+    {"uuid": UUID_H200, "max_sm": 1980, "limit_mw": 700_000},
+]
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Torch sees one GPU (as with CUDA_VISIBLE_DEVICES=1): the H200, second in PCI order."""
+    props = SimpleNamespace(name="NVIDIA H200", total_memory=150 * 2**30, major=9, minor=0,
+                            multi_processor_count=132, uuid=UUID_H200)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+
+
+def install(monkeypatch: pytest.MonkeyPatch, nv: FakeNVML) -> FakeNVML:
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    return nv
+
+
+def test_real_cpu_fingerprint() -> None:
+    rec = fingerprint("cpu")
+    assert rec.kind == "cpu" and rec.name
+    assert rec.logical_threads and rec.logical_threads >= 1
+    assert re.fullmatch(r"cpu-[a-z0-9-]+-\d+t", rec.hardware_id)
+    assert rec.torch_version == torch.__version__ and rec.python_version and rec.platform
+    assert rec.torch_num_threads == torch.get_num_threads()
+    assert HardwareRecord.from_json(rec.to_json()) == rec
+
+
+def test_hardware_record_needs_its_required_fields() -> None:
+    with pytest.raises(ConfigError, match="`hardware_id`"):
+        HardwareRecord.from_dict({"kind": "cpu", "name": "x", "torch_version": "2", "python_version": "3",
+                                  "platform": "p"})
+
+
+def test_decode_clock_reasons() -> None:
+    assert decode_clock_reasons(0) == []
+    assert decode_clock_reasons(0x24) == ["sw_power_cap", "sw_thermal_slowdown"]
+    assert decode_clock_reasons(0x1001) == ["gpu_idle", "unknown_0x1000"]
+
+
+def test_fingerprint_matches_torch_device_to_nvml_by_uuid(monkeypatch: pytest.MonkeyPatch, fake_cuda: None) -> None:
+    nv = install(monkeypatch, FakeNVML(GPUS))
+    rec = fingerprint("cuda")
+    assert (rec.kind, rec.cuda_index, rec.nvml_index) == ("cuda", 0, 1)
+    assert rec.uuid == UUID_H200 and rec.hardware_id == "nvidia-h200"
+    assert rec.sm_clock_max_mhz == 1980 and rec.power_limit_w == 700.0
+    assert rec.compute_capability == "9.0" and rec.multiprocessors == 132
+    assert (rec.driver_version, rec.cuda_driver_version) == ("570.86.15", "12.8")
+    assert rec.notes == []
+    assert nv.inits == nv.shutdowns == 1
+    assert HardwareRecord.from_dict(rec.to_dict()) == rec
+
+
+@pytest.mark.parametrize("error", [pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded])
+def test_nvml_init_failure_never_raises(monkeypatch: pytest.MonkeyPatch, fake_cuda: None, error: type) -> None:
+    nv = install(monkeypatch, FakeNVML(GPUS, init_error=error))
+    rec = fingerprint("cuda:0")
+    assert rec.name == "NVIDIA H200" and rec.nvml_index is None and rec.power_limit_w is None
+    assert any(f"NVML unavailable ({error.__name__})" in n for n in rec.notes)
+    with Telemetry(rec) as tel:
+        pass
+    res = tel.result()
+    assert res.sm_clock_mhz_before is None and res.energy_j is None
+    assert any(error.__name__ in n for n in res.notes)
+    assert nv.shutdowns == 0
+
+
+def test_unsupported_queries_leave_fields_empty(monkeypatch: pytest.MonkeyPatch, fake_cuda: None) -> None:
+    unsupported = ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetCurrentClocksEventReasons")
+    nv = install(monkeypatch, FakeNVML(GPUS, unsupported=unsupported))
+    with Telemetry("cuda:0") as tel:
+        pass
+    res = tel.result()
+    assert res.energy_j is None and res.average_power_w is None
+    assert "energy unavailable (NVMLError_NotSupported)" in res.notes
+    assert res.sm_clock_mhz_before == 1755 and res.power_w_after == pytest.approx(350.5)
+    assert res.clock_reasons_after == ["gpu_idle"]  # fell back to the older throttle-reasons call
+    assert nv.inits == nv.shutdowns == 1
+
+
+def test_telemetry_reads_energy_and_reasons(monkeypatch: pytest.MonkeyPatch, fake_cuda: None) -> None:
+    nv = install(monkeypatch, FakeNVML(GPUS))
+    with Telemetry(fingerprint("cuda:0")) as tel:
+        pass
+    res = tel.result()
+    assert res.energy_j == pytest.approx(5.5)
+    assert res.clock_reasons_before == res.clock_reasons_after == ["sw_power_cap"]
+    assert (res.mem_clock_mhz_after, res.temperature_c_after) == (2619, 41)
+    assert res.notes == []
+    assert nv.inits == nv.shutdowns == 2  # once for the fingerprint, once for the block
+
+
+def test_telemetry_without_a_matching_uuid(monkeypatch: pytest.MonkeyPatch, fake_cuda: None) -> None:
+    install(monkeypatch, FakeNVML(GPUS[:1]))
+    with Telemetry("cuda") as tel:
+        pass
+    assert tel.result().power_w_before is None
+    assert any("no NVML device has UUID" in n for n in tel.result().notes)
+
+
+def test_telemetry_on_cpu_returns_none_fields() -> None:
+    tel = Telemetry("cpu")
+    with pytest.raises(RuntimeError):
+        tel.result()
+    with tel:
+        sum(range(1000))
+    res = tel.result()
+    assert res.duration_s >= 0 and res.energy_j is None and res.sm_clock_mhz_after is None
+    assert res.notes == ["CPU device: no NVML telemetry"]
+    assert type(res).from_dict(res.to_dict()) == res
+
+
+def test_telemetry_lets_block_errors_through_and_shuts_nvml_down(
+    monkeypatch: pytest.MonkeyPatch, fake_cuda: None
+) -> None:
+    nv = install(monkeypatch, FakeNVML(GPUS))
+    with pytest.raises(ValueError), Telemetry("cuda:0"):
+        raise ValueError("boom")
+    assert nv.inits == nv.shutdowns == 1
+
+
+def test_fingerprint_cuda_without_cuda_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError):
+        fingerprint("cuda")

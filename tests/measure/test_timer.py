@@ -1,0 +1,191 @@
+"""Tests of the timer, the repeat loop and latency records, on synthetic clocks (no real wall-clock speed)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from poptune.errors import ConfigError, DeviceError
+from poptune.measure import LatencyRecord, PairRecord, RepeatPolicy, Timer, measure, measure_pair, percentile
+
+
+class FakeClock:
+    """A host clock in ns that only moves when a timed function says so."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def __call__(self) -> int:
+        return self.ns
+
+    def advance_ms(self, ms: float) -> None:
+        self.ns += round(ms * 1e6)
+
+
+def test_percentile_interpolates_linearly() -> None:
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == pytest.approx(2.5)
+    assert percentile([1.0, 2.0, 3.0, 4.0], 90) == pytest.approx(3.7)  # rank 2.7 → 3 + 0.7
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0) == 1.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 100) == 4.0
+    assert percentile([7.0], 90) == 7.0
+
+
+def test_latency_record_statistics() -> None:
+    rec = LatencyRecord(values_ms=[4.0, 1.0, 3.0, 2.0, 10.0])
+    assert rec.count == 5
+    assert rec.p50 == pytest.approx(3.0)
+    assert rec.p90 == pytest.approx(7.6)  # rank 3.6 between 4 and 10
+    assert rec.mean == pytest.approx(4.0)
+    assert rec.std == pytest.approx(math.sqrt((0 + 9 + 1 + 4 + 36) / 5))  # population std
+    assert LatencyRecord(values_ms=[2.0]).std == 0.0
+
+
+def test_empty_records_are_refused() -> None:
+    with pytest.raises(ConfigError, match="at least one value"):
+        LatencyRecord(values_ms=[])
+    with pytest.raises(ConfigError, match="as many values"):
+        PairRecord(a=LatencyRecord([1.0]), b=LatencyRecord([1.0, 2.0]))
+
+
+@pytest.mark.parametrize(
+    ("call_ms", "min_repeats", "min_seconds", "max_repeats", "expected"),
+    [
+        (300.0, 3, 1.0, 1000, 4),  # 3 calls = 0.9 s: one more for the time
+        (250.0, 3, 1.0, 1000, 4),  # exactly 1.0 s after 4 calls
+        (300.0, 5, 0.5, 1000, 5),  # time met after 2, count after 5
+        (300.0, 1, 0.0, 1000, 1),
+        (300.0, 2, 100.0, 7, 7),  # capped
+    ],
+)
+def test_repeat_policy_stops_when_both_conditions_are_met(
+    call_ms: float, min_repeats: int, min_seconds: float, max_repeats: int, expected: int
+) -> None:
+    clock = FakeClock()
+    calls = []
+
+    def fn() -> None:
+        calls.append(clock.ns)
+        clock.advance_ms(call_ms)
+
+    policy = RepeatPolicy(warmup=2, min_repeats=min_repeats, min_seconds=min_seconds, max_repeats=max_repeats)
+    rec = measure(fn, timer=Timer("cpu", clock=clock), policy=policy)
+    assert rec.count == expected
+    assert len(calls) == expected + 2  # warm-up calls run but are not counted
+    assert rec.values_ms == pytest.approx([call_ms] * expected)
+
+
+def test_measure_records_each_call() -> None:
+    clock = FakeClock()
+    durations = iter([50.0, 50.0, 5.0, 1.0, 3.0, 2.0])  # two warm-up calls first
+
+    rec = measure(lambda: clock.advance_ms(next(durations)), timer=Timer("cpu", clock=clock),
+                  policy=RepeatPolicy(warmup=2, min_repeats=4, min_seconds=0.0))
+    assert rec.values_ms == pytest.approx([5.0, 1.0, 3.0, 2.0])
+
+
+def test_measure_pair_interleaves_and_takes_median_of_ratios() -> None:
+    clock = FakeClock()
+    log: list[str] = []
+    b_ms = iter([99.0, 20.0, 30.0, 15.0, 40.0])  # first is warm-up
+
+    def fn_a() -> None:
+        log.append("A")
+        clock.advance_ms(10.0)
+
+    def fn_b() -> None:
+        log.append("B")
+        clock.advance_ms(next(b_ms))
+
+    pair = measure_pair(fn_a, fn_b, timer=Timer("cpu", clock=clock),
+                        policy=RepeatPolicy(warmup=1, min_repeats=4, min_seconds=0.0))
+    assert log == ["A", "B"] * 5
+    assert pair.a.values_ms == pytest.approx([10.0] * 4)
+    assert pair.ratios == pytest.approx([2.0, 3.0, 1.5, 4.0])
+    assert pair.speedup == pytest.approx(2.5)  # b/a > 1: A is faster
+
+
+def test_records_round_trip_through_json() -> None:
+    rec = LatencyRecord(values_ms=[1.5, 2.25, 3.0])
+    assert LatencyRecord.from_json(rec.to_json()) == rec
+    assert rec.to_dict()["p50"] == pytest.approx(2.25)
+    pair = PairRecord(a=LatencyRecord([1.0, 2.0]), b=LatencyRecord([2.0, 5.0]))
+    again = PairRecord.from_json(pair.to_json(indent=2))
+    assert again == pair
+    assert again.speedup == pytest.approx(2.25)
+    assert pair.to_dict()["ratios"] == pytest.approx([2.0, 2.5])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"min_repeats": 0}, "`min_repeats` must be >= 1, got 0"),
+        ({"warmup": -1}, "`warmup` must be >= 0, got -1"),
+        ({"min_seconds": -0.5}, "`min_seconds` must be >= 0, got -0.5"),
+        ({"min_seconds": float("nan")}, "`min_seconds` must be a finite number"),
+        ({"min_repeats": 10, "max_repeats": 5}, "`max_repeats` must be >= 10, got 5"),
+        ({"min_repeats": 2.5}, "`min_repeats` must be an integer"),
+        ({"warmup": True}, "`warmup` must be an integer"),
+    ],
+)
+def test_bad_policy_values_raise(kwargs: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        RepeatPolicy(**kwargs)
+    assert message in str(info.value)
+
+
+def test_cuda_without_cuda_raises_device_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError, match="CUDA was requested but is not available"):
+        Timer("cuda")
+
+
+@pytest.mark.parametrize("device", ["gpu", "mps", "cuda:x"])
+def test_bad_device_raises_config_error(device: str) -> None:
+    with pytest.raises(ConfigError, match="`device` must be"):
+        Timer(device)
+
+
+def test_cuda_path_uses_events_and_synchronises_outside_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = {"ms": 0.0}
+    log: list[str] = []
+    stream = object()
+
+    class FakeEvent:
+        def __init__(self, enable_timing: bool = False) -> None:
+            assert enable_timing
+            self.at: float | None = None
+
+        def record(self, s: object = None) -> None:
+            assert s is stream
+            self.at = gpu["ms"]
+
+        def elapsed_time(self, end: FakeEvent) -> float:
+            assert log[-1] == "sync", "events are read only after a synchronisation"
+            return end.at - self.at
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: log.append("sync"))
+
+    def fn() -> None:
+        log.append("call")
+        gpu["ms"] += 2.0
+
+    timer = Timer("cuda", clock=FakeClock())
+    assert timer.device == torch.device("cuda", 0)
+    rec = measure(fn, timer=timer, policy=RepeatPolicy(warmup=2, min_repeats=10, min_seconds=0.0))
+    assert rec.values_ms == pytest.approx([2.0] * 10)
+    assert log == ["call"] * 2 + ["sync"] + ["call"] * 10 + ["sync"]  # no per-run synchronisation
+
+
+def test_real_cpu_matmul_smoke() -> None:
+    x = torch.randn(64, 64)
+    rec = measure(lambda: x @ x, timer=Timer("cpu"),
+                  policy=RepeatPolicy(warmup=1, min_repeats=3, min_seconds=0.0, max_repeats=3))
+    assert rec.count == 3
+    assert all(v > 0 for v in rec.values_ms)

@@ -1,0 +1,252 @@
+"""The POP engine on every supported architecture's tiny config."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import poptune.engine as engine
+from poptune import ConfigError, PopConfig, UnsupportedModelError, apply_pop, get_pop_config, remove_pop
+
+PROMPT = "The quick brown fox jumps over the lazy dog, again and again."  # 62 bytes: crosses gemma's window of 8
+DECODE_STEPS = 5
+
+
+def _ids(tokenizer, text=PROMPT):
+    return tokenizer([text], return_tensors="pt")
+
+
+@torch.no_grad()
+def _prefill_and_decode(model, inputs, steps=DECODE_STEPS, cache=None):
+    """Logits of the last prompt position, then of each greedy decode step (the same tokens for comparisons)."""
+    out = model(**inputs, cache=cache, use_cache=True)
+    logits = [out.logits[:, -1]]
+    cache = out.cache
+    mask = inputs["attention_mask"]
+    token = logits[-1].argmax(-1, keepdim=True)
+    for _ in range(steps):
+        mask = torch.cat([mask, torch.ones_like(token)], dim=1)
+        out = model(input_ids=token, attention_mask=mask, cache=cache, use_cache=True)
+        logits.append(out.logits[:, -1])
+        token = logits[-1].argmax(-1, keepdim=True)
+    return logits, cache
+
+
+def test_skip0_is_bit_identical(tiny):
+    model, tok = tiny
+    inputs = _ids(tok)
+    full, _ = _prefill_and_decode(model, inputs)
+    with apply_pop(model, PopConfig(skip=0)):
+        pop, _ = _prefill_and_decode(model, inputs)
+    for a, b in zip(full, pop):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("boundary", ["last", "window-4"])
+def test_skip1_is_exact(tiny, boundary):
+    """The last layer's prompt K/V depends only on its input, which the retained layers compute exactly."""
+    model, tok = tiny
+    inputs = _ids(tok)
+    full, _ = _prefill_and_decode(model, inputs)
+    with apply_pop(model, PopConfig(skip=1, boundary=boundary)):
+        pop, _ = _prefill_and_decode(model, inputs)
+    for a, b in zip(full, pop):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_pop_really_skips(tiny):
+    """The skipped layers run neither attention nor FFN in prefill, and the LM head sees only the boundary."""
+    model, tok = tiny
+    layers = engine.decoder_of(model).layers
+    config = PopConfig(skip=3, boundary="window-4")
+    mlp_calls = {i: 0 for i in range(len(layers))}
+    head_tokens = []
+    hooks = [layers[i].mlp.register_forward_hook(lambda m, a, o, i=i: mlp_calls.__setitem__(i, mlp_calls[i] + 1))
+             for i in range(len(layers))]
+    hooks.append(model.get_output_embeddings().register_forward_hook(lambda m, a, o: head_tokens.append(a[0].shape[1])))
+    try:
+        with apply_pop(model, config), torch.no_grad():
+            out = model(**_ids(tok))
+    finally:
+        for h in hooks:
+            h.remove()
+    skipped = set(config.skipped_layers(len(layers)))
+    for i, calls in mlp_calls.items():
+        # Kept layers run in the pruned pass and the boundary pass; skipped ones only in the boundary pass.
+        assert calls == (1 if i in skipped else 2), (i, calls)
+    assert head_tokens == [4]
+    assert out.logits.shape[1] == 4
+
+
+def test_boundary_none_runs_the_last_token_pruned(tiny):
+    """With boundary=none and skip=1, the first token equals the model whose last layer is an identity."""
+    model, tok = tiny
+    inputs = _ids(tok)
+    last = engine.decoder_of(model).layers[-1]
+    with apply_pop(model, PopConfig(skip=1, boundary="none")), torch.no_grad():
+        pop = model(**inputs).logits
+    last.forward = lambda hidden_states, **_: hidden_states
+    try:
+        with torch.no_grad():
+            reference = model(**inputs).logits[:, -1:]
+    finally:
+        del last.forward
+    assert pop.shape[1] == 1
+    torch.testing.assert_close(pop, reference, rtol=1e-4, atol=1e-5)
+
+
+def _exact_cache(model, inputs):
+    """The full model's K/V for every prompt position and layer (a cache that never drops sliding entries)."""
+    from transformers import DynamicCache
+
+    with torch.no_grad():
+        return model(**inputs, cache=DynamicCache(), use_cache=True).cache
+
+
+def test_exact_kv_reproduces_the_full_model(tiny, monkeypatch):
+    model, tok = tiny
+    inputs = _ids(tok)
+    exact = _exact_cache(model, inputs)
+    full, _ = _prefill_and_decode(model, inputs)
+
+    def write_exact(layer, hidden_states, position_embeddings, cache):
+        idx = layer.self_attn.layer_idx
+        n = hidden_states.shape[1]
+        cache.update(exact.layers[idx].keys[:, :, :n], exact.layers[idx].values[:, :, :n], idx)
+
+    monkeypatch.setattr(engine, "_write_prompt_kv", write_exact)
+    with apply_pop(model, PopConfig(skip=3)):
+        pop, _ = _prefill_and_decode(model, inputs)
+    for a, b in zip(full, pop):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@torch.no_grad()
+def test_only_the_approximated_kv_differs(tiny):
+    """Layers before the block hold exact K/V; so does the first skipped layer; deeper skipped ones do not."""
+    model, tok = tiny
+    inputs = _ids(tok)
+    n = inputs["input_ids"].shape[1]
+    exact = _exact_cache(model, inputs)
+    config = PopConfig(skip=3, boundary="none")
+    skipped = config.skipped_layers(len(engine.decoder_of(model).layers))
+    from transformers import DynamicCache
+
+    with apply_pop(model, config):
+        cache = model(**inputs, cache=DynamicCache(), use_cache=True).cache
+    for idx in range(skipped.start + 1):
+        torch.testing.assert_close(cache.layers[idx].keys, exact.layers[idx].keys[:, :, :n], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(cache.layers[idx].values, exact.layers[idx].values[:, :, :n], rtol=1e-4, atol=1e-5)
+    deeper = [not torch.allclose(cache.layers[i].keys, exact.layers[i].keys, atol=1e-5) for i in skipped[1:]]
+    assert all(deeper)
+
+
+def test_cache_layout_matches_full_prefill(tiny):
+    model, tok = tiny
+    inputs = _ids(tok)
+    with torch.no_grad():
+        full = model(**inputs, use_cache=True).cache
+        with apply_pop(model, PopConfig(skip=3)):
+            pop = model(**inputs, use_cache=True).cache
+    assert len(full.layers) == len(pop.layers)
+    for a, b in zip(full.layers, pop.layers):
+        assert type(a) is type(b)
+        assert a.keys.shape == b.keys.shape and a.values.shape == b.values.shape
+        assert a.get_seq_length() == b.get_seq_length()
+    if any(getattr(layer, "is_sliding", False) for layer in pop.layers):
+        assert any(layer.keys.shape[2] < inputs["input_ids"].shape[1] for layer in pop.layers)
+
+
+def test_generation_past_the_sliding_window_is_exact_with_skip1(tiny):
+    model, tok = tiny
+    inputs = _ids(tok)
+    kwargs = dict(max_new_tokens=16, do_sample=False)
+    with torch.no_grad():
+        full = model.generate(**inputs, **kwargs)
+        with apply_pop(model, PopConfig(skip=1)):
+            pop = model.generate(**inputs, **kwargs)
+    assert torch.equal(full, pop)
+
+
+@pytest.mark.parametrize("boundary", ["last", "window-4", "none"])
+def test_batched_generate_equals_one_by_one(tiny, boundary):
+    model, tok = tiny
+    prompts = ["Hi", "A somewhat longer prompt here", "Mid-size prompt text", "x" * 45]
+    kwargs = dict(max_new_tokens=6, do_sample=False)
+    with apply_pop(model, PopConfig(skip=3, boundary=boundary)), torch.no_grad():
+        batch = model.generate(**tok(prompts, return_tensors="pt", padding=True), **kwargs)
+        new = batch[:, -6:]
+        for row, prompt in enumerate(prompts):
+            single = model.generate(**tok([prompt], return_tensors="pt"), **kwargs)
+            assert torch.equal(single[0, -6:], new[row]), (row, prompt)
+
+
+def test_pop_changes_the_output_when_it_skips_deep_layers(tiny):
+    """A guard against an engine that silently runs the full model."""
+    model, tok = tiny
+    inputs = _ids(tok)
+    with torch.no_grad():
+        full = model(**inputs).logits[:, -1]
+        with apply_pop(model, PopConfig(skip=4)):
+            pop = model(**inputs).logits[:, -1]
+    assert not torch.allclose(full, pop, atol=1e-6)
+
+
+def test_apply_remove_and_context_manager(tiny):
+    model, tok = tiny
+    inputs = _ids(tok)
+    with torch.no_grad():
+        full = model(**inputs).logits
+        handle = apply_pop(model, PopConfig(skip=2))
+        assert get_pop_config(model) == PopConfig(skip=2)
+        apply_pop(model, PopConfig(skip=3, boundary="none"))  # re-applying replaces the configuration
+        assert handle.config == PopConfig(skip=3, boundary="none")
+        remove_pop(model)
+        assert get_pop_config(model) is None
+        assert torch.equal(model(**inputs).logits, full)
+        with apply_pop(model, PopConfig(skip=2)):
+            assert model(**inputs).logits.shape[1] == 1
+        assert torch.equal(model(**inputs).logits, full)
+    remove_pop(model)  # removing twice is harmless
+
+
+def test_validation_messages(tiny):
+    model, _ = tiny
+    layers = len(engine.decoder_of(model).layers)
+    with pytest.raises(ConfigError, match=rf"`skip` must be in \[0, {layers - 1}\] for this model, got {layers}"):
+        apply_pop(model, PopConfig(skip=layers))
+    with pytest.raises(ConfigError, match=r"`offset` must be in \[0, 1\]"):
+        apply_pop(model, PopConfig(skip=layers - 2, offset=2))
+    assert get_pop_config(model) is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(skip=-1), "`skip` must be >= 0"),
+        (dict(skip=1.5), "`skip` must be an integer"),
+        (dict(skip=1, boundary="first"), "`boundary` must be one of"),
+        (dict(skip=1, boundary="window-0"), "`boundary` must be one of"),
+        (dict(skip=1, offset=-2), "`offset` must be >= 0"),
+    ],
+)
+def test_config_validation(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        PopConfig(**kwargs)
+
+
+def test_config_round_trip_and_widths():
+    config = PopConfig(skip=6, boundary="window-16", offset=1)
+    assert PopConfig.from_dict(config.to_dict()) == config
+    assert [PopConfig(1, b).boundary_width for b in ("none", "last", "window-4", "window-64")] == [0, 1, 4, 64]
+    assert list(PopConfig(skip=6, offset=1).skipped_layers(18)) == list(range(11, 17))
+    with pytest.raises(ConfigError, match="unknown PopConfig field"):
+        PopConfig.from_dict({"skip": 1, "depth": 2})
+
+
+def test_unsupported_architecture_is_refused_by_name():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64))
+    with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel"):
+        apply_pop(model, PopConfig(skip=1))
