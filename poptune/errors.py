@@ -12,6 +12,7 @@ __all__ = [
     "ModelNotFoundError",
     "UnsupportedModelError",
     "DeviceError",
+    "DataError",
 ]
 
 
@@ -33,3 +34,7 @@ class UnsupportedModelError(PoptuneError, TypeError):
 
 class DeviceError(PoptuneError, RuntimeError):
     """A device was asked for that this machine does not have (e.g. CUDA without a GPU)."""
+
+
+class DataError(PoptuneError, FileNotFoundError):
+    """An evaluation data file is missing or not in the expected format."""

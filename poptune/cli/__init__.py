@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 from poptune.errors import PoptuneError
 
-from . import generate
+from . import bench, generate
 
 __all__ = ["main"]
 
-_COMMANDS = (generate,)
+_COMMANDS = (generate, bench)
 
 
 class _Parser(argparse.ArgumentParser):

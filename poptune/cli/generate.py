@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     from poptune.engine import apply_pop, decoder_of
     from poptune.measure import RepeatPolicy, Timer, measure_pair
-    from poptune.measure.prefill import prefill_call
+    from poptune.measure.prefill import prefill
     from poptune.models import load_model
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     text = tokenizer.decode(output[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
     pair = measure_pair(
-        prefill_call(model, inputs, config),
-        prefill_call(model, inputs, None),
+        lambda: prefill(model, inputs, config),
+        lambda: prefill(model, inputs, None),
         timer=Timer(model.device),
         policy=RepeatPolicy(warmup=1, min_repeats=5, min_seconds=0.5),
     )

@@ -1,33 +1,39 @@
-"""What is timed: the prefill of a prompt, up to the first token's logits, with or without POP."""
+"""What is timed: one prefill up to the first token's logits, and greedy decode steps from its cache."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from poptune.engine import PopConfig, apply_pop, remove_pop
 
-__all__ = ["prefill_call"]
+__all__ = ["prefill", "decode"]
 
 
-def prefill_call(model: Any, inputs: Mapping[str, torch.Tensor], config: PopConfig | None) -> Callable[[], Any]:
-    """A no-argument call running one prefill of ``inputs`` and returning the first token's logits.
+def prefill(model: Any, inputs: Mapping[str, torch.Tensor], config: PopConfig | None) -> Any:
+    """One prefill of ``inputs``, with POP if ``config`` is given, the plain model otherwise.
 
-    ``config=None`` runs the plain model; otherwise POP with ``config`` (applied for the call, removed after,
-    so calls for several configurations can be interleaved on one model). Only the last position's logits
-    are computed, as ``generate`` does, so the full model is not charged for logits POP never produces.
+    POP is applied for the call and removed after, so calls for several configurations can be interleaved
+    on one model. Only the last position's logits are computed, as ``generate`` does, so the full model is
+    not charged for logits POP never produces. Returns the model output (``logits`` (B, 1, V), ``cache``).
     """
-
-    @torch.inference_mode()
-    def call() -> torch.Tensor:
+    if config is not None:
+        apply_pop(model, config)
+    try:
+        return model(**inputs, use_cache=True, logits_to_keep=1)
+    finally:
         if config is not None:
-            apply_pop(model, config)
-        try:
-            return model(**inputs, use_cache=True, logits_to_keep=1).logits[:, -1]  # (B, V)
-        finally:
-            if config is not None:
-                remove_pop(model)
+            remove_pop(model)
 
-    return call
+
+def decode(model: Any, output: Any, attention_mask: torch.Tensor, steps: int) -> None:
+    """``steps`` greedy decode forwards of the unmodified model from the cache of a prefill ``output``."""
+    cache = output.cache
+    token = output.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+    mask = attention_mask
+    for _ in range(steps):
+        mask = torch.cat([mask, torch.ones_like(token)], dim=1)  # (B, past + 1)
+        out = model(input_ids=token, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1)
+        token = out.logits[:, -1].argmax(-1, keepdim=True)

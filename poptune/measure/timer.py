@@ -23,6 +23,7 @@ __all__ = [
     "LatencyRecord",
     "PairRecord",
     "RepeatPolicy",
+    "Staged",
     "Timer",
     "measure",
     "measure_pair",
@@ -263,11 +264,32 @@ class Timer:
         return [float(start.elapsed_time(end)) for start, end in pending]  # type: ignore[misc]
 
 
-def _repeat(fns: Sequence[Callable[[], object]], timer: Timer, policy: RepeatPolicy) -> list[list[float]]:
+@dataclass(frozen=True)
+class Staged:
+    """A timed call that needs untimed preparation each time: ``run(setup())`` with only ``run`` timed.
+
+    Example: decode latency from a fresh prefilled cache per repeat, the prefill being ``setup``.
+    """
+
+    setup: Callable[[], Any]
+    run: Callable[[Any], object]
+
+
+Timed = Callable[[], object] | Staged
+
+
+def _call(fn: Timed, timer: Timer) -> object:
+    if isinstance(fn, Staged):
+        state = fn.setup()
+        return timer.time_call(lambda: fn.run(state))
+    return timer.time_call(fn)
+
+
+def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> list[list[float]]:
     """Runs the one repeat loop: warm-up rounds, then timed rounds of ``fns`` in order, back to back."""
     for _ in range(policy.warmup):
         for fn in fns:
-            fn()
+            _call(fn, timer)
     timer.synchronize()  # so the timed loop's wall clock does not start with warm-up work still queued
     pending: list[list[object]] = [[] for _ in fns]
     min_ns = policy.min_seconds * 1e9
@@ -275,15 +297,15 @@ def _repeat(fns: Sequence[Callable[[], object]], timer: Timer, policy: RepeatPol
     rounds = 0
     while rounds < policy.max_repeats:
         for fn, bucket in zip(fns, pending):
-            bucket.append(timer.time_call(fn))
+            bucket.append(_call(fn, timer))
         rounds += 1
         if rounds >= policy.min_repeats and timer.now_ns() - start >= min_ns:
             break
     return [timer.read(bucket) for bucket in pending]
 
 
-def measure(fn: Callable[[], object], *, timer: Timer, policy: RepeatPolicy | None = None) -> LatencyRecord:
-    """Times repeated calls of ``fn()`` under ``policy`` (default :class:`RepeatPolicy()`).
+def measure(fn: Timed, *, timer: Timer, policy: RepeatPolicy | None = None) -> LatencyRecord:
+    """Times repeated calls of ``fn()`` (or of a :class:`Staged` call) under ``policy`` (default :class:`RepeatPolicy()`).
 
     Example:
         >>> rec = measure(lambda: x @ x, timer=Timer("cpu"), policy=RepeatPolicy(min_seconds=0.1))
@@ -294,8 +316,8 @@ def measure(fn: Callable[[], object], *, timer: Timer, policy: RepeatPolicy | No
 
 
 def measure_pair(
-    fn_a: Callable[[], object],
-    fn_b: Callable[[], object],
+    fn_a: Timed,
+    fn_b: Timed,
     *,
     timer: Timer,
     policy: RepeatPolicy | None = None,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from poptune.errors import ConfigError, DeviceError
-from poptune.measure import LatencyRecord, PairRecord, RepeatPolicy, Timer, measure, measure_pair, percentile
+from poptune.measure import LatencyRecord, PairRecord, RepeatPolicy, Staged, Timer, measure, measure_pair, percentile
 
 
 class FakeClock:
@@ -104,6 +104,25 @@ def test_measure_pair_interleaves_and_takes_median_of_ratios() -> None:
     assert pair.a.values_ms == pytest.approx([10.0] * 4)
     assert pair.ratios == pytest.approx([2.0, 3.0, 1.5, 4.0])
     assert pair.speedup == pytest.approx(2.5)  # b/a > 1: A is faster
+
+
+def test_staged_calls_time_only_the_run() -> None:
+    clock = FakeClock()
+    order: list[str] = []
+
+    def setup() -> int:
+        order.append("setup")
+        clock.advance_ms(100.0)  # untimed preparation
+        return 7
+
+    def run(state: int) -> None:
+        order.append(f"run {state}")
+        clock.advance_ms(2.0)
+
+    rec = measure(Staged(setup, run), timer=Timer("cpu", clock=clock),
+                  policy=RepeatPolicy(warmup=1, min_repeats=3, min_seconds=0.0))
+    assert rec.values_ms == [2.0, 2.0, 2.0]
+    assert order == ["setup", "run 7"] * 4
 
 
 def test_records_round_trip_through_json() -> None:

@@ -1,0 +1,78 @@
+"""The ideal prefill speedup of a POP configuration, from FLOPs.
+
+A multiply-add counts 2 FLOPs. Per token and layer: the Q/K/V/O projections, the (gated) FFN, and attention
+over the keys the token sees (causal, clipped by the sliding window on sliding layers). A skipped layer costs
+only its K and V projections for the pruned tokens. Both sides compute the LM head for one position.
+Embedding look-ups, norms and RoPE are ignored (they are memory-bound and small). The ideal ratio is an upper
+bound on what a perfect kernel schedule could get; measured speedups are reported beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from poptune.engine import PopConfig
+
+__all__ = ["prefill_flops", "ideal_speedup"]
+
+
+def _shape(config: Any) -> dict[str, Any]:
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    layers = config.num_hidden_layers
+    return dict(
+        hidden=config.hidden_size,
+        ffn=config.intermediate_size,
+        heads=heads,
+        kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+        head_dim=head_dim,
+        vocab=config.vocab_size,
+        layers=layers,
+        types=list(getattr(config, "layer_types", None) or ["full_attention"] * layers),
+        window=getattr(config, "sliding_window", None),
+    )
+
+
+def _attended(first: int, stop: int, window: int | None) -> int:
+    """Keys seen by the queries at positions ``[first, stop)``, summed (causal, optionally windowed)."""
+    if window is None:
+        return sum(i + 1 for i in range(first, stop))
+    return sum(min(i + 1, window) for i in range(first, stop))
+
+
+def prefill_flops(config: Any, length: int, pop: PopConfig | None = None) -> float:
+    """FLOPs of one prefill of ``length`` tokens (batch 1) with or without POP.
+
+    Args:
+        config: The decoder's text config (``hidden_size``, ``num_hidden_layers``, ...).
+        length: Prompt length in tokens.
+        pop: The configuration, or None for the full model.
+    """
+    s = _shape(config)
+    c, d = s["hidden"], s["head_dim"]
+    qo = 2 * 2 * c * s["heads"] * d
+    kv = 2 * 2 * c * s["kv_heads"] * d
+    dense = qo + kv + 3 * 2 * c * s["ffn"]
+    per_key = 2 * 2 * s["heads"] * d  # scores and weighted values, per query-key pair
+
+    def window_of(layer: int) -> int | None:
+        return s["window"] if s["types"][layer] == "sliding_attention" else None
+
+    skipped = set(pop.skipped_layers(s["layers"])) if pop is not None and pop.skip else set()
+    pruned = max(length - pop.boundary_width, 0) if skipped else 0
+    if pruned == 0:
+        skipped = set()
+    total = 2.0 * c * s["vocab"]  # the LM head for the last position
+    for layer in range(s["layers"]):
+        win = window_of(layer)
+        if layer in skipped:
+            # Pruned tokens only write K/V; boundary tokens run the whole layer over every key.
+            total += pruned * kv + (length - pruned) * dense + per_key * _attended(pruned, length, win)
+        else:
+            total += length * dense + per_key * _attended(0, length, win)
+    return float(total)
+
+
+def ideal_speedup(config: Any, length: int, pop: PopConfig) -> float:
+    """Full-model prefill FLOPs over POP prefill FLOPs for a ``length``-token prompt."""
+    return prefill_flops(config, length) / prefill_flops(config, length, pop)

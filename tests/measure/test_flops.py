@@ -1,0 +1,44 @@
+"""The FLOPs model behind the ideal speedup, against hand-computed values."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from poptune import PopConfig
+from poptune.measure.flops import ideal_speedup, prefill_flops
+
+CONFIG = SimpleNamespace(
+    hidden_size=8, intermediate_size=16, num_attention_heads=2, num_key_value_heads=1, head_dim=4,
+    vocab_size=10, num_hidden_layers=3, layer_types=None, sliding_window=None,
+)
+
+
+def test_full_prefill_by_hand():
+    # per token per layer: q+o 2*2*8*2*4=256, k+v 2*2*8*1*4=128, ffn 3*2*8*16=768 -> 1152; attention 2*2*2*4=32
+    # per key; 4 tokens see 1+2+3+4 = 10 keys; head 2*8*10 = 160.
+    assert prefill_flops(CONFIG, 4) == 3 * (4 * 1152 + 32 * 10) + 160
+
+
+def test_pop_prefill_by_hand():
+    # skip=1, boundary=last: the last layer writes K/V for 3 tokens (3*128) and runs token 4 fully
+    # (1152 + 32*4 keys).
+    kept = 2 * (4 * 1152 + 32 * 10)
+    skipped = 3 * 128 + 1152 + 32 * 4
+    assert prefill_flops(CONFIG, 4, PopConfig(skip=1)) == kept + skipped + 160
+
+
+def test_ideal_grows_with_skip_and_is_one_without_pruning():
+    ratios = [ideal_speedup(CONFIG, 64, PopConfig(skip=s)) for s in range(3)]
+    assert ratios[0] == 1.0 and ratios[0] < ratios[1] < ratios[2]
+    assert ideal_speedup(CONFIG, 4, PopConfig(skip=2, boundary="window-4")) == 1.0  # all tokens at full depth
+
+
+def test_sliding_window_caps_attention():
+    windowed = SimpleNamespace(**{**vars(CONFIG), "layer_types": ["sliding_attention"] * 3, "sliding_window": 2})
+    # keys seen by 4 tokens with a window of 2: 1+2+2+2 = 7
+    assert prefill_flops(windowed, 4) == 3 * (4 * 1152 + 32 * 7) + 160
+
+
+@pytest.mark.parametrize("boundary", ["none", "last", "window-16"])
+def test_boundary_costs_order(boundary):
+    assert ideal_speedup(CONFIG, 256, PopConfig(skip=2, boundary=boundary)) > 1.0
