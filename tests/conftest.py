@@ -10,13 +10,15 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import pytest  # noqa: E402
 
 TINY_MODELS = ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3-vl")
+# The engine's guarantees hold on every tiny architecture and on the real embedded Gemma-3-270M.
+ENGINE_MODELS = (*TINY_MODELS, pytest.param("gemma-3", marks=pytest.mark.integration))
 
 _loaded: dict[str, tuple] = {}
 
 
-@pytest.fixture(params=TINY_MODELS)
-def tiny(request):
-    """(model, tokenizer) for each tiny architecture; loaded once, POP removed after each test."""
+@pytest.fixture(params=ENGINE_MODELS)
+def arch(request):
+    """(model, tokenizer) for each supported architecture; loaded once, POP removed after each test."""
     from poptune import load_model, remove_pop
 
     name = request.param
@@ -27,9 +29,13 @@ def tiny(request):
     remove_pop(model)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def gemma():
-    """The real embedded Gemma-3-270M (integration tests only)."""
-    from poptune import load_model
+    """The real embedded Gemma-3-270M (integration tests only), shared with ``arch``."""
+    from poptune import load_model, remove_pop
 
-    return load_model("gemma-3")
+    if "gemma-3" not in _loaded:
+        _loaded["gemma-3"] = load_model("gemma-3")
+    model, tokenizer = _loaded["gemma-3"]
+    yield model, tokenizer
+    remove_pop(model)

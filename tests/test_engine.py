@@ -1,4 +1,4 @@
-"""The POP engine on every supported architecture's tiny config."""
+"""The POP engine on every supported architecture's tiny config and on the real Gemma-3-270M."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def _prefill_and_decode(model, inputs, steps=DECODE_STEPS, cache=None):
     return logits, cache
 
 
-def test_skip0_is_bit_identical(tiny):
-    model, tok = tiny
+def test_skip0_is_bit_identical(arch):
+    model, tok = arch
     inputs = _ids(tok)
     full, _ = _prefill_and_decode(model, inputs)
     with apply_pop(model, PopConfig(skip=0)):
@@ -43,9 +43,9 @@ def test_skip0_is_bit_identical(tiny):
 
 
 @pytest.mark.parametrize("boundary", ["last", "window-4"])
-def test_skip1_is_exact(tiny, boundary):
+def test_skip1_is_exact(arch, boundary):
     """The last layer's prompt K/V depends only on its input, which the retained layers compute exactly."""
-    model, tok = tiny
+    model, tok = arch
     inputs = _ids(tok)
     full, _ = _prefill_and_decode(model, inputs)
     with apply_pop(model, PopConfig(skip=1, boundary=boundary)):
@@ -54,9 +54,9 @@ def test_skip1_is_exact(tiny, boundary):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_pop_really_skips(tiny):
+def test_pop_really_skips(arch):
     """The skipped layers run neither attention nor FFN in prefill, and the LM head sees only the boundary."""
-    model, tok = tiny
+    model, tok = arch
     layers = engine.decoder_of(model).layers
     config = PopConfig(skip=3, boundary="window-4")
     mlp_calls = {i: 0 for i in range(len(layers))}
@@ -78,9 +78,9 @@ def test_pop_really_skips(tiny):
     assert out.logits.shape[1] == 4
 
 
-def test_boundary_none_runs_the_last_token_pruned(tiny):
+def test_boundary_none_runs_the_last_token_pruned(arch):
     """With boundary=none and skip=1, the first token equals the model whose last layer is an identity."""
-    model, tok = tiny
+    model, tok = arch
     inputs = _ids(tok)
     last = engine.decoder_of(model).layers[-1]
     with apply_pop(model, PopConfig(skip=1, boundary="none")), torch.no_grad():
@@ -103,8 +103,8 @@ def _exact_cache(model, inputs):
         return model(**inputs, cache=DynamicCache(), use_cache=True).cache
 
 
-def test_exact_kv_reproduces_the_full_model(tiny, monkeypatch):
-    model, tok = tiny
+def test_exact_kv_reproduces_the_full_model(arch, monkeypatch):
+    model, tok = arch
     inputs = _ids(tok)
     exact = _exact_cache(model, inputs)
     full, _ = _prefill_and_decode(model, inputs)
@@ -122,9 +122,9 @@ def test_exact_kv_reproduces_the_full_model(tiny, monkeypatch):
 
 
 @torch.no_grad()
-def test_only_the_approximated_kv_differs(tiny):
+def test_only_the_approximated_kv_differs(arch):
     """Layers before the block hold exact K/V; so does the first skipped layer; deeper skipped ones do not."""
-    model, tok = tiny
+    model, tok = arch
     inputs = _ids(tok)
     n = inputs["input_ids"].shape[1]
     exact = _exact_cache(model, inputs)
@@ -141,9 +141,13 @@ def test_only_the_approximated_kv_differs(tiny):
     assert all(deeper)
 
 
-def test_cache_layout_matches_full_prefill(tiny):
-    model, tok = tiny
-    inputs = _ids(tok)
+def test_cache_layout_matches_full_prefill(arch):
+    """Same per-layer cache types and shapes; with a prompt past the window, sliding layers stay sliding."""
+    from poptune.measure.prompts import prompt_batch
+
+    model, tok = arch
+    window = getattr(engine.decoder_of(model).config, "sliding_window", None) or 32
+    inputs = prompt_batch(tok, window + 8)
     with torch.no_grad():
         full = model(**inputs, use_cache=True).cache
         with apply_pop(model, PopConfig(skip=3)):
@@ -152,15 +156,18 @@ def test_cache_layout_matches_full_prefill(tiny):
     for a, b in zip(full.layers, pop.layers):
         assert type(a) is type(b)
         assert a.keys.shape == b.keys.shape and a.values.shape == b.values.shape
-        assert a.get_seq_length() == b.get_seq_length()
-    if any(getattr(layer, "is_sliding", False) for layer in pop.layers):
-        assert any(layer.keys.shape[2] < inputs["input_ids"].shape[1] for layer in pop.layers)
+        assert a.get_seq_length() == b.get_seq_length() == window + 8
+    sliding = [layer for layer in pop.layers if getattr(layer, "is_sliding", False)]
+    assert all(layer.keys.shape[2] == window - 1 for layer in sliding)
 
 
-def test_generation_past_the_sliding_window_is_exact_with_skip1(tiny):
-    model, tok = tiny
-    inputs = _ids(tok)
-    kwargs = dict(max_new_tokens=16, do_sample=False)
+def test_generation_past_the_sliding_window_is_exact_with_skip1(arch):
+    from poptune.measure.prompts import prompt_batch
+
+    model, tok = arch
+    window = getattr(engine.decoder_of(model).config, "sliding_window", None) or 32
+    inputs = prompt_batch(tok, window + 4)
+    kwargs = dict(max_new_tokens=8, do_sample=False)
     with torch.no_grad():
         full = model.generate(**inputs, **kwargs)
         with apply_pop(model, PopConfig(skip=1)):
@@ -169,8 +176,8 @@ def test_generation_past_the_sliding_window_is_exact_with_skip1(tiny):
 
 
 @pytest.mark.parametrize("boundary", ["last", "window-4", "none"])
-def test_batched_generate_equals_one_by_one(tiny, boundary):
-    model, tok = tiny
+def test_batched_generate_equals_one_by_one(arch, boundary):
+    model, tok = arch
     prompts = ["Hi", "A somewhat longer prompt here", "Mid-size prompt text", "x" * 45]
     kwargs = dict(max_new_tokens=6, do_sample=False)
     with apply_pop(model, PopConfig(skip=3, boundary=boundary)), torch.no_grad():
@@ -181,9 +188,9 @@ def test_batched_generate_equals_one_by_one(tiny, boundary):
             assert torch.equal(single[0, -6:], new[row]), (row, prompt)
 
 
-def test_pop_changes_the_output_when_it_skips_deep_layers(tiny):
+def test_pop_changes_the_output_when_it_skips_deep_layers(arch):
     """A guard against an engine that silently runs the full model."""
-    model, tok = tiny
+    model, tok = arch
     inputs = _ids(tok)
     with torch.no_grad():
         full = model(**inputs).logits[:, -1]
@@ -192,8 +199,8 @@ def test_pop_changes_the_output_when_it_skips_deep_layers(tiny):
     assert not torch.allclose(full, pop, atol=1e-6)
 
 
-def test_apply_remove_and_context_manager(tiny):
-    model, tok = tiny
+def test_apply_remove_and_context_manager(arch):
+    model, tok = arch
     inputs = _ids(tok)
     with torch.no_grad():
         full = model(**inputs).logits
@@ -210,8 +217,8 @@ def test_apply_remove_and_context_manager(tiny):
     remove_pop(model)  # removing twice is harmless
 
 
-def test_validation_messages(tiny):
-    model, _ = tiny
+def test_validation_messages(arch):
+    model, _ = arch
     layers = len(engine.decoder_of(model).layers)
     with pytest.raises(ConfigError, match=rf"`skip` must be in \[0, {layers - 1}\] for this model, got {layers}"):
         apply_pop(model, PopConfig(skip=layers))
