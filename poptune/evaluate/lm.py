@@ -1,0 +1,139 @@
+"""``PopLM``: lm-evaluation-harness's Hugging Face model with POP's stage-aware semantics.
+
+Everything lm-eval does to turn requests into token ids stays ``HFLM``'s (the same tokenizer handling, BOS
+rule, and context/continuation split), so with ``skip=0`` the scores equal plain ``HFLM``. What changes is
+how a loglikelihood request is scored: the context is a *prompt* -- prefilled with POP under the configured
+boundary rule -- and the continuation is scored at full depth from that cache, as decode would see it
+(:mod:`poptune.evaluate.scoring`). Requests sharing a context share one prefill. ``generate_until`` uses POP
+generation through ``model.generate``.
+
+lm-eval 0.4 has no plugin discovery for models: importing this module registers ``poptune`` with its
+registry, and ``python -m poptune.evaluate.harness ...`` is ``lm_eval ...`` with it registered.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+from tqdm import tqdm
+
+from poptune.engine import PopConfig, apply_pop
+from poptune.errors import ConfigError
+from poptune.evaluate.scoring import score_continuations
+
+__all__ = ["PopLM"]
+
+
+@register_model("poptune")
+class PopLM(HFLM):
+    """An lm-eval ``LM`` that evaluates a model under one POP configuration.
+
+    Args:
+        pretrained: A poptune model name (``gemma-3``, ``tiny-llama``, a local directory, ...) or a loaded
+            ``PreTrainedModel`` (then pass ``tokenizer``).
+        skip, boundary, offset: The :class:`~poptune.engine.PopConfig`; ``skip=0`` is the full model.
+        device, dtype, weights: As :func:`poptune.load_model` (ignored for a loaded model).
+        batch_size: Contexts prefilled together (left-padded).
+        **kwargs: Passed to ``HFLM`` (``max_length``, ``add_bos_token``, ...).
+
+    Example:
+        >>> lm = PopLM(pretrained="gemma-3", skip=6, boundary="last")
+        >>> lm_eval.evaluator.evaluate(lm, task_dict)
+    """
+
+    def __init__(
+        self,
+        pretrained: Any = "gemma-3",
+        skip: int = 0,
+        boundary: str = "last",
+        offset: int = 0,
+        device: str = "cpu",
+        dtype: str | None = None,
+        weights: str = "pretrained",
+        batch_size: int | str = 8,
+        tokenizer: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        config = PopConfig(skip=int(skip), boundary=str(boundary), offset=int(offset))
+        if isinstance(pretrained, str):
+            from poptune.models import load_model
+
+            pretrained, tokenizer = load_model(pretrained, device=device, dtype=dtype, weights=weights)
+        elif tokenizer is None:
+            raise ConfigError("PopLM needs `tokenizer` when given a loaded model")
+        if batch_size == "auto":
+            raise ConfigError("PopLM batches contexts itself: give `batch_size` as an integer")
+        super().__init__(pretrained=pretrained, tokenizer=tokenizer, batch_size=int(batch_size), **kwargs)
+        apply_pop(self.model, config)
+        self.pop_config = config
+
+    @property
+    def config_tag(self) -> str:
+        """A file-name-safe name of the configuration, e.g. ``pop-skip6-last-off0``."""
+        c = self.pop_config
+        return f"pop-skip{c.skip}-{c.boundary}-off{c.offset}"
+
+    def set_cache_hook(self, cache_hook: Any) -> None:
+        """Refuse an lm-eval request cache that another configuration could share.
+
+        lm-eval keys its cache by request text only, so results of one POP configuration would be served to
+        another from the same file. Each configuration must use its own cache file, named after it.
+        """
+        dbdict = getattr(cache_hook, "dbdict", None)
+        path = getattr(dbdict, "filename", None)
+        if path is not None and self.config_tag not in os.path.basename(str(path)):
+            raise ConfigError(
+                f"lm-eval's request cache {path} is keyed by request text only and could mix POP "
+                f"configurations: use a cache path containing {self.config_tag!r}"
+            )
+        super().set_cache_hook(cache_hook)
+
+    def get_model_info(self) -> dict:
+        return {**super().get_model_info(), "pop_config": self.pop_config.to_dict()}
+
+    def _loglikelihood_tokens(
+        self,
+        requests: list[tuple[tuple[str, str], list[int], list[int]]],
+        disable_tqdm: bool = False,
+        override_bs: int | None = None,
+    ) -> list[tuple[float, bool]]:
+        """Score ``(request, context_enc, continuation_enc)`` triples with one POP prefill per context."""
+        prepared = [self._truncate(ctx, cont) for _, ctx, cont in requests]
+        # Contexts in batches of `batch_size`, longest first (little padding); all continuations of a context
+        # travel with it.
+        by_context: dict[tuple[int, ...], list[int]] = {}
+        for i, (ctx, _) in enumerate(prepared):
+            by_context.setdefault(tuple(ctx), []).append(i)
+        contexts = sorted(by_context, key=lambda c: -len(c))
+        batch = int(override_bs or self.batch_size)
+        results: list[tuple[float, bool] | None] = [None] * len(requests)
+        pad_id = self.tokenizer.pad_token_id
+        with tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="POP loglikelihood") as bar:
+            for start in range(0, len(contexts), batch):
+                members = [i for ctx in contexts[start : start + batch] for i in by_context[ctx]]
+                scores = score_continuations(
+                    self.model,
+                    [prepared[i][0] for i in members],
+                    [prepared[i][1] for i in members],
+                    pad_id=pad_id,
+                )
+                for i, answer in zip(members, scores):
+                    results[i] = answer
+                    if requests[i][0] is not None:
+                        self.cache_hook.add_partial("loglikelihood", requests[i][0], answer)
+                bar.update(len(members))
+        return results  # type: ignore[return-value]
+
+    def _truncate(self, context: list[int], continuation: list[int]) -> tuple[list[int], list[int]]:
+        """HFLM's window: context and continuation[:-1] fit ``max_length``; the context loses its head."""
+        if not context or not continuation:
+            raise ConfigError("a loglikelihood request needs a non-empty context and continuation")
+        keep = self.max_length + 1 - len(continuation)
+        if len(context) > keep:
+            if keep < 1:
+                raise ConfigError(f"a continuation of {len(continuation)} tokens exceeds max_length {self.max_length}")
+            context = context[-keep:]
+        return context, continuation
