@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 from poptune.errors import PoptuneError
 
-from . import bench, generate
+from . import bench, eval, generate
 
 __all__ = ["main"]
 
-_COMMANDS = (generate, bench)
+_COMMANDS = (generate, bench, eval)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -65,5 +65,5 @@ def test_spec_validation(kwargs, message):
 
 def test_lengths_beyond_the_model_are_refused(tiny):
     model, tok = tiny
-    with pytest.raises(ConfigError, match="exceed this model's 1024 positions"):
-        run_bench(model, tok, PopConfig(skip=1), BenchSpec(lengths=(2000,), policy=FAST), model_name="x")
+    with pytest.raises(ConfigError, match="exceed this model's 4096 positions"):
+        run_bench(model, tok, PopConfig(skip=1), BenchSpec(lengths=(5000,), policy=FAST), model_name="x")

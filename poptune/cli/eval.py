@@ -1,0 +1,78 @@
+"""``poptune eval``: accuracy of one configuration beside the full model, and its fidelity."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ._args import add_model, add_pop, check_output_path, pop_config, write_text
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("eval", help="accuracy under POP vs the full model (lm-eval tasks, synthetic, fidelity)")
+    add_model(parser)
+    add_pop(parser)
+    parser.add_argument(
+        "--tasks", help="comma-separated: piqa,arc_easy,arc_challenge,hellaswag,winogrande,boolq,passkey,kv_recall "
+        "or embedded (default: the six real tasks with a data directory, else embedded)",
+    )
+    parser.add_argument("--limit", type=int, help="items per task, evenly spaced over the set (same items every run)")
+    parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
+    parser.add_argument("--batch-size", type=int, default=8, help="contexts prefilled together (default: 8)")
+    parser.add_argument("--fidelity-pairs", type=int, default=8, help="text pairs for fidelity, 0 to skip (default: 8)")
+    parser.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from poptune.evaluate.fidelity import FidelitySpec
+    from poptune.evaluate.suite import EMBEDDED, EvalSpec, resolve_tasks, run_eval
+    from poptune.evaluate.taskpack import check_data, data_dir
+
+    config = pop_config(args)
+    directory = data_dir(args.data_dir)
+    tasks = resolve_tasks(args.tasks, directory)
+    if directory is not None:
+        check_data(directory, [t for t in tasks if t not in EMBEDDED])
+    spec = EvalSpec(
+        tasks=tasks,
+        data_dir=directory,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        fidelity=FidelitySpec(pairs=args.fidelity_pairs) if args.fidelity_pairs else None,
+    )
+    if args.json:
+        check_output_path(args.json)
+
+    from tqdm import tqdm
+
+    from poptune.engine import decoder_of
+    from poptune.models import load_model
+
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
+    config.check(len(decoder_of(model).layers))
+    real = any(t not in EMBEDDED for t in tasks)
+    synthetic = any(t in EMBEDDED for t in tasks)
+    steps = 2 * (int(real) + int(synthetic)) + int(spec.fidelity is not None)
+    with tqdm(total=steps, desc="eval", unit="step") as bar:
+
+        def progress(done: str) -> None:
+            bar.update(1)
+            bar.set_postfix_str(done)
+
+        result = run_eval(model, tokenizer, config, spec, progress=progress)
+
+    print(f"{args.model} [{config}]" + (f", {args.limit} items per task" if args.limit else ""))
+    print(result.table())
+    if result.fidelity is not None:
+        f = result.fidelity
+        print(
+            f"fidelity on {f.pairs} pairs of {f.source}: continuation NLL full {f.nll_full:.4f} / POP {f.nll_pop:.4f} "
+            f"(ppl {f.ppl_full:.2f} / {f.ppl_pop:.2f}), top-1 agreement {100 * f.top1_agreement:.1f}%, "
+            f"KL(full||POP) {f.kl:.4f} nats"
+        )
+    if args.json:
+        write_text(args.json, json.dumps({"model": args.model, **result.to_dict()}, indent=2))
+        print(f"wrote {args.json}")
+    return 0
