@@ -10,6 +10,7 @@ roughly 13 s it takes to index every built-in YAML is skipped.
 Example:
     >>> task_dict = get_task_dict(["piqa", "arc_easy"], data_dir("/work/shared/data"))
     >>> lm_eval.evaluator.evaluate(lm, task_dict)["results"]["piqa"]["acc,none"]
+    >>> task_dict["tasks"]["piqa"].eval_docs  # lm-eval Task objects, by plain name
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from poptune.evaluate.tasks.loaders import SOURCES, read_docs, read_piqa
 
 if TYPE_CHECKING:
     from lm_eval.tasks import TaskManager
+    from lm_eval.tasks.manager import TaskDict
 
 __all__ = ["ENV_VAR", "TASKS", "check_data", "data_dir", "get_task_dict", "task_manager"]
 
@@ -145,27 +147,28 @@ def _quiet_custom_dataset_hint() -> Iterator[None]:
         logger.removeFilter(hint_filter)
 
 
-def get_task_dict(tasks: Sequence[str], data_dir: str | os.PathLike[str] | None) -> dict:
+def get_task_dict(tasks: Sequence[str], data_dir: str | os.PathLike[str] | None) -> TaskDict:
     """lm-eval tasks by name, ready for ``lm_eval.evaluator.evaluate(lm, task_dict)``.
+
+    This is ``TaskManager.load()``'s result, lm-eval's current form (``lm_eval.tasks.get_task_dict`` is
+    deprecated): ``{"tasks": {name: Task}, "groups": {...}, "group_map": {...}}``.
 
     Args:
         tasks: Task names. With a data directory they must be in :data:`TASKS`; without one, any built-in
-            lm-eval task name works (its data comes from the dataset hub or the local HF cache).
+            lm-eval task or group name works (its data comes from the dataset hub or the local HF cache).
         data_dir: The offline data directory, or None for lm-eval's built-in tasks.
 
     Returns:
-        lm-eval's task dict, keyed by the plain task names.
+        The task dict; ``["tasks"]`` is keyed by the plain task names.
 
     Raises:
         ConfigError: A task is not in the offline pack (with a data directory).
         DataError: A data file is missing or malformed.
     """
-    import lm_eval.tasks
-
     names = list(tasks)
     if data_dir is None:
-        return lm_eval.tasks.get_task_dict(names, task_manager=task_manager(None))
+        return task_manager(None).load(names)
     check_data(data_dir, names)
     manager = task_manager(data_dir)
     with _quiet_custom_dataset_hint():
-        return lm_eval.tasks.get_task_dict(names, task_manager=manager)
+        return manager.load(names)
