@@ -1,7 +1,7 @@
 """poptune: benchmark and auto-tuning suite for Prefill-Only Pruning (POP) of LLMs and VLMs."""
 
 from .engine import BOUNDARIES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop
-from .errors import ConfigError, DeviceError, ModelNotFoundError, PoptuneError, UnsupportedModelError
+from .errors import ConfigError, DataError, DeviceError, ModelNotFoundError, PoptuneError, UnsupportedModelError
 from .models import ModelSpec, load_model, model_names, resolve_model
 
 __version__ = "0.1.0"
@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BOUNDARIES",
     "ConfigError",
+    "DataError",
     "DeviceError",
     "ModelNotFoundError",
     "ModelSpec",

@@ -7,7 +7,20 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
+
+#: The shared evaluation data beside the checkout (``../shared/data``), or $POPTUNE_DATA.
+SHARED_DATA = Path(os.environ.get("POPTUNE_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The real evaluation data directory; tests that need it skip where it is absent."""
+    if not (SHARED_DATA / "piqa" / "valid.jsonl").is_file():
+        pytest.skip(f"no evaluation data at {SHARED_DATA}")
+    return SHARED_DATA
 
 TINY_MODELS = ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3-vl")
 # The engine's guarantees hold on every tiny architecture and on the real embedded Gemma-3-270M.

@@ -96,7 +96,7 @@ def check_data(data_dir: str | os.PathLike[str], tasks: Sequence[str] = TASKS) -
             read_docs(source, paths["docs"], limit=_CHECK_LINES)
 
 
-def _render(data_dir: Path, out: Path) -> None:
+def render_tasks(data_dir: Path, out: Path) -> None:
     """Write every template with ``data_files`` filled in with absolute paths under ``data_dir``."""
     templates = resources.files("poptune.evaluate.tasks")
     for task, source in SOURCES.items():
@@ -120,7 +120,7 @@ def task_manager(data_dir: str | os.PathLike[str] | None) -> TaskManager:
         return TaskManager()
     rendered = Path(tempfile.mkdtemp(prefix="poptune-tasks-"))
     try:
-        _render(Path(data_dir).expanduser().resolve(), rendered)
+        render_tasks(Path(data_dir).expanduser().resolve(), rendered)
         manager = TaskManager(include_path=str(rendered), include_defaults=False)
     except BaseException:
         shutil.rmtree(rendered, ignore_errors=True)

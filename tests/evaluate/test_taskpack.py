@@ -10,8 +10,6 @@ import pytest
 from poptune.errors import ConfigError, DataError
 from poptune.evaluate.taskpack import TASKS, check_data, data_dir, get_task_dict
 
-REAL_DATA = Path("/work/shared/data")
-
 # --------------------------------------------------------------------------- tiny data in the original formats
 
 PIQA = [
@@ -325,10 +323,9 @@ def test_evaluate_reports_acc_under_plain_names(tiny_dir):
             assert 0.0 <= results[task]["acc_norm,none"] <= 1.0
 
 
-@pytest.mark.skipif(not REAL_DATA.is_dir(), reason="needs /work/shared/data")
-def test_real_data_loads_with_readme_counts():
-    check_data(REAL_DATA, TASKS)
-    tasks = get_task_dict(TASKS, REAL_DATA)["tasks"]
+def test_real_data_loads_with_readme_counts(shared_data):
+    check_data(shared_data, TASKS)
+    tasks = get_task_dict(TASKS, shared_data)["tasks"]
     counts = {name: len(task.eval_docs) for name, task in tasks.items()}
     assert counts == {"piqa": 1838, "arc_easy": 2376, "arc_challenge": 1172, "hellaswag": 10042,
                       "winogrande": 1267, "boolq": 3270}
