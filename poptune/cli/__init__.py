@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 from poptune.errors import PoptuneError
 
-from . import bench, eval, generate
+from . import bench, eval, generate, study
 
 __all__ = ["main"]
 
-_COMMANDS = (generate, bench, eval)
+_COMMANDS = (generate, bench, eval, study)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -52,9 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
-    real = any(t not in EMBEDDED for t in tasks)
-    synthetic = any(t in EMBEDDED for t in tasks)
-    steps = 2 * (int(real) + int(synthetic)) + int(spec.fidelity is not None)
+    steps = 2 + int(spec.fidelity is not None)
     with tqdm(total=steps, desc="eval", unit="step") as bar:
 
         def progress(done: str) -> None:

@@ -13,7 +13,9 @@ from ._args import add_model, add_pop, pop_config
 def register(sub: Any) -> None:
     parser = sub.add_parser("generate", help="generate text with POP and compare time to first token")
     add_model(parser)
-    add_pop(parser)
+    add_pop(parser, skip_required=False)
+    parser.add_argument("--config", help="an exported configuration (poptune export) instead of --skip ...")
+    parser.add_argument("--force", action="store_true", help="apply --config made for another model or machine")
     parser.add_argument("--prompt", required=True)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.set_defaults(run=run)
@@ -24,7 +26,14 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("`--prompt` must not be empty")
     if args.max_new_tokens < 1:
         raise ConfigError(f"`--max-new-tokens` must be >= 1, got {args.max_new_tokens}")
-    config = pop_config(args)  # validated before the model loads
+    if args.config:
+        from poptune.export import load_config
+
+        config = load_config(args.config, model=args.model, device=args.device, force=args.force)
+    elif args.skip is None:
+        raise ConfigError("give --skip (and --boundary, --offset) or --config")
+    else:
+        config = pop_config(args)  # validated before the model loads
 
     import torch
 

@@ -19,7 +19,10 @@ from poptune.evaluate.fidelity import FidelityResult, FidelitySpec, fidelity_pai
 from poptune.evaluate.fidelity import wikitext
 from poptune.evaluate.taskpack import TASKS
 
-__all__ = ["EMBEDDED", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "item_indices", "run_eval", "resolve_tasks"]
+__all__ = [
+    "EMBEDDED", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "item_indices", "measure_tasks", "primary", "run_eval",
+    "resolve_tasks",
+]
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +109,7 @@ class EvalResult:
 
     def accuracy(self, which: str) -> dict[str, float]:
         """Primary-metric accuracy per task (in [0, 1]) for ``"full"`` or ``"pop"``."""
-        return {task: s[which][PRIMARY_METRIC[task]] for task, s in self.scores.items()}
+        return primary({task: s[which] for task, s in self.scores.items()})
 
     def mean(self, which: str) -> float:
         values = list(self.accuracy(which).values())
@@ -190,6 +193,32 @@ def _synthetic_scores(
     return scores, counts, breakdown
 
 
+def measure_tasks(
+    model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec
+) -> tuple[dict[str, dict[str, float]], dict[str, int], dict[str, Any]]:
+    """Scores of one configuration on ``spec``'s tasks: ``({task: {metric: value}}, {task: items}, details)``."""
+    real = [t for t in spec.tasks if t in TASKS]
+    synthetic = [t for t in spec.tasks if t in EMBEDDED]
+    scores: dict[str, dict[str, float]] = {}
+    items: dict[str, int] = {}
+    details: dict[str, Any] = {}
+    if real:
+        found, counts = _lm_eval_scores(model, tokenizer, config, real, spec)
+        scores.update(found)
+        items.update(counts)
+    if synthetic:
+        found, counts, breakdown = _synthetic_scores(model, tokenizer, config, synthetic, spec)
+        scores.update(found)
+        items.update(counts)
+        details["synthetic_breakdown"] = breakdown
+    return scores, items, details
+
+
+def primary(scores: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Each task's primary metric (:data:`PRIMARY_METRIC`)."""
+    return {task: metrics[PRIMARY_METRIC[task]] for task, metrics in scores.items()}
+
+
 def run_eval(
     model: Any,
     tokenizer: Any,
@@ -199,27 +228,17 @@ def run_eval(
     progress: Callable[[str], None] | None = None,
 ) -> EvalResult:
     """Measure ``config`` and the full model on ``spec``'s tasks, then fidelity; the model is left plain."""
-    real = [t for t in spec.tasks if t in TASKS]
-    synthetic = [t for t in spec.tasks if t in EMBEDDED]
     scores: dict[str, dict[str, dict[str, float]]] = {}
     items: dict[str, int] = {}
     details: dict[str, Any] = {}
     for which, cfg in (("full", PopConfig(skip=0)), ("pop", config)):
-        if real:
-            found, counts = _lm_eval_scores(model, tokenizer, cfg, real, spec)
-            for task in real:
-                scores.setdefault(task, {})[which] = found[task]
-            items.update(counts)
-            if progress:
-                progress(f"tasks ({which})")
-        if synthetic:
-            found, counts, breakdown = _synthetic_scores(model, tokenizer, cfg, synthetic, spec)
-            for task in synthetic:
-                scores.setdefault(task, {})[which] = found[task]
-            items.update(counts)
-            details.setdefault("synthetic_breakdown", {})[which] = breakdown
-            if progress:
-                progress(f"synthetic ({which})")
+        found, items, extra = measure_tasks(model, tokenizer, cfg, spec)
+        for task, metrics in found.items():
+            scores.setdefault(task, {})[which] = metrics
+        for key, value in extra.items():
+            details.setdefault(key, {})[which] = value
+        if progress:
+            progress(f"tasks ({which})")
     fidelity = None
     if spec.fidelity is not None:
         if spec.data_dir is not None:

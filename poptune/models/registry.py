@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["ModelSpec", "resolve_model", "load_model", "model_names"]
+__all__ = ["ModelSpec", "resolve_model", "load_model", "model_names", "weights_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,31 @@ def load_model(
     model.eval()
     _prepare_tokenizer(tokenizer, model)
     return model, tokenizer
+
+
+def weights_fingerprint(name: str, weights: str = "pretrained") -> str:
+    """A short identity of the weights a name loads, recorded with exported configurations.
+
+    Embedded: the GGUF's sha256. Random weights (tiny models, ``weights="random"``): ``random-seed0`` and a
+    hash of the config. Hub and local checkpoints: a hash of ``config.json`` and of the weight files' names
+    and sizes (cheap for multi-GB checkpoints, and it changes whenever the weights are replaced).
+    """
+    import hashlib
+    import json
+
+    spec = resolve_model(name)
+    if spec.source == "tiny" or weights == "random":
+        config = configs.tiny_config(spec.name) or configs.full_config(spec.name) or {"path": spec.path}
+        digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+        return f"random-seed0-config-{digest}"
+    directory = Path(_pretrained_dir(spec))
+    if spec.source == "embedded":
+        marker = json.loads((directory / "poptune-cache.json").read_text())
+        return f"gguf-sha256-{marker['gguf_sha256']}"
+    digest = hashlib.sha256((directory / "config.json").read_bytes())
+    for path in sorted(directory.glob("*.safetensors")):
+        digest.update(f"{path.name}:{path.stat().st_size}".encode())
+    return f"files-sha256-{digest.hexdigest()[:32]}"
 
 
 # --------------------------------------------------------------------------------------------------------------

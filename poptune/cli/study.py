@@ -1,0 +1,170 @@
+"""``poptune study`` / ``pareto`` / ``export`` / ``envs``: search, show and deploy configurations."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+from poptune.errors import ConfigError
+
+from ._args import add_model, check_output_path, int_list, write_text
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("study", help="search POP configurations for this model on this machine (Optuna)")
+    add_model(parser)
+    parser.add_argument("--trials", type=int, default=16, help="trials to run now (default: 16)")
+    parser.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
+    parser.add_argument("--lengths", default="512", help="prompt lengths timed; the first is the objective")
+    parser.add_argument("--tasks", help="accuracy tasks (default: piqa,arc_easy,hellaswag,winogrande,boolq with a "
+                        "data directory, else embedded)")
+    parser.add_argument("--limit", type=int, help="items per task, evenly spaced (default: 40 with real tasks)")
+    parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
+    parser.add_argument("--sampler", choices=("tpe", "nsga2", "random", "grid"), default="tpe")
+    parser.add_argument("--max-drop", type=float, help="accuracy budget in points (an Optuna constraint)")
+    parser.add_argument("--storage", help="storage URL (default: sqlite:///studies/poptune.db)")
+    parser.add_argument("--study", help="study name (default: <model>@<hardware-id>)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3, help="POP/full timing pairs per trial (default: 3)")
+    parser.set_defaults(run=run_study)
+
+    pareto = sub.add_parser("pareto", help="print a stored Pareto front")
+    pareto.add_argument("--study", help="study name (default: the storage's only study)")
+    pareto.add_argument("--storage", help="storage URL (default: sqlite:///studies/poptune.db)")
+    pareto.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    pareto.set_defaults(run=run_pareto)
+
+    export = sub.add_parser("export", help="write the fastest stored configuration within an accuracy budget")
+    export.add_argument("--model", help="check that the study is of this model")
+    export.add_argument("--study", help="study name (default: the storage's only study)")
+    export.add_argument("--storage", help="storage URL (default: sqlite:///studies/poptune.db)")
+    export.add_argument("--max-drop", type=float, required=True, help="accuracy budget in points")
+    export.add_argument("--out", help="output JSON path (default: print)")
+    export.set_defaults(run=run_export)
+
+    envs = sub.add_parser("envs", help="list the Gymnasium environment ids")
+    envs.set_defaults(run=run_envs)
+
+
+def _problem(args: argparse.Namespace) -> Any:
+    from poptune.env.problem import TuningProblem
+    from poptune.evaluate.suite import EMBEDDED, resolve_tasks
+    from poptune.evaluate.taskpack import check_data, data_dir
+
+    directory = data_dir(args.data_dir)
+    default = "piqa,arc_easy,hellaswag,winogrande,boolq" if directory is not None else None
+    tasks = resolve_tasks(args.tasks or default, directory)
+    real = [t for t in tasks if t not in EMBEDDED]
+    if directory is not None and real:
+        check_data(directory, real)
+    limit = args.limit if args.limit is not None else (40 if real else None)
+    return TuningProblem(
+        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths, "--lengths")), limit=limit,
+        data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
+        dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed,
+    )
+
+
+def _front_table(rows: list[Any]) -> str:
+    lines = [f"{'trial':>5}  {'skip':>4}  {'boundary':<9}  {'offset':>6}  {'prefill ms':>10}  {'speedup':>7}  "
+             f"{'accuracy':>8}  {'drop':>6}"]
+    for r in rows:
+        lines.append(f"{r.trial:>5}  {r.skip:>4}  {r.boundary:<9}  {r.offset:>6}  {r.prefill_ms:>10.1f}  "
+                     f"{r.speedup:>6.3f}x  {100 * r.accuracy:>7.2f}%  {r.drop:>+6.2f}")
+    return "\n".join(lines)
+
+
+def _plot_path(storage: str | None, study_name: str) -> Path:
+    from poptune.store import DEFAULT_STORAGE
+
+    url = storage or DEFAULT_STORAGE
+    folder = Path(url.removeprefix("sqlite:///")).parent if url.startswith("sqlite:///") else Path("studies")
+    if url.startswith("journal:"):
+        folder = Path(url.removeprefix("journal:")).parent
+    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in study_name)
+    return folder / f"{safe}.pareto.png"
+
+
+def write_front_plot(study: Any, path: Path) -> Path:
+    from poptune import store
+    from poptune.plots import pareto_plot
+
+    label = lambda r: f"{r.skip}/{r.boundary}/{r.offset}"  # noqa: E731
+    points = [(t.user_attrs["speedup"], 100 * t.values[1], "") for t in store.completed(study)]
+    front = [(r.speedup, 100 * r.accuracy, label(r)) for r in store.front(study)]
+    return pareto_plot(points, front, path, title=f"{study.study_name}: POP configurations (skip/boundary/offset)")
+
+
+def run_study(args: argparse.Namespace) -> int:
+    from poptune.tune import StudySpec
+
+    spec = StudySpec(problem=_problem(args), trials=args.trials, timeout=args.timeout, sampler=args.sampler,
+                     storage=args.storage, study=args.study, seed=args.seed)
+
+    import optuna
+    from tqdm import tqdm
+
+    from poptune import store
+    from poptune.tune import run_study as run
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    with tqdm(total=spec.trials, desc="study", unit="trial") as bar:
+
+        def progress(study: Any, trial: Any) -> None:
+            bar.update(1)
+            rows = [r for r in store.front(study) if r.feasible]
+            if rows:
+                best = max(rows, key=lambda r: r.speedup if r.drop <= (spec.problem.max_drop or 1.0) else 0)
+                bar.set_postfix_str(f"best {best.speedup:.2f}x at drop {best.drop:+.2f} ({best.skip}/{best.boundary})")
+
+        study = run(spec, callbacks=[progress])
+    rows = store.front(study)
+    print(f"study {study.study_name}: {len(store.completed(study))} completed trials; Pareto front:")
+    print(_front_table(rows))
+    path = write_front_plot(study, _plot_path(spec.storage, study.study_name))
+    print(f"plot: {path}")
+    return 0
+
+
+def run_pareto(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from poptune import store
+
+    study = store.load_study(store.open_storage(args.storage, heartbeat=False), args.study)
+    rows = store.front(study)
+    if args.json:
+        print(json.dumps({"study": study.study_name, "front": [asdict(r) for r in rows]}, indent=2))
+    else:
+        print(f"study {study.study_name}: Pareto front")
+        print(_front_table(rows))
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from poptune.export import export_config
+
+    if args.out:
+        check_output_path(args.out)
+    data = export_config(args.storage, args.study, max_drop=args.max_drop, model=args.model)
+    text = json.dumps(data, indent=2)
+    if args.out:
+        write_text(args.out, text)
+        cfg, obj = data["pop_config"], data["objectives"]
+        print(f"wrote {args.out}: skip={cfg['skip']} boundary={cfg['boundary']} offset={cfg['offset']}, "
+              f"{obj['speedup']:.2f}x prefill, drop {obj['drop_points']:+.2f} points on {data['hardware']['hardware_id']}")
+    else:
+        print(text)
+    return 0
+
+
+def run_envs(args: argparse.Namespace) -> int:
+    from poptune.env import env_ids
+
+    for env_id in env_ids():
+        print(env_id)
+    return 0

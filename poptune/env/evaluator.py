@@ -1,0 +1,119 @@
+"""The one place that evaluates a configuration: latency beside the full model, then accuracy.
+
+The model loads once, on first use. The full model's accuracy is measured once and reused for every
+configuration (it can also be handed in, e.g. from a resumed study). Latency is always measured as
+interleaved POP/full pairs, because a speedup from timings taken minutes apart on a shared machine would
+measure the machine, not POP.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from poptune.engine import PopConfig, decoder_of
+from poptune.env.problem import Measurement, TuningProblem
+
+__all__ = ["ConfigEvaluator"]
+
+
+class ConfigEvaluator:
+    """Measures configurations of one :class:`TuningProblem` on this machine.
+
+    Args:
+        problem: What to measure.
+        full_accuracy: The full model's per-task accuracy if already known (skips measuring it).
+        model: An already loaded ``(model, tokenizer)`` (for tests; default: load ``problem.model``).
+    """
+
+    def __init__(
+        self,
+        problem: TuningProblem,
+        *,
+        full_accuracy: dict[str, float] | None = None,
+        model: tuple[Any, Any] | None = None,
+    ) -> None:
+        self.problem = problem
+        self._loaded = model
+        self._full_accuracy = dict(full_accuracy) if full_accuracy else None
+        self._full_items: dict[str, int] = {}
+
+    @property
+    def model(self) -> Any:
+        return self._load()[0]
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._load()[1]
+
+    def _load(self) -> tuple[Any, Any]:
+        if self._loaded is None:
+            from poptune.models import load_model
+
+            p = self.problem
+            self._loaded = load_model(p.model, device=p.device, dtype=p.dtype, weights=p.weights)
+        return self._loaded
+
+    @property
+    def num_layers(self) -> int:
+        return len(decoder_of(self.model).layers)
+
+    def _eval_spec(self) -> Any:
+        from poptune.evaluate.suite import EvalSpec
+
+        p = self.problem
+        return EvalSpec(tasks=p.tasks, data_dir=p.data_path(), limit=p.limit, batch_size=p.eval_batch_size,
+                        fidelity=None, seed=p.seed)
+
+    def _accuracy(self, config: PopConfig) -> tuple[dict[str, float], dict[str, int]]:
+        from poptune.evaluate.suite import measure_tasks, primary
+
+        scores, items, _ = measure_tasks(self.model, self.tokenizer, config, self._eval_spec())
+        return primary(scores), items
+
+    def full_accuracy(self) -> dict[str, float]:
+        """The full model's accuracy per task, measured on first use."""
+        if self._full_accuracy is None:
+            self._full_accuracy, self._full_items = self._accuracy(PopConfig(skip=0))
+        return self._full_accuracy
+
+    def evaluate(self, config: PopConfig) -> Measurement:
+        """Measure ``config``: prefill (and decode) latency against the full model, then task accuracy."""
+        from poptune.measure import RepeatPolicy
+        from poptune.measure.bench import BenchSpec, run_bench
+
+        p = self.problem
+        config.check(self.num_layers)
+        spec = BenchSpec(
+            lengths=p.lengths,
+            batch_size=p.batch_size,
+            decode_tokens=p.decode_tokens,
+            policy=RepeatPolicy(warmup=1, min_repeats=p.repeats, min_seconds=0.0),
+        )
+        bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model)
+        latency = {
+            row.length: {
+                "pop_ms": row.prefill.a.p50,
+                "full_ms": row.prefill.b.p50,
+                "speedup": row.speedup,
+                "ideal": row.ideal,
+                "decode_pop_ms": row.decode.a.p50 if row.decode else None,
+                "decode_full_ms": row.decode.b.p50 if row.decode else None,
+            }
+            for row in bench.rows
+        }
+        full = self.full_accuracy()
+        if config.skip == 0:
+            accuracy, items = dict(full), dict(self._full_items)
+        else:
+            accuracy, items = self._accuracy(config)
+        return Measurement(
+            config=config,
+            latency=latency,
+            target_length=p.target,
+            accuracy=accuracy,
+            full_accuracy=full,
+            energy_j=bench.telemetry.get("energy_j"),
+            hardware=bench.hardware.to_dict(),
+            versions=bench.versions,
+            items=items,
+        )

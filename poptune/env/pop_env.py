@@ -1,0 +1,119 @@
+"""Gymnasium environments: one POP tuning problem per environment, live or replayed from a stored study.
+
+Both are one-step (contextual-bandit) environments: ``reset`` gives a fixed observation describing the
+problem, ``step(action)`` measures (or looks up) one configuration and ends the episode (``terminated=True``).
+The reward is :func:`poptune.env.problem.reward`; ``info`` holds every objective and sub-measurement.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from poptune.engine import BOUNDARIES
+from poptune.env.evaluator import ConfigEvaluator
+from poptune.env.problem import MAX_OFFSET, Measurement, TuningProblem, config_from_action, reward
+from poptune.errors import ConfigError
+
+__all__ = ["PopEnv", "ReplayEnv"]
+
+
+def _action_space(num_layers: int, seed: int | None = None) -> spaces.Dict:
+    return spaces.Dict(
+        {
+            "skip": spaces.Discrete(num_layers),
+            "boundary": spaces.Discrete(len(BOUNDARIES)),
+            "offset": spaces.Discrete(MAX_OFFSET + 1),
+        },
+        seed=seed,
+    )
+
+
+def _observation_space() -> spaces.Box:
+    # (number of layers, target prompt length): what a policy may condition on.
+    return spaces.Box(low=0.0, high=np.float32(1e9), shape=(2,), dtype=np.float32)
+
+
+class _OneStepEnv(gym.Env):
+    metadata = {"render_modes": []}
+
+    def __init__(self, num_layers: int, target_length: int, max_drop: float | None) -> None:
+        self.num_layers = num_layers
+        self.max_drop = max_drop
+        self.action_space = _action_space(num_layers)
+        self.observation_space = _observation_space()
+        self._observation = np.array([num_layers, target_length], dtype=np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.action_space.seed(seed)
+        return self._observation.copy(), {}
+
+    def step(self, action: dict[str, Any]):
+        config = config_from_action(action, self.num_layers)
+        measurement = self._measure(config)
+        info = measurement.info()
+        return self._observation.copy(), float(reward(measurement, self.max_drop)), True, False, info
+
+    def _measure(self, config: Any) -> Measurement:
+        raise NotImplementedError
+
+
+class PopEnv(_OneStepEnv):
+    """Measures each action's configuration for real on this machine.
+
+    Args:
+        problem: The tuning problem (model, tasks, lengths, budget, ...); keyword arguments build one.
+        evaluator: Share a :class:`ConfigEvaluator` (and its loaded model) between environments.
+    """
+
+    def __init__(self, problem: TuningProblem | None = None, *, evaluator: ConfigEvaluator | None = None,
+                 **problem_kwargs: Any) -> None:
+        if problem is None:
+            problem = TuningProblem(**problem_kwargs)
+        elif problem_kwargs:
+            raise ConfigError("give either a TuningProblem or its fields, not both")
+        self.problem = problem
+        self.evaluator = evaluator or ConfigEvaluator(problem)
+        self._cache: dict[Any, Measurement] = {}
+        super().__init__(self.evaluator.num_layers, problem.target, problem.max_drop)
+
+    def _measure(self, config: Any) -> Measurement:
+        if config not in self._cache:  # a configuration already measured is not re-run
+            self._cache[config] = self.evaluator.evaluate(config)
+        return self._cache[config]
+
+
+class ReplayEnv(_OneStepEnv):
+    """Answers ``step`` from a stored study, without a model: tuners compared on CPU in seconds.
+
+    Args:
+        storage: A storage URL (see :mod:`poptune.store`).
+        study: The study name (default: the storage's only study).
+        max_drop: The reward's accuracy budget (default: the study's own).
+
+    Actions whose configuration the study never measured raise :class:`ConfigError`; a fully enumerated
+    (grid) study answers every action.
+    """
+
+    def __init__(self, storage: str | None = None, study: str | None = None, *, max_drop: float | None = None) -> None:
+        from poptune import store
+
+        loaded = store.load_study(store.open_storage(storage, heartbeat=False), study)
+        self.study_name = loaded.study_name
+        problem = TuningProblem.from_dict(loaded.user_attrs["problem"])
+        self.table: dict[Any, Measurement] = {}
+        for trial in store.completed(loaded):
+            measurement = Measurement.from_info(trial.user_attrs)
+            self.table.setdefault(measurement.config, measurement)
+        num_layers = int(loaded.user_attrs["num_layers"])
+        super().__init__(num_layers, problem.target, problem.max_drop if max_drop is None else max_drop)
+
+    def _measure(self, config: Any) -> Measurement:
+        if config not in self.table:
+            raise ConfigError(f"the study {self.study_name!r} holds no measurement of {config}")
+        return self.table[config]

@@ -1,0 +1,212 @@
+"""A tuning problem: model x task suite x prompt lengths (the hardware is where it runs), and its reward."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from poptune.engine import BOUNDARIES, PopConfig
+from poptune.errors import ConfigError
+
+__all__ = ["TuningProblem", "Measurement", "MAX_OFFSET", "config_from_action", "reward"]
+
+#: The search space's largest offset (final layers kept in prefill).
+MAX_OFFSET = 2
+
+#: Reward lost per accuracy point beyond the budget (see :func:`reward`).
+PENALTY_PER_POINT = 0.5
+
+
+@dataclass(frozen=True)
+class TuningProblem:
+    """What one environment (and one study) measures.
+
+    Attributes:
+        model: poptune model name.
+        tasks: Accuracy tasks (real lm-eval tasks and/or ``passkey``/``kv_recall``).
+        lengths: Prompt lengths timed; ``target_length`` (default: the first) is the latency objective.
+        limit: Items per task (evenly spaced, fixed), None for all.
+        data_dir: Where the real task files are.
+        max_drop: Accuracy budget in points for the reward and the study's constraint (None: no budget).
+        device, dtype, weights: As :func:`poptune.load_model`.
+        batch_size: Prompts per timed forward.
+        repeats: Least POP/full pairs per latency measurement.
+        decode_tokens: New tokens per decode-latency measurement (0: none).
+        seed: Seed of synthetic tasks.
+    """
+
+    model: str = "gemma-3"
+    tasks: tuple[str, ...] = ("passkey", "kv_recall")
+    lengths: tuple[int, ...] = (512,)
+    target_length: int | None = None
+    limit: int | None = None
+    data_dir: str | None = None
+    max_drop: float | None = None
+    device: str = "cpu"
+    dtype: str | None = None
+    weights: str = "pretrained"
+    batch_size: int = 1
+    repeats: int = 3
+    decode_tokens: int = 8
+    seed: int = 0
+    eval_batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ConfigError("a tuning problem needs at least one task")
+        if not self.lengths or any(not isinstance(n, int) or n < 2 for n in self.lengths):
+            raise ConfigError(f"prompt lengths must be integers >= 2, got {list(self.lengths)}")
+        if self.target_length is not None and self.target_length not in self.lengths:
+            raise ConfigError(f"`target_length` {self.target_length} must be one of the lengths {list(self.lengths)}")
+        if self.max_drop is not None and (not math.isfinite(self.max_drop) or self.max_drop < 0):
+            raise ConfigError(f"`max_drop` must be >= 0 accuracy points, got {self.max_drop}")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"`limit` must be a positive integer, got {self.limit}")
+        if self.repeats < 1:
+            raise ConfigError(f"`repeats` must be >= 1, got {self.repeats}")
+
+    @property
+    def target(self) -> int:
+        return self.target_length if self.target_length is not None else self.lengths[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TuningProblem":
+        data = dict(data)
+        for key in ("tasks", "lengths"):
+            data[key] = tuple(data[key])
+        return cls(**data)
+
+    def data_path(self) -> Path | None:
+        return Path(self.data_dir) if self.data_dir else None
+
+
+def config_from_action(action: dict[str, Any], num_layers: int) -> PopConfig:
+    """A POP configuration from an action ``{"skip", "boundary", "offset"}``.
+
+    ``boundary`` may be an index into :data:`~poptune.engine.BOUNDARIES` or its name. ``skip`` is clipped so
+    that ``skip + offset <= L - 1``, and ``skip=0`` is always the plain full model (several actions then name
+    one configuration; it is measured once).
+    """
+    try:
+        skip, offset, boundary = int(action["skip"]), int(action["offset"]), action["boundary"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"an action needs integer `skip`, `offset` and a `boundary`, got {action!r}") from e
+    if not isinstance(boundary, str):
+        index = int(boundary)
+        if not 0 <= index < len(BOUNDARIES):
+            raise ConfigError(f"`boundary` index must be in [0, {len(BOUNDARIES) - 1}], got {index}")
+        boundary = BOUNDARIES[index]
+    if not 0 <= offset <= MAX_OFFSET:
+        raise ConfigError(f"`offset` must be in [0, {MAX_OFFSET}], got {offset}")
+    if not 0 <= skip <= num_layers - 1:
+        raise ConfigError(f"`skip` must be in [0, {num_layers - 1}] for this model, got {skip}")
+    skip = min(skip, num_layers - 1 - offset)
+    if skip == 0:
+        return PopConfig(skip=0)  # nothing skipped: boundary and offset change nothing, one full model
+    return PopConfig(skip=skip, boundary=boundary, offset=offset)
+
+
+@dataclass
+class Measurement:
+    """Every objective and sub-measurement of one configuration, as a study stores it.
+
+    Attributes:
+        config: The configuration measured.
+        method: ``pop`` or a baseline's name.
+        latency: Per prompt length: ``pop_ms``, ``full_ms`` (p50), ``speedup`` (median of per-pair ratios),
+            ``ideal``, and decode per-token ``decode_pop_ms``/``decode_full_ms`` where measured.
+        target_length: The length whose POP prefill latency is the objective.
+        accuracy: Primary-metric accuracy per task, in [0, 1].
+        full_accuracy: The full model's, measured once per study.
+        energy_j: NVML energy over the timed runs, where available.
+        hardware: The hardware record; ``versions``: software versions.
+    """
+
+    config: PopConfig
+    latency: dict[int, dict[str, float | None]]
+    target_length: int
+    accuracy: dict[str, float]
+    full_accuracy: dict[str, float]
+    method: str = "pop"
+    energy_j: float | None = None
+    hardware: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    items: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        numbers = [v for row in self.latency.values() for v in row.values() if v is not None]
+        numbers += list(self.accuracy.values()) + list(self.full_accuracy.values())
+        bad = [v for v in numbers if not math.isfinite(v)]
+        if bad:
+            raise ConfigError(f"measurement of {self.config} is not finite ({bad[:3]}): refusing to store it")
+
+    @property
+    def prefill_ms(self) -> float:
+        return float(self.latency[self.target_length]["pop_ms"])  # type: ignore[arg-type]
+
+    @property
+    def speedup(self) -> float:
+        return float(self.latency[self.target_length]["speedup"])  # type: ignore[arg-type]
+
+    @property
+    def accuracy_mean(self) -> float:
+        return sum(self.accuracy.values()) / len(self.accuracy)
+
+    @property
+    def drop_points(self) -> float:
+        """Mean accuracy drop against the full model, in points."""
+        full = sum(self.full_accuracy[t] for t in self.accuracy) / len(self.accuracy)
+        return 100 * (full - self.accuracy_mean)
+
+    def objectives(self) -> tuple[float, float]:
+        """``(prefill ms at the target length, mean accuracy)``: minimise, maximise."""
+        return self.prefill_ms, self.accuracy_mean
+
+    def info(self) -> dict[str, Any]:
+        """Everything, JSON-serialisable (Gymnasium ``info``, Optuna user attributes)."""
+        return {
+            "method": self.method,
+            "config": self.config.to_dict(),
+            "target_length": self.target_length,
+            "prefill_ms": self.prefill_ms,
+            "speedup": self.speedup,
+            "latency": {str(k): v for k, v in self.latency.items()},
+            "accuracy": self.accuracy,
+            "accuracy_mean": self.accuracy_mean,
+            "full_accuracy": self.full_accuracy,
+            "drop_points": self.drop_points,
+            "energy_j": self.energy_j,
+            "items": self.items,
+            "hardware": self.hardware,
+            "versions": self.versions,
+        }
+
+    @classmethod
+    def from_info(cls, info: dict[str, Any]) -> "Measurement":
+        return cls(
+            config=PopConfig.from_dict(info["config"]),
+            latency={int(k): v for k, v in info["latency"].items()},
+            target_length=int(info["target_length"]),
+            accuracy=dict(info["accuracy"]),
+            full_accuracy=dict(info["full_accuracy"]),
+            method=info.get("method", "pop"),
+            energy_j=info.get("energy_j"),
+            hardware=info.get("hardware", {}),
+            versions=info.get("versions", {}),
+            items=info.get("items", {}),
+        )
+
+
+def reward(measurement: Measurement, max_drop: float | None) -> float:
+    """The scalar reward: prefill speedup, minus 0.5 per accuracy point beyond the budget.
+
+    ``reward = speedup - 0.5 * max(0, drop_points - max_drop)`` (no penalty without a budget). A configuration
+    within budget is rewarded by its speedup alone; one beyond it loses half a unit of speedup per point.
+    """
+    excess = 0.0 if max_drop is None else max(0.0, measurement.drop_points - max_drop)
+    return measurement.speedup - PENALTY_PER_POINT * excess

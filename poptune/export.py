@@ -1,0 +1,116 @@
+"""Hardware-specific configurations: the fastest stored POP configuration within an accuracy budget, as JSON.
+
+An exported file names the model (and a fingerprint of its weights), the hardware it was measured on, the
+:class:`~poptune.engine.PopConfig`, the measured objectives and where they came from (storage, study, trial,
+versions). :func:`load_config` gives the configuration back, refusing one made for another model or another
+kind of machine unless forced.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+from typing import Any
+
+from poptune import store
+from poptune.engine import PopConfig
+from poptune.errors import ConfigError
+
+__all__ = ["FORMAT", "export_config", "load_config", "best_within_budget"]
+
+FORMAT = "poptune-config/1"
+
+
+def _public_url(url: str | None) -> str:
+    """The storage URL without a password."""
+    url = url or store.DEFAULT_STORAGE
+    if "://" in url and "@" in url.split("://", 1)[1]:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    return url
+
+
+def best_within_budget(study: Any, max_drop: float) -> Any:
+    """The fastest Pareto-optimal POP trial whose accuracy drop is at most ``max_drop`` points."""
+    if max_drop < 0:
+        raise ConfigError(f"`max_drop` must be >= 0 accuracy points, got {max_drop}")
+    rows = [r for r in store.front(study) if r.method == "pop" and r.drop <= max_drop]
+    if not rows:
+        raise ConfigError(f"no configuration of study {study.study_name!r} is within {max_drop} points of the full model")
+    return min(rows, key=lambda r: (r.prefill_ms, r.drop, r.trial))
+
+
+def export_config(storage: str | None, study_name: str | None, *, max_drop: float, model: str | None = None) -> dict:
+    """The deployable configuration of a stored study, as a JSON-serialisable dict."""
+    study = store.load_study(store.open_storage(storage, heartbeat=False), study_name)
+    attrs = study.user_attrs
+    if model is not None:
+        from poptune.models import resolve_model
+
+        if resolve_model(model).name != attrs.get("model"):
+            raise ConfigError(f"study {study.study_name!r} is of model {attrs.get('model')!r}, not {model!r}")
+    row = best_within_budget(study, max_drop)
+    trial = study.trials[row.trial]
+    return {
+        "format": FORMAT,
+        "model": {"name": attrs["model"], "weights_fingerprint": attrs.get("weights_fingerprint")},
+        "hardware": attrs["hardware"],
+        "pop_config": PopConfig(skip=row.skip, boundary=row.boundary, offset=row.offset).to_dict(),
+        "objectives": {
+            "prefill_ms": row.prefill_ms,
+            "speedup": row.speedup,
+            "accuracy": row.accuracy,
+            "drop_points": row.drop,
+            "max_drop": max_drop,
+            "target_length": trial.user_attrs["target_length"],
+            "latency": trial.user_attrs["latency"],
+            "accuracy_per_task": trial.user_attrs["accuracy"],
+            "full_accuracy_per_task": trial.user_attrs["full_accuracy"],
+        },
+        "provenance": {
+            "storage": _public_url(storage),
+            "study": study.study_name,
+            "trial": row.trial,
+            "problem": attrs["problem"],
+            "versions": attrs.get("versions"),
+            "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        },
+    }
+
+
+def load_config(
+    path: str | Path, *, model: str | None = None, device: str | None = None, force: bool = False
+) -> PopConfig:
+    """The :class:`PopConfig` of an exported file.
+
+    Args:
+        path: The JSON file :func:`export_config` wrote.
+        model: If given, the model it will be applied to; another model is refused unless ``force``.
+        device: If given, where it will run; another kind of machine (hardware id) is refused unless ``force``.
+        force: Apply it anyway.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"no configuration file {path}") from e
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} is not a poptune configuration file: {e}") from e
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError(f"{path} is not a poptune configuration file (expected format {FORMAT!r})")
+    config = PopConfig.from_dict(data["pop_config"])
+    if model is not None and not force:
+        from poptune.models import resolve_model
+
+        if resolve_model(model).name != data["model"]["name"]:
+            raise ConfigError(
+                f"{path} was tuned for {data['model']['name']!r}, not {model!r} (use --force to apply it anyway)"
+            )
+    if device is not None and not force:
+        from poptune.measure.hardware import fingerprint
+
+        here, there = fingerprint(device).hardware_id, data["hardware"]["hardware_id"]
+        if here != there:
+            raise ConfigError(f"{path} was measured on {there}, this is {here} (use --force to apply it anyway)")
+    return config

@@ -1,0 +1,199 @@
+"""The one place that opens Optuna storages and reads studies, trials and Pareto fronts.
+
+Storage URLs: ``sqlite:///path.db`` (the default, ``studies/poptune.db``), any SQLAlchemy URL such as
+``postgresql://user@host/db`` (Optuna's RDB storage, so PostgreSQL works unchanged), and ``journal:PATH`` for a
+journal file that several processes on one host may share. The tuner writes through :func:`open_storage`; the
+replay environment, export and leaderboards only read.
+
+A database is never modified unless it already is an Optuna database (or does not exist yet): pointing poptune
+at any other file is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from poptune.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = [
+    "DEFAULT_STORAGE",
+    "FrontRow",
+    "open_storage",
+    "study_name",
+    "study_names",
+    "load_study",
+    "front",
+    "completed",
+]
+
+DEFAULT_STORAGE = "sqlite:///studies/poptune.db"
+
+# Heartbeats let a resumed study fail the trials a killed process left RUNNING, then retry them (a few times:
+# a configuration that kills its worker every time is not retried forever).
+HEARTBEAT_S = 30
+GRACE_S = 90
+MAX_RETRY = 2
+
+
+def study_name(model: str, hardware_id: str) -> str:
+    """One study per model and machine kind: ``<model>@<hardware-id>``."""
+    return f"{model}@{hardware_id}"
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """Refuse a file that exists and is not an Optuna SQLite database (before Optuna creates tables in it)."""
+    if not path.exists():
+        if not path.parent.exists():
+            raise ConfigError(f"the folder of {path} does not exist")
+        return
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a database file")
+    if path.stat().st_size == 0:
+        return
+    try:
+        with open(path, "rb") as f:
+            header = f.read(16)
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
+    if header != b"SQLite format 3\x00":
+        raise ConfigError(f"{path} is not an SQLite database")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        raise ConfigError(f"cannot read {path} as SQLite: {e}") from e
+    if tables and not {"studies", "trials", "version_info"} <= tables:
+        raise ConfigError(f"{path} is an SQLite database but not an Optuna one (tables: {', '.join(sorted(tables))})")
+
+
+def open_storage(url: str | None = None, *, heartbeat: bool = True) -> "optuna.storages.BaseStorage":
+    """Open ``url`` (default :data:`DEFAULT_STORAGE`) as an Optuna storage.
+
+    Args:
+        url: ``sqlite:///PATH``, another SQLAlchemy URL, or ``journal:PATH``.
+        heartbeat: Record trial heartbeats so that trials of killed processes are failed and retried.
+
+    Raises:
+        ConfigError: a malformed URL, an unreadable file or one that is not an Optuna database, a server that
+            cannot be reached.
+    """
+    import optuna
+
+    url = url or DEFAULT_STORAGE
+    beat: dict[str, Any] = {}
+    if heartbeat:
+        from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+        beat = {
+            "heartbeat_interval": HEARTBEAT_S,
+            "grace_period": GRACE_S,
+            "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY),
+        }
+    if url.startswith("journal:"):
+        path = Path(url.removeprefix("journal:"))
+        if not str(path) or not path.parent.exists():
+            raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        try:
+            return JournalStorage(JournalFileBackend(str(path)))
+        except Exception as e:  # a file that is not a journal
+            raise ConfigError(f"cannot open journal {path}: {e}") from e
+    if "://" not in url:
+        raise ConfigError(f"malformed storage URL {url!r}: use sqlite:///PATH, postgresql://... or journal:PATH")
+    try:
+        from sqlalchemy.engine import make_url
+
+        parsed = make_url(url)
+    except Exception as e:
+        raise ConfigError(f"malformed storage URL {url!r}: {e}") from e
+    engine_kwargs: dict[str, Any] = {}
+    if parsed.get_backend_name() == "sqlite":
+        if not parsed.database:
+            raise ConfigError(f"an SQLite storage URL needs a file path, got {url!r}")
+        path = Path(parsed.database)
+        if url == DEFAULT_STORAGE:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        _check_sqlite_file(path)
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **beat)
+    except Exception as e:  # driver missing, server down, authentication, ...
+        raise ConfigError(f"cannot open storage {url!r}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+
+
+def study_names(storage: "optuna.storages.BaseStorage") -> list[str]:
+    return sorted(s.study_name for s in storage.get_all_studies())
+
+
+def load_study(storage: "optuna.storages.BaseStorage", name: str | None) -> "optuna.Study":
+    """Load study ``name``; with None, the storage's only study. Unknown names list what is there."""
+    import optuna
+
+    names = study_names(storage)
+    if name is None:
+        if len(names) != 1:
+            listed = ", ".join(names) or "none"
+            raise ConfigError(f"the storage holds {len(names)} studies ({listed}): name one with --study")
+        name = names[0]
+    if name not in names:
+        raise ConfigError(f"no study {name!r} in this storage (studies: {', '.join(names) or 'none'})")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def completed(study: "optuna.Study") -> list["optuna.trial.FrozenTrial"]:
+    """Completed trials in number order."""
+    import optuna
+
+    return sorted(study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]), key=lambda t: t.number)
+
+
+@dataclass(frozen=True)
+class FrontRow:
+    """One Pareto-optimal configuration as stored."""
+
+    trial: int
+    skip: int
+    boundary: str
+    offset: int
+    method: str
+    prefill_ms: float
+    speedup: float
+    accuracy: float
+    drop: float
+    feasible: bool
+
+    @classmethod
+    def from_trial(cls, trial: "optuna.trial.FrozenTrial") -> "FrontRow":
+        attrs = trial.user_attrs
+        config = attrs["config"]
+        return cls(
+            trial=trial.number,
+            skip=config["skip"],
+            boundary=config["boundary"],
+            offset=config["offset"],
+            method=attrs.get("method", "pop"),
+            prefill_ms=trial.values[0],
+            speedup=attrs["speedup"],
+            accuracy=trial.values[1],
+            drop=attrs["drop_points"],
+            feasible=bool(attrs.get("feasible", True)),
+        )
+
+
+def front(study: "optuna.Study") -> list[FrontRow]:
+    """The Pareto front (feasible trials only when the study has an accuracy budget), fastest first."""
+    rows: dict[tuple, FrontRow] = {}
+    for trial in sorted(study.best_trials, key=lambda t: t.number):
+        row = FrontRow.from_trial(trial)
+        rows.setdefault((row.method, row.skip, row.boundary, row.offset), row)  # a re-answered config once
+    return sorted(rows.values(), key=lambda r: (r.prefill_ms, -r.accuracy, r.trial))

@@ -1,0 +1,207 @@
+"""The Optuna study: POP's configuration space searched for real, per model and per machine.
+
+Two objectives: minimise POP's prefill latency at the target prompt length, maximise mean task accuracy.
+Search space: ``skip`` in [0, L-1] (0 is the full model, so it can be enqueued as a trial), ``boundary`` in
+:data:`~poptune.engine.BOUNDARIES`, ``offset`` in [0, 2] (``skip`` clipped so that ``skip + offset <= L-1``).
+The full model and the paper's rule (``skip = round(L/3)``, ``boundary=last``) are enqueued first. A
+configuration already measured in the study is answered from storage, not re-run (TPE re-suggests points of
+small discrete spaces). With ``max_drop`` every trial carries the constraint ``drop - max_drop <= 0``.
+
+One study per ``<model>@<hardware-id>`` in the storage; running the same command again resumes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from poptune import store
+from poptune.engine import BOUNDARIES, PopConfig
+from poptune.env.evaluator import ConfigEvaluator
+from poptune.env.problem import MAX_OFFSET, Measurement, TuningProblem, config_from_action
+from poptune.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["SAMPLERS", "StudySpec", "run_study", "make_sampler", "paper_default"]
+
+log = logging.getLogger(__name__)
+
+SAMPLERS = ("tpe", "nsga2", "random", "grid")
+
+
+def paper_default(num_layers: int) -> PopConfig:
+    """The paper's fixed rule: skip the last third of the layers in prefill, boundary handling on."""
+    return PopConfig(skip=round(num_layers / 3), boundary="last")
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A study to run.
+
+    Attributes:
+        problem: What each trial measures.
+        trials: Trials to run in this invocation (a resumed study grows by this many).
+        timeout: Stop starting trials after this many seconds.
+        sampler: ``tpe`` (seeded, default), ``nsga2``, ``random`` or ``grid``.
+        storage: Storage URL (default ``sqlite:///studies/poptune.db``).
+        study: Study name (default ``<model>@<hardware-id>``).
+        seed: Sampler seed.
+        enqueue: Configurations to measure first, after the full model and the paper's rule.
+    """
+
+    problem: TuningProblem
+    trials: int = 16
+    timeout: float | None = None
+    sampler: str = "tpe"
+    storage: str | None = None
+    study: str | None = None
+    seed: int = 0
+    enqueue: tuple[PopConfig, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
+            raise ConfigError(f"`trials` must be a positive integer, got {self.trials!r}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigError(f"`timeout` must be positive seconds, got {self.timeout}")
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(f"`sampler` must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+
+
+def _constraints(trial: "optuna.trial.FrozenTrial") -> tuple[float, ...]:
+    return tuple(trial.user_attrs.get("constraint", (0.0,)))
+
+
+def make_sampler(name: str, seed: int, num_layers: int, constrained: bool) -> "optuna.samplers.BaseSampler":
+    import optuna
+
+    constraints = _constraints if constrained else None
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, constraints_func=constraints)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=constraints)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    space = {"skip": list(range(num_layers)), "boundary": list(BOUNDARIES), "offset": list(range(MAX_OFFSET + 1))}
+    return optuna.samplers.GridSampler(space, seed=seed)
+
+
+def _check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
+    """Refuse to mix other settings into an existing study (before anything is written to it)."""
+    stored = study.user_attrs.get("problem")
+    if stored is not None and TuningProblem.from_dict(stored) != problem:
+        changed = sorted(k for k, v in TuningProblem.from_dict(stored).to_dict().items() if problem.to_dict()[k] != v)
+        raise ConfigError(
+            f"study {study.study_name!r} was made with other settings ({', '.join(changed)}): "
+            "use the same options to resume it, or another --study name"
+        )
+
+
+def _record_problem(study: "optuna.Study", problem: TuningProblem, num_layers: int, hardware: dict[str, Any]) -> None:
+    if "problem" not in study.user_attrs:
+        from poptune.measure.bench import versions
+        from poptune.models import resolve_model, weights_fingerprint
+
+        study.set_metric_names([f"prefill_ms@{problem.target}", "accuracy"])
+        study.set_user_attr("problem", problem.to_dict())
+        study.set_user_attr("model", resolve_model(problem.model).name)
+        study.set_user_attr("weights_fingerprint", weights_fingerprint(problem.model, problem.weights))
+        study.set_user_attr("num_layers", num_layers)
+        study.set_user_attr("hardware", hardware)
+        study.set_user_attr("versions", versions())
+
+
+def _measured(study: "optuna.Study") -> dict[PopConfig, "optuna.trial.FrozenTrial"]:
+    found: dict[PopConfig, Any] = {}
+    for trial in store.completed(study):
+        found.setdefault(PopConfig.from_dict(trial.user_attrs["config"]), trial)
+    return found
+
+
+def _objective(study: "optuna.Study", evaluator: ConfigEvaluator, problem: TuningProblem) -> Callable[..., Any]:
+    num_layers = evaluator.num_layers
+
+    def objective(trial: "optuna.Trial") -> tuple[float, float]:
+        action = {
+            "skip": trial.suggest_int("skip", 0, num_layers - 1),
+            "boundary": trial.suggest_categorical("boundary", list(BOUNDARIES)),
+            "offset": trial.suggest_int("offset", 0, MAX_OFFSET),
+        }
+        config = config_from_action(action, num_layers)
+        previous = _measured(study).get(config)
+        if previous is not None:
+            info = dict(previous.user_attrs, reused_from=previous.number)
+            measurement = Measurement.from_info(previous.user_attrs)
+        else:
+            measurement = evaluator.evaluate(config)
+            info = measurement.info()
+        drop = measurement.drop_points
+        if problem.max_drop is not None:
+            info["constraint"] = [drop - problem.max_drop]
+            info["feasible"] = drop <= problem.max_drop
+            trial.set_constraint("max_drop", drop - problem.max_drop)
+        for key, value in info.items():
+            trial.set_user_attr(key, value)
+        return measurement.objectives()
+
+    return objective
+
+
+def run_study(
+    spec: StudySpec,
+    *,
+    evaluator: ConfigEvaluator | None = None,
+    callbacks: list[Callable[..., None]] | None = None,
+) -> "optuna.Study":
+    """Run (or resume) the study of ``spec.problem`` on this machine and return it.
+
+    Args:
+        spec: The study.
+        evaluator: Share a loaded model (default: one built from the problem).
+        callbacks: Optuna callbacks ``(study, trial)`` run after each trial (progress bars).
+    """
+    import optuna
+
+    from poptune.measure.hardware import fingerprint
+    from poptune.models import resolve_model
+
+    problem = spec.problem
+    resolve_model(problem.model)  # an unknown model fails before the storage is touched
+    storage = store.open_storage(spec.storage)
+    hardware = fingerprint(problem.device)
+    name = spec.study or store.study_name(resolve_model(problem.model).name, hardware.hardware_id)
+    if name in store.study_names(storage):
+        _check_problem(optuna.load_study(study_name=name, storage=storage), problem)
+
+    if evaluator is None:
+        evaluator = ConfigEvaluator(problem)
+    num_layers = evaluator.num_layers
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        directions=["minimize", "maximize"],
+        sampler=make_sampler(spec.sampler, spec.seed, num_layers, problem.max_drop is not None),
+        load_if_exists=True,
+    )
+    _record_problem(study, problem, num_layers, hardware.to_dict())
+
+    full = study.user_attrs.get("full_accuracy")
+    if full is None:
+        full = evaluator.full_accuracy()
+        study.set_user_attr("full_accuracy", full)
+    else:
+        evaluator = ConfigEvaluator(problem, full_accuracy=full, model=evaluator._load())
+
+    for config in (PopConfig(skip=0), paper_default(num_layers), *spec.enqueue):
+        study.enqueue_trial(config.to_dict(), skip_if_exists=True)
+    study.optimize(
+        _objective(study, evaluator, problem),
+        n_trials=spec.trials,
+        timeout=spec.timeout,
+        callbacks=callbacks,
+        gc_after_trial=False,
+    )
+    return study
