@@ -180,6 +180,11 @@ class _KVSpec:
             raise ConfigError(f"`digits`={self.digits} gives too few distinct values for {max(self.num_pairs)} pairs")
 
 
+def _as_tuple(values: Any) -> Any:
+    """A tuple of a list or tuple argument; anything else unchanged, for the spec to reject with its name."""
+    return tuple(values) if isinstance(values, (list, tuple, range)) else values
+
+
 def _random_number(rng: random.Random, digits: int) -> str:
     return str(rng.randint(10 ** (digits - 1), 10**digits - 1))  # no leading zero: the digit count is exact
 
@@ -224,14 +229,14 @@ def passkey_items(
     Raises:
         ConfigError: bad arguments, or a length too short to hold the task, needle and question.
     """
-    spec = _PasskeySpec(tuple(lengths), tuple(float(d) for d in depths), per_cell, seed, digits)
+    spec = _PasskeySpec(_as_tuple(lengths), _as_tuple(depths), per_cell, seed, digits)
     rng = random.Random(seed)
     items = []
     for length in spec.lengths:
         for depth in spec.depths:
             for index in range(spec.per_cell):
                 key = _random_number(rng, spec.digits)
-                items.append(_passkey_item(tokenizer, key, length, depth, index, seed))
+                items.append(_passkey_item(tokenizer, key, length, float(depth), index, seed))
     return items
 
 
@@ -319,12 +324,13 @@ def kv_recall_items(
     Raises:
         ConfigError: bad arguments.
     """
-    spec = _KVSpec(tuple(num_pairs), per_cell, seed, digits)
+    spec = _KVSpec(_as_tuple(num_pairs), per_cell, seed, digits)
     rng = random.Random(seed)
     items = []
     for n in spec.num_pairs:
         for index in range(spec.per_cell):
-            keys = [f"{_ADJECTIVES[i // len(_NOUNS)]}-{_NOUNS[i % len(_NOUNS)]}" for i in rng.sample(range(MAX_PAIRS), n)]
+            picks = rng.sample(range(MAX_PAIRS), n)
+            keys = [f"{_ADJECTIVES[i // len(_NOUNS)]}-{_NOUNS[i % len(_NOUNS)]}" for i in picks]
             values: list[str] = []
             while len(values) < n:
                 value = _random_number(rng, spec.digits)
@@ -363,7 +369,10 @@ class SyntheticResult:
     @property
     def accuracy(self) -> dict[str, float]:
         """Fraction of correct items per task."""
-        return {task: _mean(rs) for task, rs in self._by(lambda r: r["task"]).items()}
+        tasks: dict[str, list[dict[str, Any]]] = {}
+        for r in self.records:
+            tasks.setdefault(r["task"], []).append(r)
+        return {task: _mean(rs) for task, rs in tasks.items()}
 
     def breakdown(self, task: str) -> dict[str, float]:
         """Accuracy per cell of ``task``: keys like ``"length=128 depth=0.25"`` or ``"num_pairs=8"``.
@@ -371,9 +380,8 @@ class SyntheticResult:
         Tasks without known cell fields (items built by hand) have one cell, ``"all"``.
         """
         fields = _CELL_KEYS.get(task, ())
-        records = [r for r in self.records if r["task"] == task]
         cells: dict[str, list[dict[str, Any]]] = {}
-        for r in records:
+        for r in (r for r in self.records if r["task"] == task):
             name = " ".join(f"{f}={r['meta'].get(f)}" for f in fields) or "all"
             cells.setdefault(name, []).append(r)
         return {name: _mean(rs) for name, rs in cells.items()}
@@ -386,12 +394,6 @@ class SyntheticResult:
             "num_items": len(self.records),
             "items": [dict(r, meta=dict(r["meta"])) for r in self.records],
         }
-
-    def _by(self, key: Callable[[dict[str, Any]], str]) -> dict[str, list[dict[str, Any]]]:
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for r in self.records:
-            groups.setdefault(key(r), []).append(r)
-        return groups
 
 
 def _mean(records: list[dict[str, Any]]) -> float:

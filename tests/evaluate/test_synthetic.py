@@ -123,7 +123,8 @@ def test_passkey_bad_arguments_raise(tokenizer, kwargs, message) -> None:
 def test_kv_items_are_deterministic_and_seeded(tokenizer) -> None:
     a = kv_recall_items(tokenizer, num_pairs=(4, 16), per_cell=3, seed=1)
     assert a == kv_recall_items(tokenizer, num_pairs=(4, 16), per_cell=3, seed=1)
-    assert [i.prompt for i in a] != [i.prompt for i in kv_recall_items(tokenizer, num_pairs=(4, 16), per_cell=3, seed=2)]
+    b = kv_recall_items(tokenizer, num_pairs=(4, 16), per_cell=3, seed=2)
+    assert [i.prompt for i in a] != [i.prompt for i in b]
     assert [i.meta["num_pairs"] for i in a] == [4, 4, 4, 16, 16, 16]
 
 
@@ -238,15 +239,40 @@ def test_run_synthetic_bad_arguments(tiny_llama) -> None:
         run_synthetic(model, tokenizer, items, batch_size=0)
     with pytest.raises(ConfigError, match="`items` must be a non-empty sequence"):
         run_synthetic(model, tokenizer, [])
+    tokenizer.padding_side = "right"
+    try:
+        with pytest.raises(ConfigError, match="left-padding tokenizer"):
+            run_synthetic(model, tokenizer, items, batch_size=2)
+    finally:
+        tokenizer.padding_side = "left"
 
 
 # ---- integration: the real Gemma-3-270M -------------------------------------------------------------------
 
 
+# Measured (seeds 1 and 2, 4 items per cell): the full model retrieves the passkey at every depth but 100% from
+# 256 tokens on (16/20 per length), and recalls 9/10 values among 8 pairs; chance is ~0 for 5-digit numbers.
+# The thresholds leave margin for numerical differences across CPUs while still meaning "solves the task".
+PASSKEY_MIN = 0.5
+KV_MIN = 0.5
+
+
 @pytest.mark.integration
-def test_gemma_retrieves_the_passkey(gemma) -> None:
+def test_gemma_retrieves_the_passkey_with_and_without_pop(gemma) -> None:
     model, tokenizer = gemma
     remove_pop(model)
-    items = passkey_items(tokenizer, lengths=(128, 256), per_cell=1, seed=0)
-    result = run_synthetic(model, tokenizer, items, batch_size=5)
-    assert result.accuracy["passkey"] >= 0.5, result.to_dict()
+    items = passkey_items(tokenizer, lengths=(256,), per_cell=2, seed=0)
+    full = run_synthetic(model, tokenizer, items, batch_size=len(items))
+    assert full.accuracy["passkey"] >= PASSKEY_MIN, full.to_dict()
+    with apply_pop(model, PopConfig(skip=6, boundary="last")):
+        pop = run_synthetic(model, tokenizer, items, batch_size=len(items))
+    assert pop.accuracy["passkey"] >= PASSKEY_MIN, pop.to_dict()
+
+
+@pytest.mark.integration
+def test_gemma_recalls_values(gemma) -> None:
+    model, tokenizer = gemma
+    remove_pop(model)
+    items = kv_recall_items(tokenizer, num_pairs=(8,), per_cell=10, seed=0)
+    result = run_synthetic(model, tokenizer, items, batch_size=len(items))
+    assert result.accuracy["kv_recall"] >= KV_MIN, result.to_dict()
