@@ -8,15 +8,16 @@ the full model, as a first decode step, so the first generated token sees full d
 
 The engine hooks the decoder (the module that owns ``layers``) of a loaded model. After :func:`apply_pop`,
 ordinary ``model(...)`` and ``model.generate(...)`` use POP: a forward over an empty cache with more than one
-new token is a prefill and is split into
+new token is a prefill. It is one pass over the prompt in which every layer of the skipped block
 
-1. a *pruned pass* over the first ``N - W`` prompt tokens, in which the layers of the skipped block only
-   write K/V (no attention, no FFN) and no LM-head logits are computed; then
-2. a *boundary pass* of the last ``W`` tokens through every layer, reading the cache the pruned pass wrote.
+1. writes the K/V of the first ``N - W`` (pruned) prompt tokens through its own projections and passes their
+   hidden states through unchanged (no attention, no FFN), and
+2. runs in full for the last ``W`` (boundary) tokens, which attend to those K/V and their own.
 
-Every later forward (decode) is the untouched model. The output of a POP prefill holds hidden states (and so
-logits) only for the positions that ran at full depth: the boundary window, or the last prompt position when
-``boundary="none"``.
+Layers outside the block run as usual, so the boundary tokens see the full model. Every later forward
+(decode) is the untouched model. The output of a POP prefill holds hidden states (and so logits) only for the
+positions that ran at full depth: the boundary window, or the last prompt position when ``boundary="none"``;
+the pruned positions never reach the LM head.
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ def get_pop_config(model: "nn.Module") -> PopConfig | None:
 def _pop_forward(
     state: _PopState,
     input_ids: "torch.Tensor | None" = None,
-    attention_mask: "torch.Tensor | dict | None" = None,
+    attention_mask: Any = None,
     position_ids: "torch.Tensor | None" = None,
     cache: Any = None,
     inputs_embeds: "torch.Tensor | None" = None,
@@ -226,124 +227,37 @@ def _pop_forward(
     decoder = state.decoder
     if cache is None:
         cache = kwargs.pop("past_key_values", None)
-
-    def plain(**overrides: Any) -> Any:
-        inputs = dict(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            cache=cache,
-            inputs_embeds=inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        inputs.update(overrides)
-        return type(decoder).forward(decoder, **inputs)
-
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                  inputs_embeds=inputs_embeds, **kwargs)
     tokens = input_ids if input_ids is not None else inputs_embeds
-    if tokens is None:
-        return plain()  # let the model raise its own error
-    n = tokens.shape[1]
+    n = tokens.shape[1] if tokens is not None else 0
     past = cache.get_seq_length() if cache is not None else 0
-    width = state.config.boundary_width
-    pruned = n - width
+    pruned = n - state.config.boundary_width
     if state.config.skip == 0 or n <= 1 or past > 0 or pruned <= 0:
-        return plain()  # decode, a one-token prompt, or a prompt inside the boundary window: full depth
+        # Decode, a one-token prompt, or a prompt inside the boundary window: the unmodified model.
+        return type(decoder).forward(decoder, cache=cache, use_cache=use_cache, **inputs)
 
     from transformers import DynamicCache
 
     if use_cache is None:
         use_cache = decoder.config.use_cache
-    # The pruned pass needs a cache whenever something reads it afterwards: the boundary pass or the caller.
-    if cache is None and (width > 0 or use_cache):
+    if cache is None:  # the boundary tokens attend to the skipped layers' prompt K/V through a cache
         cache = DynamicCache(config=decoder.config)
-
-    head, tail = _split_inputs(n, pruned, input_ids, inputs_embeds, position_ids, kwargs)
-    head_mask = _slice_mask(attention_mask, cache, decoder, 0, pruned)
-    with _kv_only(decoder, state.skipped):
-        out = type(decoder).forward(
-            decoder, attention_mask=head_mask, cache=cache, use_cache=cache is not None, **head
-        )
-    if width == 0:
-        # (B, N, C) -> (B, 1, C): only the last prompt position yields the first token.
-        out.last_hidden_state = out.last_hidden_state[:, -1:]
-        if not use_cache:
-            out.cache = None
-        return out
-
-    tail_mask = _slice_mask(attention_mask, cache, decoder, pruned, n)
-    out = type(decoder).forward(decoder, attention_mask=tail_mask, cache=cache, use_cache=True, **tail)
+    with _skipping(decoder, state.skipped, pruned):
+        out = type(decoder).forward(decoder, cache=cache, use_cache=True, **inputs)
+    # Only positions that ran at full depth yield logits: (B, N, C) -> (B, W, C), or (B, 1, C) for "none".
+    out.last_hidden_state = out.last_hidden_state[:, pruned:] if pruned < n else out.last_hidden_state[:, -1:]
     if not use_cache:
         out.cache = None
     return out
 
 
-def _split_inputs(
-    n: int,
-    pruned: int,
-    input_ids: "torch.Tensor | None",
-    inputs_embeds: "torch.Tensor | None",
-    position_ids: "torch.Tensor | None",
-    kwargs: dict[str, Any],
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split every per-token input at ``pruned``: the head goes to the pruned pass, the tail to the boundary."""
-    head: dict[str, Any] = dict(kwargs)
-    tail: dict[str, Any] = dict(kwargs)
-    for name, value in (("input_ids", input_ids), ("inputs_embeds", inputs_embeds)):
-        head[name] = None if value is None else value[:, :pruned]
-        tail[name] = None if value is None else value[:, pruned:]
-    # Position ids are (B, N) or, with multimodal RoPE, (3 or 4, B, N): always split on the last axis.
-    head["position_ids"] = None if position_ids is None else position_ids[..., :pruned]
-    tail["position_ids"] = None if position_ids is None else position_ids[..., pruned:]
-
-    # Qwen3-VL deepstack: visual features added to the hidden states of the first layers, at image tokens.
-    visual = kwargs.get("visual_pos_masks")
-    embeds = kwargs.get("deepstack_visual_embeds")
-    if visual is not None and embeds is not None:
-        import torch
-
-        order = torch.zeros(visual.shape, dtype=torch.long, device=visual.device)  # (B, N)
-        order[visual] = torch.arange(int(visual.sum()), device=visual.device)
-        for part, cols in ((head, slice(0, pruned)), (tail, slice(pruned, n))):
-            part_mask = visual[:, cols]
-            index = order[:, cols][part_mask]
-            part["visual_pos_masks"] = part_mask
-            part["deepstack_visual_embeds"] = [e[index.to(e.device)] for e in embeds] if part_mask.any() else None
-    return head, tail
-
-
-def _slice_mask(mask: Any, cache: Any, decoder: "nn.Module", start: int, stop: int) -> Any:
-    """The attention mask for the queries ``[start, stop)`` of a prefill whose full mask is ``mask``.
-
-    A 2D padding mask covers past and present tokens, so each pass takes its prefix. Prepared masks (a dict of
-    4D masks per layer type, as the vision-language models and compiled caches build them) are sliced on the
-    query axis and, on the key axis, to what the cache will hold for that layer type at that point.
-    """
-    if mask is None:
-        return None
-    if not isinstance(mask, dict):
-        if mask.dim() == 2:
-            return mask[:, :stop]
-        return _slice_4d(mask, cache, 0, start, stop)
-    if any(value is None for value in mask.values()):
-        # A mask the model may skip only exists without padding: let each pass build its own causal masks.
-        return None
-    layer_types = getattr(decoder.config, "layer_types", None) or ["full_attention"] * len(decoder.layers)
-    first_layer = {kind: layer_types.index(kind) for kind in mask if kind in layer_types}
-    return {kind: _slice_4d(value, cache, first_layer.get(kind, 0), start, stop) for kind, value in mask.items()}
-
-
-def _slice_4d(mask: "torch.Tensor", cache: Any, layer_idx: int, start: int, stop: int) -> "torch.Tensor":
-    kv_length, kv_offset = (stop, 0) if cache is None else cache.get_mask_sizes(stop - start, layer_idx)
-    return mask[..., start:stop, kv_offset : kv_offset + kv_length]  # (B, 1, Q, KV)
-
-
 @contextlib.contextmanager
-def _kv_only(decoder: "nn.Module", skipped: range) -> Iterator[None]:
-    """Within the block, the skipped layers only write their prompt K/V and pass the hidden state through."""
+def _skipping(decoder: "nn.Module", skipped: range, pruned: int) -> Iterator[None]:
+    """Within the block, layers write the pruned tokens' K/V only and run in full for the boundary tokens."""
     layers = [decoder.layers[i] for i in skipped]
     for layer in layers:
-        layer.forward = _kv_only_forward(layer)
+        layer.forward = _skipped_layer_forward(layer, pruned)
     try:
         yield
     finally:
@@ -351,13 +265,72 @@ def _kv_only(decoder: "nn.Module", skipped: range) -> Iterator[None]:
             del layer.forward
 
 
-def _kv_only_forward(layer: "nn.Module") -> Any:
-    def forward(hidden_states: "torch.Tensor", *, position_embeddings: Any = None, cache: Any = None, **_: Any):
-        if cache is not None:
-            _write_prompt_kv(layer, hidden_states, position_embeddings, cache)
-        return hidden_states
+def _skipped_layer_forward(layer: "nn.Module", pruned: int) -> Any:
+    """One prefill through a skipped layer, all prompt tokens at once.
+
+    Tokens ``[0, pruned)`` pass through unchanged and write their K/V through the layer's own projections
+    (POP's independent K/V). Tokens ``[pruned, N)`` -- the boundary -- run the whole layer, attending to those
+    K/V and to their own: exactly what a separate boundary pass over the cache would compute, without paying
+    a second forward over the model.
+    """
+
+    def forward(
+        hidden_states: "torch.Tensor",  # (B, N, C)
+        *,
+        attention_mask: Any = None,
+        position_embeddings: Any = None,
+        cache: Any = None,
+        **kwargs: Any,
+    ) -> "torch.Tensor":
+        import torch
+
+        cos, sin = position_embeddings  # (B, N, D) each
+        _write_prompt_kv(layer, hidden_states[:, :pruned], (cos[:, :pruned], sin[:, :pruned]), cache)
+        n = hidden_states.shape[1]
+        if pruned == n:
+            return hidden_states
+        position_ids = kwargs.pop("position_ids", None)
+        if isinstance(position_ids, torch.Tensor):
+            kwargs["position_ids"] = position_ids[..., pruned:]
+        boundary = type(layer).forward(
+            layer,
+            hidden_states[:, pruned:],  # (B, W, C)
+            attention_mask=_boundary_mask(attention_mask, cache, layer, pruned, n, hidden_states.device),
+            position_embeddings=(cos[:, pruned:], sin[:, pruned:]),
+            cache=cache,
+            **kwargs,
+        )
+        return torch.cat([hidden_states[:, :pruned], boundary], dim=1)
 
     return forward
+
+
+def _boundary_mask(mask: Any, cache: Any, layer: "nn.Module", start: int, stop: int, device: Any) -> Any:
+    """The attention mask of the boundary queries ``[start, stop)`` over the keys the cache will return.
+
+    The model built ``mask`` for the whole prompt, (B, 1, N, N) over absolute positions. The boundary queries
+    need its rows ``[start, stop)`` and the columns the cache holds for this layer once their own K/V are
+    added: all positions for full attention, the last ``window - 1`` pruned ones and the boundary for a
+    sliding-window layer. Without a mask (SDPA's causal shortcut: no padding) one query may see every key; a
+    window of several queries needs an explicit bottom-right-aligned causal mask.
+    """
+    import torch
+
+    layer_idx = layer.self_attn.layer_idx
+    kv_length, kv_offset = cache.get_mask_sizes(stop - start, layer_idx)
+    if isinstance(mask, torch.Tensor):
+        return mask[..., start:stop, kv_offset : kv_offset + kv_length]  # (B, 1, W, KV)
+    if mask is not None:
+        raise UnsupportedModelError(f"POP cannot slice an attention mask of type {type(mask).__name__}")
+    if stop - start == 1:
+        return None
+    query = torch.arange(start, stop, device=device).unsqueeze(1)  # (W, 1) absolute positions
+    key = torch.arange(kv_offset, kv_offset + kv_length, device=device).unsqueeze(0)  # (1, KV)
+    allowed = key <= query
+    window = getattr(layer.self_attn, "sliding_window", None)
+    if window:
+        allowed &= query - key < window
+    return allowed[None, None]  # (1, 1, W, KV)
 
 
 def _write_prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_embeddings: Any, cache: Any) -> None:
