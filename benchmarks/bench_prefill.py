@@ -37,7 +37,8 @@ def _markdown(command: str, main: BenchResult, overhead: BenchResult) -> str:
         f"Configuration: `{main.config}`, {main.dtype}, batch {main.spec.batch_size}. "
         "Speedup = median of per-pair (full / POP) time-to-first-token ratios, POP and full model interleaved in "
         "one process on the same real token ids; ideal = FLOPs ratio; decode = per-token latency over "
-        f"{main.spec.decode_tokens} new tokens from each prefill's cache.",
+        f"{main.spec.decode_tokens} new tokens from each prefill's cache; decode POP/full and the overhead are medians of "
+        "per-pair ratios too.",
         "",
         "| prompt tokens | full ms (p50) | POP ms (p50) | speedup | ideal | measured/ideal | decode full ms/tok | decode POP ms/tok | decode POP/full |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -47,7 +48,7 @@ def _markdown(command: str, main: BenchResult, overhead: BenchResult) -> str:
         lines.append(
             f"| {row.length} | {row.prefill.b.p50:.1f} | {row.prefill.a.p50:.1f} | {row.speedup:.3f}x | "
             f"{row.ideal:.3f}x | {row.speedup / row.ideal:.3f} | {d.b.p50:.2f} | {d.a.p50:.2f} | "
-            f"{d.a.p50 / d.b.p50:.3f} |"
+            f"{1 / d.speedup:.3f} |"
         )
     lines += [
         "",
@@ -90,7 +91,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--min-seconds", type=float, default=5.0)
     parser.add_argument("--out", default=str(ROOT / "leaderboards"))
+    parser.add_argument("--render", metavar="JSON", help="only re-render the Markdown of an earlier run's JSON")
     args = parser.parse_args()
+    if args.render:
+        data = json.loads(Path(args.render).read_text())
+        main_result, overhead = BenchResult.from_dict(data["pop"]), BenchResult.from_dict(data["overhead"])
+        Path(args.render).with_suffix(".md").write_text(_markdown(data["command"], main_result, overhead))
+        return
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     policy = RepeatPolicy(warmup=1, min_repeats=args.repeats, min_seconds=args.min_seconds)

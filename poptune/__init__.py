@@ -2,6 +2,7 @@
 
 from .engine import BOUNDARIES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop
 from .errors import ConfigError, DataError, DeviceError, ModelNotFoundError, PoptuneError, UnsupportedModelError
+from .export import load_config
 from .models import ModelSpec, load_model, model_names, resolve_model
 
 __version__ = "0.1.0"
@@ -19,6 +20,7 @@ __all__ = [
     "UnsupportedModelError",
     "apply_pop",
     "get_pop_config",
+    "load_config",
     "load_model",
     "model_names",
     "remove_pop",

@@ -1,0 +1,92 @@
+"""Exported configurations: the measured configuration round-trips; other models and machines are refused."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+
+from poptune import ConfigError, apply_pop, get_pop_config, load_model, store
+from poptune.cli import main
+from poptune.env import TuningProblem
+from poptune.export import export_config, load_config
+from poptune.tune import StudySpec, run_study
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    import os
+    from pathlib import Path
+
+    data = Path(os.environ.get("POPTUNE_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+    if not (data / "piqa").is_dir():
+        pytest.skip("no evaluation data")
+    problem = TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(data), lengths=(16,),
+                            repeats=1, decode_tokens=0)
+    url = f"sqlite:///{tmp_path_factory.mktemp('export')}/s.db"
+    return url, run_study(StudySpec(problem=problem, trials=4, storage=url, sampler="random", seed=5))
+
+
+def test_export_round_trips_to_the_measured_configuration(stored, tmp_path, capsys):
+    url, study = stored
+    path = tmp_path / "config.json"
+    assert main(["export", "--storage", url, "--max-drop", "100", "--out", str(path), "--model", "tiny-llama"]) == 0
+    data = json.loads(path.read_text())
+    trial = study.trials[data["provenance"]["trial"]]
+    assert data["pop_config"] == trial.user_attrs["config"]
+    assert data["objectives"]["prefill_ms"] == trial.values[0]
+    assert data["model"] == {"name": "tiny-llama", "weights_fingerprint": study.user_attrs["weights_fingerprint"]}
+    config = load_config(path, model="tiny-llama", device="cpu")
+    model, _ = load_model("tiny-llama")
+    apply_pop(model, config)
+    assert get_pop_config(model).to_dict() == trial.user_attrs["config"]
+    fastest = min((r for r in store.front(study)), key=lambda r: r.prefill_ms)
+    assert data["provenance"]["trial"] == fastest.trial
+
+
+def test_budget_selects_within_drop(stored):
+    url, study = stored
+    data = export_config(url, None, max_drop=0.0)
+    assert data["objectives"]["drop_points"] <= 0.0
+    with pytest.raises(ConfigError, match="must be >= 0"):
+        export_config(url, None, max_drop=-1)
+
+
+def test_other_model_or_machine_is_refused_unless_forced(stored, tmp_path, capsys):
+    url, _ = stored
+    path = tmp_path / "config.json"
+    data = export_config(url, None, max_drop=100)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="tuned for 'tiny-llama'"):
+        load_config(path, model="tiny-qwen3")
+    data["hardware"]["hardware_id"] = "nvidia-h200"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="measured on nvidia-h200"):
+        load_config(path, device="cpu")
+    assert load_config(path, model="tiny-qwen3", device="cpu", force=True).to_dict() == data["pop_config"]
+    code = main(["generate", "--model", "tiny-llama", "--config", str(path), "--prompt", "hi"])
+    assert code == 2 and "--force" in capsys.readouterr().err
+    assert main(["generate", "--model", "tiny-llama", "--config", str(path), "--force", "--prompt", "hi",
+                 "--max-new-tokens", "2"]) == 0
+
+
+def test_bad_config_files(tmp_path):
+    with pytest.raises(ConfigError, match="no configuration file"):
+        load_config(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not a poptune configuration"):
+        load_config(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(ConfigError, match="expected format"):
+        load_config(tmp_path / "other.json")
+
+
+def test_pareto_prints_the_stored_front(stored, capsys):
+    url, study = stored
+    assert main(["pareto", "--storage", url, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [row["trial"] for row in data["front"]] == [r.trial for r in store.front(study)]
+    assert main(["pareto", "--storage", url, "--study", "nope"]) == 2

@@ -1,0 +1,172 @@
+"""The Optuna study on a tiny model with tiny budgets: resume, reuse, crash recovery, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+
+from poptune import PopConfig, store
+from poptune.cli import main
+from poptune.env import TuningProblem
+from poptune.tune import StudySpec, paper_default, run_study
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture
+def problem(shared_data):
+    return TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(shared_data), lengths=(16,),
+                         repeats=1, decode_tokens=0)
+
+
+def _configs(study, *, reused=False):
+    return [
+        PopConfig.from_dict(t.user_attrs["config"])
+        for t in store.completed(study)
+        if reused or "reused_from" not in t.user_attrs
+    ]
+
+
+def test_first_trials_are_full_model_and_paper_rule(problem, tmp_path):
+    study = run_study(StudySpec(problem=problem, trials=2, storage=f"sqlite:///{tmp_path}/s.db"))
+    assert _configs(study) == [PopConfig(skip=0), paper_default(6)]
+    assert study.metric_names == ["prefill_ms@16", "accuracy"]
+    first = store.completed(study)[0].user_attrs
+    assert first["drop_points"] == 0.0 and first["accuracy"] == first["full_accuracy"]
+    assert {"latency", "hardware", "versions", "speedup", "items"} <= set(first)
+    assert study.user_attrs["num_layers"] == 6 and study.user_attrs["model"] == "tiny-llama"
+
+
+def test_rerunning_resumes_and_measures_nothing_twice(problem, tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    first = run_study(StudySpec(problem=problem, trials=3, sampler="random", storage=url, seed=1))
+    before = {t.number: (t.values, t.user_attrs["config"]) for t in store.completed(first)}
+    second = run_study(StudySpec(problem=problem, trials=3, sampler="random", storage=url, seed=1))
+    assert len(store.completed(second)) == 6
+    assert {t.number: (t.values, t.user_attrs["config"]) for t in store.completed(second)[:3]} == before
+    measured = _configs(second)
+    assert len(measured) == len(set(measured))  # a configuration is measured once; repeats are answered
+
+
+def test_a_measured_configuration_is_answered_from_storage(problem, tmp_path):
+    config = PopConfig(skip=3, boundary="none")
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = run_study(StudySpec(problem=problem, trials=3, storage=url, enqueue=(config,)))
+    study.enqueue_trial(config.to_dict())  # as a sampler re-suggesting a measured point would
+    study = run_study(StudySpec(problem=problem, trials=1, storage=url))
+    trials = [t for t in store.completed(study) if t.user_attrs["config"] == config.to_dict()]
+    assert len(trials) == 2
+    original, again = trials
+    assert again.user_attrs["reused_from"] == original.number
+    assert again.values == original.values
+
+
+def test_accuracy_budget_is_a_constraint(problem, tmp_path):
+    spec = StudySpec(problem=TuningProblem(**{**problem.to_dict(), "max_drop": 0.0}), trials=3,
+                     storage=f"sqlite:///{tmp_path}/s.db")
+    study = run_study(spec)
+    for trial in store.completed(study):
+        assert trial.user_attrs["feasible"] == (trial.user_attrs["drop_points"] <= 0.0)
+    assert all(t.user_attrs["feasible"] for t in study.best_trials)
+
+
+def _sha(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "no-such-model"], "unknown model"),
+        (["--storage", "not a url"], "malformed storage URL"),
+        (["--storage", "sqlite://"], "needs a file path"),
+        (["--max-drop", "-1"], "`max_drop` must be >= 0"),
+        (["--trials", "0"], "`trials` must be a positive integer"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, argv, message):
+    code = main(["study", "--model", "tiny-llama", "--tasks", "embedded", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_foreign_or_unreadable_database_is_refused_untouched(capsys, tmp_path):
+    foreign = tmp_path / "other.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database at all" * 10)
+    for path, message in ((foreign, "not an Optuna one"), (garbage, "not an SQLite database"),
+                          (tmp_path, "is a directory")):
+        before = _sha(path) if path.is_file() else None
+        code = main(["study", "--model", "tiny-llama", "--tasks", "embedded", "--storage", f"sqlite:///{path}"])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err, err
+        if before:
+            assert _sha(path) == before
+
+
+def test_a_study_with_other_settings_is_not_mixed(problem, tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/s.db"
+    run_study(StudySpec(problem=problem, trials=1, storage=url))
+    before = _sha(tmp_path / "s.db")
+    code = main(["study", "--model", "tiny-llama", "--tasks", "piqa", "--limit", "5", "--lengths", "16",
+                 "--data-dir", problem.data_dir, "--storage", url, "--repeats", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "other settings (" in err and "limit" in err
+    assert _sha(tmp_path / "s.db") == before
+
+
+def _study_cmd(url, data_dir, trials):
+    return [sys.executable, "-m", "poptune", "study", "--model", "tiny-llama", "--tasks", "piqa", "--limit", "4",
+            "--lengths", "16", "--data-dir", data_dir, "--storage", url, "--sampler", "grid", "--seed", "3",
+            "--repeats", "1", "--heartbeat", "1", "--trials", str(trials)]
+
+
+def _running(db):
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT number FROM trials WHERE state = 'RUNNING'").fetchall()
+
+
+def test_killed_study_resumes_with_nothing_lost(problem, tmp_path):
+    """SIGKILL mid-trial: the stale trial is failed and re-run, completed trials stay, same configurations."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    reference = tmp_path / "reference.db"
+    subprocess.run(_study_cmd(f"sqlite:///{reference}", problem.data_dir, 3), env=env, check=True,
+                   capture_output=True, timeout=600)
+
+    db = tmp_path / "killed.db"
+    proc = subprocess.Popen(_study_cmd(f"sqlite:///{db}", problem.data_dir, 3), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if db.exists() and (2,) in _running(db):  # the third trial is being measured
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the study ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    url = f"sqlite:///{db}"
+    killed = optuna.load_study(study_name=store.study_names(store.open_storage(url, heartbeat=None))[0], storage=url)
+    kept = {t.number: t.values for t in store.completed(killed)}
+    assert len(kept) == 2
+
+    time.sleep(3.5)  # past the grace period of three 1 s heartbeats
+    subprocess.run(_study_cmd(url, problem.data_dir, 1), env=env, check=True, capture_output=True, timeout=600)
+    resumed = optuna.load_study(study_name=killed.study_name, storage=url)
+    states = {t.number: t.state for t in resumed.trials}
+    assert states[2] == optuna.trial.TrialState.FAIL
+    assert {t.number: t.values for t in store.completed(resumed)[:2]} == kept
+    ref = optuna.load_study(study_name=killed.study_name, storage=f"sqlite:///{reference}")
+    assert sorted(map(str, _configs(resumed))) == sorted(map(str, _configs(ref)))
+    assert {(r.skip, r.boundary, r.offset) for r in store.front(resumed)} <= {
+        (c.skip, c.boundary, c.offset) for c in _configs(ref)
+    }
