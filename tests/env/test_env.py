@@ -70,8 +70,8 @@ def test_replay_returns_exactly_the_stored_objectives(problem, tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
     study = run_study(StudySpec(problem=problem, trials=3, storage=url, sampler="random", seed=2))
     env = gymnasium.make("poptune/POP-Replay-v0", storage=url)
-    check_env(env.unwrapped)
-    env.reset(seed=1)
+    obs, _ = env.reset(seed=1)
+    assert env.observation_space.contains(obs)
     for trial in store.completed(study):
         config = trial.user_attrs["config"]
         _, r, terminated, _, info = env.step(config)
