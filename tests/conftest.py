@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 SHARED_DATA = Path(os.environ.get("POPTUNE_DATA") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The real evaluation data directory; tests that need it skip where it is absent."""
     if not (SHARED_DATA / "piqa" / "valid.jsonl").is_file():

@@ -90,17 +90,7 @@ class ConfigEvaluator:
             policy=RepeatPolicy(warmup=1, min_repeats=p.repeats, min_seconds=0.0),
         )
         bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model)
-        latency = {
-            row.length: {
-                "pop_ms": row.prefill.a.p50,
-                "full_ms": row.prefill.b.p50,
-                "speedup": row.speedup,
-                "ideal": row.ideal,
-                "decode_pop_ms": row.decode.a.p50 if row.decode else None,
-                "decode_full_ms": row.decode.b.p50 if row.decode else None,
-            }
-            for row in bench.rows
-        }
+        latency = {row.length: row.summary() for row in bench.rows}
         full = self.full_accuracy()
         if config.skip == 0:
             accuracy, items = dict(full), dict(self._full_items)

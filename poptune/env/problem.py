@@ -118,8 +118,8 @@ class Measurement:
     Attributes:
         config: The configuration measured.
         method: ``pop`` or a baseline's name.
-        latency: Per prompt length: ``pop_ms``, ``full_ms`` (p50), ``speedup`` (median of per-pair ratios),
-            ``ideal``, and decode per-token ``decode_pop_ms``/``decode_full_ms`` where measured.
+        latency: Per prompt length, :meth:`poptune.measure.bench.BenchRow.summary`: ``pop_ms``, ``full_ms``
+            (p50), ``speedup`` (median of per-pair ratios), ``ideal``, and decode per-token latencies.
         target_length: The length whose POP prefill latency is the objective.
         accuracy: Primary-metric accuracy per task, in [0, 1].
         full_accuracy: The full model's, measured once per study.

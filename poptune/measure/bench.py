@@ -83,15 +83,21 @@ class BenchRow:
     def speedup(self) -> float:
         return self.prefill.speedup
 
-    def to_dict(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, float | None]:
+        """The headline figures (p50 latencies in ms, speedup, ideal), without the raw values."""
         return {
-            "length": self.length,
             "full_ms": self.prefill.b.p50,
             "pop_ms": self.prefill.a.p50,
             "speedup": self.speedup,
             "ideal": self.ideal,
             "decode_full_ms_per_token": self.decode.b.p50 if self.decode else None,
             "decode_pop_ms_per_token": self.decode.a.p50 if self.decode else None,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "length": self.length,
+            **self.summary(),
             "prefill": self.prefill.to_dict(),
             "decode": self.decode.to_dict() if self.decode else None,
         }

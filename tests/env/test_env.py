@@ -16,14 +16,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @pytest.fixture(scope="module")
-def problem(tmp_path_factory):
-    import os
-    from pathlib import Path
-
-    data = Path(os.environ.get("POPTUNE_DATA") or Path(__file__).resolve().parents[2].parent / "shared" / "data")
-    if not (data / "piqa").is_dir():
-        pytest.skip("no evaluation data")
-    return TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(data), lengths=(16,),
+def problem(shared_data):
+    return TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(shared_data), lengths=(16,),
                          repeats=1, decode_tokens=0, max_drop=1.0)
 
 
