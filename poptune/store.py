@@ -12,6 +12,7 @@ at any other file is refused before anything is written.
 from __future__ import annotations
 
 import sqlite3
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,6 @@ DEFAULT_STORAGE = "sqlite:///studies/poptune.db"
 # Heartbeats let a resumed study fail the trials a killed process left RUNNING, then retry them (a few times:
 # a configuration that kills its worker every time is not retried forever).
 HEARTBEAT_S = 30
-GRACE_S = 90
 MAX_RETRY = 2
 
 
@@ -75,12 +75,13 @@ def _check_sqlite_file(path: Path) -> None:
         raise ConfigError(f"{path} is an SQLite database but not an Optuna one (tables: {', '.join(sorted(tables))})")
 
 
-def open_storage(url: str | None = None, *, heartbeat: bool = True) -> "optuna.storages.BaseStorage":
+def open_storage(url: str | None = None, *, heartbeat: int | None = HEARTBEAT_S) -> "optuna.storages.BaseStorage":
     """Open ``url`` (default :data:`DEFAULT_STORAGE`) as an Optuna storage.
 
     Args:
         url: ``sqlite:///PATH``, another SQLAlchemy URL, or ``journal:PATH``.
-        heartbeat: Record trial heartbeats so that trials of killed processes are failed and retried.
+        heartbeat: Seconds between trial heartbeats (None: none, for readers). A trial silent for three
+            heartbeats is failed and retried when a worker next starts (RDB storages).
 
     Raises:
         ConfigError: a malformed URL, an unreadable file or one that is not an Optuna database, a server that
@@ -93,10 +94,13 @@ def open_storage(url: str | None = None, *, heartbeat: bool = True) -> "optuna.s
     if heartbeat:
         from optuna.storages import RetryHeartbeatStaleTrialCallback
 
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            retry = RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
         beat = {
-            "heartbeat_interval": HEARTBEAT_S,
-            "grace_period": GRACE_S,
-            "heartbeat_stale_trial_callback": RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY),
+            "heartbeat_interval": heartbeat,
+            "grace_period": 3 * heartbeat,
+            "heartbeat_stale_trial_callback": retry,
         }
     if url.startswith("journal:"):
         path = Path(url.removeprefix("journal:"))
@@ -126,7 +130,9 @@ def open_storage(url: str | None = None, *, heartbeat: bool = True) -> "optuna.s
         _check_sqlite_file(path)
         engine_kwargs = {"connect_args": {"timeout": 60}}
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **beat)
+        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's API-stability sense only
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **beat)
     except Exception as e:  # driver missing, server down, authentication, ...
         raise ConfigError(f"cannot open storage {url!r}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
 

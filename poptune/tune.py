@@ -13,6 +13,7 @@ One study per ``<model>@<hardware-id>`` in the storage; running the same command
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,7 @@ class StudySpec:
         study: Study name (default ``<model>@<hardware-id>``).
         seed: Sampler seed.
         enqueue: Configurations to measure first, after the full model and the paper's rule.
+        heartbeat_s: Seconds between trial heartbeats; a trial silent for three is failed and retried.
     """
 
     problem: TuningProblem
@@ -61,28 +63,27 @@ class StudySpec:
     study: str | None = None
     seed: int = 0
     enqueue: tuple[PopConfig, ...] = field(default_factory=tuple)
+    heartbeat_s: int = store.HEARTBEAT_S
 
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
             raise ConfigError(f"`trials` must be a positive integer, got {self.trials!r}")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"`timeout` must be positive seconds, got {self.timeout}")
+        if isinstance(self.heartbeat_s, bool) or not isinstance(self.heartbeat_s, int) or self.heartbeat_s < 1:
+            raise ConfigError(f"`heartbeat_s` must be a positive integer, got {self.heartbeat_s!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"`sampler` must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
 
 
-def _constraints(trial: "optuna.trial.FrozenTrial") -> tuple[float, ...]:
-    return tuple(trial.user_attrs.get("constraint", (0.0,)))
-
-
-def make_sampler(name: str, seed: int, num_layers: int, constrained: bool) -> "optuna.samplers.BaseSampler":
+def make_sampler(name: str, seed: int, num_layers: int) -> "optuna.samplers.BaseSampler":
+    """A seeded sampler; the accuracy budget reaches TPE and NSGA-II through ``trial.set_constraint``."""
     import optuna
 
-    constraints = _constraints if constrained else None
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, constraints_func=constraints)
+        return optuna.samplers.TPESampler(seed=seed)
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=constraints)
+        return optuna.samplers.NSGAIISampler(seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     space = {"skip": list(range(num_layers)), "boundary": list(BOUNDARIES), "offset": list(range(MAX_OFFSET + 1))}
@@ -102,10 +103,14 @@ def _check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
 
 def _record_problem(study: "optuna.Study", problem: TuningProblem, num_layers: int, hardware: dict[str, Any]) -> None:
     if "problem" not in study.user_attrs:
+        import optuna
+
         from poptune.measure.bench import versions
         from poptune.models import resolve_model, weights_fingerprint
 
-        study.set_metric_names([f"prefill_ms@{problem.target}", "accuracy"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([f"prefill_ms@{problem.target}", "accuracy"])
         study.set_user_attr("problem", problem.to_dict())
         study.set_user_attr("model", resolve_model(problem.model).name)
         study.set_user_attr("weights_fingerprint", weights_fingerprint(problem.model, problem.weights))
@@ -140,7 +145,6 @@ def _objective(study: "optuna.Study", evaluator: ConfigEvaluator, problem: Tunin
             info = measurement.info()
         drop = measurement.drop_points
         if problem.max_drop is not None:
-            info["constraint"] = [drop - problem.max_drop]
             info["feasible"] = drop <= problem.max_drop
             trial.set_constraint("max_drop", drop - problem.max_drop)
         for key, value in info.items():
@@ -170,7 +174,7 @@ def run_study(
 
     problem = spec.problem
     resolve_model(problem.model)  # an unknown model fails before the storage is touched
-    storage = store.open_storage(spec.storage)
+    storage = store.open_storage(spec.storage, heartbeat=spec.heartbeat_s)
     hardware = fingerprint(problem.device)
     name = spec.study or store.study_name(resolve_model(problem.model).name, hardware.hardware_id)
     if name in store.study_names(storage):
@@ -183,7 +187,7 @@ def run_study(
         study_name=name,
         storage=storage,
         directions=["minimize", "maximize"],
-        sampler=make_sampler(spec.sampler, spec.seed, num_layers, problem.max_drop is not None),
+        sampler=make_sampler(spec.sampler, spec.seed, num_layers),
         load_if_exists=True,
     )
     _record_problem(study, problem, num_layers, hardware.to_dict())

@@ -170,3 +170,26 @@ def test_killed_study_resumes_with_nothing_lost(problem, tmp_path):
     assert {(r.skip, r.boundary, r.offset) for r in store.front(resumed)} <= {
         (c.skip, c.boundary, c.offset) for c in _configs(ref)
     }
+
+
+def test_importance_proposal_is_enqueued(problem, tmp_path, capsys):
+    from poptune.importance import ImportanceResult, ImportanceSpec
+
+    # Prefill importance lowest in layers 2-3: a ratio of 1/3 (2 of 6 layers) with offset 2 skips exactly those.
+    result = ImportanceResult(model="tiny-llama", prefill=(9.0, 8.0, 0.1, 0.2, 5.0, 6.0), decode=(1.0,) * 6,
+                              spec=ImportanceSpec(samples=1), source="test", loss=0.0, seconds=0.0, dtype="float32",
+                              device="cpu")
+    path = tmp_path / "importance.json"
+    path.write_text(result.to_json())
+    url = f"sqlite:///{tmp_path}/s.db"
+    code = main(["study", "--model", "tiny-llama", "--tasks", "piqa", "--limit", "4", "--lengths", "16",
+                 "--data-dir", problem.data_dir, "--storage", url, "--repeats", "1", "--trials", "3",
+                 "--init-from-importance", str(path)])
+    assert code == 0
+    study = store.load_study(store.open_storage(url, heartbeat=None), None)
+    assert PopConfig(skip=2, boundary="last", offset=2) in _configs(study)
+    other = tmp_path / "other.json"
+    other.write_text(result.to_json().replace('"tiny-llama"', '"tiny-qwen3"'))
+    code = main(["study", "--model", "tiny-llama", "--tasks", "piqa", "--data-dir", problem.data_dir,
+                 "--storage", url, "--init-from-importance", str(other)])
+    assert code == 2 and "analyses 'tiny-qwen3'" in capsys.readouterr().err

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 from poptune.errors import PoptuneError
 
-from . import bench, eval, generate, study
+from . import bench, eval, generate, importance, study
 
 __all__ = ["main"]
 
-_COMMANDS = (generate, bench, eval, study)
+_COMMANDS = (generate, bench, eval, study, importance)
 
 
 class _Parser(argparse.ArgumentParser):

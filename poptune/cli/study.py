@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--lengths", default="512", help="prompt lengths timed; the first is the objective")
     parser.add_argument("--tasks", help="accuracy tasks (default: piqa,arc_easy,hellaswag,winogrande,boolq with a "
                         "data directory, else embedded)")
-    parser.add_argument("--limit", type=int, help="items per task, evenly spaced (default: 40 with real tasks)")
+    parser.add_argument("--limit", type=int, help="items per task, evenly spaced (default: 16 with real tasks)")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
     parser.add_argument("--sampler", choices=("tpe", "nsga2", "random", "grid"), default="tpe")
     parser.add_argument("--max-drop", type=float, help="accuracy budget in points (an Optuna constraint)")
@@ -29,6 +28,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--study", help="study name (default: <model>@<hardware-id>)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="POP/full timing pairs per trial (default: 3)")
+    parser.add_argument("--heartbeat", type=int, default=30, help="seconds between trial heartbeats (default: 30)")
+    parser.add_argument("--init-from-importance", metavar="JSON",
+                        help="enqueue the block the importance analysis proposes (poptune importance)")
+    parser.add_argument("--init-ratio", type=float, default=1 / 3,
+                        help="pruning ratio of that proposal (default: 1/3)")
     parser.set_defaults(run=run_study)
 
     pareto = sub.add_parser("pareto", help="print a stored Pareto front")
@@ -60,7 +64,7 @@ def _problem(args: argparse.Namespace) -> Any:
     real = [t for t in tasks if t not in EMBEDDED]
     if directory is not None and real:
         check_data(directory, real)
-    limit = args.limit if args.limit is not None else (40 if real else None)
+    limit = args.limit if args.limit is not None else (16 if real else None)
     return TuningProblem(
         model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths, "--lengths")), limit=limit,
         data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
@@ -98,11 +102,24 @@ def write_front_plot(study: Any, path: Path) -> Path:
     return pareto_plot(points, front, path, title=f"{study.study_name}: POP configurations (skip/boundary/offset)")
 
 
+def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
+    if not args.init_from_importance:
+        return ()
+    from poptune.importance import load_importance, propose_block
+    from poptune.models import resolve_model
+
+    result = load_importance(args.init_from_importance)
+    if resolve_model(result.model).name != resolve_model(args.model).name:
+        raise ConfigError(f"{args.init_from_importance} analyses {result.model!r}, not {args.model!r}")
+    return (propose_block(result.prefill, args.init_ratio),)
+
+
 def run_study(args: argparse.Namespace) -> int:
     from poptune.tune import StudySpec
 
     spec = StudySpec(problem=_problem(args), trials=args.trials, timeout=args.timeout, sampler=args.sampler,
-                     storage=args.storage, study=args.study, seed=args.seed)
+                     storage=args.storage, study=args.study, seed=args.seed, heartbeat_s=args.heartbeat,
+                     enqueue=_importance_proposal(args))
 
     import optuna
     from tqdm import tqdm
@@ -110,8 +127,11 @@ def run_study(args: argparse.Namespace) -> int:
     from poptune import store
     from poptune.tune import run_study as run
 
+    from poptune.models import resolve_model
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    resolve_model(spec.problem.model)  # bad input fails before the progress bar and the storage
+    store.open_storage(spec.storage, heartbeat=None)
     with tqdm(total=spec.trials, desc="study", unit="trial") as bar:
 
         def progress(study: Any, trial: Any) -> None:
@@ -135,7 +155,7 @@ def run_pareto(args: argparse.Namespace) -> int:
 
     from poptune import store
 
-    study = store.load_study(store.open_storage(args.storage, heartbeat=False), args.study)
+    study = store.load_study(store.open_storage(args.storage, heartbeat=None), args.study)
     rows = store.front(study)
     if args.json:
         print(json.dumps({"study": study.study_name, "front": [asdict(r) for r in rows]}, indent=2))

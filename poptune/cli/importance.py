@@ -1,0 +1,90 @@
+"""``poptune importance``: the virtual-gate analysis -- which layers matter for prefill, which for decode."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from poptune.errors import ConfigError
+
+from ._args import add_model, write_text
+
+_PAPER_RATIO = 1 / 3  # the paper skips the last third of the layers in prefill
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("importance", help="per-layer prefill and decode importance from virtual gates")
+    add_model(parser)
+    parser.add_argument("--samples", type=int, default=64, help="calibration samples (default: 64)")
+    parser.add_argument("--length", type=int, default=256, help="prompt tokens per sample (default: 256)")
+    parser.add_argument("--new-tokens", type=int, default=32,
+                        help="tokens sampled from the model per sample; the loss is theirs (default: 32)")
+    parser.add_argument("--batch-size", type=int, default=8, help="samples per forward/backward (default: 8)")
+    parser.add_argument("--data-dir", help="folder with wikitext-2/test.txt for the prompts (default: "
+                        "$POPTUNE_DATA; neither: prompts sampled from the model)")
+    parser.add_argument("--out", default=".", help="folder for importance-<model>.json and .png (default: .)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling generator (default: 0)")
+    parser.add_argument("--ratio", type=float, default=_PAPER_RATIO,
+                        help="prefill pruning ratio of the proposed block (default: 1/3, the paper's)")
+    parser.set_defaults(run=run)
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The effective command line, every option spelled out (what reproduces the result)."""
+    parts = [f"poptune importance --model {args.model} --samples {args.samples} --length {args.length}",
+             f"--new-tokens {args.new_tokens} --batch-size {args.batch_size} --seed {args.seed}",
+             f"--device {args.device}"]
+    if args.dtype:
+        parts.append(f"--dtype {args.dtype}")
+    if args.weights != "pretrained":
+        parts.append(f"--weights {args.weights}")
+    if args.data_dir:
+        parts.append(f"--data-dir {args.data_dir}")
+    return " ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from poptune.importance import ImportanceSpec, calibration_file
+
+    spec = ImportanceSpec(samples=args.samples, prompt_tokens=args.length, new_tokens=args.new_tokens,
+                          batch_size=args.batch_size, seed=args.seed)
+    if not 0 < args.ratio < 1:
+        raise ConfigError(f"`--ratio` must be in (0, 1), got {args.ratio}")
+    out = Path(args.out)
+    if not out.is_dir():
+        raise ConfigError(f"`--out` must be an existing folder, got {args.out}")
+    calibration_file(args.data_dir)  # a missing data file fails now, not after loading the model
+
+    from tqdm import tqdm
+
+    from poptune.importance import compute_importance, importance_plot, propose_block
+    from poptune.models import load_model, resolve_model
+
+    name = resolve_model(args.model).name
+    slug = re.sub(r"[^a-z0-9.-]+", "-", Path(name).name.lower()).strip("-") or "model"
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
+    with tqdm(total=spec.samples, desc="importance", unit="sample", leave=False) as bar:
+
+        def progress(done: int) -> None:
+            bar.update(done - bar.n)
+
+        result = compute_importance(model, tokenizer, spec, model_name=name, data_dir=args.data_dir,
+                                    progress=progress)
+    result = replace(result, command=_command(args))
+    json_path, png_path = out / f"importance-{slug}.json", out / f"importance-{slug}.png"
+    write_text(str(json_path), result.to_json())
+    importance_plot(result, png_path)
+
+    print(f"{name}: virtual-gate importance, {spec.samples} samples of {spec.prompt_tokens} prompt + "
+          f"{spec.new_tokens} sampled tokens ({result.source}), {result.seconds:.1f} s on {result.hardware_id}")
+    print(result.table())
+    proposal = propose_block(result.prefill, args.ratio)
+    block = proposal.skipped_layers(result.num_layers)
+    share = sum(result.prefill[i] for i in block) / (sum(result.prefill) or 1.0)
+    print(f"proposed at ratio {args.ratio:.2f}: {proposal} (layers {block.start}-{block.stop - 1}, "
+          f"{share:.1%} of the total prefill importance)")
+    print(f"wrote {json_path} and {png_path}")
+    return 0
