@@ -325,8 +325,8 @@ def sample_with_gradients(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample continuations and take the gate gradients of their loss, with one pass over the prompt.
 
-    Equal to :func:`sample_continuations` followed by :func:`gate_gradients`, without encoding the prompt twice
-    (a third of the cost at 256 + 32 tokens): the gated prompt pass keeps its K/V, in the autograd graph, for
+    Equal to :func:`sample_continuations` followed by :func:`gate_gradients` (same tokens for the same generator
+    state), without encoding the prompt a second time: the gated prompt pass keeps its K/V, in the graph, for
     the gated pass over the continuation; the tokens are sampled in between from a snapshot of that cache.
 
     Returns:

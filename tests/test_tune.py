@@ -131,9 +131,12 @@ def _study_cmd(url, data_dir, trials):
             "--repeats", "1", "--heartbeat", "1", "--trials", str(trials)]
 
 
-def _running(db):
+def _running_with_heartbeat(db):
+    """Numbers of RUNNING trials whose heartbeat thread has written (before that, a kill is not detectable)."""
     with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT number FROM trials WHERE state = 'RUNNING'").fetchall()
+        return conn.execute(
+            "SELECT t.number FROM trials t JOIN trial_heartbeats h ON h.trial_id = t.trial_id WHERE t.state = 'RUNNING'"
+        ).fetchall()
 
 
 def test_killed_study_resumes_with_nothing_lost(problem, tmp_path):
@@ -148,8 +151,11 @@ def test_killed_study_resumes_with_nothing_lost(problem, tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
-        if db.exists() and (2,) in _running(db):  # the third trial is being measured
-            break
+        try:
+            if db.exists() and (2,) in _running_with_heartbeat(db):  # the third trial is being measured
+                break
+        except sqlite3.OperationalError:  # tables not created yet
+            pass
         time.sleep(0.1)
     assert proc.poll() is None, "the study ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
