@@ -73,7 +73,7 @@ def main() -> None:
     lines = [
         f"# Accuracy under POP: {args.model} ({args.name})",
         "",
-        f"0-shot, poptune's stage-aware lm-eval model; items per task: "
+        "0-shot, poptune's stage-aware lm-eval model; items per task: "
         + ", ".join(f"{t} {rows[0]['items'][t]}" for t in tasks)
         + (f" (evenly spaced subset, --limit {args.limit})" if args.limit else " (full sets)")
         + ". Metric: " + ", ".join(f"{t} {PRIMARY_METRIC[t]}" for t in tasks)
@@ -96,7 +96,7 @@ def main() -> None:
               f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
               f"- hardware: {hw.name} ({hw.hardware_id})",
               f"- versions: {', '.join(f'{k} {v}' for k, v in versions().items())}",
-              f"- wall time per configuration (s): " + ", ".join(f"{r['seconds']:.0f}" for r in rows), ""]
+              "- wall time per configuration (s): " + ", ".join(f"{r['seconds']:.0f}" for r in rows), ""]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"accuracy-{args.model}-{args.name}"

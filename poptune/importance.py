@@ -581,9 +581,9 @@ def load_importance(path: str | os.PathLike[str]) -> ImportanceResult:
 
 def importance_plot(result: ImportanceResult, path: str | os.PathLike[str]) -> Path:
     """A grouped bar chart of normalised prefill and decode importance over layer index, as a PNG."""
-    from .plots import _pyplot
+    from .plots import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     layers = range(result.num_layers)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.4 * result.num_layers + 2), 4), dpi=120)
     width = 0.4
@@ -598,15 +598,5 @@ def importance_plot(result: ImportanceResult, path: str | os.PathLike[str]) -> P
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp.png")
-    try:
-        fig.savefig(tmp)
-        tmp.replace(target)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {target}: {e.strerror or e}") from e
-    finally:
-        plt.close(fig)
-    return target
+    return save_figure(fig, path)
 

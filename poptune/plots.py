@@ -8,16 +8,33 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["pareto_plot"]
+__all__ = ["pareto_plot", "pyplot", "save_figure"]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def save_figure(fig: Any, path: str | Path) -> Path:
+    """Write ``fig`` as PNG: a temporary file beside the target, then a rename (no half-written image)."""
+    plt = pyplot()
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp.png")
+    try:
+        fig.savefig(tmp)
+        tmp.replace(target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write {target}: {e.strerror or e}") from e
+    finally:
+        plt.close(fig)
+    return target
 
 
 def pareto_plot(
@@ -38,7 +55,7 @@ def pareto_plot(
         path: Where to write the PNG (written to a temporary file first, then renamed).
         series: Other methods to draw beside POP (name -> points), e.g. baselines.
     """
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     ax.scatter([p[0] for p in points], [p[1] for p in points], s=18, color="#9db4d6", label="POP trials")
     ordered = sorted(front)
@@ -53,14 +70,4 @@ def pareto_plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp.png")
-    try:
-        fig.savefig(tmp)
-        tmp.replace(target)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {target}: {e.strerror or e}") from e
-    finally:
-        plt.close(fig)
-    return target
+    return save_figure(fig, path)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from poptune.errors import ConfigError
 
 from ._args import add_model, add_pop, check_output_path, int_list, pop_config, write_text
 

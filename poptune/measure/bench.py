@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import platform
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
