@@ -207,7 +207,7 @@ def run_study(
         full = evaluator.full_accuracy()
         study.set_user_attr("full_accuracy", full)
     else:
-        evaluator = ConfigEvaluator(problem, full_accuracy=full, model=evaluator._load())
+        evaluator.set_full_accuracy(full)
 
     for config in (PopConfig(skip=0), paper_default(num_layers), *spec.enqueue):
         study.enqueue_trial(config.to_dict(), skip_if_exists=True)

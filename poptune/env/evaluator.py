@@ -70,6 +70,10 @@ class ConfigEvaluator:
         scores, items, _ = measure_tasks(self.model, self.tokenizer, config, self._eval_spec())
         return primary(scores), items
 
+    def set_full_accuracy(self, accuracy: dict[str, float]) -> None:
+        """Reuse the full model's accuracy measured earlier (e.g. stored with a resumed study)."""
+        self._full_accuracy = dict(accuracy)
+
     def full_accuracy(self) -> dict[str, float]:
         """The full model's accuracy per task, measured on first use."""
         if self._full_accuracy is None:
