@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .data import data_dir as resolve_data_dir
+from .data import wikitext_path
 from .engine import PopConfig, decoder_of, get_pop_config
 from .errors import ConfigError, DataError, UnsupportedModelError
 
@@ -64,8 +66,6 @@ __all__ = [
 ]
 
 #: Environment variable naming the data directory when none is passed (shared with the evaluation commands).
-DATA_ENV_VAR = "POPTUNE_DATA"
-_WIKITEXT = Path("wikitext-2") / "test.txt"
 _FORMAT = "poptune-importance/1"
 
 
@@ -415,13 +415,8 @@ def calibration_file(data_dir: str | os.PathLike[str] | None) -> Path | None:
     Raises:
         DataError: the directory does not hold the file.
     """
-    chosen = data_dir if data_dir is not None else os.environ.get(DATA_ENV_VAR) or None
-    if chosen is None:
-        return None
-    path = Path(chosen).expanduser() / _WIKITEXT
-    if not path.is_file():
-        raise DataError(f"{path} is missing (the importance analysis reads the WikiText-2 test split as text)")
-    return path.resolve()
+    directory = resolve_data_dir(data_dir)
+    return None if directory is None else wikitext_path(directory)
 
 
 def calibration_prompts(

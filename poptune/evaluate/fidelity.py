@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
+from poptune.data import wikitext_path
 from poptune.engine import PopConfig, apply_pop, remove_pop
-from poptune.errors import ConfigError, DataError
+from poptune.errors import ConfigError
 from poptune.evaluate.scoring import continuation_logprobs
 
 __all__ = ["FidelitySpec", "FidelityResult", "fidelity_pairs", "wikitext", "generated_text", "measure_fidelity"]
@@ -71,10 +72,7 @@ class FidelityResult:
 
 def wikitext(data_dir: str | Path) -> str:
     """The WikiText-2 test split from a data directory (``wikitext-2/test.txt``)."""
-    path = Path(data_dir) / "wikitext-2" / "test.txt"
-    if not path.is_file():
-        raise DataError(f"wikitext: {path} is missing (expected the tokenized WikiText-2 test split as plain text)")
-    return path.read_text(encoding="utf-8")
+    return wikitext_path(data_dir).read_text(encoding="utf-8")
 
 
 def generated_text(model: Any, tokenizer: Any, tokens: int, *, seed: int = 0) -> str:

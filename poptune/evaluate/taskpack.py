@@ -29,6 +29,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from poptune.data import ENV_VAR, data_dir
 from poptune.errors import ConfigError, DataError
 from poptune.evaluate.tasks.loaders import SOURCES, read_docs, read_piqa
 
@@ -40,23 +41,10 @@ __all__ = ["ENV_VAR", "TASKS", "check_data", "data_dir", "get_task_dict", "task_
 
 TASKS: tuple[str, ...] = ("piqa", "arc_easy", "arc_challenge", "hellaswag", "winogrande", "boolq")
 
-#: Environment variable naming the data directory when none is passed.
-ENV_VAR = "POPTUNE_DATA"
-
 # check_data parses this many documents per file; the loaders parse every line when lm-eval builds the task.
 _CHECK_LINES = 5
 
 assert set(TASKS) == set(SOURCES), "every task needs a loader and a template"
-
-
-def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """The offline data directory: ``explicit`` if given, else ``$POPTUNE_DATA`` if set, else None.
-
-    None means "use lm-eval's built-in tasks and the dataset hub". The path is not checked here; see
-    :func:`check_data`.
-    """
-    chosen = explicit if explicit is not None else os.environ.get(ENV_VAR) or None
-    return None if chosen is None else Path(chosen).expanduser().resolve()
 
 
 def _unknown(tasks: Sequence[str]) -> None:
