@@ -3,7 +3,7 @@
 from .engine import BOUNDARIES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop
 from .errors import ConfigError, DataError, DeviceError, ModelNotFoundError, PoptuneError, UnsupportedModelError
 from .export import load_config
-from .models import ModelSpec, load_model, model_names, resolve_model
+from .models import ImageSize, ModelSpec, image_prompt, load_model, model_names, resolve_model, synthetic_image
 
 __version__ = "0.1.0"
 
@@ -12,6 +12,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "DeviceError",
+    "ImageSize",
     "ModelNotFoundError",
     "ModelSpec",
     "PopConfig",
@@ -20,9 +21,11 @@ __all__ = [
     "UnsupportedModelError",
     "apply_pop",
     "get_pop_config",
+    "image_prompt",
     "load_config",
     "load_model",
     "model_names",
     "remove_pop",
     "resolve_model",
+    "synthetic_image",
 ]

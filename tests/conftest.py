@@ -22,22 +22,40 @@ def shared_data() -> Path:
         pytest.skip(f"no evaluation data at {SHARED_DATA}")
     return SHARED_DATA
 
-TINY_MODELS = ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3-vl")
+TINY_MODELS = ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3-vl", "tiny-gemma3-vl")
+#: The vision-language architectures, prompted with images.
+TINY_VLMS = ("tiny-qwen3-vl", "tiny-gemma3-vl")
 # The engine's guarantees hold on every tiny architecture and on the real embedded Gemma-3-270M.
 ENGINE_MODELS = (*TINY_MODELS, pytest.param("gemma-3", marks=pytest.mark.integration))
 
 _loaded: dict[str, tuple] = {}
 
 
+def _shared(name: str) -> tuple:
+    """(model, tokenizer) of ``name``, loaded once per session."""
+    from poptune import load_model
+
+    if name not in _loaded:
+        _loaded[name] = load_model(name)
+    return _loaded[name]
+
+
 @pytest.fixture(params=ENGINE_MODELS)
 def arch(request):
     """(model, tokenizer) for each supported architecture; loaded once, POP removed after each test."""
-    from poptune import load_model, remove_pop
+    from poptune import remove_pop
 
-    name = request.param
-    if name not in _loaded:
-        _loaded[name] = load_model(name)
-    model, tokenizer = _loaded[name]
+    model, tokenizer = _shared(request.param)
+    yield model, tokenizer
+    remove_pop(model)
+
+
+@pytest.fixture(params=TINY_VLMS)
+def vlm(request):
+    """(model, tokenizer) for each vision-language architecture, shared with ``arch``."""
+    from poptune import remove_pop
+
+    model, tokenizer = _shared(request.param)
     yield model, tokenizer
     remove_pop(model)
 
@@ -45,10 +63,8 @@ def arch(request):
 @pytest.fixture
 def gemma():
     """The real embedded Gemma-3-270M (integration tests only), shared with ``arch``."""
-    from poptune import load_model, remove_pop
+    from poptune import remove_pop
 
-    if "gemma-3" not in _loaded:
-        _loaded["gemma-3"] = load_model("gemma-3")
-    model, tokenizer = _loaded["gemma-3"]
+    model, tokenizer = _shared("gemma-3")
     yield model, tokenizer
     remove_pop(model)

@@ -1,5 +1,18 @@
-"""Model loading: registered names, the embedded Gemma-3-270M, tiny random configs."""
+"""Model loading: registered names, the embedded Gemma-3-270M, tiny random configs, image prompts for VLMs."""
 
 from .registry import ModelSpec, load_model, model_names, resolve_model, weights_fingerprint
+from .vision import ImageSize, image_prompt, image_token_counts, parse_image_sizes, synthetic_image, vision_family
 
-__all__ = ["ModelSpec", "load_model", "model_names", "resolve_model", "weights_fingerprint"]
+__all__ = [
+    "ImageSize",
+    "ModelSpec",
+    "image_prompt",
+    "image_token_counts",
+    "load_model",
+    "model_names",
+    "parse_image_sizes",
+    "resolve_model",
+    "synthetic_image",
+    "vision_family",
+    "weights_fingerprint",
+]

@@ -3,7 +3,8 @@
 Full-size configs let ``weights="random"`` build any registered architecture for latency work where the real
 weights are not available (timing does not depend on weight values). Tiny configs (>= 6 layers, a byte-level
 vocabulary) make unit tests take seconds; ``tiny-gemma3`` mixes sliding and full attention layers with a small
-window so that prompts cross it.
+window so that prompts cross it; ``tiny-qwen3-vl`` and ``tiny-gemma3-vl`` add small vision towers whose image
+tokens use the tiny tokenizer's vision ids (260-263).
 """
 
 from __future__ import annotations
@@ -47,24 +48,37 @@ def _gemma3_text(
     )
 
 
-# Published shapes (config.json of each hub checkpoint), text stacks only where the checkpoint is a VLM and
-# the architecture is text-only in poptune today.
+def _gemma3_vlm(text: dict[str, Any], vision: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A ``Gemma3ForConditionalGeneration`` config around a text stack made by :func:`_gemma3_text`."""
+    text = {k: v for k, v in text.items() if k != "architectures"}
+    return dict(model_type="gemma3", architectures=["Gemma3ForConditionalGeneration"], text_config=text,
+                vision_config=dict(model_type="siglip_vision_model", vision_use_head=False, **vision), **extra)
+
+
+# SigLIP-So400m at 896 pixels, 14-pixel patches, pooled to 256 tokens per image (Gemma-3 4B and 12B).
+_GEMMA3_SIGLIP = dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
+                      image_size=896, patch_size=14)
+_GEMMA3_GLOBAL_ROPE = {
+    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+}
+_GEMMA3_IMAGE_TOKENS = dict(mm_tokens_per_image=256, boi_token_index=255_999, eoi_token_index=256_000,
+                            image_token_index=262_144)
+
+# Published shapes (config.json of each hub checkpoint). Gemma-3 4B and 12B are vision-language models
+# (Gemma3ForConditionalGeneration, text vocabulary 262,208 with the image token); 270M and 1B are text-only.
 _FULL: dict[str, dict[str, Any]] = {
     "gemma-3-270m": _gemma3_text(640, 2048, 18, 4, 1, 512, tie_word_embeddings=True),
     "gemma-3-1b": _gemma3_text(1152, 6912, 26, 4, 1, 512, tie_word_embeddings=True),
-    "gemma-3-4b": _gemma3_text(
-        2560, 10240, 34, 8, 4, 1024,
-        rope_parameters={
-            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-        },
+    "gemma-3-4b": _gemma3_vlm(
+        _gemma3_text(2560, 10240, 34, 8, 4, 1024, rope_parameters=_GEMMA3_GLOBAL_ROPE) | {"vocab_size": 262_208},
+        _GEMMA3_SIGLIP,
+        **_GEMMA3_IMAGE_TOKENS,
     ),
-    "gemma-3-12b": _gemma3_text(
-        3840, 15360, 48, 16, 8, 1024,
-        rope_parameters={
-            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1_000_000.0},
-            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-        },
+    "gemma-3-12b": _gemma3_vlm(
+        _gemma3_text(3840, 15360, 48, 16, 8, 1024, rope_parameters=_GEMMA3_GLOBAL_ROPE) | {"vocab_size": 262_208},
+        _GEMMA3_SIGLIP,
+        **_GEMMA3_IMAGE_TOKENS,
     ),
     "llama-3.1": dict(
         model_type="llama",
@@ -200,8 +214,28 @@ _TINY: dict[str, dict[str, Any]] = {
             temporal_patch_size=2,
             out_hidden_size=64,
             num_position_embeddings=64,
-            deepstack_visual_indexes=[0],
+            # Two deepstack injections, after decoder layers 0 and 1: skip=5 puts the second one inside the
+            # skipped block (the 8B model's three, after layers 0-2, are reached from skip=34 on).
+            deepstack_visual_indexes=[0, 1],
         ),
+    ),
+    # A 56x56 SigLIP tower with 7-pixel patches (8x8) pooled to 16 tokens per image: longer than the text
+    # stack's sliding window of 8, so the bidirectional image mask and the window meet inside one image.
+    "tiny-gemma3-vl": _gemma3_vlm(
+        dict(
+            model_type="gemma3_text",
+            query_pre_attn_scalar=16,
+            sliding_window=8,
+            layer_types=_gemma3_layer_types(6, pattern=3),
+            **_TINY_COMMON,
+        ),
+        dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=56,
+             patch_size=7),
+        mm_tokens_per_image=16,
+        image_token_index=260,
+        boi_token_index=262,
+        eoi_token_index=263,
+        tie_word_embeddings=False,
     ),
 }
 

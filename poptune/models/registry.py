@@ -90,8 +90,9 @@ def load_model(
 
     Args:
         name: ``gemma-3`` (the embedded Gemma-3-270M), ``gemma-3-1b``/``-4b``/``-12b``, ``llama-3.1``,
-            ``qwen3``, ``qwen3-vl``, ``tiny-llama``/``tiny-qwen3``/``tiny-gemma3``/``tiny-qwen3-vl``, or a
-            local Hugging Face model directory.
+            ``qwen3``, ``qwen3-vl``, ``tiny-llama``/``tiny-qwen3``/``tiny-gemma3``/``tiny-qwen3-vl``/
+            ``tiny-gemma3-vl``, or a local Hugging Face model directory. Gemma-3 4B/12B and Qwen3-VL are
+            vision-language models (prompt them with images through :func:`poptune.models.image_prompt`).
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``float32``, ``bfloat16``, ``float16`` or a torch dtype; None: float32 on CPU, bfloat16 on CUDA.
         weights: ``pretrained``, or ``random`` for the full-size architecture with random weights (for
