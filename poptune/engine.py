@@ -18,6 +18,28 @@ Layers outside the block run as usual, so the boundary tokens see the full model
 (decode) is the untouched model. The output of a POP prefill holds hidden states (and so logits) only for the
 positions that ran at full depth: the boundary window, or the last prompt position when ``boundary="none"``;
 the pruned positions never reach the LM head.
+
+Image prompts (``Qwen3VLForConditionalGeneration``, ``Gemma3ForConditionalGeneration`` with ``pixel_values``)
+need nothing of their own: the vision encoder runs as usual in the model's forward, which merges the image
+features into the token sequence, computes the positions (Qwen3-VL's multimodal RoPE, whose ``rope_deltas``
+decode reads) and the attention masks, and only then calls the decoder this engine hooks. So POP runs over the
+merged image+text sequence, and:
+
+- **Masks.** A boundary token gets the rows of the model's own mask, sliced, not a causal mask rebuilt: with
+  Gemma-3's bidirectional attention within an image, a boundary image token still sees the later tokens of its
+  image (their K/V are in the cache by then, written in the same pass).
+- **Windows and images.** The boundary is a token count from the end of the prompt and may start inside an
+  image; it is not moved to the image's edges. This is exact, not an approximation of one: the retained layers
+  run every token, image tokens with their whole image, as in the full model; in the skipped block every
+  boundary token (image or text) runs the layer with its exact mask row and position over the pruned tokens'
+  K/V. With ``skip=1`` the boundary logits equal the full model's even when the window cuts an image, and
+  with the full model's K/V in place of the projected ones POP reproduces the full model at any skip.
+  ``boundary="last"`` (the paper's rule) puts only the final text token there.
+- **Deepstack (Qwen3-VL).** Visual features are added to the image positions of the hidden state after the
+  first decoder layers. An injection after a skipped layer still applies: it is an input to the residual
+  stream at that depth, not part of the layer, and the skipped layer hands on every position (pruned ones
+  unchanged), so deeper skipped layers write their K/V from ``x + deepstack``. In the 8B model the injections
+  follow layers 0-2, so only ``skip >= 34`` of 36 reaches them.
 """
 
 from __future__ import annotations

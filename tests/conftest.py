@@ -61,6 +61,12 @@ def vlm(request):
 
 
 @pytest.fixture
+def shared():
+    """A loader of shared models by name: ``shared("tiny-gemma3-vl") -> (model, tokenizer)``."""
+    return _shared
+
+
+@pytest.fixture
 def gemma():
     """The real embedded Gemma-3-270M (integration tests only), shared with ``arch``."""
     from poptune import remove_pop

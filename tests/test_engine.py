@@ -19,6 +19,8 @@ def _ids(tokenizer, text=PROMPT):
 @torch.no_grad()
 def _prefill_and_decode(model, inputs, steps=DECODE_STEPS, cache=None):
     """Logits of the last prompt position, then of each greedy decode step (the same tokens for comparisons)."""
+    from poptune.models.vision import decode_position_ids
+
     out = model(**inputs, cache=cache, use_cache=True)
     logits = [out.logits[:, -1]]
     cache = out.cache
@@ -26,7 +28,8 @@ def _prefill_and_decode(model, inputs, steps=DECODE_STEPS, cache=None):
     token = logits[-1].argmax(-1, keepdim=True)
     for _ in range(steps):
         mask = torch.cat([mask, torch.ones_like(token)], dim=1)
-        out = model(input_ids=token, attention_mask=mask, cache=cache, use_cache=True)
+        positions = decode_position_ids(model, inputs, mask)
+        out = model(input_ids=token, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
         logits.append(out.logits[:, -1])
         token = logits[-1].argmax(-1, keepdim=True)
     return logits, cache
@@ -258,6 +261,163 @@ def test_unsupported_architecture_is_refused_by_name():
     model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64))
     with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel"):
         apply_pop(model, PopConfig(skip=1))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Image prompts (Qwen3-VL with deepstack and mRoPE; Gemma-3 with a bidirectional mask within each image)
+
+QUESTION = "What is in this picture?"
+
+
+def _image_inputs(model, tok, sizes=((40, 30),), texts=(QUESTION,)):
+    from poptune import ImageSize, image_prompt, synthetic_image
+
+    images = [synthetic_image(ImageSize(w, h), seed=w * h) for w, h in sizes]  # one picture per size
+    return image_prompt(model, tok, images, list(texts))
+
+
+def _window_through_the_image(model, inputs):
+    """A boundary window that starts inside the (first row's) image: its last 3 image tokens and the text."""
+    image = (inputs["input_ids"][0] == model.config.image_token_id).nonzero()[:, 0]
+    return f"window-{inputs['input_ids'].shape[1] - int(image[-3])}"
+
+
+def test_images_skip0_is_bit_identical(vlm):
+    model, tok = vlm
+    inputs = _image_inputs(model, tok)
+    full, _ = _prefill_and_decode(model, inputs)
+    with apply_pop(model, PopConfig(skip=0)):
+        pop, _ = _prefill_and_decode(model, inputs)
+    for a, b in zip(full, pop):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("boundary", ["last", "window-4", "through-image"])
+def test_images_skip1_is_exact(vlm, boundary):
+    """At prefill (every boundary position) and every decode step, also with a window ending inside the image."""
+    model, tok = vlm
+    inputs = _image_inputs(model, tok)
+    if boundary == "through-image":
+        boundary = _window_through_the_image(model, inputs)
+    config = PopConfig(skip=1, boundary=boundary)
+    with torch.no_grad():
+        full_prefill = model(**inputs).logits[:, -config.boundary_width :]
+    full, _ = _prefill_and_decode(model, inputs)
+    with apply_pop(model, config):
+        with torch.no_grad():
+            pop_prefill = model(**inputs).logits
+        pop, _ = _prefill_and_decode(model, inputs)
+    torch.testing.assert_close(pop_prefill, full_prefill, rtol=1e-4, atol=1e-5)
+    for a, b in zip(full, pop):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_window_through_a_bidirectional_image_uses_the_image_mask(shared, monkeypatch):
+    """Gemma-3's image tokens attend to later tokens of their image: the boundary rows keep that mask.
+
+    The boundary tokens of a skipped layer get the model's own mask rows; had they a causal mask instead, the
+    image tokens inside the window would differ from the full model (the second half shows the test notices).
+    """
+    model, tok = shared("tiny-gemma3-vl")
+    inputs = _image_inputs(model, tok)
+    config = PopConfig(skip=1, boundary=_window_through_the_image(model, inputs))
+    with torch.no_grad():
+        full = model(**inputs).logits[:, -config.boundary_width :]
+        with apply_pop(model, config):
+            pop = model(**inputs).logits
+        torch.testing.assert_close(pop, full, rtol=1e-4, atol=1e-5)
+
+        exact_mask = engine._boundary_mask
+
+        def causal(mask, *args):
+            sliced = exact_mask(mask, *args)  # (B, 1, W, KV) bool, bottom-right aligned
+            w, kv = sliced.shape[-2:]
+            return sliced & torch.ones(w, kv, dtype=torch.bool).tril(kv - w)
+
+        monkeypatch.setattr(engine, "_boundary_mask", causal)
+        with apply_pop(model, config):
+            causal_pop = model(**inputs).logits
+    image_rows = slice(0, 3)  # the window's first three positions are image tokens
+    assert not torch.allclose(causal_pop[:, image_rows], full[:, image_rows], atol=1e-4)
+
+
+@pytest.mark.parametrize("boundary", ["last", "through-image"])
+def test_images_exact_kv_reproduces_the_full_model(vlm, boundary, monkeypatch):
+    """With the full model's K/V written for the pruned tokens, skip=5 equals the full model at every boundary
+    position: boundary tokens see their exact mask rows, positions and (Qwen3-VL) deepstack features."""
+    model, tok = vlm
+    inputs = _image_inputs(model, tok)
+    if boundary == "through-image":
+        boundary = _window_through_the_image(model, inputs)
+    config = PopConfig(skip=5, boundary=boundary)
+    exact = _exact_cache(model, inputs)
+    with torch.no_grad():
+        full = model(**inputs).logits[:, -config.boundary_width :]
+
+    def write_exact(layer, hidden_states, position_embeddings, cache):
+        idx = layer.self_attn.layer_idx
+        n = hidden_states.shape[1]
+        cache.update(exact.layers[idx].keys[:, :, :n], exact.layers[idx].values[:, :, :n], idx)
+
+    monkeypatch.setattr(engine, "_write_prompt_kv", write_exact)
+    with apply_pop(model, config), torch.no_grad():
+        pop = model(**inputs).logits
+    torch.testing.assert_close(pop, full, rtol=1e-4, atol=1e-5)
+
+
+@torch.no_grad()
+def test_deepstack_features_reach_the_skipped_layers(shared):
+    """Qwen3-VL adds deepstack features to the image positions after layers 0 and 1 (tiny config); with layers
+    1-5 skipped, the injection after layer 1 still applies: layer 2 writes its K/V from x + deepstack[1]."""
+    from transformers import DynamicCache
+
+    model, tok = shared("tiny-qwen3-vl")
+    inputs = _image_inputs(model, tok)
+    layers = engine.decoder_of(model).layers
+    seen = {}
+    hook = layers[1].register_forward_pre_hook(lambda m, a, kw: seen.update(x=a[0], pe=kw["position_embeddings"]),
+                                               with_kwargs=True)
+    try:
+        model(**inputs)  # the full model: x is the hidden state entering layer 1 (the first skipped one)
+    finally:
+        hook.remove()
+    with apply_pop(model, PopConfig(skip=5, boundary="none")):
+        cache = model(**inputs, cache=DynamicCache(), use_cache=True).cache
+    features = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"])
+    deepstack = torch.cat(features.deepstack_features[1])  # (image tokens, C)
+    visual = inputs["input_ids"] == model.config.image_token_id  # (B, N)
+    with_injection = seen["x"].clone()
+    with_injection[visual] += deepstack
+
+    def keys_from(x):
+        expected = DynamicCache()
+        for i in range(3):  # indices 0-1 as placeholders so that layer 2 lands at its own index
+            expected.update(cache.layers[i].keys, cache.layers[i].values, i)
+        expected.layers[2] = type(expected.layers[2])()
+        engine._write_prompt_kv(layers[2], x, seen["pe"], expected)
+        return expected.layers[2].keys
+
+    torch.testing.assert_close(cache.layers[2].keys, keys_from(with_injection), rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(cache.layers[2].keys, keys_from(seen["x"]), atol=1e-4)
+
+
+@pytest.mark.parametrize("boundary", ["last", "window-4"])
+def test_batched_image_prompts_equal_one_by_one(vlm, boundary):
+    """Two images of different sizes (Qwen3-VL: different token counts) and questions, left-padded."""
+    model, tok = vlm
+    sizes, texts = ((40, 30), (160, 128)), (QUESTION, "Describe the colours, please.")
+    batch = _image_inputs(model, tok, sizes, texts)
+    kwargs = dict(max_new_tokens=6, do_sample=False)
+    with apply_pop(model, PopConfig(skip=3, boundary=boundary)), torch.no_grad():
+        batch_logits = model(**batch).logits[:, -1]
+        batch_new = model.generate(**batch, **kwargs)[:, -6:]
+        for row in range(2):
+            one = _image_inputs(model, tok, sizes[row : row + 1], texts[row : row + 1])
+            torch.testing.assert_close(model(**one).logits[0, -1], batch_logits[row], rtol=1e-4, atol=1e-5)
+            assert torch.equal(model.generate(**one, **kwargs)[0, -6:], batch_new[row]), row
+    counts = (batch["input_ids"] == model.config.image_token_id).sum(-1)
+    if "image_grid_thw" in batch:
+        assert counts[0] != counts[1]  # the padding is real: different image token counts
 
 
 @pytest.mark.integration

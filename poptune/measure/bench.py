@@ -226,7 +226,6 @@ def run_bench(
     with Telemetry(hardware) as telemetry:
         for length in spec.lengths:
             inputs = prompt_batch(tokenizer, length, spec.batch_size, device=device)
-            mask = inputs["attention_mask"]
             prefill_pair = measure_pair(
                 lambda: prefill(model, inputs, config),
                 lambda: prefill(model, inputs, None),
@@ -240,8 +239,8 @@ def run_bench(
                 steps = spec.decode_tokens
                 decode_pair = _per_token(
                     measure_pair(
-                        Staged(lambda: prefill(model, inputs, config), lambda out: decode(model, out, mask, steps)),
-                        Staged(lambda: prefill(model, inputs, None), lambda out: decode(model, out, mask, steps)),
+                        Staged(lambda: prefill(model, inputs, config), lambda out: decode(model, out, inputs, steps)),
+                        Staged(lambda: prefill(model, inputs, None), lambda out: decode(model, out, inputs, steps)),
                         timer=timer,
                         policy=spec.policy,
                     ),

@@ -28,12 +28,20 @@ def prefill(model: Any, inputs: Mapping[str, torch.Tensor], config: PopConfig | 
             remove_pop(model)
 
 
-def decode(model: Any, output: Any, attention_mask: torch.Tensor, steps: int) -> None:
-    """``steps`` greedy decode forwards of the unmodified model from the cache of a prefill ``output``."""
+def decode(model: Any, output: Any, prompt: Mapping[str, torch.Tensor], steps: int) -> None:
+    """``steps`` greedy decode forwards of the unmodified model from the cache of a prefill ``output``.
+
+    ``prompt`` is what was prefilled (its attention mask grows by one per step; an image prompt sets
+    Qwen3-VL's decode positions, see :func:`poptune.models.vision.decode_position_ids`).
+    """
+    from poptune.models.vision import decode_position_ids
+
     cache = output.cache
     token = output.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
-    mask = attention_mask
+    mask = prompt["attention_mask"]
     for _ in range(steps):
         mask = torch.cat([mask, torch.ones_like(token)], dim=1)  # (B, past + 1)
-        out = model(input_ids=token, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1)
+        positions = decode_position_ids(model, dict(prompt), mask)
+        out = model(input_ids=token, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                    logits_to_keep=1)
         token = out.logits[:, -1].argmax(-1, keepdim=True)

@@ -213,7 +213,17 @@ def _random_model(config_dict: dict[str, Any], device: "torch.device", dtype: "t
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.device(device):
         torch.manual_seed(0)
         model = auto.from_config(config, dtype=dtype)
+        std = getattr(config, "initializer_range", 0.02)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.rsplit(".", 1)[-1] in _ZERO_INIT_INPUTS:
+                    param.normal_(0.0, std)
     return model
+
+
+# Parameters a model initialises to zeros although its input flows through them: Gemma-3's multimodal
+# projection (zeros would give every image token the same zero embedding, so the image would not matter).
+_ZERO_INIT_INPUTS = ("mm_input_projection_weight",)
 
 
 def _tiny_tokenizer() -> Any:

@@ -33,10 +33,12 @@ __all__ = [
     "parse_image_sizes",
     "vision_family",
     "require_vision",
+    "check_takes_images",
     "image_processor",
     "synthetic_image",
     "image_prompt",
     "image_token_counts",
+    "decode_position_ids",
 ]
 
 #: Model classes with an image path, by family.
@@ -98,17 +100,38 @@ def require_vision(model: Any, name: str) -> str:
     """The family of ``model``, or a :class:`ConfigError` saying that ``name`` takes no images."""
     family = vision_family(model)
     if family is None:
-        raise ConfigError(
-            f"{name!r} is a text-only model ({type(model).__name__}): image prompts need a vision-language model "
-            "(qwen3-vl, gemma-3-4b, gemma-3-12b, tiny-qwen3-vl, tiny-gemma3-vl)"
-        )
+        raise _text_only(name, type(model).__name__)
     return family
 
 
-def image_processor(model: Any) -> Any:
-    """The model's image processor, built from its config (PIL backend: no torchvision, no files)."""
-    family = require_vision(model, type(model).__name__)
-    vision = model.config.vision_config
+def check_takes_images(name: str) -> None:
+    """Fail before any loading when poptune knows the architecture of ``name`` and it takes no images.
+
+    Hub and local models whose config poptune does not hold are checked by :func:`require_vision` once loaded.
+    """
+    from . import configs
+    from .registry import resolve_model
+
+    spec = resolve_model(name)
+    config = configs.tiny_config(spec.name) or configs.full_config(spec.name)
+    architecture = (config or {}).get("architectures", [None])[0]
+    if config is not None and architecture not in _FAMILIES:
+        raise _text_only(name, architecture)
+
+
+def _text_only(name: str, architecture: str | None) -> ConfigError:
+    return ConfigError(
+        f"{name!r} is a text-only model ({architecture}): image prompts need a vision-language model "
+        "(qwen3-vl, gemma-3-4b, gemma-3-12b, tiny-qwen3-vl, tiny-gemma3-vl)"
+    )
+
+
+def image_processor(config: Any) -> Any:
+    """The image processor of a Qwen3-VL or Gemma-3 VLM ``config`` (PIL backend: no torchvision, no files)."""
+    family = config.model_type
+    if family not in _FAMILIES.values():
+        raise ConfigError(f"no image processor for model type {family!r}")
+    vision = config.vision_config
     if family == "qwen3_vl":
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
@@ -164,7 +187,7 @@ def image_prompt(
     family = require_vision(model, type(model).__name__)
     if len(images) != len(texts) or not images:
         raise ConfigError(f"an image prompt needs one text per image, got {len(images)} images and {len(texts)} texts")
-    processed = image_processor(model)(images=list(images), return_tensors="pt")
+    processed = image_processor(model.config)(images=list(images), return_tensors="pt")
     config = model.config
     if family == "qwen3_vl":
         merge = config.vision_config.spatial_merge_size
@@ -195,3 +218,33 @@ def image_prompt(
 def image_token_counts(model: Any, inputs: dict[str, "torch.Tensor"]) -> list[int]:
     """Image placeholder tokens per row of ``inputs`` (the prompt tokens the vision encoder fills)."""
     return (inputs["input_ids"] == model.config.image_token_id).sum(-1).tolist()
+
+
+def decode_position_ids(
+    model: Any, prompt: "dict[str, torch.Tensor]", attention_mask: "torch.Tensor"
+) -> "torch.Tensor | None":
+    """Position ids of one decode step after ``prompt``, for a decode loop outside ``generate``; None where
+    the model derives them itself.
+
+    Qwen3-VL places image tokens on a 2D grid (mRoPE), so text after an image continues from the grid's
+    extent, not from the token count: the model keeps that offset (``rope_deltas``) from the prefill of an
+    image prompt. transformers 5.24 derives a decode step's positions from the whole attention mask rather than
+    from the new token, and keeps a stale offset after a text-only prompt, so a decode loop passes them.
+
+    Args:
+        model: The model, right after the prefill of ``prompt`` (its ``rope_deltas`` belong to that prompt).
+        prompt: The prefill's inputs (an image prompt has ``image_grid_thw``).
+        attention_mask: (B, past + 1), the step's new token included.
+
+    Returns:
+        (3, B, 1) positions for Qwen3-VL, else None.
+    """
+    import torch
+
+    if vision_family(model) != "qwen3_vl":
+        return None
+    batch = attention_mask.shape[0]
+    if prompt.get("image_grid_thw") is None:  # text only: positions continue from the cache, as in prefill
+        return torch.full((3, batch, 1), attention_mask.shape[1] - 1, device=attention_mask.device)
+    real = attention_mask.long().cumsum(-1)[:, -1:] - 1  # (B, 1): the new token's index among real tokens
+    return (real + model.model.rope_deltas.to(real.device)).unsqueeze(0).expand(3, -1, -1)  # (3, B, 1)
