@@ -13,7 +13,10 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("bench", help="time POP prefill and decode against the full model")
     add_model(parser)
     add_pop(parser)
-    parser.add_argument("--lengths", default="128,512,2048", help="prompt lengths in tokens (default: 128,512,2048)")
+    parser.add_argument("--lengths", help="text prompt lengths in tokens (default: 128,512,2048)")
+    parser.add_argument("--image", metavar="WxH[,WxH...]",
+                        help="image prompts instead (a vision-language model): one image of each size and a short "
+                             "question, e.g. 640x480,1280x720,2560x1440")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--decode-tokens", type=int, default=16, help="new tokens per decode measurement (0: none)")
     parser.add_argument("--repeats", type=int, default=5, help="least POP/full pairs per measurement (default: 5)")
@@ -23,12 +26,20 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from poptune.errors import ConfigError
     from poptune.measure import RepeatPolicy
     from poptune.measure.bench import BenchSpec, run_bench
+    from poptune.models.vision import check_takes_images, parse_image_sizes
 
     config = pop_config(args)
+    images = parse_image_sizes(args.image, "--image") if args.image is not None else ()
+    if images and args.lengths is not None:
+        raise ConfigError("give `--lengths` (text prompts) or `--image` (image prompts), not both")
+    if images:
+        check_takes_images(args.model)  # a text-only model poptune knows is refused before it loads
     spec = BenchSpec(
-        lengths=tuple(int_list(args.lengths, "--lengths")),
+        lengths=tuple(int_list(args.lengths or "128,512,2048", "--lengths")),
+        images=images,
         batch_size=args.batch_size,
         decode_tokens=args.decode_tokens,
         policy=RepeatPolicy(warmup=1, min_repeats=args.repeats, min_seconds=args.min_seconds),
@@ -43,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
-    steps = len(spec.lengths) * (2 if spec.decode_tokens else 1)
+    steps = len(spec.images or spec.lengths) * (2 if spec.decode_tokens else 1)
     with tqdm(total=steps, desc="bench", unit="measurement", leave=False) as bar:
 
         def progress(done: str) -> None:
@@ -54,10 +65,15 @@ def run(args: argparse.Namespace) -> int:
 
     hw = result.hardware
     print(f"{args.model} [{config}] on {hw.hardware_id} ({result.dtype}, batch {spec.batch_size})")
+    if images:
+        from poptune.measure.prompts import IMAGE_QUESTION
+
+        print(f"prompt: one image of each size, then {IMAGE_QUESTION!r}; length = all prompt tokens")
     print(result.table())
     for note in hw.notes:
         print(f"note: {note}")
-    print("speedup: median of per-pair full/POP prefill ratios, interleaved; ideal: from FLOPs")
+    print("speedup: median of per-pair full/POP prefill ratios, interleaved; ideal: from FLOPs"
+          + (" (the vision encoder counted on both sides)" if images else ""))
     if args.json:
         write_text(args.json, result.to_json())
         print(f"wrote {args.json}")

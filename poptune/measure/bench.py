@@ -1,5 +1,8 @@
 """POP against the full model, side by side: prefill (time to first token) and decode latency per length.
 
+With image sizes, the prompts are one image and a short question each (vision-language models): one row per
+resolution, with the prompt's image-token count; the vision encoder is timed on both sides, as in real use.
+
 Both are timed interleaved (POP, full, POP, full, ...) in one process on the same token ids, so drift in
 clocks or load hits both alike; the speedup is the median of per-pair ratios. The ideal ratio from FLOPs
 (:mod:`poptune.measure.flops`) is reported beside the measured one.
@@ -18,10 +21,11 @@ import torch
 
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
-from poptune.measure.flops import ideal_speedup
+from poptune.measure.flops import ideal_speedup, vision_flops
 from poptune.measure.hardware import HardwareRecord, Telemetry, fingerprint
 from poptune.measure.prefill import decode, prefill
-from poptune.measure.prompts import prompt_batch
+from poptune.measure.prompts import image_prompt_batch, prompt_batch
+from poptune.models.vision import ImageSize, encoder_patches, image_token_counts, kept_rope_state, require_vision
 from poptune.measure.timer import LatencyRecord, PairRecord, RepeatPolicy, Staged, Timer, measure_pair
 
 __all__ = ["BenchSpec", "BenchRow", "BenchResult", "run_bench", "versions"]
@@ -46,18 +50,23 @@ class BenchSpec:
     """What to time.
 
     Attributes:
-        lengths: Prompt lengths in tokens.
+        lengths: Prompt lengths in tokens (text prompts).
         batch_size: Prompts per forward.
         decode_tokens: New tokens per decode measurement (0 = prefill only); latency is per token.
         policy: Repeats per measurement (each repeat is one POP/full pair).
+        images: Image resolutions; when given, each row is a prompt of one image of that size and a short
+            question (a vision-language model only) and ``lengths`` are not timed.
     """
 
     lengths: tuple[int, ...] = (128, 512, 2048)
     batch_size: int = 1
     decode_tokens: int = 16
     policy: RepeatPolicy = field(default_factory=lambda: RepeatPolicy(warmup=1, min_repeats=5, min_seconds=2.0))
+    images: tuple[ImageSize, ...] = ()
 
     def __post_init__(self) -> None:
+        if any(not isinstance(size, ImageSize) for size in self.images):
+            raise ConfigError(f"`images` must be ImageSize values, got {list(self.images)}")
         if not self.lengths:
             raise ConfigError("`lengths` must name at least one prompt length")
         bad = [n for n in self.lengths if isinstance(n, bool) or not isinstance(n, int) or n < 2]
@@ -71,20 +80,26 @@ class BenchSpec:
 
 @dataclass
 class BenchRow:
-    """One prompt length: prefill pair, ideal ratio, and (optionally) decode per-token latency pair."""
+    """One prompt: prefill pair, ideal ratio, and (optionally) decode per-token latency pair.
+
+    ``length`` is the prompt's length in tokens; an image prompt also records its ``image`` size and how many
+    of those tokens are ``image_tokens``.
+    """
 
     length: int
     prefill: PairRecord  # a = POP, b = full model
     ideal: float
     decode: PairRecord | None = None
+    image: str | None = None
+    image_tokens: int | None = None
 
     @property
     def speedup(self) -> float:
         return self.prefill.speedup
 
     def summary(self) -> dict[str, float | None]:
-        """The headline figures (p50 latencies in ms, speedup, ideal), without the raw values."""
-        return {
+        """The headline figures (p50 latencies in ms, speedup, ideal; image tokens of an image prompt)."""
+        figures = {
             "full_ms": self.prefill.b.p50,
             "pop_ms": self.prefill.a.p50,
             "speedup": self.speedup,
@@ -92,10 +107,14 @@ class BenchRow:
             "decode_full_ms_per_token": self.decode.b.p50 if self.decode else None,
             "decode_pop_ms_per_token": self.decode.a.p50 if self.decode else None,
         }
+        if self.image_tokens is not None:
+            figures["image_tokens"] = self.image_tokens
+        return figures
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "length": self.length,
+            "image": self.image,
             **self.summary(),
             "prefill": self.prefill.to_dict(),
             "decode": self.decode.to_dict() if self.decode else None,
@@ -109,6 +128,8 @@ class BenchRow:
             prefill=PairRecord.from_dict(data["prefill"]),
             ideal=float(data["ideal"]),
             decode=PairRecord.from_dict(decode) if decode else None,
+            image=data.get("image"),
+            image_tokens=data.get("image_tokens"),
         )
 
 
@@ -133,6 +154,7 @@ class BenchResult:
             "config": self.config.to_dict(),
             "dtype": self.dtype,
             "lengths": list(self.spec.lengths),
+            "images": [str(size) for size in self.spec.images],
             "batch_size": self.spec.batch_size,
             "decode_tokens": self.spec.decode_tokens,
             "policy": vars(self.spec.policy).copy(),
@@ -154,6 +176,7 @@ class BenchResult:
             batch_size=data["batch_size"],
             decode_tokens=data["decode_tokens"],
             policy=RepeatPolicy(**data["policy"]),
+            images=tuple(ImageSize.parse(text) for text in data.get("images", [])),
         )
         return cls(
             model=data["model"],
@@ -169,13 +192,16 @@ class BenchResult:
         )
 
     def table(self) -> str:
-        """The result as a fixed-width text table (lengths as rows)."""
-        header = f"{'length':>7}  {'full ms':>9}  {'POP ms':>9}  {'speedup':>7}  {'ideal':>6}"
+        """The result as a fixed-width text table (prompts as rows; image prompts lead with size and tokens)."""
+        images = bool(self.spec.images)
+        header = f"{'image':>9}  {'img tok':>7}  " if images else ""
+        header += f"{'length':>7}  {'full ms':>9}  {'POP ms':>9}  {'speedup':>7}  {'ideal':>6}"
         if self.spec.decode_tokens:
             header += f"  {'decode full':>11}  {'decode POP':>10}"
         lines = [header]
         for row in self.rows:
-            line = (
+            line = f"{row.image:>9}  {row.image_tokens:>7}  " if images else ""
+            line += (
                 f"{row.length:>7}  {row.prefill.b.p50:>9.1f}  {row.prefill.a.p50:>9.1f}  "
                 f"{row.speedup:>6.2f}x  {row.ideal:>5.2f}x"
             )
@@ -183,6 +209,31 @@ class BenchResult:
                 line += f"  {row.decode.b.p50:>8.2f} ms  {row.decode.a.p50:>7.2f} ms"
             lines.append(line)
         return "\n".join(lines)
+
+
+@dataclass
+class _PromptRow:
+    """A prompt to measure: its inputs and what its row reports about it."""
+
+    inputs: dict[str, torch.Tensor]
+    length: int
+    image: str | None = None
+    image_tokens: int | None = None
+    fixed_flops: float = 0.0  # per prompt, spent alike by POP and the full model (the vision encoder)
+
+
+def _prompt_row(model: Any, tokenizer: Any, item: "int | ImageSize", batch_size: int, device: Any) -> _PromptRow:
+    """The text prompt of ``item`` tokens, or the image prompt of an ``item``-sized image."""
+    if isinstance(item, ImageSize):
+        inputs = image_prompt_batch(model, tokenizer, item, batch_size, device=device)
+        return _PromptRow(
+            inputs=inputs,
+            length=inputs["input_ids"].shape[1],
+            image=str(item),
+            image_tokens=image_token_counts(model, inputs)[0],
+            fixed_flops=vision_flops(model.config, encoder_patches(model.config, inputs)),
+        )
+    return _PromptRow(inputs=prompt_batch(tokenizer, item, batch_size, device=device), length=item)
 
 
 def _per_token(pair: PairRecord, steps: int) -> PairRecord:
@@ -202,30 +253,35 @@ def run_bench(
     model_name: str,
     progress: Callable[[str], None] | None = None,
 ) -> BenchResult:
-    """Time POP with ``config`` against the full model at every length of ``spec``.
+    """Time POP with ``config`` against the full model at every length (or image size) of ``spec``.
 
     Args:
         model: A loaded model (POP is applied per call and removed after; the model is left plain).
         tokenizer: Its tokenizer, for real token ids.
         config: The POP configuration.
-        spec: Lengths, batch size, decode tokens and repeat policy.
+        spec: Lengths or image sizes, batch size, decode tokens and repeat policy.
         model_name: Recorded as is.
         progress: Called with a short label after each measurement (for a progress bar).
     """
     decoder = decoder_of(model)
     config.check(len(decoder.layers))
+    if spec.images:
+        require_vision(model, model_name)
     limit = getattr(decoder.config, "max_position_embeddings", None)
     too_long = [n for n in spec.lengths if limit and n + spec.decode_tokens > limit]
-    if too_long:
+    if too_long and not spec.images:
         raise ConfigError(f"prompt lengths {too_long} exceed this model's {limit} positions")
 
     device = next(model.parameters()).device
     timer = Timer(device)
     hardware = fingerprint(device)
     rows = []
-    with Telemetry(hardware) as telemetry:
-        for length in spec.lengths:
-            inputs = prompt_batch(tokenizer, length, spec.batch_size, device=device)
+    with Telemetry(hardware) as telemetry, kept_rope_state(model):
+        for item in spec.images or spec.lengths:
+            prompt = _prompt_row(model, tokenizer, item, spec.batch_size, device)
+            if limit and prompt.length + spec.decode_tokens > limit:
+                raise ConfigError(f"the {item} image prompt ({prompt.length} tokens) exceeds this model's {limit} positions")
+            inputs = prompt.inputs
             prefill_pair = measure_pair(
                 lambda: prefill(model, inputs, config),
                 lambda: prefill(model, inputs, None),
@@ -233,7 +289,7 @@ def run_bench(
                 policy=spec.policy,
             )
             if progress:
-                progress(f"prefill {length}")
+                progress(f"prefill {item}")
             decode_pair = None
             if spec.decode_tokens:
                 steps = spec.decode_tokens
@@ -247,9 +303,9 @@ def run_bench(
                     steps,
                 )
                 if progress:
-                    progress(f"decode {length}")
-            ideal = ideal_speedup(decoder.config, length, config)
-            rows.append(BenchRow(length, prefill_pair, ideal, decode_pair))
+                    progress(f"decode {item}")
+            ideal = ideal_speedup(decoder.config, prompt.length, config, fixed=prompt.fixed_flops)
+            rows.append(BenchRow(prompt.length, prefill_pair, ideal, decode_pair, prompt.image, prompt.image_tokens))
     return BenchResult(
         model=model_name,
         config=config,

@@ -5,6 +5,9 @@ over the keys the token sees (causal, clipped by the sliding window on sliding l
 only its K and V projections for the pruned tokens. Both sides compute the LM head for one position.
 Embedding look-ups, norms and RoPE are ignored (they are memory-bound and small). The ideal ratio is an upper
 bound on what a perfect kernel schedule could get; measured speedups are reported beside it.
+
+An image prompt also runs the vision encoder, the same on both sides (POP prunes the language model only);
+its FLOPs (:func:`vision_flops`) enter the ideal ratio as a fixed cost, so the ratio stays an honest bound.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from poptune.engine import PopConfig
 
-__all__ = ["prefill_flops", "ideal_speedup"]
+__all__ = ["prefill_flops", "ideal_speedup", "vision_flops"]
 
 
 def _shape(config: Any) -> dict[str, Any]:
@@ -73,6 +76,34 @@ def prefill_flops(config: Any, length: int, pop: PopConfig | None = None) -> flo
     return float(total)
 
 
-def ideal_speedup(config: Any, length: int, pop: PopConfig) -> float:
-    """Full-model prefill FLOPs over POP prefill FLOPs for a ``length``-token prompt."""
-    return prefill_flops(config, length) / prefill_flops(config, length, pop)
+def ideal_speedup(config: Any, length: int, pop: PopConfig, *, fixed: float = 0.0) -> float:
+    """Full-model prefill FLOPs over POP prefill FLOPs for a ``length``-token prompt.
+
+    ``fixed``: FLOPs both sides spend outside the language model (the vision encoder of an image prompt).
+    """
+    return (fixed + prefill_flops(config, length)) / (fixed + prefill_flops(config, length, pop))
+
+
+def vision_flops(config: Any, patches: int) -> float:
+    """FLOPs of the vision encoder for one image of ``patches`` patches, up to its tokens in the text width.
+
+    Args:
+        config: The vision-language model's config: Qwen3-VL (patch embedding, ViT blocks with full attention
+            over the image, the 2x2 merger and one merger per deepstack layer) or Gemma-3 (SigLIP patch
+            embedding and blocks, the projection of the pooled tokens).
+        patches: Patches of the image (Qwen3-VL: ``t * h * w`` of its grid; Gemma-3: ``(896 / 14) ** 2``).
+    """
+    vision = config.vision_config
+    h = vision.hidden_size
+    per_patch = 2 * 4 * h * h + 2 * 2 * h * vision.intermediate_size + 2 * 2 * h * patches  # proj, MLP, attention
+    if config.model_type == "qwen3_vl":
+        layers = vision.depth
+        embed = 2 * 3 * vision.temporal_patch_size * vision.patch_size**2 * h
+        wide = h * vision.spatial_merge_size**2
+        mergers = 1 + len(getattr(vision, "deepstack_visual_indexes", None) or [])
+        out = mergers * (patches // vision.spatial_merge_size**2) * 2 * (wide * wide + wide * vision.out_hidden_size)
+    else:
+        layers = vision.num_hidden_layers
+        embed = 2 * 3 * vision.patch_size**2 * h
+        out = config.mm_tokens_per_image * 2 * h * config.text_config.hidden_size
+    return float(patches * (embed + layers * per_patch) + out)

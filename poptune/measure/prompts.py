@@ -3,6 +3,7 @@
 Latency depends on the number of tokens, not on their values, but real token ids keep the measured path the
 one users run (tokenizer, embedding rows, no degenerate inputs). The text is public-domain prose (the opening
 of Jane Austen's *Pride and Prejudice*, 1813), tiled as needed; each row of a batch starts at another place.
+An image prompt is one synthetic image followed by a short question (:data:`IMAGE_QUESTION`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import torch
 
 from poptune.errors import ConfigError
 
-__all__ = ["prompt_batch"]
+__all__ = ["prompt_batch", "image_prompt_batch", "IMAGE_QUESTION"]
+
+#: The text after the image in a timed image prompt: one short question, as a user would ask.
+IMAGE_QUESTION = "What is shown in this image? Answer in one sentence."
 
 _TEXT = (
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in "
@@ -58,3 +62,20 @@ def prompt_batch(tokenizer: Any, length: int, batch_size: int = 1, *, device: An
         rows.append(bos + tiled)
     input_ids = torch.tensor(rows, dtype=torch.long, device=device)  # (B, length)
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+
+
+def image_prompt_batch(
+    model: Any, tokenizer: Any, size: Any, batch_size: int = 1, *, device: Any = "cpu"
+) -> dict[str, torch.Tensor]:
+    """A batch of prompts, each one image of ``size`` (an :class:`~poptune.models.vision.ImageSize`) and
+    :data:`IMAGE_QUESTION`. Rows hold other (seeded) pictures of the same size, so they need no padding.
+
+    Raises:
+        ConfigError: a text-only model, or ``batch_size`` < 1.
+    """
+    from poptune.models.vision import image_prompt, synthetic_image
+
+    if batch_size < 1:
+        raise ConfigError(f"`batch_size` must be >= 1, got {batch_size}")
+    images = [synthetic_image(size, seed=row) for row in range(batch_size)]
+    return image_prompt(model, tokenizer, images, [IMAGE_QUESTION] * batch_size, device=device)

@@ -17,8 +17,9 @@ A prompt row is ``[bos] <image start> <image tokens> <image end> text``; rows of
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,8 @@ __all__ = [
     "image_prompt",
     "image_token_counts",
     "decode_position_ids",
+    "encoder_patches",
+    "kept_rope_state",
 ]
 
 #: Model classes with an image path, by family.
@@ -248,3 +251,30 @@ def decode_position_ids(
         return torch.full((3, batch, 1), attention_mask.shape[1] - 1, device=attention_mask.device)
     real = attention_mask.long().cumsum(-1)[:, -1:] - 1  # (B, 1): the new token's index among real tokens
     return (real + model.model.rope_deltas.to(real.device)).unsqueeze(0).expand(3, -1, -1)  # (3, B, 1)
+
+
+def encoder_patches(config: Any, inputs: "dict[str, torch.Tensor]") -> int:
+    """Patches the vision encoder runs for the first image of ``inputs`` (before any merging or pooling)."""
+    if config.model_type == "qwen3_vl":
+        t, h, w = inputs["image_grid_thw"][0].tolist()
+        return int(t * h * w)
+    vision = config.vision_config
+    return (vision.image_size // vision.patch_size) ** 2
+
+
+@contextlib.contextmanager
+def kept_rope_state(model: Any) -> Iterator[None]:
+    """Restore Qwen3-VL's ``rope_deltas`` after image prompts (a no-op for other models).
+
+    The model keeps the mRoPE offset of its last image prompt, and in transformers 5.24 a later text-only
+    forward over a cache (continuation scoring) would pick it up; measuring image prompts leaves it as found.
+    """
+    inner = getattr(model, "model", None)
+    if vision_family(model) != "qwen3_vl" or inner is None:
+        yield
+        return
+    saved = inner.rope_deltas
+    try:
+        yield
+    finally:
+        inner.rope_deltas = saved

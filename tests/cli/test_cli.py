@@ -33,6 +33,21 @@ def test_bench_prints_table_and_writes_json(capsys, tmp_path):
     assert data["hardware"]["hardware_id"].startswith("cpu-")
 
 
+def test_bench_with_images_reports_image_tokens_per_resolution(capsys, tmp_path):
+    path = tmp_path / "bench.json"
+    code, out, _ = _run(
+        capsys, "bench", "--model", "tiny-qwen3-vl", "--skip", "2", "--image", "64x48,320x240", "--repeats", "2",
+        "--min-seconds", "0", "--decode-tokens", "2", "--json", str(path),
+    )
+    assert code == 0
+    assert "img tok" in out and "320x240" in out and "one image" in out
+    data = json.loads(path.read_text())
+    assert data["images"] == ["64x48", "320x240"]
+    rows = {row["image"]: row for row in data["rows"]}
+    assert rows["64x48"]["image_tokens"] == 70 and rows["320x240"]["image_tokens"] == 300  # 16-pixel merged patches
+    assert all(row["length"] > row["image_tokens"] and row["speedup"] > 0 for row in rows.values())
+
+
 def test_generate_prints_text_and_ttft(capsys):
     code, out, _ = _run(capsys, "generate", "--model", "tiny-qwen3", "--skip", "2", "--prompt", "Hello", "--max-new-tokens", "3")
     assert code == 0
@@ -49,6 +64,12 @@ def test_generate_prints_text_and_ttft(capsys):
         (["bench", "--model", "tiny-llama", "--skip", "1", "--device", "tpu"], "`device` must be"),
         (["bench", "--model", "tiny-llama", "--skip", "9"], "`skip` must be in [0, 5]"),
         (["bench", "--model", "no-such-model", "--skip", "1"], "unknown model 'no-such-model'"),
+        (["bench", "--model", "tiny-qwen3-vl", "--skip", "1", "--image", "640x"], "WIDTHxHEIGHT in pixels"),
+        (["bench", "--model", "tiny-qwen3-vl", "--skip", "1", "--image", ","], "at least one WIDTHxHEIGHT"),
+        (["bench", "--model", "tiny-qwen3-vl", "--skip", "1", "--image", "99999x480"], "[1, 16384]"),
+        (["bench", "--model", "tiny-qwen3-vl", "--skip", "1", "--image", "64x48", "--lengths", "12"], "not both"),
+        (["bench", "--model", "tiny-llama", "--skip", "1", "--image", "640x480"], "'tiny-llama' is a text-only model"),
+        (["bench", "--model", "gemma-3", "--skip", "1", "--image", "640x480"], "text-only model (Gemma3ForCausalLM)"),
         (["generate", "--model", "tiny-llama", "--skip", "1", "--boundary", "mid", "--prompt", "x"], "`boundary`"),
         (["generate", "--model", "tiny-llama", "--skip", "1", "--prompt", "  "], "must not be empty"),
         (["generate", "--model", "tiny-llama", "--skip", "1", "--offset", "-1", "--prompt", "x"], "`offset`"),

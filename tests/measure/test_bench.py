@@ -67,3 +67,24 @@ def test_lengths_beyond_the_model_are_refused(tiny):
     model, tok = tiny
     with pytest.raises(ConfigError, match="exceed this model's 4096 positions"):
         run_bench(model, tok, PopConfig(skip=1), BenchSpec(lengths=(5000,), policy=FAST), model_name="x")
+
+
+def test_image_prompts_one_row_per_resolution(tiny):
+    """Rows carry the image size and token count; the vision encoder lowers the ideal ratio; Qwen3-VL's
+    rope state is left as found, so later text-only forwards are not shifted."""
+    from poptune.measure.flops import ideal_speedup
+    from poptune.models.vision import ImageSize
+
+    model, tok = load_model("tiny-qwen3-vl")
+    before = model.model.rope_deltas
+    spec = BenchSpec(images=(ImageSize(64, 48), ImageSize(160, 128)), decode_tokens=2, policy=FAST)
+    result = run_bench(model, tok, PopConfig(skip=2), spec, model_name="tiny-qwen3-vl")
+    assert [(r.image, r.image_tokens) for r in result.rows] == [("64x48", 70), ("160x128", 80)]
+    for row in result.rows:
+        assert row.summary()["image_tokens"] == row.image_tokens and row.decode is not None
+        assert 1.0 < row.ideal < ideal_speedup(model.config.text_config, row.length, PopConfig(skip=2))
+    assert model.model.rope_deltas is before
+    assert BenchResult.from_dict(json.loads(result.to_json())).to_json() == result.to_json()
+    assert result.table().splitlines()[0].split()[:3] == ["image", "img", "tok"]
+    with pytest.raises(ConfigError, match="text-only model"):
+        run_bench(tiny[0], tiny[1], PopConfig(skip=1), spec, model_name="tiny-gemma3")

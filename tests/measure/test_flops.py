@@ -42,3 +42,18 @@ def test_sliding_window_caps_attention():
 @pytest.mark.parametrize("boundary", ["none", "last", "window-16"])
 def test_boundary_costs_order(boundary):
     assert ideal_speedup(CONFIG, 256, PopConfig(skip=2, boundary=boundary)) > 1.0
+
+
+def test_vision_encoder_flops_grow_with_the_image_and_dilute_the_ideal():
+    from transformers import AutoConfig
+
+    from poptune import PopConfig
+    from poptune.measure.flops import ideal_speedup, vision_flops
+    from poptune.models import configs
+
+    data = configs.full_config("qwen3-vl")
+    config = AutoConfig.for_model(data.pop("model_type"), **data)
+    small, large = vision_flops(config, 1200), vision_flops(config, 14400)  # 640x480, 2560x1440 (16-pixel patches)
+    assert large > 12 * small > 0  # attention over the patches grows faster than linearly
+    text, pop = config.text_config, PopConfig(skip=12)
+    assert 1.0 < ideal_speedup(text, 318, pop, fixed=small) < ideal_speedup(text, 318, pop)
