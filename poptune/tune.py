@@ -104,7 +104,9 @@ def _check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
         )
 
 
-def _record_problem(study: "optuna.Study", problem: TuningProblem, num_layers: int, hardware: dict[str, Any]) -> None:
+def _record_problem(
+    study: "optuna.Study", problem: TuningProblem, num_layers: int, hardware: dict[str, Any], target_length: int
+) -> None:
     if "problem" not in study.user_attrs:
         import optuna
 
@@ -113,8 +115,9 @@ def _record_problem(study: "optuna.Study", problem: TuningProblem, num_layers: i
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([f"prefill_ms@{problem.target}", "accuracy"])
-        study.set_user_attr("problem", problem.to_dict())
+            study.set_metric_names([f"prefill_ms@{problem.target_label}", "accuracy"])
+        study.set_user_attr("problem", problem.to_dict())  # with `image` for an image-prompt study
+        study.set_user_attr("target_length", target_length)  # prompt tokens timed (an image prompt's, all told)
         study.set_user_attr("model", resolve_model(problem.model).name)
         study.set_user_attr("weights_fingerprint", weights_fingerprint(problem.model, problem.weights))
         study.set_user_attr("num_layers", num_layers)
@@ -193,6 +196,7 @@ def run_study(
     if evaluator is None:
         evaluator = ConfigEvaluator(problem)
     num_layers = evaluator.num_layers
+    target_length = evaluator.target_length  # an image prompt for a text-only model fails here, before any write
     study = optuna.create_study(
         study_name=name,
         storage=storage,
@@ -200,7 +204,7 @@ def run_study(
         sampler=make_sampler(spec.sampler, spec.seed, num_layers),
         load_if_exists=True,
     )
-    _record_problem(study, problem, num_layers, hardware.to_dict())
+    _record_problem(study, problem, num_layers, hardware.to_dict(), target_length)
 
     full = study.user_attrs.get("full_accuracy")
     if full is None:

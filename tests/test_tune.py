@@ -13,7 +13,7 @@ import time
 import optuna
 import pytest
 
-from poptune import PopConfig, store
+from poptune import ConfigError, PopConfig, store
 from poptune.cli import main
 from poptune.env import TuningProblem
 from poptune.tune import StudySpec, paper_default, run_study
@@ -199,3 +199,38 @@ def test_importance_proposal_is_enqueued(problem, tmp_path, capsys):
     code = main(["study", "--model", "tiny-llama", "--tasks", "piqa", "--data-dir", problem.data_dir,
                  "--storage", url, "--init-from-importance", str(other)])
     assert code == 2 and "analyses 'tiny-qwen3'" in capsys.readouterr().err
+
+
+def test_an_image_study_tunes_for_its_image_prompt(tmp_path):
+    """`--image` makes the timed prompt one image and a question; the study stores it and its token count."""
+    from poptune.models.vision import ImageSize
+
+    problem = TuningProblem(model="tiny-qwen3-vl", tasks=("passkey",), limit=2, lengths=(16,), repeats=1,
+                            decode_tokens=0, image="64x48")
+    study = run_study(StudySpec(problem=problem, trials=2, storage=f"sqlite:///{tmp_path}/s.db"))
+    assert study.user_attrs["problem"]["image"] == "64x48"
+    assert study.user_attrs["target_length"] == 125  # bos, 70 image tokens between start/end, 52-byte question
+    assert study.metric_names == ["prefill_ms@image-64x48", "accuracy"]
+    for trial in store.completed(study):
+        assert trial.user_attrs["target_length"] == 125
+        assert trial.user_attrs["latency"]["125"]["image_tokens"] == 70
+    with pytest.raises(ConfigError, match="WIDTHxHEIGHT"):
+        TuningProblem(model="tiny-qwen3-vl", image="64by48")
+    assert str(ImageSize.parse(problem.image)) == "64x48"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "tiny-qwen3-vl", "--image", "64x48,128x96"], "takes one WIDTHxHEIGHT"),
+        (["--model", "tiny-qwen3-vl", "--image", "64"], "WIDTHxHEIGHT in pixels"),
+        (["--model", "tiny-llama", "--image", "640x480"], "'tiny-llama' is a text-only model"),
+        (["--model", "tiny-qwen3-vl", "--image", "64x48", "--lengths", "16"], "not both"),
+    ],
+)
+def test_image_study_input_errors_are_one_line_exit_2(capsys, tmp_path, argv, message):
+    url = f"sqlite:///{tmp_path}/s.db"
+    assert main(["study", *argv, "--storage", url, "--tasks", "passkey"]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and message in err and out == ""
+    assert not (tmp_path / "s.db").exists()

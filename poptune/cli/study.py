@@ -17,7 +17,10 @@ def register(sub: Any) -> None:
     add_model(parser)
     parser.add_argument("--trials", type=int, default=16, help="trials to run now (default: 16)")
     parser.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
-    parser.add_argument("--lengths", default="512", help="prompt lengths timed; the first is the objective")
+    parser.add_argument("--lengths", help="text prompt lengths timed; the first is the objective (default: 512)")
+    parser.add_argument("--image", metavar="WxH",
+                        help="time an image prompt instead (a vision-language model): one image of this size and a "
+                             "short question, e.g. 640x480; accuracy still comes from --tasks")
     parser.add_argument("--tasks", help="accuracy tasks (default: piqa,arc_easy,hellaswag,winogrande,boolq with a "
                         "data directory, else embedded)")
     parser.add_argument("--limit", type=int, help="items per task, evenly spaced (default: 16 with real tasks)")
@@ -65,8 +68,20 @@ def _problem(args: argparse.Namespace) -> Any:
     if directory is not None and real:
         check_data(directory, real)
     limit = args.limit if args.limit is not None else (16 if real else None)
+    image = None
+    if args.image is not None:
+        from poptune.models.vision import check_takes_images, parse_image_sizes
+
+        sizes = parse_image_sizes(args.image, "--image")
+        if len(sizes) != 1:
+            raise ConfigError(f"`--image` of a study takes one WIDTHxHEIGHT size (its target prompt), got {args.image!r}")
+        if args.lengths is not None:
+            raise ConfigError("give `--lengths` (text prompts) or `--image` (an image prompt), not both")
+        check_takes_images(args.model)
+        image = str(sizes[0])
     return TuningProblem(
-        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths, "--lengths")), limit=limit,
+        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths or "512", "--lengths")), limit=limit,
+        image=image,
         data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
         dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed,
     )

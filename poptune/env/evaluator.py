@@ -36,6 +36,7 @@ class ConfigEvaluator:
         self._loaded = model
         self._full_accuracy = dict(full_accuracy) if full_accuracy else None
         self._full_items: dict[str, int] = {}
+        self._image_length: int | None = None
 
     @property
     def model(self) -> Any:
@@ -56,6 +57,20 @@ class ConfigEvaluator:
     @property
     def num_layers(self) -> int:
         return len(decoder_of(self.model).layers)
+
+    @property
+    def target_length(self) -> int:
+        """Tokens of the prompt whose prefill latency is the objective (built once for an image problem)."""
+        if self.problem.image is None:
+            return self.problem.target
+        if self._image_length is None:
+            from poptune.measure.prompts import image_prompt_batch
+            from poptune.models.vision import ImageSize, kept_rope_state
+
+            with kept_rope_state(self.model):
+                inputs = image_prompt_batch(self.model, self.tokenizer, ImageSize.parse(self.problem.image))
+            self._image_length = int(inputs["input_ids"].shape[1])
+        return self._image_length
 
     def _eval_spec(self) -> Any:
         from poptune.evaluate.suite import EvalSpec
@@ -84,6 +99,7 @@ class ConfigEvaluator:
         """Measure ``config``: prefill (and decode) latency against the full model, then task accuracy."""
         from poptune.measure import RepeatPolicy
         from poptune.measure.bench import BenchSpec, run_bench
+        from poptune.models.vision import ImageSize
 
         p = self.problem
         config.check(self.num_layers)
@@ -92,6 +108,7 @@ class ConfigEvaluator:
             batch_size=p.batch_size,
             decode_tokens=p.decode_tokens,
             policy=RepeatPolicy(warmup=1, min_repeats=p.repeats, min_seconds=0.0),
+            images=(ImageSize.parse(p.image),) if p.image is not None else (),
         )
         bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model)
         latency = {row.length: row.summary() for row in bench.rows}
@@ -103,7 +120,7 @@ class ConfigEvaluator:
         return Measurement(
             config=config,
             latency=latency,
-            target_length=p.target,
+            target_length=self.target_length,
             accuracy=accuracy,
             full_accuracy=full,
             energy_j=bench.telemetry.get("energy_j"),

@@ -80,7 +80,7 @@ class PopEnv(_OneStepEnv):
         self.problem = problem
         self.evaluator = evaluator or ConfigEvaluator(problem)
         self._cache: dict[Any, Measurement] = {}
-        super().__init__(self.evaluator.num_layers, problem.target, problem.max_drop)
+        super().__init__(self.evaluator.num_layers, self.evaluator.target_length, problem.max_drop)
 
     def _measure(self, config: Any) -> Measurement:
         if config not in self._cache:  # a configuration already measured is not re-run
@@ -111,7 +111,9 @@ class ReplayEnv(_OneStepEnv):
             measurement = Measurement.from_info(trial.user_attrs)
             self.table.setdefault(measurement.config, measurement)
         num_layers = int(loaded.user_attrs["num_layers"])
-        super().__init__(num_layers, problem.target, problem.max_drop if max_drop is None else max_drop)
+        # An image problem's prompt length is known from its measurements, not from the problem.
+        target = next(iter(self.table.values())).target_length if self.table else problem.target
+        super().__init__(num_layers, target, problem.max_drop if max_drop is None else max_drop)
 
     def _measure(self, config: Any) -> Measurement:
         if config not in self.table:

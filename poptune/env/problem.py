@@ -35,6 +35,9 @@ class TuningProblem:
         repeats: Least POP/full pairs per latency measurement.
         decode_tokens: New tokens per decode-latency measurement (0: none).
         seed: Seed of synthetic tasks.
+        image: ``"WIDTHxHEIGHT"`` for a vision-language model: the timed prompt is then one image of that size
+            and a short question (its token count is the target length) instead of text of ``lengths``.
+            Accuracy is still measured on ``tasks``.
     """
 
     model: str = "gemma-3"
@@ -52,8 +55,13 @@ class TuningProblem:
     decode_tokens: int = 8
     seed: int = 0
     eval_batch_size: int = 8
+    image: str | None = None
 
     def __post_init__(self) -> None:
+        if self.image is not None:
+            from poptune.models.vision import ImageSize
+
+            ImageSize.parse(self.image)
         if not self.tasks:
             raise ConfigError("a tuning problem needs at least one task")
         if not self.lengths or any(not isinstance(n, int) or n < 2 for n in self.lengths):
@@ -69,7 +77,13 @@ class TuningProblem:
 
     @property
     def target(self) -> int:
+        """The text prompt length of the latency objective (an image problem's is known once it is built)."""
         return self.target_length if self.target_length is not None else self.lengths[0]
+
+    @property
+    def target_label(self) -> str:
+        """What the latency objective times: ``512`` (tokens) or ``image-640x480``."""
+        return f"image-{self.image}" if self.image is not None else str(self.target)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
