@@ -21,7 +21,15 @@ from poptune.engine import PopConfig, apply_pop, remove_pop
 from poptune.errors import ConfigError
 from poptune.evaluate.scoring import continuation_logprobs
 
-__all__ = ["FidelitySpec", "FidelityResult", "fidelity_pairs", "wikitext", "generated_text", "measure_fidelity"]
+__all__ = [
+    "FidelitySpec",
+    "FidelityResult",
+    "fidelity_pairs",
+    "wikitext",
+    "generated_text",
+    "measure_fidelity",
+    "summarise",
+]
 
 
 @dataclass(frozen=True)
@@ -120,29 +128,43 @@ def measure_fidelity(
     source: str = "",
 ) -> FidelityResult:
     """Compare POP with ``config`` to the full model on ``pairs``; the model is left without POP."""
-    length = len(pairs[0][1])
-    sums = {key: torch.zeros(length, dtype=torch.float64) for key in ("nll_full", "nll_pop", "agree", "kl")}
+    fulls, pops, continuations = [], [], []
     pad_id = tokenizer.pad_token_id
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
-        contexts, continuations = [c for c, _ in chunk], [c for _, c in chunk]
+        contexts, conts = [c for c, _ in chunk], [c for _, c in chunk]
         remove_pop(model)
-        full = continuation_logprobs(model, contexts, continuations, pad_id=pad_id)
+        fulls += continuation_logprobs(model, contexts, conts, pad_id=pad_id)
         apply_pop(model, config)
         try:
-            pop = continuation_logprobs(model, contexts, continuations, pad_id=pad_id)
+            pops += continuation_logprobs(model, contexts, conts, pad_id=pad_id)
         finally:
             remove_pop(model)
-        for cont, f, p in zip(continuations, full, pop):  # (m, V) each
-            target = torch.tensor(cont).unsqueeze(1)
-            sums["nll_full"] -= f.gather(1, target).squeeze(1).double()
-            sums["nll_pop"] -= p.gather(1, target).squeeze(1).double()
-            sums["agree"] += (f.argmax(-1) == p.argmax(-1)).double()
-            sums["kl"] += (f.exp() * (f - p)).sum(-1).double()
-    means = {key: (value / len(pairs)).tolist() for key, value in sums.items()}
+        continuations += conts
+    return summarise(config, continuations, fulls, pops, source=source)
+
+
+def summarise(
+    config: PopConfig,
+    continuations: list[list[int]],
+    full: list[torch.Tensor],
+    pop: list[torch.Tensor],
+    *,
+    source: str = "",
+) -> FidelityResult:
+    """Fidelity from the log-probabilities (m, V) the full model and POP give each continuation (equal lengths)."""
+    length = len(continuations[0])
+    sums = {key: torch.zeros(length, dtype=torch.float64) for key in ("nll_full", "nll_pop", "agree", "kl")}
+    for cont, f, p in zip(continuations, full, pop):  # (m, V) each
+        target = torch.tensor(cont).unsqueeze(1)
+        sums["nll_full"] -= f.gather(1, target).squeeze(1).double()
+        sums["nll_pop"] -= p.gather(1, target).squeeze(1).double()
+        sums["agree"] += (f.argmax(-1) == p.argmax(-1)).double()
+        sums["kl"] += (f.exp() * (f - p)).sum(-1).double()
+    means = {key: (value / len(continuations)).tolist() for key, value in sums.items()}
     return FidelityResult(
         config=config.to_dict(),
-        pairs=len(pairs),
+        pairs=len(continuations),
         nll_full=sum(means["nll_full"]) / length,
         nll_pop=sum(means["nll_pop"]) / length,
         top1_agreement=sum(means["agree"]) / length,

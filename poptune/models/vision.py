@@ -224,10 +224,10 @@ def image_token_counts(model: Any, inputs: dict[str, "torch.Tensor"]) -> list[in
 
 
 def decode_position_ids(
-    model: Any, prompt: "dict[str, torch.Tensor]", attention_mask: "torch.Tensor"
+    model: Any, prompt: "dict[str, torch.Tensor]", attention_mask: "torch.Tensor", new: int = 1
 ) -> "torch.Tensor | None":
-    """Position ids of one decode step after ``prompt``, for a decode loop outside ``generate``; None where
-    the model derives them itself.
+    """Position ids of the ``new`` tokens of a forward over the cache of ``prompt`` (a decode step, or a
+    continuation scored at once), for forwards outside ``generate``; None where the model derives them itself.
 
     Qwen3-VL places image tokens on a 2D grid (mRoPE), so text after an image continues from the grid's
     extent, not from the token count: the model keeps that offset (``rope_deltas``) from the prefill of an
@@ -237,20 +237,23 @@ def decode_position_ids(
     Args:
         model: The model, right after the prefill of ``prompt`` (its ``rope_deltas`` belong to that prompt).
         prompt: The prefill's inputs (an image prompt has ``image_grid_thw``).
-        attention_mask: (B, past + 1), the step's new token included.
+        attention_mask: (B, past + new), the new tokens included.
+        new: Tokens in this forward.
 
     Returns:
-        (3, B, 1) positions for Qwen3-VL, else None.
+        (3, B, new) positions for Qwen3-VL, else None.
     """
     import torch
 
     if vision_family(model) != "qwen3_vl":
         return None
     batch = attention_mask.shape[0]
+    past = attention_mask.shape[1] - new
     if prompt.get("image_grid_thw") is None:  # text only: positions continue from the cache, as in prefill
-        return torch.full((3, batch, 1), attention_mask.shape[1] - 1, device=attention_mask.device)
-    real = attention_mask.long().cumsum(-1)[:, -1:] - 1  # (B, 1): the new token's index among real tokens
-    return (real + model.model.rope_deltas.to(real.device)).unsqueeze(0).expand(3, -1, -1)  # (3, B, 1)
+        text = torch.arange(past, past + new, device=attention_mask.device)
+        return text.view(1, 1, new).expand(3, batch, new)
+    real = attention_mask.long().cumsum(-1)[:, -new:] - 1  # (B, new): the new tokens' indices among real tokens
+    return (real + model.model.rope_deltas.to(real.device)).unsqueeze(0).expand(3, -1, -1)  # (3, B, new)
 
 
 def encoder_patches(config: Any, inputs: "dict[str, torch.Tensor]") -> int:
