@@ -36,7 +36,6 @@ from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
 __all__ = [
@@ -236,8 +235,11 @@ def wanda_weights(model: "nn.Module", calib: Calibration, sparsity: float) -> Sp
 
 def build_baseline(model: "nn.Module", tokenizer: Any, method: str, ratio: float,
                    spec: CalibrationSpec | None = None, *,
-                   progress: Callable[[str], None] | None = None) -> Baseline:
+                   progress: Callable[[str], None] | None = None, memo: dict[str, Any] | None = None) -> Baseline:
     """Build ``method`` at ``ratio`` (Wanda: ``ratio`` is its sparsity) for ``model``.
+
+    ``memo`` (one dict per model and calibration) lets several ratios share work: SLEB's greedy order for k
+    layers is the prefix of its order for more, so the longest order computed so far is reused.
 
     Raises:
         ConfigError: an unknown method or a ratio out of range.
@@ -275,7 +277,10 @@ def build_baseline(model: "nn.Module", tokenizer: Any, method: str, ratio: float
             return Baseline(method, ratio, None, pop, details)
         return Baseline(method, ratio, LayerRemoval(tuple(details["removed"])), details=details)
     if method == "sleb":
-        order, losses = sleb_order(model, calib, k, progress)
+        memo = {} if memo is None else memo
+        if len(memo.get("sleb", ((), ()))[0]) < k:
+            memo["sleb"] = sleb_order(model, calib, k, progress)
+        order, losses = (list(x[:k]) for x in memo["sleb"])
         details.update(removed=sorted(order), order=order, nll=losses)
         return Baseline(method, ratio, LayerRemoval(tuple(sorted(order))), details=details)
     removal, info = laco_merges(model, calib, k, progress=progress)  # laco

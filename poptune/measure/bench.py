@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
+from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
-from poptune.measure.flops import ideal_speedup
+from poptune.measure.flops import prefill_flops
 from poptune.measure.hardware import HardwareRecord, Telemetry, fingerprint
 from poptune.measure.prefill import decode, prefill
 from poptune.measure.prompts import prompt_batch
@@ -126,11 +127,13 @@ class BenchResult:
     date: str
     dtype: str
     ideal_method: str = "flops"
+    transform: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "config": self.config.to_dict(),
+            "transform": self.transform,
             "dtype": self.dtype,
             "lengths": list(self.spec.lengths),
             "batch_size": self.spec.batch_size,
@@ -166,6 +169,7 @@ class BenchResult:
             date=data["date"],
             dtype=data["dtype"],
             ideal_method=data.get("ideal_method", "flops"),
+            transform=data.get("transform"),
         )
 
     def table(self) -> str:
@@ -201,6 +205,7 @@ def run_bench(
     *,
     model_name: str,
     progress: Callable[[str], None] | None = None,
+    transform: Transform | None = None,
 ) -> BenchResult:
     """Time POP with ``config`` against the full model at every length of ``spec``.
 
@@ -211,9 +216,12 @@ def run_bench(
         spec: Lengths, batch size, decode tokens and repeat policy.
         model_name: Recorded as is.
         progress: Called with a short label after each measurement (for a progress bar).
+        transform: A baseline's model change (layers removed, sparse weights), applied around every call of
+            the measured side -- prefill and decode -- and undone for the full model's calls.
     """
     decoder = decoder_of(model)
-    config.check(len(decoder.layers))
+    with applied(model, transform):
+        config.check(len(decoder.layers))
     limit = getattr(decoder.config, "max_position_embeddings", None)
     too_long = [n for n in spec.lengths if limit and n + spec.decode_tokens > limit]
     if too_long:
@@ -227,8 +235,18 @@ def run_bench(
         for length in spec.lengths:
             inputs = prompt_batch(tokenizer, length, spec.batch_size, device=device)
             mask = inputs["attention_mask"]
+
+            def measured_prefill() -> Any:
+                with applied(model, transform):
+                    return prefill(model, inputs, config)
+
+            def measured_decode(out: Any) -> None:
+                with applied(model, transform):
+                    decode(model, out, mask, steps)
+
+            steps = spec.decode_tokens
             prefill_pair = measure_pair(
-                lambda: prefill(model, inputs, config),
+                measured_prefill,
                 lambda: prefill(model, inputs, None),
                 timer=timer,
                 policy=spec.policy,
@@ -237,10 +255,9 @@ def run_bench(
                 progress(f"prefill {length}")
             decode_pair = None
             if spec.decode_tokens:
-                steps = spec.decode_tokens
                 decode_pair = _per_token(
                     measure_pair(
-                        Staged(lambda: prefill(model, inputs, config), lambda out: decode(model, out, mask, steps)),
+                        Staged(measured_prefill, measured_decode),
                         Staged(lambda: prefill(model, inputs, None), lambda out: decode(model, out, mask, steps)),
                         timer=timer,
                         policy=spec.policy,
@@ -249,7 +266,9 @@ def run_bench(
                 )
                 if progress:
                     progress(f"decode {length}")
-            ideal = ideal_speedup(decoder.config, length, config)
+            full_flops = prefill_flops(decoder.config, length)
+            with applied(model, transform):  # a removal changes the config's depth and layer types
+                ideal = full_flops / prefill_flops(decoder.config, length, config)
             rows.append(BenchRow(length, prefill_pair, ideal, decode_pair))
     return BenchResult(
         model=model_name,
@@ -261,4 +280,5 @@ def run_bench(
         versions=versions(),
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        transform=transform.describe() if transform is not None else None,
     )
