@@ -1,10 +1,11 @@
 """Benchmark: how fast each sampler finds the best configuration, on the replay of a fully enumerated grid.
 
 1. ``--build``: run a grid study (every configuration measured once, for real) into ``--storage``.
-2. Then, for each sampler and seed, an in-memory Optuna study asks configurations, the replay environment
-   answers them from the stored grid (no model), and we record the best within-budget speedup after 8, 16
-   and 32 trials, the hypervolume of the front found, and whether the grid's fastest within-budget
-   configuration was among the first 16 trials.
+2. Then :func:`poptune.env.tuner_bench.tuner_efficiency`: for each sampler and seed an in-memory Optuna
+   study asks configurations, the replay environment answers them from the stored grid (no model); the best
+   within-budget speedup after 8, 16 and 32 trials, the hypervolume of the front found, and whether the
+   grid's fastest within-budget configuration was among the first 16 trials. (``poptune leaderboard`` writes
+   the same table for every grid study in a storage.)
 
 Usage::
 
@@ -29,46 +30,15 @@ from poptune import store
 from poptune.engine import BOUNDARIES
 from poptune.env import ReplayEnv, TuningProblem
 from poptune.env.problem import MAX_OFFSET
+from poptune.env.tuner_bench import CHECKPOINTS, tuner_efficiency
 from poptune.evaluate.taskpack import data_dir
-from poptune.tune import StudySpec, make_sampler, run_study
+from poptune.tune import StudySpec, run_study
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINTS = (8, 16, 32)
 
 
 def _grid_size(num_layers: int) -> int:
     return 1 + len(BOUNDARIES) * sum(num_layers - 1 - offset for offset in range(MAX_OFFSET + 1))
-
-
-def _run(env: ReplayEnv, sampler: str, seed: int, trials: int, max_drop: float,
-         reference_ms: float) -> list[tuple[float, ...]]:
-    """(speedup, prefill ms, drop, accuracy) of each trial a sampler asks for, answered by the replay."""
-    study = optuna.create_study(directions=["minimize", "maximize"], sampler=make_sampler(sampler, seed, env.num_layers))
-    history = []
-
-    def objective(trial: optuna.Trial) -> tuple[float, float]:
-        action = {"skip": trial.suggest_int("skip", 0, env.num_layers - 1),
-                  "boundary": trial.suggest_categorical("boundary", list(BOUNDARIES)),
-                  "offset": trial.suggest_int("offset", 0, MAX_OFFSET)}
-        _, _, _, _, info = env.step(action)
-        trial.set_constraint("max_drop", info["drop_points"] - max_drop)
-        latency = reference_ms / info["speedup"]  # the study's latency objective (see poptune.tune)
-        history.append((info["speedup"], latency, info["drop_points"], info["accuracy_mean"]))
-        return latency, info["accuracy_mean"]
-
-    study.optimize(objective, n_trials=trials)
-    return history
-
-
-def _hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
-    """2-D hypervolume of (prefill ms to minimise, accuracy to maximise) against ``reference``."""
-    front = sorted({p for p in points if p[0] <= reference[0] and p[1] >= reference[1]})
-    volume, best_acc = 0.0, reference[1]
-    for ms, acc in front:  # by latency ascending: each adds the slab above the best accuracy so far
-        if acc > best_acc:
-            volume += (reference[0] - ms) * (acc - best_acc)
-            best_acc = acc
-    return volume
 
 
 def main() -> None:
@@ -108,7 +78,8 @@ def main() -> None:
     reference_ms = store.load_study(store.open_storage(args.storage, heartbeat=None), None).user_attrs[
         "reference_prefill_ms"]
     target = max(feasible, key=lambda m: m.speedup)
-    reference = (reference_ms / min(m.speedup for m in configs) * 1.01, min(m.accuracy_mean for m in configs) - 0.01)
+    rows = tuner_efficiency(env, reference_ms, max_drop=args.max_drop, samplers=tuple(args.samplers.split(",")),
+                            seeds=args.seeds)
     lines = [
         f"# Tuner efficiency on the replay of a full grid: {env.study_name}",
         "",
@@ -121,19 +92,9 @@ def main() -> None:
         "| sampler | seeds | " + " | ".join(f"best@{n}" for n in CHECKPOINTS) + " | hit@16 | HV@32 (median) |",
         "|---|---:|" + "---:|" * len(CHECKPOINTS) + "---:|---:|",
     ]
-    for sampler in args.samplers.split(","):
-        bests = {n: [] for n in CHECKPOINTS}
-        hits, volumes = 0, []
-        for seed in range(args.seeds):
-            history = _run(env, sampler, seed, max(CHECKPOINTS), args.max_drop, reference_ms)
-            for n in CHECKPOINTS:
-                within = [s for s, _, d, _ in history[:n] if d <= args.max_drop]
-                bests[n].append(max(within, default=float("nan")))
-            hits += any(s >= target.speedup and d <= args.max_drop for s, _, d, _ in history[:16])
-            volumes.append(_hypervolume([(ms, acc) for _, ms, _, acc in history], reference))
-        median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-        lines.append(f"| {sampler} | {args.seeds} | " + " | ".join(f"{median(bests[n]):.3f}x" for n in CHECKPOINTS)
-                     + f" | {hits}/{args.seeds} | {median(volumes):.1f} |")
+    for row in rows:
+        lines.append(f"| {row.sampler} | {row.seeds} | " + " | ".join(f"{row.best[n]:.3f}x" for n in CHECKPOINTS)
+                     + f" | {row.hits}/{row.seeds} | {row.hypervolume:.1f} |")
         print(lines[-1], flush=True)
     command = "python benchmarks/tuner_replay.py " + shlex.join(sys.argv[1:])
     hw = store.load_study(store.open_storage(args.storage, heartbeat=None), None).user_attrs.get("hardware", {})

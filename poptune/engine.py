@@ -85,11 +85,14 @@ class PopConfig:
             model).
         offset: Number of final layers kept even in prefill. The skipped block is
             ``[L - offset - skip, L - offset)``; the paper's case is 0.
+        layers: An explicit set of skipped layers instead of a final block (for baselines that choose layers by
+            a metric, e.g. ShortGPT's prefill-only variant); ``skip`` must equal its size and ``offset`` be 0.
     """
 
     skip: int
     boundary: str = "last"
     offset: int = 0
+    layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("skip", "offset"):
@@ -104,6 +107,14 @@ class PopConfig:
             raise ConfigError(
                 f"`boundary` must be one of {', '.join(BOUNDARIES)} (or window-<W>), got {self.boundary!r}"
             )
+        if self.layers is not None:
+            layers = self.layers
+            if not isinstance(layers, tuple) or any(isinstance(i, bool) or not isinstance(i, int) for i in layers):
+                raise ConfigError(f"`layers` must be a tuple of layer indices, got {layers!r}")
+            if list(layers) != sorted(set(layers)) or (layers and layers[0] < 0):
+                raise ConfigError(f"`layers` must be distinct indices >= 0 in increasing order, got {list(layers)}")
+            if self.skip != len(layers) or self.offset:
+                raise ConfigError(f"with `layers`, `skip` must be {len(layers)} (their number) and `offset` 0")
 
     @property
     def boundary_width(self) -> int:
@@ -116,6 +127,8 @@ class PopConfig:
 
     def check(self, num_layers: int) -> None:
         """Raise :class:`ConfigError` unless this configuration fits a model with ``num_layers`` layers."""
+        if self.layers and self.layers[-1] >= num_layers:
+            raise ConfigError(f"`layers` must be in [0, {num_layers - 1}] for this model, got {list(self.layers)}")
         if self.skip > num_layers - 1:
             raise ConfigError(f"`skip` must be in [0, {num_layers - 1}] for this model, got {self.skip}")
         if self.offset > num_layers - 1 - self.skip:
@@ -124,33 +137,44 @@ class PopConfig:
                 f"got {self.offset}"
             )
 
-    def skipped_layers(self, num_layers: int) -> range:
-        """Indices of the layers skipped in prefill, ``[L - offset - skip, L - offset)``."""
+    def skipped_layers(self, num_layers: int) -> tuple[int, ...] | range:
+        """Indices of the layers skipped in prefill: ``layers``, else ``[L - offset - skip, L - offset)``."""
         self.check(num_layers)
+        if self.layers is not None:
+            return self.layers
         stop = num_layers - self.offset
         return range(stop - self.skip, stop)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if self.layers is None:
+            del data["layers"]  # a final block: the three fields every stored configuration has
+        else:
+            data["layers"] = list(self.layers)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PopConfig":
-        unknown = set(data) - {"skip", "boundary", "offset"}
+        unknown = set(data) - {"skip", "boundary", "offset", "layers"}
         if unknown:
             raise ConfigError(f"unknown PopConfig field(s): {', '.join(sorted(unknown))}")
         if "skip" not in data:
             raise ConfigError("a PopConfig needs `skip`")
+        data = dict(data)
+        if data.get("layers") is not None:
+            data["layers"] = tuple(data["layers"])
         return cls(**data)
 
     def __str__(self) -> str:
-        return f"skip={self.skip} boundary={self.boundary} offset={self.offset}"
+        text = f"skip={self.skip} boundary={self.boundary} offset={self.offset}"
+        return text if self.layers is None else f"{text} layers={','.join(map(str, self.layers))}"
 
 
 @dataclass
 class _PopState:
     config: PopConfig
     decoder: "nn.Module"
-    skipped: range
+    skipped: "range | tuple[int, ...]"
 
 
 class PopHandle:
@@ -275,7 +299,7 @@ def _pop_forward(
 
 
 @contextlib.contextmanager
-def _skipping(decoder: "nn.Module", skipped: range, pruned: int) -> Iterator[None]:
+def _skipping(decoder: "nn.Module", skipped: "range | tuple[int, ...]", pruned: int) -> Iterator[None]:
     """Within the block, layers write the pruned tokens' K/V only and run in full for the boundary tokens."""
     layers = [decoder.layers[i] for i in skipped]
     for layer in layers:

@@ -31,6 +31,7 @@ __all__ = [
     "load_study",
     "front",
     "completed",
+    "pareto",
 ]
 
 DEFAULT_STORAGE = "sqlite:///studies/poptune.db"
@@ -156,11 +157,28 @@ def load_study(storage: "optuna.storages.BaseStorage", name: str | None) -> "opt
     return optuna.load_study(study_name=name, storage=storage)
 
 
-def completed(study: "optuna.Study") -> list["optuna.trial.FrozenTrial"]:
-    """Completed trials in number order."""
+def completed(study: "optuna.Study", method: str | None = "pop") -> list["optuna.trial.FrozenTrial"]:
+    """Completed trials of ``method`` (default POP's own; None: every method, baselines too) in number order.
+
+    Baselines are stored in the study of their model and machine as trials with a ``method`` user attribute
+    and no search parameters; trials without the attribute are POP's.
+    """
     import optuna
 
-    return sorted(study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]), key=lambda t: t.number)
+    trials = sorted(study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]),
+                    key=lambda t: t.number)
+    if method is None:
+        return trials
+    return [t for t in trials if t.user_attrs.get("method", "pop") == method]
+
+
+def pareto(trials: list["optuna.trial.FrozenTrial"]) -> list["optuna.trial.FrozenTrial"]:
+    """The trials no other trial dominates on (latency objective: minimise, accuracy: maximise)."""
+
+    def dominates(a: Any, b: Any) -> bool:
+        return a.values[0] <= b.values[0] and a.values[1] >= b.values[1] and tuple(a.values) != tuple(b.values)
+
+    return [t for t in trials if not any(dominates(other, t) for other in trials)]
 
 
 @dataclass(frozen=True)
@@ -197,9 +215,10 @@ class FrontRow:
 
 
 def front(study: "optuna.Study") -> list[FrontRow]:
-    """The Pareto front (feasible trials only when the study has an accuracy budget), fastest first."""
+    """POP's Pareto front (feasible trials only when the study has an accuracy budget), fastest first."""
     rows: dict[tuple, FrontRow] = {}
-    for trial in sorted(study.best_trials, key=lambda t: t.number):
+    feasible = [t for t in completed(study) if t.user_attrs.get("feasible", True)]
+    for trial in pareto(feasible):
         row = FrontRow.from_trial(trial)
         rows.setdefault((row.method, row.skip, row.boundary, row.offset), row)  # a re-answered config once
     return sorted(rows.values(), key=lambda r: (r.prefill_ms, -r.accuracy, r.trial))

@@ -11,6 +11,10 @@ configuration already measured in the study is answered from storage, not re-run
 small discrete spaces). With ``max_drop`` every trial carries the constraint ``drop - max_drop <= 0``.
 
 One study per ``<model>@<hardware-id>`` in the storage; running the same command again resumes it.
+
+Baselines (:mod:`poptune.baselines`) are measured by the same evaluator and stored in the same study as trials
+with a ``method`` user attribute and no search parameters (:func:`add_baselines`), by default at the pruning
+ratios of POP's front (``skip / L``); readers filter by method (:func:`poptune.store.completed`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from poptune import store
+from poptune.baselines.calibration import CalibrationSpec
+from poptune.baselines.methods import METHODS, WANDA_SPARSITY
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.env.evaluator import ConfigEvaluator
 from poptune.env.problem import MAX_OFFSET, Measurement, TuningProblem, config_from_action
@@ -30,7 +36,7 @@ from poptune.errors import ConfigError
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["SAMPLERS", "StudySpec", "run_study", "make_sampler", "paper_default"]
+__all__ = ["SAMPLERS", "StudySpec", "run_study", "make_sampler", "paper_default", "add_baselines", "front_ratios"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +62,9 @@ class StudySpec:
         seed: Sampler seed.
         enqueue: Configurations to measure first, after the full model and the paper's rule.
         heartbeat_s: Seconds between trial heartbeats; a trial silent for three is failed and retried.
+        baselines: Baseline methods measured after the search (Wanda at 30%) at ``baseline_ratios``, by default
+            the ratios of POP's front and the paper's rule.
+        calibration: Calibration text of the baselines.
     """
 
     problem: TuningProblem
@@ -67,10 +76,18 @@ class StudySpec:
     seed: int = 0
     enqueue: tuple[PopConfig, ...] = field(default_factory=tuple)
     heartbeat_s: int = store.HEARTBEAT_S
+    baselines: tuple[str, ...] = ()
+    baseline_ratios: tuple[float, ...] | None = None
+    calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
 
     def __post_init__(self) -> None:
-        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 1:
+        if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:
             raise ConfigError(f"`trials` must be a positive integer, got {self.trials!r}")
+        if self.trials == 0 and not self.baselines:
+            raise ConfigError("`trials` must be a positive integer, got 0 (0 only adds --baselines to a study)")
+        unknown = [m for m in self.baselines if m not in METHODS]
+        if unknown:
+            raise ConfigError(f"unknown baseline(s) {', '.join(unknown)}: use {', '.join(METHODS)}")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"`timeout` must be positive seconds, got {self.timeout}")
         if isinstance(self.heartbeat_s, bool) or not isinstance(self.heartbeat_s, int) or self.heartbeat_s < 1:
@@ -149,22 +166,90 @@ def _objective(study: "optuna.Study", evaluator: ConfigEvaluator, problem: Tunin
         else:
             measurement = evaluator.evaluate(config)
             info = measurement.info()
-        drop = measurement.drop_points
-        if problem.max_drop is not None:
-            info["feasible"] = drop <= problem.max_drop
-            trial.set_constraint("max_drop", drop - problem.max_drop)
-        # Latency objective: the study's reference full-model latency over this trial's paired speedup. The
-        # speedup is measured side by side and survives load on a shared machine; a raw latency would rank
-        # trials by how busy the machine was when they ran. The raw p50s stay in the user attributes.
-        reference = study.user_attrs.get("reference_prefill_ms")
-        if reference is None:
-            reference = float(measurement.latency[measurement.target_length]["full_ms"])
-            study.set_user_attr("reference_prefill_ms", reference)
+        values, info, constraint = _outcome(study, measurement, info, problem)
+        if constraint is not None:
+            trial.set_constraint("max_drop", constraint)
         for key, value in info.items():
             trial.set_user_attr(key, value)
-        return reference / measurement.speedup, measurement.accuracy_mean
+        return values
 
     return objective
+
+
+def _outcome(study: "optuna.Study", measurement: Measurement, info: dict[str, Any],
+             problem: TuningProblem) -> tuple[tuple[float, float], dict[str, Any], float | None]:
+    """A measurement's objective values, user attributes and accuracy constraint (None without a budget)."""
+    drop = measurement.drop_points
+    constraint = None
+    if problem.max_drop is not None:
+        info["feasible"] = drop <= problem.max_drop
+        constraint = drop - problem.max_drop
+    # Latency objective: the study's reference full-model latency over this trial's paired speedup. The
+    # speedup is measured side by side and survives load on a shared machine; a raw latency would rank
+    # trials by how busy the machine was when they ran. The raw p50s stay in the user attributes.
+    reference = study.user_attrs.get("reference_prefill_ms")
+    if reference is None:
+        reference = float(measurement.latency[measurement.target_length]["full_ms"])
+        study.set_user_attr("reference_prefill_ms", reference)
+    return (reference / measurement.speedup, measurement.accuracy_mean), info, constraint
+
+
+def front_ratios(study: "optuna.Study", num_layers: int) -> list[float]:
+    """The pruning ratios ``skip / L`` of POP's stored front (skip > 0) and of the paper's rule, smallest first."""
+    skips = {row.skip for row in store.front(study) if row.skip} | {paper_default(num_layers).skip}
+    return sorted(skip / num_layers for skip in skips)
+
+
+def add_baselines(
+    study: "optuna.Study",
+    evaluator: ConfigEvaluator,
+    methods: tuple[str, ...],
+    *,
+    ratios: list[float] | None = None,
+    calibration: CalibrationSpec | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[Measurement]:
+    """Measure baselines into ``study`` (default: the ratios of POP's front and paper rule; Wanda at 30%).
+
+    A method already stored at the same number of layers (Wanda: the same sparsity) is not measured again.
+    Returns the new measurements.
+    """
+    import optuna
+    from optuna.samplers._base import _CONSTRAINTS_KEY
+
+    from poptune.baselines.methods import build_baseline
+
+    problem = evaluator.problem
+    num_layers = evaluator.num_layers
+    ratios = front_ratios(study, num_layers) if ratios is None else ratios
+    done = set()
+    for trial in store.completed(study, method=None):
+        method = trial.user_attrs.get("method", "pop")
+        if method != "pop":
+            done.add((method, _amount(method, trial.user_attrs["details"]["ratio"], num_layers)))
+    measured = []
+    memo: dict[str, Any] = {}
+    for method in methods:
+        for ratio in [WANDA_SPARSITY] if method == "wanda" else sorted(ratios, reverse=True):
+            key = (method, _amount(method, ratio, num_layers))
+            if key in done:
+                continue
+            if progress:
+                progress(f"{method} at ratio {ratio:.3f}")
+            measurement = evaluator.evaluate_baseline(
+                build_baseline(evaluator.model, evaluator.tokenizer, method, ratio, calibration, progress=progress,
+                               memo=memo))
+            values, info, constraint = _outcome(study, measurement, measurement.info(), problem)
+            system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
+            study.add_trial(optuna.trial.create_trial(values=list(values), user_attrs=info, system_attrs=system))
+            done.add(key)
+            measured.append(measurement)
+    return measured
+
+
+def _amount(method: str, ratio: float, num_layers: int) -> float:
+    """What identifies a baseline at a ratio: layers removed (Wanda: its sparsity)."""
+    return round(ratio, 4) if method == "wanda" else round(ratio * num_layers)
 
 
 def run_study(
@@ -172,6 +257,7 @@ def run_study(
     *,
     evaluator: ConfigEvaluator | None = None,
     callbacks: list[Callable[..., None]] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> "optuna.Study":
     """Run (or resume) the study of ``spec.problem`` on this machine and return it.
 
@@ -179,6 +265,7 @@ def run_study(
         spec: The study.
         evaluator: Share a loaded model (default: one built from the problem).
         callbacks: Optuna callbacks ``(study, trial)`` run after each trial (progress bars).
+        progress: Called with a short label as baselines are built and measured.
     """
     import optuna
 
@@ -215,11 +302,15 @@ def run_study(
 
     for config in (PopConfig(skip=0), paper_default(num_layers), *spec.enqueue):
         study.enqueue_trial(config.to_dict(), skip_if_exists=True)
-    study.optimize(
-        _objective(study, evaluator, problem),
-        n_trials=spec.trials,
-        timeout=spec.timeout,
-        callbacks=callbacks,
-        gc_after_trial=False,
-    )
+    if spec.trials:
+        study.optimize(
+            _objective(study, evaluator, problem),
+            n_trials=spec.trials,
+            timeout=spec.timeout,
+            callbacks=callbacks,
+            gc_after_trial=False,
+        )
+    if spec.baselines:
+        ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
+        add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration, progress=progress)
     return study

@@ -57,11 +57,12 @@ def test_skip1_is_exact(arch, boundary):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_pop_really_skips(arch):
+@pytest.mark.parametrize("config", [PopConfig(skip=3, boundary="window-4"),
+                                    PopConfig(skip=3, boundary="window-4", layers=(1, 2, 4))])
+def test_pop_really_skips(arch, config):
     """In prefill the skipped layers' FFN sees only the boundary tokens, and so does the LM head."""
     model, tok = arch
     layers = engine.decoder_of(model).layers
-    config = PopConfig(skip=3, boundary="window-4")
     inputs = _ids(tok)
     n = inputs["input_ids"].shape[1]
     mlp_tokens = {i: [] for i in range(len(layers))}
@@ -239,6 +240,10 @@ def test_validation_messages(arch):
         (dict(skip=1, boundary="first"), "`boundary` must be one of"),
         (dict(skip=1, boundary="window-0"), "`boundary` must be one of"),
         (dict(skip=1, offset=-2), "`offset` must be >= 0"),
+        (dict(skip=2, layers=(3, 1)), "distinct indices"),
+        (dict(skip=2, layers=[1, 3]), "must be a tuple"),
+        (dict(skip=1, layers=(1, 3)), "`skip` must be 2"),
+        (dict(skip=2, offset=1, layers=(1, 3)), "`offset` 0"),
     ],
 )
 def test_config_validation(kwargs, message):
@@ -253,6 +258,23 @@ def test_config_round_trip_and_widths():
     assert list(PopConfig(skip=6, offset=1).skipped_layers(18)) == list(range(11, 17))
     with pytest.raises(ConfigError, match="unknown PopConfig field"):
         PopConfig.from_dict({"skip": 1, "depth": 2})
+    chosen = PopConfig(skip=2, boundary="none", layers=(4, 9))
+    assert chosen.to_dict() == {"skip": 2, "boundary": "none", "offset": 0, "layers": [4, 9]}
+    assert PopConfig.from_dict(chosen.to_dict()) == chosen and chosen.skipped_layers(18) == (4, 9)
+    assert "layers" not in config.to_dict()  # stored block configurations keep their three fields
+    with pytest.raises(ConfigError, match=r"`layers` must be in \[0, 5\]"):
+        chosen.check(6)
+
+
+def test_explicit_last_layer_equals_the_block_of_one(arch):
+    model, tok = arch
+    inputs = _ids(tok)
+    last = len(engine.decoder_of(model).layers) - 1
+    with apply_pop(model, PopConfig(skip=1, boundary="none")), torch.no_grad():
+        block = model(**inputs).logits
+    with apply_pop(model, PopConfig(skip=1, boundary="none", layers=(last,))), torch.no_grad():
+        chosen = model(**inputs).logits
+    assert torch.equal(block, chosen)
 
 
 def test_unsupported_architecture_is_refused_by_name():

@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 from poptune.errors import PoptuneError
 
-from . import bench, eval, generate, importance, study
+from . import baseline, bench, eval, generate, importance, leaderboard, study
 
 __all__ = ["main"]
 
-_COMMANDS = (generate, bench, eval, study, importance)
+_COMMANDS = (generate, bench, eval, study, baseline, leaderboard, importance)
 
 
 class _Parser(argparse.ArgumentParser):

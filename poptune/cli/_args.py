@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
+from typing import Any
 
 from poptune.device import DTYPES
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
+from poptune.files import write_text  # noqa: F401  (the commands' one way to write a file)
 
 
 def add_model(parser: argparse.ArgumentParser) -> None:
@@ -50,13 +51,78 @@ def check_output_path(path: str) -> None:
         raise ConfigError(f"the folder of {path} does not exist")
 
 
-def write_text(path: str, text: str) -> None:
-    """Write atomically: a temporary file beside the target, then a rename (no half-written file)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        tmp.write_text(text + "\n")
-        os.replace(tmp, target)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {path}: {e.strerror or e}") from e
+def add_problem(parser: argparse.ArgumentParser) -> None:
+    """What a study or a baseline measures: prompt lengths, tasks and their items, timing pairs."""
+    parser.add_argument("--lengths", help="text prompt lengths timed; the first is the objective (default: 512)")
+    parser.add_argument("--image", metavar="WxH",
+                        help="time an image prompt instead (a vision-language model): one image of this size and a "
+                             "short question, e.g. 640x480; accuracy still comes from --tasks")
+    parser.add_argument("--tasks", help="accuracy tasks (default: piqa,arc_easy,hellaswag,winogrande,boolq with a "
+                        "data directory, else embedded)")
+    parser.add_argument("--limit", type=int, help="items per task, evenly spaced (default: 16 with real tasks)")
+    parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
+    parser.add_argument("--max-drop", type=float, help="accuracy budget in points (an Optuna constraint)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3, help="measured/full timing pairs (default: 3)")
+
+
+def problem(args: argparse.Namespace) -> Any:
+    """The :class:`~poptune.env.problem.TuningProblem` of :func:`add_problem`'s options (data checked now)."""
+    from poptune.env.problem import TuningProblem
+    from poptune.evaluate.suite import EMBEDDED, resolve_tasks
+    from poptune.evaluate.taskpack import check_data, data_dir
+
+    directory = data_dir(args.data_dir)
+    default = "piqa,arc_easy,hellaswag,winogrande,boolq" if directory is not None else None
+    tasks = resolve_tasks(args.tasks or default, directory)
+    real = [t for t in tasks if t not in EMBEDDED]
+    if directory is not None and real:
+        check_data(directory, real)
+    limit = args.limit if args.limit is not None else (16 if real else None)
+    image = None
+    if args.image is not None:
+        from poptune.models.vision import check_takes_images, parse_image_sizes
+
+        sizes = parse_image_sizes(args.image, "--image")
+        if len(sizes) != 1:
+            raise ConfigError(f"`--image` of a study takes one WIDTHxHEIGHT size (its target prompt), got {args.image!r}")
+        if args.lengths is not None:
+            raise ConfigError("give `--lengths` (text prompts) or `--image` (an image prompt), not both")
+        check_takes_images(args.model)
+        image = str(sizes[0])
+    return TuningProblem(
+        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths or "512", "--lengths")), limit=limit,
+        image=image, data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
+        dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed,
+    )
+
+
+def add_calibration(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("baseline calibration (WikiText-2 from the data directory, else generated)")
+    group.add_argument("--calibration-samples", type=int, default=8, help="sequences (default: 8)")
+    group.add_argument("--calibration-length", type=int, default=128, help="tokens per sequence (default: 128)")
+    group.add_argument("--calibration-seed", type=int, default=0, help="seed of the windows (default: 0)")
+
+
+def calibration_spec(args: argparse.Namespace) -> Any:
+    from poptune.baselines import CalibrationSpec
+    from poptune.evaluate.taskpack import data_dir
+    from poptune.importance import calibration_file
+
+    directory = data_dir(args.data_dir)
+    calibration_file(directory)  # a data directory without WikiText-2 fails now, not after the search
+    return CalibrationSpec(samples=args.calibration_samples, length=args.calibration_length,
+                           seed=args.calibration_seed, data_dir=str(directory) if directory else None)
+
+
+def method_list(text: str | None) -> tuple[str, ...]:
+    """``"shortgpt,sleb"`` or ``"all"`` -> method names (checked)."""
+    from poptune.baselines import METHODS
+
+    if not text:
+        return ()
+    names = METHODS if text.strip() == "all" else tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [n for n in names if n not in METHODS]
+    if unknown or not names:
+        raise ConfigError(f"unknown baseline(s) {', '.join(unknown) or '(none)'}: use {', '.join(METHODS)} or all")
+    return tuple(dict.fromkeys(names))

@@ -9,7 +9,10 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-from ._args import add_model, check_output_path, int_list, write_text
+from poptune.baselines.methods import METHODS
+
+from ._args import add_calibration, add_model, add_problem, calibration_spec, check_output_path, method_list
+from ._args import problem, write_text
 
 
 def register(sub: Any) -> None:
@@ -17,25 +20,20 @@ def register(sub: Any) -> None:
     add_model(parser)
     parser.add_argument("--trials", type=int, default=16, help="trials to run now (default: 16)")
     parser.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
-    parser.add_argument("--lengths", help="text prompt lengths timed; the first is the objective (default: 512)")
-    parser.add_argument("--image", metavar="WxH",
-                        help="time an image prompt instead (a vision-language model): one image of this size and a "
-                             "short question, e.g. 640x480; accuracy still comes from --tasks")
-    parser.add_argument("--tasks", help="accuracy tasks (default: piqa,arc_easy,hellaswag,winogrande,boolq with a "
-                        "data directory, else embedded)")
-    parser.add_argument("--limit", type=int, help="items per task, evenly spaced (default: 16 with real tasks)")
-    parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
+    add_problem(parser)
     parser.add_argument("--sampler", choices=("tpe", "nsga2", "random", "grid"), default="tpe")
-    parser.add_argument("--max-drop", type=float, help="accuracy budget in points (an Optuna constraint)")
     parser.add_argument("--storage", help="storage URL (default: sqlite:///studies/poptune.db)")
     parser.add_argument("--study", help="study name (default: <model>@<hardware-id>)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="POP/full timing pairs per trial (default: 3)")
     parser.add_argument("--heartbeat", type=int, default=30, help="seconds between trial heartbeats (default: 30)")
     parser.add_argument("--init-from-importance", metavar="JSON",
                         help="enqueue the block the importance analysis proposes (poptune importance)")
     parser.add_argument("--init-ratio", type=float, default=1 / 3,
                         help="pruning ratio of that proposal (default: 1/3)")
+    parser.add_argument("--baselines", help="after the search, measure these baselines at the ratios of POP's "
+                        f"front: comma-separated of {', '.join(METHODS)}, or all (with --trials 0: only that)")
+    parser.add_argument("--baseline-ratios", help="comma-separated ratios in (0, 1) for --baselines (default: those "
+                        "of POP's front and the paper's rule, skip / L)")
+    add_calibration(parser)
     parser.set_defaults(run=run_study)
 
     pareto = sub.add_parser("pareto", help="print a stored Pareto front")
@@ -54,37 +52,6 @@ def register(sub: Any) -> None:
 
     envs = sub.add_parser("envs", help="list the Gymnasium environment ids")
     envs.set_defaults(run=run_envs)
-
-
-def _problem(args: argparse.Namespace) -> Any:
-    from poptune.env.problem import TuningProblem
-    from poptune.evaluate.suite import EMBEDDED, resolve_tasks
-    from poptune.evaluate.taskpack import check_data, data_dir
-
-    directory = data_dir(args.data_dir)
-    default = "piqa,arc_easy,hellaswag,winogrande,boolq" if directory is not None else None
-    tasks = resolve_tasks(args.tasks or default, directory)
-    real = [t for t in tasks if t not in EMBEDDED]
-    if directory is not None and real:
-        check_data(directory, real)
-    limit = args.limit if args.limit is not None else (16 if real else None)
-    image = None
-    if args.image is not None:
-        from poptune.models.vision import check_takes_images, parse_image_sizes
-
-        sizes = parse_image_sizes(args.image, "--image")
-        if len(sizes) != 1:
-            raise ConfigError(f"`--image` of a study takes one WIDTHxHEIGHT size (its target prompt), got {args.image!r}")
-        if args.lengths is not None:
-            raise ConfigError("give `--lengths` (text prompts) or `--image` (an image prompt), not both")
-        check_takes_images(args.model)
-        image = str(sizes[0])
-    return TuningProblem(
-        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths or "512", "--lengths")), limit=limit,
-        image=image,
-        data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
-        dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed,
-    )
 
 
 def _front_table(rows: list[Any]) -> str:
@@ -117,6 +84,19 @@ def write_front_plot(study: Any, path: Path) -> Path:
     return pareto_plot(points, front, path, title=f"{study.study_name}: POP configurations (skip/boundary/offset)")
 
 
+def _ratios(text: str | None) -> tuple[float, ...] | None:
+    if not text:
+        return None
+    try:
+        ratios = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as e:
+        raise ConfigError(f"`--baseline-ratios` must be comma-separated numbers, got {text!r}") from e
+    bad = [r for r in ratios if not 0 < r < 1]
+    if bad or not ratios:
+        raise ConfigError(f"`--baseline-ratios` must be in (0, 1), got {text!r}")
+    return ratios
+
+
 def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
     if not args.init_from_importance:
         return ()
@@ -132,9 +112,10 @@ def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
 def run_study(args: argparse.Namespace) -> int:
     from poptune.tune import StudySpec
 
-    spec = StudySpec(problem=_problem(args), trials=args.trials, timeout=args.timeout, sampler=args.sampler,
+    spec = StudySpec(problem=problem(args), trials=args.trials, timeout=args.timeout, sampler=args.sampler,
                      storage=args.storage, study=args.study, seed=args.seed, heartbeat_s=args.heartbeat,
-                     enqueue=_importance_proposal(args))
+                     enqueue=_importance_proposal(args), baselines=method_list(args.baselines),
+                     calibration=calibration_spec(args), baseline_ratios=_ratios(args.baseline_ratios))
 
     import optuna
     from tqdm import tqdm
@@ -156,10 +137,17 @@ def run_study(args: argparse.Namespace) -> int:
                 best = max(rows, key=lambda r: r.speedup if r.drop <= (spec.problem.max_drop or 1.0) else 0)
                 bar.set_postfix_str(f"best {best.speedup:.2f}x at drop {best.drop:+.2f} ({best.skip}/{best.boundary})")
 
-        study = run(spec, callbacks=[progress])
+        study = run(spec, callbacks=[progress], progress=lambda label: bar.set_postfix_str(label))
     rows = store.front(study)
     print(f"study {study.study_name}: {len(store.completed(study))} completed trials; Pareto front:")
     print(_front_table(rows))
+    baselines = [t for t in store.completed(study, method=None) if t.user_attrs.get("method", "pop") != "pop"]
+    if baselines:
+        print(f"baselines ({len(baselines)} stored; `poptune leaderboard` tabulates them):")
+        for t in baselines:
+            a = t.user_attrs
+            print(f"  {a['method']:<13} ratio {a['details']['ratio']:.3f}  {a['speedup']:.3f}x  "
+                  f"accuracy {100 * a['accuracy_mean']:.2f}%  drop {a['drop_points']:+.2f}")
     path = write_front_plot(study, _plot_path(spec.storage, study.study_name))
     print(f"plot: {path}")
     return 0

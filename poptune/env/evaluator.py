@@ -8,10 +8,14 @@ measure the machine, not POP.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
 from poptune.env.problem import Measurement, TuningProblem
+
+if TYPE_CHECKING:
+    from poptune.baselines import Baseline
 
 __all__ = ["ConfigEvaluator"]
 
@@ -95,14 +99,28 @@ class ConfigEvaluator:
             self._full_accuracy, self._full_items = self._accuracy(PopConfig(skip=0))
         return self._full_accuracy
 
-    def evaluate(self, config: PopConfig) -> Measurement:
-        """Measure ``config``: prefill (and decode) latency against the full model, then task accuracy."""
+    def evaluate(
+        self,
+        config: PopConfig,
+        *,
+        transform: Transform | None = None,
+        method: str = "pop",
+        details: dict[str, Any] | None = None,
+    ) -> Measurement:
+        """Measure ``config``: prefill (and decode) latency against the full model, then task accuracy.
+
+        Args:
+            config: The POP configuration (``skip=0`` for none).
+            transform: A baseline's model change, applied for the measured side's latency and its accuracy.
+            method: ``pop`` or the baseline's name; ``details``: what the baseline is (stored with it).
+        """
         from poptune.measure import RepeatPolicy
         from poptune.measure.bench import BenchSpec, run_bench
         from poptune.models.vision import ImageSize
 
         p = self.problem
-        config.check(self.num_layers)
+        with applied(self.model, transform):
+            config.check(self.num_layers)
         spec = BenchSpec(
             lengths=p.lengths,
             batch_size=p.batch_size,
@@ -110,15 +128,18 @@ class ConfigEvaluator:
             policy=RepeatPolicy(warmup=1, min_repeats=p.repeats, min_seconds=0.0),
             images=(ImageSize.parse(p.image),) if p.image is not None else (),
         )
-        bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model)
+        bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model, transform=transform)
         latency = {row.length: row.summary() for row in bench.rows}
         full = self.full_accuracy()
-        if config.skip == 0:
+        if config.skip == 0 and transform is None:
             accuracy, items = dict(full), dict(self._full_items)
         else:
-            accuracy, items = self._accuracy(config)
+            with applied(self.model, transform):
+                accuracy, items = self._accuracy(config)
         return Measurement(
             config=config,
+            method=method,
+            details=dict(details or {}),
             latency=latency,
             target_length=self.target_length,
             accuracy=accuracy,
@@ -128,3 +149,8 @@ class ConfigEvaluator:
             versions=bench.versions,
             items=items,
         )
+
+    def evaluate_baseline(self, baseline: "Baseline") -> Measurement:
+        """Measure a baseline exactly as a POP configuration: same prompts, lengths, tasks and timer."""
+        return self.evaluate(baseline.pop, transform=baseline.transform, method=baseline.method,
+                             details=baseline.describe())

@@ -139,6 +139,7 @@ class Measurement:
         full_accuracy: The full model's, measured once per study.
         energy_j: NVML energy over the timed runs, where available.
         hardware: The hardware record; ``versions``: software versions.
+        details: For a baseline: its ratio, removed layers, scores and calibration.
     """
 
     config: PopConfig
@@ -151,6 +152,7 @@ class Measurement:
     hardware: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     items: dict[str, int] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         numbers = [v for row in self.latency.values() for v in row.values() if v is not None]
@@ -198,6 +200,7 @@ class Measurement:
             "items": self.items,
             "hardware": self.hardware,
             "versions": self.versions,
+            "details": self.details,
         }
 
     @classmethod
@@ -213,6 +216,7 @@ class Measurement:
             hardware=info.get("hardware", {}),
             versions=info.get("versions", {}),
             items=info.get("items", {}),
+            details=info.get("details", {}),
         )
 
 

@@ -35,6 +35,8 @@ class PopLM(HFLM):
         pretrained: A poptune model name (``gemma-3``, ``tiny-llama``, a local directory, ...) or a loaded
             ``PreTrainedModel`` (then pass ``tokenizer``).
         skip, boundary, offset: The :class:`~poptune.engine.PopConfig`; ``skip=0`` is the full model.
+        layers: An explicit set of skipped layers (a tuple, or ``"3-5-9"`` from ``--model_args``) instead of the
+            final block; ``skip`` then defaults to its size.
         device, dtype, weights: As :func:`poptune.load_model` (ignored for a loaded model).
         batch_size: Contexts prefilled together (left-padded).
         **kwargs: Passed to ``HFLM`` (``max_length``, ``add_bos_token``, ...).
@@ -50,6 +52,7 @@ class PopLM(HFLM):
         skip: int = 0,
         boundary: str = "last",
         offset: int = 0,
+        layers: tuple[int, ...] | str | None = None,
         device: str = "cpu",
         dtype: str | None = None,
         weights: str = "pretrained",
@@ -57,7 +60,12 @@ class PopLM(HFLM):
         tokenizer: Any = None,
         **kwargs: Any,
     ) -> None:
-        config = PopConfig(skip=int(skip), boundary=str(boundary), offset=int(offset))
+        if isinstance(layers, str):  # lm-eval's --model_args splits on commas: layers are dash-separated there
+            layers = tuple(int(i) for i in layers.replace(",", "-").split("-") if i)
+        if layers is not None:
+            layers = tuple(layers)
+            skip = skip or len(layers)
+        config = PopConfig(skip=int(skip), boundary=str(boundary), offset=int(offset), layers=layers)
         if isinstance(pretrained, str):
             from poptune.models import load_model
 
@@ -74,7 +82,8 @@ class PopLM(HFLM):
     def config_tag(self) -> str:
         """A file-name-safe name of the configuration, e.g. ``pop-skip6-last-off0``."""
         c = self.pop_config
-        return f"pop-skip{c.skip}-{c.boundary}-off{c.offset}"
+        tag = f"pop-skip{c.skip}-{c.boundary}-off{c.offset}"
+        return tag if c.layers is None else f"{tag}-layers{'_'.join(map(str, c.layers))}"
 
     def set_cache_hook(self, cache_hook: Any) -> None:
         """Refuse an lm-eval request cache that another configuration could share.

@@ -157,7 +157,7 @@ def _lm_eval_scores(
     task_dict = get_task_dict(tasks, spec.data_dir)
     samples = {name: item_indices(len(task.eval_docs), spec.limit) for name, task in task_dict["tasks"].items()}
     lm = PopLM(pretrained=model, tokenizer=tokenizer, skip=config.skip, boundary=config.boundary,
-               offset=config.offset, batch_size=spec.batch_size)
+               offset=config.offset, layers=config.layers, batch_size=spec.batch_size)
     try:
         out = lm_eval.evaluator.evaluate(lm, task_dict, samples=samples, bootstrap_iters=0, log_samples=False,
                                          verbosity="WARNING")

@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
+from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
-from poptune.measure.flops import ideal_speedup, vision_flops
+from poptune.measure.flops import prefill_flops, vision_flops
 from poptune.measure.hardware import HardwareRecord, Telemetry, fingerprint
 from poptune.measure.prefill import decode, prefill
 from poptune.measure.prompts import image_prompt_batch, prompt_batch
@@ -147,11 +148,13 @@ class BenchResult:
     date: str
     dtype: str
     ideal_method: str = "flops"
+    transform: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "config": self.config.to_dict(),
+            "transform": self.transform,
             "dtype": self.dtype,
             "lengths": list(self.spec.lengths),
             "images": [str(size) for size in self.spec.images],
@@ -189,6 +192,7 @@ class BenchResult:
             date=data["date"],
             dtype=data["dtype"],
             ideal_method=data.get("ideal_method", "flops"),
+            transform=data.get("transform"),
         )
 
     def table(self) -> str:
@@ -252,6 +256,7 @@ def run_bench(
     *,
     model_name: str,
     progress: Callable[[str], None] | None = None,
+    transform: Transform | None = None,
 ) -> BenchResult:
     """Time POP with ``config`` against the full model at every length (or image size) of ``spec``.
 
@@ -262,9 +267,12 @@ def run_bench(
         spec: Lengths or image sizes, batch size, decode tokens and repeat policy.
         model_name: Recorded as is.
         progress: Called with a short label after each measurement (for a progress bar).
+        transform: A baseline's model change (layers removed, sparse weights), applied around every call of
+            the measured side -- prefill and decode -- and undone for the full model's calls.
     """
     decoder = decoder_of(model)
-    config.check(len(decoder.layers))
+    with applied(model, transform):
+        config.check(len(decoder.layers))
     if spec.images:
         require_vision(model, model_name)
     limit = getattr(decoder.config, "max_position_embeddings", None)
@@ -282,8 +290,18 @@ def run_bench(
             if limit and prompt.length + spec.decode_tokens > limit:
                 raise ConfigError(f"the {item} image prompt ({prompt.length} tokens) exceeds this model's {limit} positions")
             inputs = prompt.inputs
+
+            def measured_prefill() -> Any:
+                with applied(model, transform):
+                    return prefill(model, inputs, config)
+
+            def measured_decode(out: Any) -> None:
+                with applied(model, transform):
+                    decode(model, out, inputs, steps)
+
+            steps = spec.decode_tokens
             prefill_pair = measure_pair(
-                lambda: prefill(model, inputs, config),
+                measured_prefill,
                 lambda: prefill(model, inputs, None),
                 timer=timer,
                 policy=spec.policy,
@@ -292,10 +310,9 @@ def run_bench(
                 progress(f"prefill {item}")
             decode_pair = None
             if spec.decode_tokens:
-                steps = spec.decode_tokens
                 decode_pair = _per_token(
                     measure_pair(
-                        Staged(lambda: prefill(model, inputs, config), lambda out: decode(model, out, inputs, steps)),
+                        Staged(measured_prefill, measured_decode),
                         Staged(lambda: prefill(model, inputs, None), lambda out: decode(model, out, inputs, steps)),
                         timer=timer,
                         policy=spec.policy,
@@ -304,7 +321,9 @@ def run_bench(
                 )
                 if progress:
                     progress(f"decode {item}")
-            ideal = ideal_speedup(decoder.config, prompt.length, config, fixed=prompt.fixed_flops)
+            full_flops = prompt.fixed_flops + prefill_flops(decoder.config, prompt.length)
+            with applied(model, transform):  # a removal changes the config's depth and layer types
+                ideal = full_flops / (prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, config))
             rows.append(BenchRow(prompt.length, prefill_pair, ideal, decode_pair, prompt.image, prompt.image_tokens))
     return BenchResult(
         model=model_name,
@@ -316,4 +335,5 @@ def run_bench(
         versions=versions(),
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        transform=transform.describe() if transform is not None else None,
     )

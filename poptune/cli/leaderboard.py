@@ -1,0 +1,31 @@
+"""``poptune leaderboard``: regenerate the leaderboards from stored studies."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("leaderboard", help="regenerate leaderboards/ (POP vs baselines, tuners) from studies")
+    parser.add_argument("--storage", help="storage URL (default: sqlite:///studies/poptune.db)")
+    parser.add_argument("--out", default="leaderboards", help="output folder (default: leaderboards)")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds per sampler in the tuner tables (default: 10)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from poptune.errors import ConfigError
+    from poptune.export import _public_url
+    from poptune.leaderboard import write_leaderboards
+
+    if args.seeds < 1:
+        raise ConfigError(f"`--seeds` must be a positive integer, got {args.seeds}")
+    command = "poptune leaderboard " + shlex.join(
+        [*(["--storage", _public_url(args.storage)] if args.storage else []),
+         *(["--out", args.out] if args.out != "leaderboards" else []),
+         *(["--seeds", str(args.seeds)] if args.seeds != 10 else [])])
+    for path in write_leaderboards(args.storage, args.out, command=command.strip(), seeds=args.seeds):
+        print(f"wrote {path}")
+    return 0

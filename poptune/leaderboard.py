@@ -1,0 +1,241 @@
+"""Leaderboards generated from stored studies: POP's front against every baseline, per model and machine.
+
+For each POP study in a storage (one per ``<model>@<hardware-id>``) :func:`write_leaderboards` writes
+
+- ``methods-<study>.md`` and ``.csv``: the full model, POP's Pareto front (and the paper's rule), and every
+  stored baseline, with the prefill speedup at each timed length, the FLOPs ideal, decode speed, accuracy per
+  task, mean and drop; for each baseline, POP's best accuracy at an equal or higher speedup beside it;
+- ``methods-<study>.png``: speedup against accuracy, POP's front against every baseline;
+- ``tuner-<study>.md`` for a study that measured the whole search space: samplers x seeds on its replay.
+
+Everything is read from the storage and ordered deterministically; the date in the provenance is the last
+stored trial's, so the same database gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from poptune import store
+from poptune.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["Entry", "entries", "write_leaderboards"]
+
+_ORDER = ("full", "pop", "static-last", "shortgpt", "angular", "sleb", "laco", "shortgpt-gen", "wanda")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row: a configuration of a method, as stored."""
+
+    trial: int
+    method: str
+    label: str
+    ratio: float
+    speedup: dict[int, float]
+    ideal: float
+    decode_speedup: float | None
+    accuracy: dict[str, float]
+    accuracy_mean: float
+    drop: float
+    note: str = ""
+
+
+def _entry(trial: "optuna.trial.FrozenTrial", num_layers: int, note: str = "") -> Entry:
+    a = trial.user_attrs
+    method, config, details = a.get("method", "pop"), a["config"], a.get("details", {})
+    target = str(a["target_length"])
+    row = a["latency"][target]
+    full_decode, decode = row.get("decode_full_ms_per_token"), row.get("decode_pop_ms_per_token")
+    if method == "pop" and config["skip"] == 0:
+        method, label, ratio = "full", "full model", 0.0
+    elif method == "pop":
+        label, ratio = f"skip {config['skip']}, {config['boundary']}, offset {config['offset']}", config["skip"] / num_layers
+    elif method == "wanda":
+        label, ratio = f"{100 * details['ratio']:.0f}% unstructured", details["ratio"]
+    else:
+        removed = details.get("removed", [])
+        verb = "skipped in prefill" if method == "shortgpt-gen" else "removed"
+        label, ratio = f"{len(removed)} {verb}: {','.join(map(str, removed))}", len(removed) / num_layers
+    return Entry(
+        trial=trial.number, method=method, label=label, ratio=ratio,
+        speedup={int(k): float(v["speedup"]) for k, v in sorted(a["latency"].items(), key=lambda kv: int(kv[0]))},
+        ideal=float(row["ideal"]),
+        decode_speedup=full_decode / decode if full_decode and decode else None,
+        accuracy=dict(a["accuracy"]), accuracy_mean=float(a["accuracy_mean"]), drop=float(a["drop_points"]), note=note,
+    )
+
+
+def entries(study: "optuna.Study") -> list[Entry]:
+    """The rows of a study's leaderboard: full model, POP's front and paper rule, then baselines by method."""
+    from poptune.tune import paper_default
+
+    num_layers = int(study.user_attrs["num_layers"])
+    pop = store.completed(study)
+    front = {row.trial for row in store.front(study)}
+    paper = paper_default(num_layers).to_dict()
+    rows: dict[tuple, Entry] = {}
+    for trial in pop:
+        config = trial.user_attrs["config"]
+        is_paper = config == paper
+        if trial.number in front or config["skip"] == 0 or is_paper:
+            note = " ".join(n for n, on in (("front", trial.number in front), ("paper rule", is_paper)) if on)
+            entry = _entry(trial, num_layers, note)
+            rows.setdefault((entry.method, entry.label), entry)  # a configuration answered again: once
+    for trial in store.completed(study, method=None):
+        if trial.user_attrs.get("method", "pop") != "pop":
+            entry = _entry(trial, num_layers)
+            rows.setdefault((entry.method, entry.label), entry)
+    rank = {m: i for i, m in enumerate(_ORDER)}
+    return sorted(rows.values(), key=lambda e: (rank.get(e.method, len(rank)), e.ratio, e.trial))
+
+
+def _best_pop_at(entries_: list[Entry], speedup: float, length: int) -> Entry | None:
+    """POP's most accurate front configuration at least as fast as ``speedup``."""
+    faster = [e for e in entries_ if e.method == "pop" and "front" in e.note and e.speedup[length] >= speedup]
+    return max(faster, key=lambda e: (e.accuracy_mean, e.speedup[length], -e.trial), default=None)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def _provenance(study: "optuna.Study", command: str) -> list[str]:
+    attrs = study.user_attrs
+    hw, versions, problem = attrs.get("hardware", {}), attrs.get("versions", {}), attrs.get("problem", {})
+    dates = [t.datetime_complete for t in store.completed(study, method=None) if t.datetime_complete]
+    tasks = ", ".join(problem.get("tasks", []))
+    return [
+        "## Provenance",
+        "",
+        f"- generated by: `{command}` from study `{study.study_name}`",
+        f"- measured with: tasks {tasks}, {problem.get('limit') or 'all'} items per task (evenly spaced), prompt "
+        f"lengths {problem.get('lengths')} (target {problem.get('target_length') or problem.get('lengths', [None])[0]}), "
+        f"{problem.get('repeats')} timing pairs per configuration, batch {problem.get('batch_size')}, "
+        f"device {problem.get('device')}, dtype {problem.get('dtype') or 'default'}, weights {problem.get('weights')}",
+        f"- hardware: {hw.get('hardware_id', '?')} ({hw.get('name') or hw.get('cpu') or hw.get('kind', '')})".rstrip(),
+        f"- versions: {', '.join(f'{k} {v}' for k, v in sorted(versions.items()))}",
+        f"- last measurement: {max(dates).isoformat(timespec='seconds') if dates else 'none'}",
+        "",
+    ]
+
+
+def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -> tuple[str, str]:
+    problem = study.user_attrs["problem"]
+    lengths = sorted(rows[0].speedup) if rows else []
+    target = problem.get("target_length") or problem["lengths"][0]
+    tasks = list(problem["tasks"])
+    head = (["method", "configuration"] + [f"speedup@{n}" for n in lengths] + [f"ideal@{target}", "decode speedup"]
+            + tasks + ["mean", "drop", f"POP at >= speedup@{target}", "trial"])
+    md = [f"# Methods on {study.study_name}", "",
+          "POP (prefill-only pruning, this study's Pareto front) against structured-pruning baselines, measured by "
+          "the same evaluator: the same prompts, lengths, timer (measured/full pairs interleaved in one process, "
+          "speedup = median of per-pair ratios), tasks and items. Accuracy in %, drop in points against the full "
+          "model (positive = worse). The POP column gives, for each baseline, the most accurate POP front "
+          "configuration at least as fast, and its accuracy lead.", "",
+          "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(head[:-2] + ["pop_at_speedup_accuracy", "trial"])
+    for e in rows:
+        versus = ""
+        csv_versus: Any = ""
+        if e.method not in ("pop", "full"):
+            best = _best_pop_at(rows, e.speedup[target], target)
+            if best is not None:
+                lead = 100 * (best.accuracy_mean - e.accuracy_mean)
+                versus = f"{100 * best.accuracy_mean:.2f} ({lead:+.2f}) [{best.label}]"
+                csv_versus = round(100 * best.accuracy_mean, 4)
+            else:
+                versus = "none as fast"
+        name = e.method + (f" ({e.note})" if e.note else "")
+        md.append("| " + " | ".join(
+            [name, e.label] + [f"{e.speedup[n]:.3f}x" for n in lengths] + [f"{e.ideal:.2f}x",
+             _fmt(e.decode_speedup, ".3f") + ("x" if e.decode_speedup else "")]
+            + [f"{100 * e.accuracy[t]:.2f}" for t in tasks] + [f"{100 * e.accuracy_mean:.2f}", f"{e.drop:+.2f}",
+                                                              versus, str(e.trial)]) + " |")
+        writer.writerow([e.method, e.label] + [round(e.speedup[n], 5) for n in lengths] + [round(e.ideal, 5),
+                        round(e.decode_speedup, 5) if e.decode_speedup else ""]
+                        + [round(100 * e.accuracy[t], 4) for t in tasks]
+                        + [round(100 * e.accuracy_mean, 4), round(e.drop, 4), csv_versus, e.trial])
+    md += ["", f"![speedup vs accuracy]({plot})", ""] + _provenance(study, command)
+    return "\n".join(md), buf.getvalue()
+
+
+def _plot(study: "optuna.Study", rows: list[Entry], path: Path) -> Path:
+    from poptune.plots import pareto_plot
+
+    target = study.user_attrs["problem"].get("target_length") or study.user_attrs["problem"]["lengths"][0]
+    points = [(t.user_attrs["speedup"], 100 * t.values[1], "") for t in store.completed(study)]
+    front = [(e.speedup[target], 100 * e.accuracy_mean, e.label.replace(", offset ", "/o").replace("skip ", ""))
+             for e in rows if "front" in e.note]
+    series: dict[str, list[tuple[float, float, str]]] = {}
+    for e in rows:
+        if e.method not in ("pop", "full"):
+            series.setdefault(e.method, []).append((e.speedup[target], 100 * e.accuracy_mean, ""))
+    return pareto_plot(points, front, path, title=f"{study.study_name}: POP front vs baselines", series=series)
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
+
+
+def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str,
+                       seeds: int = 10) -> list[Path]:
+    """Regenerate the leaderboards of every POP study in ``storage`` under ``out_dir``; returns the files.
+
+    Raises:
+        ConfigError: a bad storage, a missing folder, or a storage without any POP study.
+    """
+    import optuna
+
+    from poptune.env.pop_env import ReplayEnv
+    from poptune.env.tuner_bench import CHECKPOINTS, covers_grid, tuner_efficiency
+    from poptune.export import _public_url
+
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise ConfigError(f"{out} is not an existing folder")
+    opened = store.open_storage(storage, heartbeat=None)
+    studies = [optuna.load_study(study_name=n, storage=opened) for n in store.study_names(opened)]
+    studies = [s for s in studies if "problem" in s.user_attrs and store.completed(s)]
+    if not studies:
+        raise ConfigError(f"no POP study with completed trials in {_public_url(storage)}")
+    from poptune.files import write_text
+
+    written: list[Path] = []
+    for study in studies:
+        rows = entries(study)
+        base = out / f"methods-{_safe(study.study_name)}"
+        md, table = _tables(study, rows, command, f"{base.name}.png")
+        write_text(f"{base}.md", md.rstrip("\n"))
+        write_text(f"{base}.csv", table.rstrip("\n"))
+        written += [Path(f"{base}.md"), Path(f"{base}.csv"), _plot(study, rows, Path(f"{base}.png"))]
+        env = ReplayEnv(storage, study.study_name)
+        if not covers_grid(env):
+            continue
+        budget = env.max_drop if env.max_drop is not None else 1.0
+        tuner = tuner_efficiency(env, float(study.user_attrs["reference_prefill_ms"]), max_drop=budget, seeds=seeds)
+        lines = [f"# Tuner efficiency on the replay of {study.study_name}", "",
+                 f"Every configuration of the search space was measured ({len(env.table)}); samplers ask, the replay "
+                 f"answers. Budget {budget} points. Each cell: median over seeds of the best within-budget speedup "
+                 "after N trials; hit@16 = seeds whose first 16 trials found the fastest within-budget configuration; "
+                 "HV = hypervolume of (latency objective in ms, accuracy) after 32 trials.", "",
+                 "| sampler | seeds | " + " | ".join(f"best@{n}" for n in CHECKPOINTS) + " | hit@16 | HV@32 |",
+                 "|---|---:|" + "---:|" * len(CHECKPOINTS) + "---:|---:|"]
+        for r in tuner:
+            lines.append(f"| {r.sampler} | {r.seeds} | " + " | ".join(_fmt(r.best[n], ".3f") + "x" for n in CHECKPOINTS)
+                         + f" | {r.hits}/{r.seeds} | {r.hypervolume:.2f} |")
+        lines += [""] + _provenance(study, command)
+        path = out / f"tuner-{_safe(study.study_name)}.md"
+        write_text(str(path), "\n".join(lines).rstrip("\n"))
+        written.append(path)
+    return written
