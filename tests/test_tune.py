@@ -90,6 +90,8 @@ def _sha(path):
         (["--storage", "sqlite://"], "needs a file path"),
         (["--max-drop", "-1"], "`max_drop` must be >= 0"),
         (["--trials", "0"], "`trials` must be a positive integer"),
+        (["--enqueue", "3/last"], "`--enqueue` takes SKIP/BOUNDARY/OFFSET items"),
+        (["--enqueue", "3/middle/0"], "`boundary` must be one of"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, message):

@@ -29,6 +29,9 @@ def register(sub: Any) -> None:
                         help="enqueue the block the importance analysis proposes (poptune importance)")
     parser.add_argument("--init-ratio", type=float, default=1 / 3,
                         help="pruning ratio of that proposal (default: 1/3)")
+    parser.add_argument("--enqueue", metavar="SKIP/BOUNDARY/OFFSET,...",
+                        help="configurations to measure first, after the full model and the paper's rule, "
+                             "e.g. 9/window-4/0,6/window-4/0")
     parser.add_argument("--baselines", help="after the search, measure these baselines at the ratios of POP's "
                         f"front: comma-separated of {', '.join(METHODS)}, or all (with --trials 0: only that)")
     parser.add_argument("--baseline-ratios", help="comma-separated ratios in (0, 1) for --baselines (default: those "
@@ -84,6 +87,20 @@ def write_front_plot(study: Any, path: Path) -> Path:
     return pareto_plot(points, front, path, title=f"{study.study_name}: POP configurations (skip/boundary/offset)")
 
 
+def _enqueued(text: str | None) -> tuple[Any, ...]:
+    from poptune.engine import PopConfig
+
+    configs = []
+    for part in (p.strip() for p in (text or "").split(",") if p.strip()):
+        fields = part.split("/")
+        try:
+            skip, boundary, offset = int(fields[0]), fields[1], int(fields[2])
+        except (IndexError, ValueError) as e:
+            raise ConfigError(f"`--enqueue` takes SKIP/BOUNDARY/OFFSET items, got {part!r}") from e
+        configs.append(PopConfig(skip=skip, boundary=boundary, offset=offset))
+    return tuple(configs)
+
+
 def _ratios(text: str | None) -> tuple[float, ...] | None:
     if not text:
         return None
@@ -114,7 +131,7 @@ def run_study(args: argparse.Namespace) -> int:
 
     spec = StudySpec(problem=problem(args), trials=args.trials, timeout=args.timeout, sampler=args.sampler,
                      storage=args.storage, study=args.study, seed=args.seed, heartbeat_s=args.heartbeat,
-                     enqueue=_importance_proposal(args), baselines=method_list(args.baselines),
+                     enqueue=_enqueued(args.enqueue) + _importance_proposal(args), baselines=method_list(args.baselines),
                      calibration=calibration_spec(args), baseline_ratios=_ratios(args.baseline_ratios))
 
     import optuna
