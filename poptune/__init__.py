@@ -1,7 +1,15 @@
 """poptune: benchmark and auto-tuning suite for Prefill-Only Pruning (POP) of LLMs and VLMs."""
 
 from .engine import BOUNDARIES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop
-from .errors import ConfigError, DataError, DeviceError, ModelNotFoundError, PoptuneError, UnsupportedModelError
+from .errors import (
+    ConfigError,
+    DataError,
+    DeviceError,
+    MeasurementError,
+    ModelNotFoundError,
+    PoptuneError,
+    UnsupportedModelError,
+)
 from .export import load_config
 from .models import ModelSpec, load_model, model_names, resolve_model
 
@@ -12,6 +20,7 @@ __all__ = [
     "ConfigError",
     "DataError",
     "DeviceError",
+    "MeasurementError",
     "ModelNotFoundError",
     "ModelSpec",
     "PopConfig",
