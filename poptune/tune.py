@@ -71,7 +71,7 @@ class StudySpec:
         sampler: ``tpe`` (seeded, default), ``nsga2``, ``random`` or ``grid``.
         storage: Storage URL (default ``sqlite:///studies/poptune.db``).
         study: Study name (default ``<model>@<hardware-id>``).
-        seed: Sampler seed.
+        seed: Sampler seed (on a journal or database storage, mixed with each worker's process id).
         enqueue: Configurations to measure first, after the full model and the paper's rule.
         heartbeat_s: Seconds between trial heartbeats; a trial silent for three is failed and retried.
     """
@@ -296,11 +296,27 @@ def _objective(
     return objective
 
 
+def _sampler_seed(spec: StudySpec) -> int:
+    """``spec.seed``; on a storage shared by several workers, mixed with this process so that they differ.
+
+    Workers seeded alike would all propose the same configurations (TPE starts with seeded random samples)
+    and then mostly wait for each other.
+    """
+    if not store.is_server(spec.storage):
+        return spec.seed
+    import hashlib
+    import os
+    import socket
+
+    mixed = hashlib.sha256(f"{spec.seed}/{socket.gethostname()}/{os.getpid()}".encode()).digest()
+    return int.from_bytes(mixed[:4], "little")
+
+
 def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tuple["optuna.Study", bool]:
     """Create the study, or load it when it exists (another worker may create it at the same moment)."""
     import optuna
 
-    kwargs = dict(study_name=name, storage=storage, sampler=make_sampler(spec.sampler, spec.seed, num_layers))
+    kwargs = dict(study_name=name, storage=storage, sampler=make_sampler(spec.sampler, _sampler_seed(spec), num_layers))
     try:
         return optuna.create_study(directions=["minimize", "maximize"], **kwargs), True
     except optuna.exceptions.DuplicatedStudyError:
