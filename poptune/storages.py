@@ -85,11 +85,12 @@ class SharedRDBStorage(RDBStorage):
         engine_kwargs = {"pool_pre_ping": True, **kwargs.pop("engine_kwargs", {})}
         super().__init__(url, engine_kwargs=engine_kwargs, **kwargs)
 
-    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
-        trial_id = super().create_new_trial(study_id, template_trial)
-        if self.heartbeat_interval and (template_trial is None or template_trial.state == TrialState.RUNNING):
-            self.record_heartbeat(trial_id)
-        return trial_id
+    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
+        # Optuna's trial cache calls this one, and create_new_trial does too.
+        trial = super()._create_new_trial(study_id, template_trial)
+        if self.heartbeat_interval and trial.state == TrialState.RUNNING:
+            self.record_heartbeat(trial._trial_id)
+        return trial
 
     def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
         try:
@@ -104,10 +105,11 @@ class SharedRDBStorage(RDBStorage):
         return changed
 
 
-# Every storage call, including the private ones Optuna's trial cache and heartbeat check use, retries.
+# Every storage call retries, including the private ones that Optuna's trial cache (``_CachedStorage``) makes.
 for _name in sorted(
-    {*BaseStorage.__abstractmethods__, *BaseHeartbeat.__abstractmethods__, "_get_trials", "get_n_trials",
-     "get_best_trial", "get_trial_params", "get_trial_user_attrs", "get_trial_system_attrs"}
+    {*BaseStorage.__abstractmethods__, *BaseHeartbeat.__abstractmethods__, "_get_trials", "_create_new_trial",
+     "_set_trial_param", "_get_best_trial_id", "get_n_trials", "get_best_trial", "get_trial_params",
+     "get_trial_user_attrs", "get_trial_system_attrs"}
     - {"get_heartbeat_interval", "get_heartbeat_stale_trial_callback"}
 ):
     setattr(SharedRDBStorage, _name, _retrying(getattr(SharedRDBStorage, _name), _name))

@@ -16,6 +16,7 @@ at any other file is refused before anything is written.
 from __future__ import annotations
 
 import sqlite3
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,9 @@ MAX_RETRY = 2
 
 #: Seconds a server-backed storage call is retried (with backoff) before the error reaches the worker.
 RETRY_S = 120.0
+
+#: Seconds a server that refuses connections is retried when a storage is opened (a restart, not a typo).
+OPEN_RETRY_S = 15.0
 
 
 def study_name(model: str, hardware_id: str) -> str:
@@ -138,14 +142,29 @@ def open_storage(
             path.parent.mkdir(parents=True, exist_ok=True)
         _check_sqlite_file(path)
         engine_kwargs = {"connect_args": {"timeout": 60}}
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
     from poptune.storages import SharedRDBStorage
 
+    if retry is not None:
+        beat["heartbeat_stale_trial_callback"] = retry
+    from poptune.storages import is_transient
+
+    started, races = time.monotonic(), 0
     try:
-        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's API-stability sense only
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            if retry is not None:
-                beat["heartbeat_stale_trial_callback"] = retry
-            return SharedRDBStorage(url, retry_s=retry_s, engine_kwargs=engine_kwargs, **beat)
+        while True:
+            try:
+                with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's API-stability sense
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    return SharedRDBStorage(url, retry_s=retry_s, engine_kwargs=engine_kwargs, **beat)
+            except (IntegrityError, ProgrammingError):  # another worker made the tables of a new database just now
+                races += 1
+                if races == 3:
+                    raise
+            except Exception as e:  # a server restarting as a worker starts: wait a little, not as long as later
+                if not is_transient(e) or time.monotonic() - started > min(retry_s, OPEN_RETRY_S):
+                    raise
+            time.sleep(0.5)
     except ModuleNotFoundError as e:  # the database driver
         raise ConfigError(
             f"cannot open storage {_hide_password(parsed)!r}: no driver for it ({e}); for PostgreSQL: "
