@@ -144,6 +144,7 @@ def main() -> int:
     parser.add_argument("--model", default="tiny-llama")
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` too: stop the workers and the server
 
     from poptune.pgserver import LocalPostgres
 

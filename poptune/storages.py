@@ -16,6 +16,7 @@ imported there, when a storage is opened):
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -91,6 +92,26 @@ class SharedRDBStorage(RDBStorage):
         if self.heartbeat_interval and trial.state == TrialState.RUNNING:
             self.record_heartbeat(trial._trial_id)
         return trial
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        # Optuna skips a RUNNING trial that never beat; a worker killed between creating a trial and its first
+        # beat (two commits) leaves one. Such a trial is stale once it is older than the grace period.
+        from optuna.storages._rdb import models
+
+        stale = super()._get_stale_trial_ids(study_id)
+        grace = self.grace_period or 2 * (self.heartbeat_interval or 0)
+        now = _dt.datetime.now()
+        session = self.scoped_session()
+        try:
+            for trial in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+                start = trial.datetime_start
+                if trial._trial_id in stale or start is None or (now - start).total_seconds() <= grace:
+                    continue
+                if models.TrialHeartbeatModel.where_trial_id(trial._trial_id, session) is None:
+                    stale.append(trial._trial_id)
+        finally:
+            session.close()
+        return stale
 
     def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
         try:
