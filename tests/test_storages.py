@@ -36,11 +36,31 @@ def test_a_trial_whose_worker_died_before_its_first_beat_is_failed_and_retried(u
     storage = store.open_storage(url, heartbeat=1)
     study = optuna.create_study(storage=storage, study_name="s")
     trial = study.ask({"skip": optuna.distributions.IntDistribution(0, 5)})  # no heartbeat thread: a killed worker
-    time.sleep(3.5)  # past the grace period of three 1 s beats
+    time.sleep(4.5)  # past the grace period of three 1 s beats (SQLite's clock has whole seconds)
     optuna.storages.fail_stale_trials(study)
     states = [t.state for t in study.get_trials()]
     assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]  # failed, and queued again
     assert study.trials[1].params == {"skip": trial.params["skip"]}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_database_trial_that_never_beat_is_stale_after_the_grace_period(backend, tmp_path, request):
+    # A worker killed after its trial became RUNNING but before any beat was written leaves no heartbeat row,
+    # which Optuna's own check skips for ever.
+    url = f"sqlite:///{tmp_path}/s.db" if backend == "sqlite" else request.getfixturevalue("postgres_url")
+    storage = store.open_storage(url, heartbeat=1)
+    study = optuna.create_study(storage=storage, study_name="s")
+    study.enqueue_trial({"skip": 3})
+    silent = optuna.load_study(study_name="s", storage=url)  # Optuna's plain storage: no beat at all
+    trial = silent.ask()
+    assert trial.number == 0
+    optuna.storages.fail_stale_trials(study)
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.RUNNING]  # young: not stale yet
+    time.sleep(4.5)  # past the grace period of three 1 s beats (SQLite's clock has whole seconds)
+    optuna.storages.fail_stale_trials(study)
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]
+    assert trials[1].system_attrs["failed_trial"] == 0 and trials[1].system_attrs["fixed_params"] == {"skip": 3}
 
 
 def test_a_live_trial_is_not_stale(url):

@@ -178,6 +178,22 @@ def test_killed_study_resumes_with_nothing_lost(problem, tmp_path):
     }
 
 
+def test_a_trial_that_never_beat_is_retried_and_the_budget_completes(problem, tmp_path):
+    """A worker killed after taking a trial but before its first heartbeat: failed after the grace period, retried."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = run_study(StudySpec(problem=problem, trials=1, storage=url, heartbeat_s=1))  # full model; paper rule queued
+    ghost = optuna.load_study(study_name=study.study_name, storage=url).ask()  # Optuna's plain storage: never beats
+    assert ghost.number == 1 and study.trials[1].state == optuna.trial.TrialState.RUNNING
+    time.sleep(4.5)  # past the grace period of three 1 s beats (SQLite's clock has whole seconds)
+    study = run_study(StudySpec(problem=problem, max_trials=3, storage=url, heartbeat_s=1, timeout=120))
+    trials = study.get_trials()
+    assert len(store.completed(study)) == 3  # without the fix the ghost holds a place in the budget for ever
+    assert trials[1].state == optuna.trial.TrialState.FAIL
+    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == 1]
+    assert retry.state == optuna.trial.TrialState.COMPLETE and retry.user_attrs["config"] == paper_default(6).to_dict()
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+
+
 def test_importance_proposal_is_enqueued(problem, tmp_path, capsys):
     from poptune.importance import ImportanceResult, ImportanceSpec
 
