@@ -61,6 +61,8 @@ def test_workers_get_the_parents_options_and_their_own():
         (["--gpus", "0,1"], "SQLite is for one"),
         (["--gpus", "0,1", "--storage", "journal:{tmp}/j.log"], "CUDA is not available"),
         (["--trials", "3", "--max-trials", "5"], "not allowed with"),
+        (["--gpus", "0,1", "--storage", "journal:{tmp}/j.log", "--trials", "0"], "`trials` must be a positive"),
+        (["--gpus", "0,1", "--storage", "journal:{tmp}/j.log", "--max-trials", "0"], "`max_trials` must be a positive"),
     ],
 )
 def test_bad_gpus_are_one_line_exit_2(capsys, tmp_path, argv, message):

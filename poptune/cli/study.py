@@ -125,7 +125,8 @@ def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
 def _spec(args: argparse.Namespace, problem: Any) -> Any:
     from poptune.tune import StudySpec
 
-    return StudySpec(problem=problem, trials=args.trials or 16, max_trials=args.max_trials, timeout=args.timeout,
+    trials = 16 if args.trials is None else args.trials  # `--trials 0` is refused, not the default
+    return StudySpec(problem=problem, trials=trials, max_trials=args.max_trials, timeout=args.timeout,
                      sampler=args.sampler, storage=args.storage, study=args.study, seed=args.seed,
                      heartbeat_s=args.heartbeat, enqueue=_importance_proposal(args))
 
@@ -208,6 +209,7 @@ def _run_workers(args: argparse.Namespace) -> int:
     if not store.is_server(args.storage):
         raise ConfigError("`--gpus` starts several worker processes and SQLite is for one: use --storage "
                           "journal:PATH (this host) or postgresql://... (several machines)")
+    spec = _spec(args, _problem(args))  # a bad --trials or --max-trials: one line, before any worker
     check_gpus(gpus)
     problem = replace(_problem(args), device="cuda")
     storage = store.open_storage(args.storage, heartbeat=None)
@@ -218,7 +220,7 @@ def _run_workers(args: argparse.Namespace) -> int:
         done = 0
         if name in store.study_names(storage):
             done = len(store.completed(optuna.load_study(study_name=name, storage=storage)))
-        budgets[name] = args.max_trials or done + (args.trials or 16)
+        budgets[name] = args.max_trials if args.max_trials is not None else done + spec.trials
     workers = [WorkerCommand(_worker_argv(args.argv, budgets[names[g]]), g) for g in gpus]
     print(f"poptune: {len(workers)} workers on GPUs {args.gpus}, study {', '.join(sorted(budgets))}")
     code = supervise(workers)
