@@ -58,6 +58,7 @@ def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, mode
     procs = {i: start(i) for i in range(workers)}
     codes: dict[int, int] = {}
     kills = restarts = 0
+    kills_stopped_s = None
     next_kill = began + kill_every if kill_every else math.inf
     next_restart = began + restart_every if restart_every else math.inf
     try:
@@ -69,6 +70,10 @@ def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, mode
                 if proc.poll() is not None:
                     codes[i] = proc.returncode
                     del procs[i]
+            if procs and now >= next_kill and _completed(url) >= trials:
+                # The study is full: stop the faults and let the workers notice and exit. Killing on would
+                # starve the last worker, whose start (Python, torch, the model) takes longer than a period.
+                next_kill, kills_stopped_s = math.inf, round(now - began, 1)
             if procs and now >= next_kill:
                 i = rng.choice(sorted(procs))
                 procs[i].send_signal(signal.SIGKILL)
@@ -89,8 +94,25 @@ def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, mode
             proc.kill()
             proc.wait()
         logs.cleanup()
-    return {"workers": workers, "budget": trials, "kills": kills, "db_restarts": restarts, "wall_s": round(wall, 1),
-            "exit_codes": [codes[i] for i in sorted(codes)], "failed_worker_logs": failed_logs, **summarise(url)}
+    return {"workers": workers, "budget": trials, "kills": kills, "kills_stopped_s": kills_stopped_s,
+            "db_restarts": restarts, "wall_s": round(wall, 1), "exit_codes": [codes[i] for i in sorted(codes)],
+            "failed_worker_logs": failed_logs, **summarise(url)}
+
+
+_storages: dict[str, object] = {}
+
+
+def _completed(url: str) -> int:
+    """Completed trials in the study so far (0 before a worker has made it)."""
+    from poptune import store
+
+    if url not in _storages:
+        _storages[url] = store.open_storage(url, heartbeat=None)
+    storage = _storages[url]
+    studies = storage.get_all_studies()
+    if not studies:
+        return 0
+    return len(store.completed(store.load_study(storage, studies[0].study_name)))
 
 
 def summarise(url: str) -> dict:
@@ -125,7 +147,8 @@ def summarise(url: str) -> dict:
 
 def _print(label: str, r: dict) -> None:
     print(f"{label}: {r['workers']} workers, budget {r['budget']}, {r['kills']} kill -9, {r['db_restarts']} database "
-          f"restarts, {r['wall_s']} s")
+          f"restarts, {r['wall_s']} s"
+          + (f" (kills stopped at {r['kills_stopped_s']} s: the study was full)" if r.get("kills_stopped_s") else ""))
     print(f"  completed {r['completed']} (measured {r['measured']}, answered from storage {r['reused']}); "
           f"measured twice: {len(r['measured_twice'])}; failed {r['failed']} (retried {r['failed_retried']}), "
           f"pruned {r['pruned']}, waiting {r['waiting']}, running {r['running']}; "
