@@ -84,7 +84,7 @@ def main() -> None:
               f"- command: `python benchmarks/baseline_orders.py {shlex.join(sys.argv[1:])}`",
               f"- hardware: {fingerprint('cpu').hardware_id}; versions: "
               + ", ".join(f"{k} {v}" for k, v in sorted(versions().items())),
-              f"- time to choose (all seeds): " + ", ".join(f"{m} {t:.0f} s" for m, t in seconds.items()),
+              "- time to choose (all seeds): " + ", ".join(f"{m} {t:.0f} s" for m, t in seconds.items()),
               f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}", ""]
     out = ROOT / "leaderboards" / f"baseline-orders-{args.model}.md"
     out.write_text("\n".join(lines))

@@ -1,7 +1,15 @@
 """poptune: benchmark and auto-tuning suite for Prefill-Only Pruning (POP) of LLMs and VLMs."""
 
 from .engine import BOUNDARIES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop
-from .errors import ConfigError, DataError, DeviceError, ModelNotFoundError, PoptuneError, UnsupportedModelError
+from .errors import (
+    ConfigError,
+    DataError,
+    DeviceError,
+    MeasurementError,
+    ModelNotFoundError,
+    PoptuneError,
+    UnsupportedModelError,
+)
 from .export import load_config
 from .models import ImageSize, ModelSpec, image_prompt, load_model, model_names, resolve_model, synthetic_image
 
@@ -13,6 +21,7 @@ __all__ = [
     "DataError",
     "DeviceError",
     "ImageSize",
+    "MeasurementError",
     "ModelNotFoundError",
     "ModelSpec",
     "PopConfig",

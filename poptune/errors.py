@@ -13,6 +13,7 @@ __all__ = [
     "UnsupportedModelError",
     "DeviceError",
     "DataError",
+    "MeasurementError",
 ]
 
 
@@ -38,3 +39,7 @@ class DeviceError(PoptuneError, RuntimeError):
 
 class DataError(PoptuneError, FileNotFoundError):
     """An evaluation data file is missing or not in the expected format."""
+
+
+class MeasurementError(ConfigError):
+    """A measurement came out unusable (NaN or inf): the trial fails, nothing of it is stored as a result."""

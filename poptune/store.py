@@ -5,6 +5,10 @@ Storage URLs: ``sqlite:///path.db`` (the default, ``studies/poptune.db``), any S
 journal file that several processes on one host may share. The tuner writes through :func:`open_storage`; the
 replay environment, export and leaderboards only read.
 
+Several workers share a study through the storage (PostgreSQL across machines, a journal file on one host);
+:mod:`poptune.storages` adds what they need beyond Optuna's own storages: retries across a database restart,
+heartbeats from a trial's first moment, heartbeats for the journal file.
+
 A database is never modified unless it already is an Optuna database (or does not exist yet): pointing poptune
 at any other file is refused before anything is written.
 """
@@ -12,6 +16,7 @@ at any other file is refused before anything is written.
 from __future__ import annotations
 
 import sqlite3
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_STORAGE",
+    "RETRY_S",
+    "is_server",
     "FrontRow",
     "open_storage",
     "study_name",
@@ -40,6 +47,12 @@ DEFAULT_STORAGE = "sqlite:///studies/poptune.db"
 # a configuration that kills its worker every time is not retried forever).
 HEARTBEAT_S = 30
 MAX_RETRY = 2
+
+#: Seconds a server-backed storage call is retried (with backoff) before the error reaches the worker.
+RETRY_S = 120.0
+
+#: Seconds a server that refuses connections is retried when a storage is opened (a restart, not a typo).
+OPEN_RETRY_S = 15.0
 
 
 def study_name(model: str, hardware_id: str) -> str:
@@ -76,43 +89,43 @@ def _check_sqlite_file(path: Path) -> None:
         raise ConfigError(f"{path} is an SQLite database but not an Optuna one (tables: {', '.join(sorted(tables))})")
 
 
-def open_storage(url: str | None = None, *, heartbeat: int | None = HEARTBEAT_S) -> "optuna.storages.BaseStorage":
-    """Open ``url`` (default :data:`DEFAULT_STORAGE`) as an Optuna storage.
+def is_server(url: str | None) -> bool:
+    """Whether ``url`` is a storage several processes may share (a journal file or a database server)."""
+    url = url or DEFAULT_STORAGE
+    return url.startswith("journal:") or ("://" in url and not url.startswith("sqlite:"))
+
+
+def open_storage(
+    url: str | None = None, *, heartbeat: int | None = HEARTBEAT_S, retry_s: float = RETRY_S
+) -> "optuna.storages.BaseStorage":
+    """Open ``url`` (default :data:`DEFAULT_STORAGE`) as an Optuna storage several workers may share.
 
     Args:
         url: ``sqlite:///PATH``, another SQLAlchemy URL, or ``journal:PATH``.
         heartbeat: Seconds between trial heartbeats (None: none, for readers). A trial silent for three
-            heartbeats is failed and retried when a worker next starts (RDB storages).
+            heartbeats is failed, and retried up to :data:`MAX_RETRY` times, by the next worker that starts a
+            trial.
+        retry_s: Seconds a database call is retried while the server is unreachable (see
+            :mod:`poptune.storages`).
 
     Raises:
         ConfigError: a malformed URL, an unreadable file or one that is not an Optuna database, a server that
-            cannot be reached.
+            cannot be reached, a missing database driver.
     """
     import optuna
 
     url = url or DEFAULT_STORAGE
     beat: dict[str, Any] = {}
+    retry = None
     if heartbeat:
         from optuna.storages import RetryHeartbeatStaleTrialCallback
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             retry = RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
-        beat = {
-            "heartbeat_interval": heartbeat,
-            "grace_period": 3 * heartbeat,
-            "heartbeat_stale_trial_callback": retry,
-        }
+        beat = {"heartbeat_interval": heartbeat, "grace_period": 3 * heartbeat}
     if url.startswith("journal:"):
-        path = Path(url.removeprefix("journal:"))
-        if not str(path) or not path.parent.exists():
-            raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-        try:
-            return JournalStorage(JournalFileBackend(str(path)))
-        except Exception as e:  # a file that is not a journal
-            raise ConfigError(f"cannot open journal {path}: {e}") from e
+        return _open_journal(url, beat, retry)
     if "://" not in url:
         raise ConfigError(f"malformed storage URL {url!r}: use sqlite:///PATH, postgresql://... or journal:PATH")
     try:
@@ -130,12 +143,57 @@ def open_storage(url: str | None = None, *, heartbeat: int | None = HEARTBEAT_S)
             path.parent.mkdir(parents=True, exist_ok=True)
         _check_sqlite_file(path)
         engine_kwargs = {"connect_args": {"timeout": 60}}
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    from poptune.storages import SharedRDBStorage
+
+    if retry is not None:
+        beat["heartbeat_stale_trial_callback"] = retry
+    from poptune.storages import is_transient
+
+    started, races = time.monotonic(), 0
     try:
-        with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's API-stability sense only
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **beat)
-    except Exception as e:  # driver missing, server down, authentication, ...
-        raise ConfigError(f"cannot open storage {url!r}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+        while True:
+            try:
+                with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna's API-stability sense
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    return SharedRDBStorage(url, retry_s=retry_s, engine_kwargs=engine_kwargs, **beat)
+            except (IntegrityError, ProgrammingError):  # another worker made the tables of a new database just now
+                races += 1
+                if races == 3:
+                    raise
+            except Exception as e:  # a server restarting as a worker starts: wait a little, not as long as later
+                if not is_transient(e) or time.monotonic() - started > min(retry_s, OPEN_RETRY_S):
+                    raise
+            time.sleep(0.5)
+    except ModuleNotFoundError as e:  # the database driver
+        raise ConfigError(
+            f"cannot open storage {_hide_password(parsed)!r}: no driver for it ({e}); for PostgreSQL: "
+            "pip install 'poptune[postgres]'"
+        ) from e
+    except Exception as e:  # server down, authentication, ...
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ConfigError(f"cannot open storage {_hide_password(parsed)!r}: {type(e).__name__}: {first}") from e
+
+
+def _hide_password(parsed: Any) -> str:
+    return parsed.render_as_string(hide_password=True)
+
+
+def _open_journal(url: str, beat: dict[str, Any], retry: Any) -> "optuna.storages.BaseStorage":
+    path = Path(url.removeprefix("journal:"))
+    if not str(path) or not path.parent.exists():
+        raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a journal file")
+    from optuna.storages.journal import JournalFileBackend
+
+    from poptune.storages import SharedJournalStorage
+
+    try:
+        return SharedJournalStorage(JournalFileBackend(str(path)), stale_trial_callback=retry, **beat)
+    except Exception as e:  # a file that is not a journal
+        raise ConfigError(f"cannot open journal {path}: {e}") from e
 
 
 def study_names(storage: "optuna.storages.BaseStorage") -> list[str]:

@@ -10,16 +10,33 @@ The full model and the paper's rule (``skip = round(L/3)``, ``boundary=last``) a
 configuration already measured in the study is answered from storage, not re-run (TPE re-suggests points of
 small discrete spaces). With ``max_drop`` every trial carries the constraint ``drop - max_drop <= 0``.
 
-One study per ``<model>@<hardware-id>`` in the storage; running the same command again resumes it.
+One study per ``<model>@<hardware-id>`` in the storage; running the same command again resumes it. Several
+workers (processes, machines) may run the same study on one shared storage (PostgreSQL, a journal file):
+
+- **Budget.** The study stops at a number of *completed* trials, however many workers share it: a worker only
+  starts a trial while completed plus running trials are below it, and a trial that finds the budget already
+  taken by trials numbered before it is pruned unmeasured. So a study ends with exactly its budget of
+  completed trials, and a trial that fails or whose worker is killed is replaced.
+- **No double measurement.** A configuration being measured by an earlier-numbered running trial is not
+  measured again: the later trial waits for it and is answered from storage. Each trial's parameters are
+  written before it looks, so of two workers that pick one configuration at once, the later one always sees
+  the earlier one. The full model and the paper's rule are enqueued once, by the worker that creates the
+  study.
+- **Faults.** A trial whose measurement runs out of memory or is not finite fails with its reason in the user
+  attribute ``fail_reason``; the study goes on, and a configuration that failed so is not measured again (a
+  re-suggestion fails at once). A killed worker's trial goes stale, is failed and retried (heartbeats, see
+  :mod:`poptune.storages`).
 
 Baselines (:mod:`poptune.baselines`) are measured by the same evaluator and stored in the same study as trials
 with a ``method`` user attribute and no search parameters (:func:`add_baselines`), by default at the pruning
-ratios of POP's front (``skip / L``); readers filter by method (:func:`poptune.store.completed`).
+ratios of POP's front and the paper's rule (``skip / L``); readers filter by method
+(:func:`poptune.store.completed`), and the trial budget counts POP's trials only.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +48,7 @@ from poptune.baselines.methods import METHODS, WANDA_SPARSITY
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.env.evaluator import ConfigEvaluator
 from poptune.env.problem import MAX_OFFSET, Measurement, TuningProblem, config_from_action
-from poptune.errors import ConfigError
+from poptune.errors import ConfigError, MeasurementError
 
 if TYPE_CHECKING:
     import optuna
@@ -54,12 +71,14 @@ class StudySpec:
 
     Attributes:
         problem: What each trial measures.
-        trials: Trials to run in this invocation (a resumed study grows by this many).
+        trials: Completed trials this invocation adds to the study (a resumed study grows by this many).
+        max_trials: Instead, the study's total of completed trials: stop once it holds this many (give every
+            worker of a shared study the same number).
         timeout: Stop starting trials after this many seconds.
         sampler: ``tpe`` (seeded, default), ``nsga2``, ``random`` or ``grid``.
         storage: Storage URL (default ``sqlite:///studies/poptune.db``).
         study: Study name (default ``<model>@<hardware-id>``).
-        seed: Sampler seed.
+        seed: Sampler seed (on a journal or database storage, mixed with each worker's process id).
         enqueue: Configurations to measure first, after the full model and the paper's rule.
         heartbeat_s: Seconds between trial heartbeats; a trial silent for three is failed and retried.
         baselines: Baseline methods measured after the search (Wanda at 30%) at ``baseline_ratios``, by default
@@ -69,6 +88,7 @@ class StudySpec:
 
     problem: TuningProblem
     trials: int = 16
+    max_trials: int | None = None
     timeout: float | None = None
     sampler: str = "tpe"
     storage: str | None = None
@@ -88,6 +108,10 @@ class StudySpec:
         unknown = [m for m in self.baselines if m not in METHODS]
         if unknown:
             raise ConfigError(f"unknown baseline(s) {', '.join(unknown)}: use {', '.join(METHODS)}")
+        if self.max_trials is not None and (
+            isinstance(self.max_trials, bool) or not isinstance(self.max_trials, int) or self.max_trials < 1
+        ):
+            raise ConfigError(f"`max_trials` must be a positive integer, got {self.max_trials!r}")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"`timeout` must be positive seconds, got {self.timeout}")
         if isinstance(self.heartbeat_s, bool) or not isinstance(self.heartbeat_s, int) or self.heartbeat_s < 1:
@@ -142,14 +166,125 @@ def _record_problem(
         study.set_user_attr("versions", versions())
 
 
-def _measured(study: "optuna.Study") -> dict[PopConfig, "optuna.trial.FrozenTrial"]:
-    found: dict[PopConfig, Any] = {}
-    for trial in store.completed(study):
-        found.setdefault(PopConfig.from_dict(trial.user_attrs["config"]), trial)
-    return found
+#: Seconds between looks at the study while a worker waits for other workers' trials.
+POLL_S = 0.5
+
+#: A memory error of one configuration (on a GPU, or the CPU allocator's) fails that trial only.
+_OOM_TEXT = ("out of memory", "can't allocate memory")
 
 
-def _objective(study: "optuna.Study", evaluator: ConfigEvaluator, problem: TuningProblem) -> Callable[..., Any]:
+class _TrialFailed(Exception):
+    """A configuration that could not be measured: the trial fails with the reason, the study goes on."""
+
+
+def _config_of(trial: "optuna.trial.FrozenTrial", num_layers: int) -> PopConfig | None:
+    if {"skip", "boundary", "offset"} - set(trial.params):
+        return None  # parameters not all written yet (or a trial from elsewhere)
+    return config_from_action(trial.params, num_layers)
+
+
+def _is_pop(trial: "optuna.trial.FrozenTrial") -> bool:
+    """POP's own trial (a baseline's carries another ``method``)."""
+    return trial.user_attrs.get("method", "pop") == "pop"
+
+
+def _count(study: "optuna.Study", *states: "optuna.trial.TrialState") -> int:
+    """POP's trials in ``states`` (stored baselines do not count against a trial budget)."""
+    return sum(_is_pop(t) for t in study.get_trials(deepcopy=False, states=states))
+
+
+def _fail_stale(study: "optuna.Study") -> None:
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def _over_budget(study: "optuna.Study", number: int, budget: int) -> bool:
+    """Whether completed trials and those numbered before ``number`` still to finish already fill ``budget``.
+
+    Of any two trials the later-numbered one counts the earlier one, so at most ``budget`` trials pass.
+    """
+    from optuna.trial import TrialState
+
+    ahead = [t for t in study.get_trials(deepcopy=False) if _is_pop(t) and (t.state == TrialState.COMPLETE
+             or (t.state in (TrialState.RUNNING, TrialState.WAITING) and t.number < number))]
+    return len(ahead) >= budget
+
+
+def _settled(study: "optuna.Study", number: int, config: PopConfig, num_layers: int) -> Any:
+    """A trial that settles ``config``: completed (answer from it), or failed measuring it (fail too).
+
+    Waits while an earlier-numbered trial is measuring the same configuration; None when this trial must
+    measure it.
+    """
+    from optuna.trial import TrialState
+
+    while True:
+        same = [t for t in study.get_trials(deepcopy=False) if t.number != number
+                and t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+                and _config_of(t, num_layers) == config]
+        for state in (TrialState.COMPLETE, TrialState.FAIL):
+            done = [t for t in same if t.state == state and (state == TrialState.COMPLETE or "fail_reason" in t.user_attrs)]
+            if done:
+                return min(done, key=lambda t: t.number)
+        if not any(t.state == TrialState.RUNNING and t.number < number for t in same):
+            return None
+        _fail_stale(study)  # the earlier trial's worker may have been killed
+        time.sleep(POLL_S)
+
+
+def _reference_ms(study: "optuna.Study", number: int, measurement: Measurement, num_layers: int) -> float:
+    """The study's reference full-model latency: the full-model trial's, written once by that trial.
+
+    A trial finishing before the full-model trial waits for it; without one pending, the trial's own paired
+    full-model latency becomes the reference (as for the first trial of a study made without it).
+    """
+    from optuna.trial import TrialState
+
+    full = PopConfig(skip=0)
+    while True:
+        reference = study.user_attrs.get("reference_prefill_ms")
+        if reference is not None:
+            return float(reference)
+        pending = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+                   if t.number != number and (_config_of(t, num_layers) == full or
+                                              t.system_attrs.get("fixed_params", {}).get("skip") == 0)]
+        if measurement.config == full or not pending:
+            reference = float(measurement.latency[measurement.target_length]["full_ms"])  # type: ignore[arg-type]
+            study.set_user_attr("reference_prefill_ms", reference)
+            return reference
+        _fail_stale(study)
+        time.sleep(POLL_S)
+
+
+def _measure(evaluator: ConfigEvaluator, trial: "optuna.Trial", config: PopConfig) -> Measurement:
+    """Measure ``config``; an out-of-memory error or a non-finite result fails this trial only."""
+    try:
+        return evaluator.evaluate(config)
+    except (MemoryError, RuntimeError, MeasurementError) as e:  # torch.OutOfMemoryError is a RuntimeError
+        if not isinstance(e, (MemoryError, MeasurementError)) and not any(s in str(e) for s in _OOM_TEXT):
+            raise
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        _free_accelerator_memory()
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("fail_reason", reason)
+        raise _TrialFailed(reason) from e
+
+
+def _free_accelerator_memory() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _objective(
+    study: "optuna.Study", evaluator: ConfigEvaluator, problem: TuningProblem, budget: int
+) -> Callable[..., Any]:
+    import optuna
+
     num_layers = evaluator.num_layers
 
     def objective(trial: "optuna.Trial") -> tuple[float, float]:
@@ -159,14 +294,22 @@ def _objective(study: "optuna.Study", evaluator: ConfigEvaluator, problem: Tunin
             "offset": trial.suggest_int("offset", 0, MAX_OFFSET),
         }
         config = config_from_action(action, num_layers)
-        previous = _measured(study).get(config)
+        if _over_budget(study, trial.number, budget):
+            raise optuna.TrialPruned("the study's budget is taken by other workers' trials")
+        previous = _settled(study, trial.number, config, num_layers)
+        if previous is not None and previous.state == optuna.trial.TrialState.FAIL:
+            reason = f"failed before in trial {previous.number}: {previous.user_attrs['fail_reason']}"
+            trial.set_user_attr("config", config.to_dict())
+            trial.set_user_attr("fail_reason", reason)
+            raise _TrialFailed(reason)
         if previous is not None:
             info = dict(previous.user_attrs, reused_from=previous.number)
             measurement = Measurement.from_info(previous.user_attrs)
         else:
-            measurement = evaluator.evaluate(config)
+            measurement = _measure(evaluator, trial, config)
             info = measurement.info()
-        values, info, constraint = _outcome(study, measurement, info, problem)
+        reference = _reference_ms(study, trial.number, measurement, num_layers)
+        values, info, constraint = _outcome(measurement, info, problem, reference)
         if constraint is not None:
             trial.set_constraint("max_drop", constraint)
         for key, value in info.items():
@@ -176,21 +319,19 @@ def _objective(study: "optuna.Study", evaluator: ConfigEvaluator, problem: Tunin
     return objective
 
 
-def _outcome(study: "optuna.Study", measurement: Measurement, info: dict[str, Any],
-             problem: TuningProblem) -> tuple[tuple[float, float], dict[str, Any], float | None]:
-    """A measurement's objective values, user attributes and accuracy constraint (None without a budget)."""
+def _outcome(measurement: Measurement, info: dict[str, Any], problem: TuningProblem,
+             reference: float) -> tuple[tuple[float, float], dict[str, Any], float | None]:
+    """A measurement's objective values, user attributes and accuracy constraint (None without a budget).
+
+    Latency objective: the study's reference full-model latency over this measurement's paired speedup. The
+    speedup is measured side by side and survives load on a shared machine; a raw latency would rank trials by
+    how busy the machine was when they ran. The raw p50s stay in the user attributes.
+    """
     drop = measurement.drop_points
     constraint = None
     if problem.max_drop is not None:
         info["feasible"] = drop <= problem.max_drop
         constraint = drop - problem.max_drop
-    # Latency objective: the study's reference full-model latency over this trial's paired speedup. The
-    # speedup is measured side by side and survives load on a shared machine; a raw latency would rank
-    # trials by how busy the machine was when they ran. The raw p50s stay in the user attributes.
-    reference = study.user_attrs.get("reference_prefill_ms")
-    if reference is None:
-        reference = float(measurement.latency[measurement.target_length]["full_ms"])
-        study.set_user_attr("reference_prefill_ms", reference)
     return (reference / measurement.speedup, measurement.accuracy_mean), info, constraint
 
 
@@ -239,7 +380,11 @@ def add_baselines(
             measurement = evaluator.evaluate_baseline(
                 build_baseline(evaluator.model, evaluator.tokenizer, method, ratio, calibration, progress=progress,
                                memo=memo))
-            values, info, constraint = _outcome(study, measurement, measurement.info(), problem)
+            reference = study.user_attrs.get("reference_prefill_ms")
+            if reference is None:  # a study of baselines only: the first measurement's paired full model
+                reference = float(measurement.latency[measurement.target_length]["full_ms"])  # type: ignore[arg-type]
+                study.set_user_attr("reference_prefill_ms", reference)
+            values, info, constraint = _outcome(measurement, measurement.info(), problem, float(reference))
             system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
             study.add_trial(optuna.trial.create_trial(values=list(values), user_attrs=info, system_attrs=system))
             done.add(key)
@@ -252,6 +397,56 @@ def _amount(method: str, ratio: float, num_layers: int) -> float:
     return round(ratio, 4) if method == "wanda" else round(ratio * num_layers)
 
 
+def _sampler_seed(spec: StudySpec) -> int:
+    """``spec.seed``; on a storage shared by several workers, mixed with this process so that they differ.
+
+    Workers seeded alike would all propose the same configurations (TPE starts with seeded random samples)
+    and then mostly wait for each other.
+    """
+    if not store.is_server(spec.storage):
+        return spec.seed
+    import hashlib
+    import os
+    import socket
+
+    mixed = hashlib.sha256(f"{spec.seed}/{socket.gethostname()}/{os.getpid()}".encode()).digest()
+    return int.from_bytes(mixed[:4], "little")
+
+
+def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tuple["optuna.Study", bool]:
+    """Create the study, or load it when it exists (another worker may create it at the same moment)."""
+    import optuna
+
+    kwargs = dict(study_name=name, storage=storage, sampler=make_sampler(spec.sampler, _sampler_seed(spec), num_layers))
+    try:
+        return optuna.create_study(directions=["minimize", "maximize"], **kwargs), True
+    except optuna.exceptions.DuplicatedStudyError:
+        return optuna.load_study(**kwargs), False
+
+
+def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec, budget: int,
+          callbacks: list[Callable[..., None]] | None) -> None:
+    """Run trials until the study holds ``budget`` completed ones (or the timeout, or too many failures)."""
+    from optuna.trial import TrialState
+
+    started = time.monotonic()
+    share = max(budget - _count(study, TrialState.COMPLETE), 1)
+    attempts = 0
+    while _count(study, TrialState.COMPLETE) < budget:
+        if spec.timeout is not None and time.monotonic() - started >= spec.timeout:
+            return
+        if attempts >= 2 * share + store.MAX_RETRY:
+            log.warning("stopping after %d trials, most of which failed", attempts)
+            return
+        if _count(study, TrialState.COMPLETE, TrialState.RUNNING) >= budget:
+            # Other workers run the last trials; wait in case one fails (or its worker dies) and needs a successor.
+            _fail_stale(study)
+            time.sleep(POLL_S)
+            continue
+        study.optimize(objective, n_trials=1, callbacks=callbacks, catch=(_TrialFailed,), gc_after_trial=False)
+        attempts += 1
+
+
 def run_study(
     spec: StudySpec,
     *,
@@ -259,15 +454,16 @@ def run_study(
     callbacks: list[Callable[..., None]] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> "optuna.Study":
-    """Run (or resume) the study of ``spec.problem`` on this machine and return it.
+    """Run (or resume, or join) the study of ``spec.problem`` on this machine and return it.
 
     Args:
         spec: The study.
         evaluator: Share a loaded model (default: one built from the problem).
-        callbacks: Optuna callbacks ``(study, trial)`` run after each trial (progress bars).
+        callbacks: Optuna callbacks ``(study, trial)`` run after each of this worker's trials (progress bars).
         progress: Called with a short label as baselines are built and measured.
     """
     import optuna
+    from optuna.trial import TrialState
 
     from poptune.measure.hardware import fingerprint
     from poptune.models import resolve_model
@@ -284,13 +480,12 @@ def run_study(
         evaluator = ConfigEvaluator(problem)
     num_layers = evaluator.num_layers
     target_length = evaluator.target_length  # an image prompt for a text-only model fails here, before any write
-    study = optuna.create_study(
-        study_name=name,
-        storage=storage,
-        directions=["minimize", "maximize"],
-        sampler=make_sampler(spec.sampler, spec.seed, num_layers),
-        load_if_exists=True,
-    )
+    study, created = _open_study(spec, storage, name, num_layers)
+    if created or not study.get_trials(deepcopy=False):  # once per study, not once per worker
+        for config in (PopConfig(skip=0), paper_default(num_layers)):  # the full model, then the paper's rule
+            study.enqueue_trial(config.to_dict(), skip_if_exists=True)
+    for config in spec.enqueue:
+        study.enqueue_trial(config.to_dict(), skip_if_exists=True)
     _record_problem(study, problem, num_layers, hardware.to_dict(), target_length)
 
     full = study.user_attrs.get("full_accuracy")
@@ -300,16 +495,10 @@ def run_study(
     else:
         evaluator.set_full_accuracy(full)
 
-    for config in (PopConfig(skip=0), paper_default(num_layers), *spec.enqueue):
-        study.enqueue_trial(config.to_dict(), skip_if_exists=True)
-    if spec.trials:
-        study.optimize(
-            _objective(study, evaluator, problem),
-            n_trials=spec.trials,
-            timeout=spec.timeout,
-            callbacks=callbacks,
-            gc_after_trial=False,
-        )
+    done = _count(study, TrialState.COMPLETE)
+    budget = spec.max_trials if spec.max_trials is not None else done + spec.trials
+    if budget > done:
+        _work(study, _objective(study, evaluator, problem, budget), spec, budget, callbacks)
     if spec.baselines:
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
         add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration, progress=progress)

@@ -74,3 +74,26 @@ def gemma():
     model, tokenizer = _shared("gemma-3")
     yield model, tokenizer
     remove_pop(model)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL server on loopback for the session (skips, saying why, where none can start)."""
+    from poptune.pgserver import LocalPostgres, PostgresUnavailable
+
+    server = LocalPostgres()
+    try:
+        server.start()
+    except PostgresUnavailable as e:
+        server.stop()
+        pytest.skip(f"no local PostgreSQL server could be started: {e}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres, request):
+    """A new, empty database on the session's server."""
+    import uuid
+
+    return postgres.create_database(f"t_{uuid.uuid4().hex[:12]}")

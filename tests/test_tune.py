@@ -180,6 +180,22 @@ def test_killed_study_resumes_with_nothing_lost(problem, tmp_path):
     }
 
 
+def test_a_trial_that_never_beat_is_retried_and_the_budget_completes(problem, tmp_path):
+    """A worker killed after taking a trial but before its first heartbeat: failed after the grace period, retried."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = run_study(StudySpec(problem=problem, trials=1, storage=url, heartbeat_s=1))  # full model; paper rule queued
+    ghost = optuna.load_study(study_name=study.study_name, storage=url).ask()  # Optuna's plain storage: never beats
+    assert ghost.number == 1 and study.trials[1].state == optuna.trial.TrialState.RUNNING
+    time.sleep(4.5)  # past the grace period of three 1 s beats (SQLite's clock has whole seconds)
+    study = run_study(StudySpec(problem=problem, max_trials=3, storage=url, heartbeat_s=1, timeout=120))
+    trials = study.get_trials()
+    assert len(store.completed(study)) == 3  # without the fix the ghost holds a place in the budget for ever
+    assert trials[1].state == optuna.trial.TrialState.FAIL
+    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == 1]
+    assert retry.state == optuna.trial.TrialState.COMPLETE and retry.user_attrs["config"] == paper_default(6).to_dict()
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+
+
 def test_importance_proposal_is_enqueued(problem, tmp_path, capsys):
     from poptune.importance import ImportanceResult, ImportanceSpec
 
@@ -236,3 +252,89 @@ def test_image_study_input_errors_are_one_line_exit_2(capsys, tmp_path, argv, me
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and message in err and out == ""
     assert not (tmp_path / "s.db").exists()
+
+
+def _failing_evaluate(monkeypatch, bad, make_error):
+    """Make measuring ``bad`` fail with ``make_error(measurement)``; returns the list of configurations measured."""
+    from poptune.env.evaluator import ConfigEvaluator
+
+    measured, original = [], ConfigEvaluator.evaluate
+
+    def evaluate(self, config):
+        measured.append(config)
+        result = original(self, config)
+        if config == bad:
+            make_error(result)
+        return result
+
+    monkeypatch.setattr(ConfigEvaluator, "evaluate", evaluate)
+    return measured
+
+
+def test_out_of_memory_fails_one_trial_and_is_not_measured_again(problem, tmp_path, monkeypatch):
+    import torch
+
+    bad = paper_default(6)
+
+    def oom(_):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    measured = _failing_evaluate(monkeypatch, bad, oom)
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = run_study(StudySpec(problem=problem, trials=3, storage=url))
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert len(store.completed(study)) == 3  # the study went on past the failure
+    assert len(failed) == 1 and failed[0].user_attrs["config"] == bad.to_dict()
+    assert failed[0].user_attrs["fail_reason"].startswith("OutOfMemoryError: CUDA out of memory")
+    study.enqueue_trial(bad.to_dict())  # suggested again
+    study = run_study(StudySpec(problem=problem, trials=1, storage=url))
+    again = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL][-1]
+    assert again.user_attrs["fail_reason"].startswith(f"failed before in trial {failed[0].number}: OutOfMemoryError")
+    assert measured.count(bad) == 1
+
+
+def test_a_non_finite_measurement_fails_and_is_never_a_result(problem, tmp_path, monkeypatch):
+    import dataclasses
+
+    bad = paper_default(6)
+
+    def nan(result):
+        latency = {n: {**row, "pop_ms": float("nan")} for n, row in result.latency.items()}
+        dataclasses.replace(result, latency=latency)  # what a NaN timing would build: refused
+
+    _failing_evaluate(monkeypatch, bad, nan)
+    study = run_study(StudySpec(problem=problem, trials=2, storage=f"sqlite:///{tmp_path}/s.db"))
+    (failed,) = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    assert "not finite" in failed.user_attrs["fail_reason"] and failed.values is None
+    assert all(t.user_attrs["config"] != bad.to_dict() for t in store.completed(study))
+    assert len(store.completed(study)) == 2
+
+
+def _no_space(*args, **kwargs):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_is_one_line_and_leaves_the_database_intact(problem, tmp_path, monkeypatch, capsys):
+    import matplotlib.figure
+
+    db = tmp_path / "s.db"
+    args = ["--model", "tiny-llama", "--tasks", "piqa", "--limit", "4", "--lengths", "16", "--data-dir",
+            problem.data_dir, "--storage", f"sqlite:///{db}", "--repeats", "1"]
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", _no_space)
+    code = main(["study", *args, "--trials", "2"])
+    err = capsys.readouterr().err  # progress bars, then the one error line
+    assert code == 2 and err.count("error:") == 1, err
+    assert err.splitlines()[-1].startswith("poptune study: error: cannot write") and err.endswith("No space left on device\n")
+    assert not list(tmp_path.glob("*.png"))  # no half-written plot either
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    before = _sha(db)
+    monkeypatch.setattr("pathlib.Path.write_text", _no_space)
+    code = main(["export", "--storage", f"sqlite:///{db}", "--max-drop", "100", "--out", str(tmp_path / "pop.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "No space left on device" in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"] and _sha(db) == before
+    study = store.load_study(store.open_storage(f"sqlite:///{db}", heartbeat=None), None)
+    assert len(store.completed(study)) == 2

@@ -33,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # a command that starts workers hands them the same options
     try:
         return args.run(args) or 0
     except PoptuneError as e:

@@ -12,17 +12,25 @@ from poptune.errors import ConfigError
 from poptune.baselines.methods import METHODS
 
 from ._args import add_calibration, add_model, add_problem, calibration_spec, check_output_path, method_list
-from ._args import problem, write_text
+from ._args import problem as problem_of, write_text
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("study", help="search POP configurations for this model on this machine (Optuna)")
     add_model(parser)
-    parser.add_argument("--trials", type=int, default=16, help="trials to run now (default: 16)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--trials", type=int, help="completed trials to add to the study now (default: 16)")
+    budget.add_argument("--max-trials", type=int, help="instead, the study's total of completed trials: workers "
+                        "sharing a study (several machines) stop together once it holds this many")
+    parser.add_argument("--gpus", help="start one worker process per GPU of this host (e.g. 0,1,2,3), each pinned "
+                        "with CUDA_VISIBLE_DEVICES; needs --storage journal:PATH or a database server")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # started by --gpus: no report
     parser.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
     add_problem(parser)
     parser.add_argument("--sampler", choices=("tpe", "nsga2", "random", "grid"), default="tpe")
-    parser.add_argument("--storage", help="storage URL (default: sqlite:///studies/poptune.db)")
+    parser.add_argument("--storage", help="storage URL: sqlite:///PATH (default: sqlite:///studies/poptune.db; one "
+                        "worker), journal:PATH (several processes on one host), postgresql://USER@HOST/DB (several "
+                        "machines)")
     parser.add_argument("--study", help="study name (default: <model>@<hardware-id>)")
     parser.add_argument("--heartbeat", type=int, default=30, help="seconds between trial heartbeats (default: 30)")
     parser.add_argument("--init-from-importance", metavar="JSON",
@@ -126,13 +134,21 @@ def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
     return (propose_block(result.prefill, args.init_ratio),)
 
 
-def run_study(args: argparse.Namespace) -> int:
+def _spec(args: argparse.Namespace, problem: Any) -> Any:
     from poptune.tune import StudySpec
 
-    spec = StudySpec(problem=problem(args), trials=args.trials, timeout=args.timeout, sampler=args.sampler,
-                     storage=args.storage, study=args.study, seed=args.seed, heartbeat_s=args.heartbeat,
-                     enqueue=_enqueued(args.enqueue) + _importance_proposal(args), baselines=method_list(args.baselines),
-                     calibration=calibration_spec(args), baseline_ratios=_ratios(args.baseline_ratios))
+    trials = 16 if args.trials is None else args.trials  # `--trials 0` only adds baselines, never the default
+    return StudySpec(problem=problem, trials=trials, max_trials=args.max_trials, timeout=args.timeout,
+                     sampler=args.sampler, storage=args.storage, study=args.study, seed=args.seed,
+                     heartbeat_s=args.heartbeat, enqueue=_enqueued(args.enqueue) + _importance_proposal(args),
+                     baselines=method_list(args.baselines), calibration=calibration_spec(args),
+                     baseline_ratios=_ratios(args.baseline_ratios))
+
+
+def run_study(args: argparse.Namespace) -> int:
+    if args.gpus is not None:
+        return _run_workers(args)
+    spec = _spec(args, problem_of(args))
 
     import optuna
     from tqdm import tqdm
@@ -145,9 +161,11 @@ def run_study(args: argparse.Namespace) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     resolve_model(spec.problem.model)  # bad input fails before the progress bar and the storage
     store.open_storage(spec.storage, heartbeat=None)
-    with tqdm(total=spec.trials, desc="study", unit="trial") as bar:
+    with tqdm(total=None if spec.max_trials else spec.trials, desc="study", unit="trial", disable=args.worker) as bar:
 
         def progress(study: Any, trial: Any) -> None:
+            if trial.state != optuna.trial.TrialState.COMPLETE:
+                return
             bar.update(1)
             rows = [r for r in store.front(study) if r.feasible]
             if rows:
@@ -155,9 +173,16 @@ def run_study(args: argparse.Namespace) -> int:
                 bar.set_postfix_str(f"best {best.speedup:.2f}x at drop {best.drop:+.2f} ({best.skip}/{best.boundary})")
 
         study = run(spec, callbacks=[progress], progress=lambda label: bar.set_postfix_str(label))
-    rows = store.front(study)
+    if not args.worker:
+        _report(study, spec.storage)
+    return 0
+
+
+def _report(study: Any, storage: str | None) -> None:
+    from poptune import store
+
     print(f"study {study.study_name}: {len(store.completed(study))} completed trials; Pareto front:")
-    print(_front_table(rows))
+    print(_front_table(store.front(study)))
     baselines = [t for t in store.completed(study, method=None) if t.user_attrs.get("method", "pop") != "pop"]
     if baselines:
         print(f"baselines ({len(baselines)} stored; `poptune leaderboard` tabulates them):")
@@ -165,8 +190,68 @@ def run_study(args: argparse.Namespace) -> int:
             a = t.user_attrs
             print(f"  {a['method']:<13} ratio {a['details']['ratio']:.3f}  {a['speedup']:.3f}x  "
                   f"accuracy {100 * a['accuracy_mean']:.2f}%  drop {a['drop_points']:+.2f}")
-    path = write_front_plot(study, _plot_path(spec.storage, study.study_name))
+    path = write_front_plot(study, _plot_path(storage, study.study_name))
     print(f"plot: {path}")
+
+
+#: Options a ``--gpus`` parent sets itself for each worker (dropped from the command line it hands on).
+_PARENT_OPTIONS = ("--gpus", "--trials", "--max-trials", "--device")
+
+
+def _worker_argv(argv: list[str], budget: int) -> tuple[str, ...]:
+    import sys
+
+    kept, skip_value = [], False
+    for token in argv[1:]:  # argv[0] is "study"
+        if skip_value:
+            skip_value = False
+            continue
+        name = token.split("=", 1)[0]
+        if name in _PARENT_OPTIONS:
+            skip_value = "=" not in token
+            continue
+        kept.append(token)
+    return (sys.executable, "-m", "poptune", "study", *kept, "--device", "cuda", "--max-trials", str(budget),
+            "--worker")
+
+
+def _run_workers(args: argparse.Namespace) -> int:
+    """``--gpus``: one worker process per GPU, each with the same budget of completed trials per study."""
+    from dataclasses import replace
+
+    import optuna
+
+    from poptune import store
+    from poptune.measure.hardware import fingerprint
+    from poptune.models import resolve_model
+    from poptune.workers import WorkerCommand, check_gpus, parse_gpus, supervise
+
+    gpus = parse_gpus(args.gpus)
+    if not store.is_server(args.storage):
+        raise ConfigError("`--gpus` starts several worker processes and SQLite is for one: use --storage "
+                          "journal:PATH (this host) or postgresql://... (several machines)")
+    if args.baselines:
+        raise ConfigError("`--baselines` with `--gpus` would measure them in every worker: run the workers, then "
+                          "`poptune study ... --trials 0 --baselines ...` once")
+    spec = _spec(args, problem_of(args))  # a bad --trials or --max-trials: one line, before any worker
+    check_gpus(gpus)
+    study_problem = replace(problem_of(args), device="cuda")
+    storage = store.open_storage(args.storage, heartbeat=None)
+    model = resolve_model(study_problem.model).name
+    names = {g: args.study or store.study_name(model, fingerprint(f"cuda:{g}").hardware_id) for g in gpus}
+    budgets: dict[str, int] = {}
+    for name in set(names.values()):  # one study per GPU kind; each grows by --trials
+        done = 0
+        if name in store.study_names(storage):
+            done = len(store.completed(optuna.load_study(study_name=name, storage=storage)))
+        budgets[name] = args.max_trials if args.max_trials is not None else done + spec.trials
+    workers = [WorkerCommand(_worker_argv(args.argv, budgets[names[g]]), g) for g in gpus]
+    print(f"poptune: {len(workers)} workers on GPUs {args.gpus}, study {', '.join(sorted(budgets))}")
+    code = supervise(workers)
+    if code:
+        return code
+    for name in sorted(budgets):
+        _report(store.load_study(storage, name), args.storage)
     return 0
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from poptune.engine import BOUNDARIES, PopConfig
-from poptune.errors import ConfigError
+from poptune.errors import ConfigError, MeasurementError
 
 __all__ = ["TuningProblem", "Measurement", "MAX_OFFSET", "config_from_action", "reward"]
 
@@ -159,7 +159,7 @@ class Measurement:
         numbers += list(self.accuracy.values()) + list(self.full_accuracy.values())
         bad = [v for v in numbers if not math.isfinite(v)]
         if bad:
-            raise ConfigError(f"measurement of {self.config} is not finite ({bad[:3]}): refusing to store it")
+            raise MeasurementError(f"measurement of {self.config} is not finite ({bad[:3]}): refusing to store it")
 
     @property
     def prefill_ms(self) -> float:

@@ -1,0 +1,196 @@
+"""Optuna storages that several worker processes can share and survive: retries and heartbeats.
+
+:func:`poptune.store.open_storage` builds these (this module imports Optuna's storage back-ends, so it is only
+imported there, when a storage is opened):
+
+- :class:`SharedRDBStorage` (PostgreSQL, MySQL, SQLite): every storage call is retried with backoff while the
+  database is unreachable (a restart, a dropped connection), for up to :data:`poptune.store.RETRY_S` seconds;
+  SQLAlchemy checks a pooled connection before use, so the first call after a restart reconnects.
+- Both storages give a trial its first heartbeat the moment it starts RUNNING (created, or taken from the
+  queue). Optuna's first beat comes from a thread started after ``ask`` and its stale-trial check skips a trial
+  that never beat, so a worker killed between the two left a trial RUNNING forever; other workers waiting on
+  the study's trial budget would then wait forever too.
+- :class:`SharedJournalStorage`: Optuna's journal storage has no heartbeats; here a beat is a trial system
+  attribute (the wall-clock time), and a trial whose beat is older than the grace period is stale.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import optuna
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.storages import BaseStorage, RDBStorage
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.storages.journal import JournalStorage
+from optuna.trial import FrozenTrial, TrialState
+
+__all__ = ["SharedRDBStorage", "SharedJournalStorage", "is_transient"]
+
+log = logging.getLogger(__name__)
+
+_HEARTBEAT_ATTR = "poptune:heartbeat"
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is a lost or refused database connection, worth retrying."""
+    import sqlalchemy.exc as sa
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, (sa.OperationalError, sa.InterfaceError)):
+            return True
+        if isinstance(current, sa.DBAPIError) and current.connection_invalidated:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _retrying(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    def call(self: "SharedRDBStorage", *args: Any, **kwargs: Any) -> Any:
+        delay, waited = 0.5, 0.0
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as e:
+                if not is_transient(e) or waited >= self.retry_s:
+                    raise
+                log.warning("storage %s failed (%s); retrying in %.1f s", name, str(e).splitlines()[0], delay)
+                time.sleep(delay)
+                waited += delay
+                delay = min(2 * delay, 8.0)
+                self.engine.dispose()  # drop every pooled connection to the old server
+
+    call.__name__ = name
+    call.__doc__ = method.__doc__
+    return call
+
+
+class SharedRDBStorage(RDBStorage):
+    """Optuna's RDB storage whose calls survive a database restart (see the module docstring).
+
+    Args:
+        url: SQLAlchemy URL.
+        retry_s: Seconds to keep retrying a call that fails on a lost connection.
+        **kwargs: As :class:`optuna.storages.RDBStorage`.
+    """
+
+    def __init__(self, url: str, *, retry_s: float, **kwargs: Any) -> None:
+        self.retry_s = retry_s
+        engine_kwargs = {"pool_pre_ping": True, **kwargs.pop("engine_kwargs", {})}
+        super().__init__(url, engine_kwargs=engine_kwargs, **kwargs)
+
+    def _create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> FrozenTrial:
+        # Optuna's trial cache calls this one, and create_new_trial does too.
+        trial = super()._create_new_trial(study_id, template_trial)
+        if self.heartbeat_interval and trial.state == TrialState.RUNNING:
+            self.record_heartbeat(trial._trial_id)
+        return trial
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        # Optuna skips a RUNNING trial that never beat; a worker killed between creating a trial and its first
+        # beat (two commits) leaves one. Such a trial is stale once it is older than the grace period.
+        from optuna.storages._rdb import models
+
+        stale = super()._get_stale_trial_ids(study_id)
+        grace = self.grace_period or 2 * (self.heartbeat_interval or 0)
+        now = _dt.datetime.now()
+        session = self.scoped_session()
+        try:
+            for trial in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+                start = trial.datetime_start
+                if trial._trial_id in stale or start is None or (now - start).total_seconds() <= grace:
+                    continue
+                if models.TrialHeartbeatModel.where_trial_id(trial._trial_id, session) is None:
+                    stale.append(trial._trial_id)
+        finally:
+            session.close()
+        return stale
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
+        try:
+            changed = super().set_trial_state_values(trial_id, state, values)
+        except UpdateFinishedTrialError:
+            # A retried call whose first attempt was committed before the connection dropped.
+            if self.get_trial(trial_id).state == state and state.is_finished():
+                return False
+            raise
+        if changed and state == TrialState.RUNNING and self.heartbeat_interval:
+            self.record_heartbeat(trial_id)
+        return changed
+
+
+# Every storage call retries, including the private ones that Optuna's trial cache (``_CachedStorage``) makes.
+for _name in sorted(
+    {*BaseStorage.__abstractmethods__, *BaseHeartbeat.__abstractmethods__, "_get_trials", "_create_new_trial",
+     "_set_trial_param", "_get_best_trial_id", "get_n_trials", "get_best_trial", "get_trial_params",
+     "get_trial_user_attrs", "get_trial_system_attrs"}
+    - {"get_heartbeat_interval", "get_heartbeat_stale_trial_callback"}
+):
+    setattr(SharedRDBStorage, _name, _retrying(getattr(SharedRDBStorage, _name), _name))
+
+
+class SharedJournalStorage(JournalStorage, BaseHeartbeat):
+    """Optuna's journal storage with heartbeats (see the module docstring).
+
+    Args:
+        backend: The journal backend (a file).
+        heartbeat_interval: Seconds between beats (None: no heartbeats).
+        grace_period: Seconds without a beat after which a RUNNING trial is stale.
+        stale_trial_callback: Called with each trial failed as stale (a retry).
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        heartbeat_interval: int | None = None,
+        grace_period: int | None = None,
+        stale_trial_callback: Callable[["optuna.Study", FrozenTrial], None] | None = None,
+    ) -> None:
+        super().__init__(backend)
+        self._heartbeat_interval = heartbeat_interval
+        self._grace_period = grace_period or (2 * heartbeat_interval if heartbeat_interval else None)
+        self._stale_trial_callback = stale_trial_callback
+
+    def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+        trial_id = super().create_new_trial(study_id, template_trial)
+        if self._heartbeat_interval and (template_trial is None or template_trial.state == TrialState.RUNNING):
+            self.record_heartbeat(trial_id)
+        return trial_id
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
+        changed = super().set_trial_state_values(trial_id, state, values)
+        if changed and state == TrialState.RUNNING and self._heartbeat_interval:
+            self.record_heartbeat(trial_id)
+        return changed
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        try:
+            self.set_trial_system_attr(trial_id, _HEARTBEAT_ATTR, time.time())
+        except UpdateFinishedTrialError:
+            pass  # failed as stale by another worker meanwhile; its end is recorded there
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        assert self._grace_period is not None
+        now = time.time()
+        stale = []
+        for trial in self.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            beat = trial.system_attrs.get(_HEARTBEAT_ATTR)
+            if beat is None and trial.datetime_start is not None:
+                beat = trial.datetime_start.timestamp()  # aware (UTC) or naive local time: both are right
+            if beat is not None and now - beat > self._grace_period:
+                stale.append(trial._trial_id)
+        return stale
+
+    def get_heartbeat_interval(self) -> int | None:
+        return self._heartbeat_interval
+
+    def get_heartbeat_stale_trial_callback(self) -> Callable[["optuna.Study", FrozenTrial], None] | None:
+        return self._stale_trial_callback

@@ -1,0 +1,49 @@
+"""Several `poptune study` workers on one study, with faults (benchmarks/distributed_study.py, scaled down).
+
+Each run must end with exactly its budget of completed trials, no configuration measured twice, every
+completed trial's attributes present and every worker exiting 0.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.distributed
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "distributed_study.py"
+
+
+def _run(tmp_path, *args):
+    out = tmp_path / "figures.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), *args, "--json", str(out)], capture_output=True, text=True,
+                          timeout=900)
+    assert out.exists(), done.stdout + done.stderr
+    figures = json.loads(out.read_text())
+    budget = int(args[args.index("--trials") + 1])
+    assert figures["completed"] == budget, figures
+    assert figures["measured_twice"] == [] and figures["incomplete_attributes"] == [], figures
+    assert figures["exit_codes"] == [0] * figures["workers"], figures["failed_worker_logs"]
+    assert figures["running"] == 0
+    assert done.returncode == 0
+    return figures
+
+
+def test_postgres_workers_killed_again_and_again(tmp_path, postgres_url):
+    figures = _run(tmp_path, "--storage", "postgres", "--url", postgres_url, "--workers", "3", "--trials", "8",
+                   "--kill-every", "6")
+    assert figures["kills"] >= 2
+
+
+def test_journal_workers_killed_again_and_again(tmp_path):
+    figures = _run(tmp_path, "--storage", "journal", "--workers", "3", "--trials", "8", "--kill-every", "6")
+    assert figures["kills"] >= 2
+
+
+def test_postgres_restarted_under_the_workers(tmp_path, postgres):  # the fixture: skip where no server starts
+    figures = _run(tmp_path, "--storage", "postgres", "--workers", "3", "--trials", "8", "--restart-db-every", "5")
+    assert figures["db_restarts"] >= 2
