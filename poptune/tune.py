@@ -386,7 +386,9 @@ def add_baselines(
                 study.set_user_attr("reference_prefill_ms", reference)
             values, info, constraint = _outcome(measurement, measurement.info(), problem, float(reference))
             system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
-            study.add_trial(optuna.trial.create_trial(values=list(values), user_attrs=info, system_attrs=system))
+            with warnings.catch_warnings():  # Optuna warns that heartbeats serve `optimize`: this trial has none
+                warnings.simplefilter("ignore", UserWarning)
+                study.add_trial(optuna.trial.create_trial(values=list(values), user_attrs=info, system_attrs=system))
             done.add(key)
             measured.append(measurement)
     return measured
