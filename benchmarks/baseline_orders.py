@@ -6,7 +6,7 @@ drawn with that seed. Reports the orders side by side and how much the removed s
 
 Usage::
 
-    python benchmarks/baseline_orders.py --model gemma-3 --seeds 0,1 --ratio 0.3333
+    python benchmarks/baseline_orders.py --model gemma-3 --seeds 0,1 --ratio 0.3333 --data-dir ../shared/data
 
 Writes ``leaderboards/baseline-orders-<model>.md``.
 """
@@ -37,10 +37,11 @@ def main() -> None:
     parser.add_argument("--ratio", type=float, default=1 / 3)
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--data-dir", help="data directory with wikitext-2 (default: $POPTUNE_DATA; else generated)")
     args = parser.parse_args()
 
     model, tokenizer = load_model(args.model)
-    directory = data_dir()
+    directory = data_dir(args.data_dir)
     seeds = [int(s) for s in args.seeds.split(",")]
     results: dict[str, dict[int, dict]] = {m: {} for m in METHODS}
     seconds: dict[str, float] = {}
