@@ -104,6 +104,14 @@ def _best_pop_at(entries_: list[Entry], speedup: float, length: int) -> Entry | 
     return max(faster, key=lambda e: (e.accuracy_mean, e.speedup[length], -e.trial), default=None)
 
 
+_IMPLAUSIBLE, _SLACK = "†", 0.10
+
+
+def _flag(entry: Entry, length: int, target: int) -> str:
+    """``†`` on a speedup (at the target length, where the ideal is known) implausibly above the FLOPs ideal."""
+    return _IMPLAUSIBLE if length == target and entry.speedup[length] > (1 + _SLACK) * entry.ideal else ""
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
@@ -158,7 +166,7 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
                 versus = "none as fast"
         name = e.method + (f" ({e.note})" if e.note else "")
         md.append("| " + " | ".join(
-            [name, e.label] + [f"{e.speedup[n]:.3f}x" for n in lengths] + [f"{e.ideal:.2f}x",
+            [name, e.label] + [f"{e.speedup[n]:.3f}x" + _flag(e, n, target) for n in lengths] + [f"{e.ideal:.2f}x",
              _fmt(e.decode_speedup, ".3f") + ("x" if e.decode_speedup else "")]
             + [f"{100 * e.accuracy[t]:.2f}" for t in tasks] + [f"{100 * e.accuracy_mean:.2f}", f"{e.drop:+.2f}",
                                                               versus, str(e.trial)]) + " |")
@@ -166,6 +174,9 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
                         round(e.decode_speedup, 5) if e.decode_speedup else ""]
                         + [round(100 * e.accuracy[t], 4) for t in tasks]
                         + [round(100 * e.accuracy_mean, 4), round(e.drop, 4), csv_versus, e.trial])
+    if any(_flag(e, target, target) for e in rows):
+        md += ["", f"{_IMPLAUSIBLE} measured speedup more than {_SLACK:.0%} above the FLOPs ideal: the machine was "
+               "busy with other work during that measurement, so its pairs were perturbed; read it as noise."]
     md += ["", f"![speedup vs accuracy]({plot})", ""] + _provenance(study, command)
     return "\n".join(md), buf.getvalue()
 

@@ -107,3 +107,14 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, message):
 def test_leaderboard_of_a_storage_without_studies(tmp_path, capsys):
     code = main(["leaderboard", "--storage", f"sqlite:///{tmp_path}/empty.db", "--out", str(tmp_path)])
     assert code == 2 and "no POP study" in capsys.readouterr().err
+
+
+def test_a_speedup_above_the_flops_ideal_is_flagged():
+    from poptune.leaderboard import Entry, _flag
+
+    def entry(speedup):
+        return Entry(trial=0, method="shortgpt", label="x", ratio=0.5, speedup={512: speedup, 128: 9.0}, ideal=2.0,
+                     decode_speedup=None, accuracy={}, accuracy_mean=0.5, drop=0.0)
+
+    assert _flag(entry(2.5), 512, 512) == "†" and _flag(entry(2.1), 512, 512) == ""
+    assert _flag(entry(2.5), 128, 512) == ""  # the ideal is known at the target length only
