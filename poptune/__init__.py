@@ -1,5 +1,6 @@
 """poptune: benchmark and auto-tuning suite for Prefill-Only Pruning (POP) of LLMs and VLMs."""
 
+from .baselines import Baseline, CalibrationSpec, LayerRemoval, build_baseline
 from .engine import BOUNDARIES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop
 from .errors import (
     ConfigError,
@@ -17,10 +18,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BOUNDARIES",
+    "Baseline",
+    "CalibrationSpec",
     "ConfigError",
     "DataError",
     "DeviceError",
     "ImageSize",
+    "LayerRemoval",
     "MeasurementError",
     "ModelNotFoundError",
     "ModelSpec",
@@ -29,6 +33,7 @@ __all__ = [
     "PoptuneError",
     "UnsupportedModelError",
     "apply_pop",
+    "build_baseline",
     "get_pop_config",
     "image_prompt",
     "load_config",
