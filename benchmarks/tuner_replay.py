@@ -32,6 +32,7 @@ from poptune.env import ReplayEnv, TuningProblem
 from poptune.env.problem import MAX_OFFSET
 from poptune.env.tuner_bench import CHECKPOINTS, tuner_efficiency
 from poptune.evaluate.taskpack import data_dir
+from poptune.files import safe_name
 from poptune.tune import StudySpec, run_study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,8 +102,7 @@ def main() -> None:
     lines += ["", "## Provenance", "", f"- command: `{command.strip()}`",
               f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
               f"- grid measured on: {hw.get('hardware_id')}; replay needs no model", ""]
-    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in env.study_name)
-    out = ROOT / "leaderboards" / f"tuner-{safe}.md"
+    out = ROOT / "leaderboards" / f"tuner-{safe_name(env.study_name)}.md"
     out.write_text("\n".join(lines))
     print(f"wrote {out}")
 

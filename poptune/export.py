@@ -22,16 +22,6 @@ __all__ = ["FORMAT", "export_config", "load_config", "best_within_budget"]
 FORMAT = "poptune-config/1"
 
 
-def _public_url(url: str | None) -> str:
-    """The storage URL without a password."""
-    url = url or store.DEFAULT_STORAGE
-    if "://" in url and "@" in url.split("://", 1)[1]:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    return url
-
-
 def best_within_budget(study: Any, max_drop: float) -> Any:
     """The fastest Pareto-optimal POP trial whose accuracy drop is at most ``max_drop`` points."""
     if max_drop < 0:
@@ -70,7 +60,7 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "full_accuracy_per_task": trial.user_attrs["full_accuracy"],
         },
         "provenance": {
-            "storage": _public_url(storage),
+            "storage": store.public_url(storage),
             "study": study.study_name,
             "trial": row.trial,
             "problem": attrs["problem"],

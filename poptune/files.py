@@ -7,7 +7,12 @@ from pathlib import Path
 
 from poptune.errors import ConfigError
 
-__all__ = ["write_text"]
+__all__ = ["safe_name", "write_text"]
+
+
+def safe_name(name: str) -> str:
+    """``name`` as a file name: letters, digits, ``-._`` kept, anything else (``@``, ``:``, ``/``) as ``_``."""
+    return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

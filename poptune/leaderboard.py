@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from poptune import store
+from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Entry", "entries", "write_leaderboards"]
 
-_ORDER = ("full", "pop", "static-last", "shortgpt", "angular", "sleb", "laco", "shortgpt-gen", "wanda")
+_ORDER = ("full", "pop", *METHODS)
 
 
 @dataclass(frozen=True)
@@ -195,10 +196,6 @@ def _plot(study: "optuna.Study", rows: list[Entry], path: Path) -> Path:
     return pareto_plot(points, front, path, title=f"{study.study_name}: POP front vs baselines", series=series)
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
-
-
 def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str,
                        seeds: int = 10) -> list[Path]:
     """Regenerate the leaderboards of every POP study in ``storage`` under ``out_dir``; returns the files.
@@ -210,7 +207,6 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
 
     from poptune.env.pop_env import ReplayEnv
     from poptune.env.tuner_bench import CHECKPOINTS, covers_grid, tuner_efficiency
-    from poptune.export import _public_url
 
     out = Path(out_dir)
     if not out.is_dir():
@@ -219,13 +215,13 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
     studies = [optuna.load_study(study_name=n, storage=opened) for n in store.study_names(opened)]
     studies = [s for s in studies if "problem" in s.user_attrs and store.completed(s)]
     if not studies:
-        raise ConfigError(f"no POP study with completed trials in {_public_url(storage)}")
-    from poptune.files import write_text
+        raise ConfigError(f"no POP study with completed trials in {store.public_url(storage)}")
+    from poptune.files import safe_name, write_text
 
     written: list[Path] = []
     for study in studies:
         rows = entries(study)
-        base = out / f"methods-{_safe(study.study_name)}"
+        base = out / f"methods-{safe_name(study.study_name)}"
         md, table = _tables(study, rows, command, f"{base.name}.png")
         write_text(f"{base}.md", md.rstrip("\n"))
         write_text(f"{base}.csv", table.rstrip("\n"))
@@ -246,7 +242,7 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
             lines.append(f"| {r.sampler} | {r.seeds} | " + " | ".join(_fmt(r.best[n], ".3f") + "x" for n in CHECKPOINTS)
                          + f" | {r.hits}/{r.seeds} | {r.hypervolume:.2f} |")
         lines += [""] + _provenance(study, command)
-        path = out / f"tuner-{_safe(study.study_name)}.md"
+        path = out / f"tuner-{safe_name(study.study_name)}.md"
         write_text(str(path), "\n".join(lines).rstrip("\n"))
         written.append(path)
     return written

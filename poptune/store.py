@@ -39,6 +39,7 @@ __all__ = [
     "front",
     "completed",
     "pareto",
+    "public_url",
 ]
 
 DEFAULT_STORAGE = "sqlite:///studies/poptune.db"
@@ -168,16 +169,22 @@ def open_storage(
             time.sleep(0.5)
     except ModuleNotFoundError as e:  # the database driver
         raise ConfigError(
-            f"cannot open storage {_hide_password(parsed)!r}: no driver for it ({e}); for PostgreSQL: "
+            f"cannot open storage {public_url(url)!r}: no driver for it ({e}); for PostgreSQL: "
             "pip install 'poptune[postgres]'"
         ) from e
     except Exception as e:  # server down, authentication, ...
         first = str(e).splitlines()[0] if str(e) else ""
-        raise ConfigError(f"cannot open storage {_hide_password(parsed)!r}: {type(e).__name__}: {first}") from e
+        raise ConfigError(f"cannot open storage {public_url(url)!r}: {type(e).__name__}: {first}") from e
 
 
-def _hide_password(parsed: Any) -> str:
-    return parsed.render_as_string(hide_password=True)
+def public_url(url: str | None) -> str:
+    """The storage URL (default :data:`DEFAULT_STORAGE`) without its password, for messages and provenance."""
+    url = url or DEFAULT_STORAGE
+    if "://" in url and "@" in url.split("://", 1)[1]:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    return url
 
 
 def _open_journal(url: str, beat: dict[str, Any], retry: Any) -> "optuna.storages.BaseStorage":

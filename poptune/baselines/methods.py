@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from torch import nn
 
 __all__ = [
-    "METHODS", "DEPTH_METHODS", "WANDA_SPARSITY", "Baseline", "layer_count", "build_baseline", "sleb_order",
+    "METHODS", "DEPTH_METHODS", "WANDA_SPARSITY", "Baseline", "check_ratio", "layer_count", "build_baseline", "sleb_order",
     "laco_merges", "merge_layers", "wanda_weights",
 ]
 
@@ -81,10 +81,15 @@ class Baseline:
         return {"method": self.method, "ratio": self.ratio, "pop": self.pop.to_dict(), **self.details}
 
 
+def check_ratio(ratio: float, name: str = "`ratio`") -> None:
+    """A pruning ratio (or Wanda's sparsity) is a number in (0, 1)."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
+        raise ConfigError(f"{name} must be in (0, 1), got {ratio!r}")
+
+
 def layer_count(ratio: float, num_layers: int, method: str = "shortgpt") -> int:
     """k = round(ratio * L), checked against what ``method`` can remove."""
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
-        raise ConfigError(f"`ratio` must be in (0, 1), got {ratio!r}")
+    check_ratio(ratio)
     k = round(ratio * num_layers)
     most = num_layers - 2 if method == "sleb" else num_layers - 1
     if not 1 <= k <= most:
@@ -249,8 +254,7 @@ def build_baseline(model: "nn.Module", tokenizer: Any, method: str, ratio: float
         raise ConfigError(f"unknown baseline {method!r}: use one of {', '.join(METHODS)}")
     num_layers = len(decoder_of(model).layers)
     if method == "wanda":
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
-            raise ConfigError(f"wanda's `ratio` (sparsity) must be in (0, 1), got {ratio!r}")
+        check_ratio(ratio, "wanda's `ratio` (sparsity)")
     else:
         k = layer_count(ratio, num_layers, method)
     if method == "static-last":

@@ -50,14 +50,13 @@ def _tables(info: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poptune.baselines import build_baseline, layer_count
+    from poptune.baselines.methods import build_baseline, check_ratio
     from poptune.env.evaluator import ConfigEvaluator
 
     spec = problem(args)
     calib = calibration_spec(args)
     ratio = args.ratio if args.ratio is not None else (WANDA_SPARSITY if args.method == "wanda" else 1 / 3)
-    if args.method != "wanda":
-        layer_count(ratio, 2 ** 30)  # the range check before loading anything; the depth is checked below
+    check_ratio(ratio, "wanda's `ratio` (sparsity)" if args.method == "wanda" else "`ratio`")  # before loading
     evaluator = ConfigEvaluator(spec)
     baseline = build_baseline(evaluator.model, evaluator.tokenizer, args.method, ratio, calib)
     info = evaluator.evaluate_baseline(baseline).info()

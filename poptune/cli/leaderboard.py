@@ -16,14 +16,14 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from poptune import store
     from poptune.errors import ConfigError
-    from poptune.export import _public_url
     from poptune.leaderboard import write_leaderboards
 
     if args.seeds < 1:
         raise ConfigError(f"`--seeds` must be a positive integer, got {args.seeds}")
     command = "poptune leaderboard " + shlex.join(
-        [*(["--storage", _public_url(args.storage)] if args.storage else []),
+        [*(["--storage", store.public_url(args.storage)] if args.storage else []),
          *(["--out", args.out] if args.out != "leaderboards" else []),
          *(["--seeds", str(args.seeds)] if args.seeds != 10 else [])])
     for path in write_leaderboards(args.storage, args.out, command=command.strip(), seeds=args.seeds):

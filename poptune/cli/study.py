@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from poptune.errors import ConfigError
-
 from poptune.baselines.methods import METHODS
+from poptune.errors import ConfigError
+from poptune.files import safe_name
 
 from ._args import add_calibration, add_model, add_problem, calibration_spec, check_output_path, method_list
 from ._args import problem as problem_of, write_text
@@ -81,8 +81,7 @@ def _plot_path(storage: str | None, study_name: str) -> Path:
     folder = Path(url.removeprefix("sqlite:///")).parent if url.startswith("sqlite:///") else Path("studies")
     if url.startswith("journal:"):
         folder = Path(url.removeprefix("journal:")).parent
-    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in study_name)
-    return folder / f"{safe}.pareto.png"
+    return folder / f"{safe_name(study_name)}.pareto.png"
 
 
 def write_front_plot(study: Any, path: Path) -> Path:
