@@ -23,10 +23,14 @@ FORMAT = "poptune-config/1"
 
 
 def best_within_budget(study: Any, max_drop: float) -> Any:
-    """The fastest Pareto-optimal POP trial whose accuracy drop is at most ``max_drop`` points."""
+    """The fastest Pareto-optimal POP trial whose accuracy drop is at most ``max_drop`` points at 95%.
+
+    A trial with a paired interval is within the budget when the interval's upper end is; an old trial
+    without one, when its point estimate is.
+    """
     if max_drop < 0:
         raise ConfigError(f"`max_drop` must be >= 0 accuracy points, got {max_drop}")
-    rows = [r for r in store.front(study) if r.method == "pop" and r.drop <= max_drop]
+    rows = [r for r in store.front(study) if r.method == "pop" and (r.drop if r.drop_hi is None else r.drop_hi) <= max_drop]
     if not rows:
         raise ConfigError(f"no configuration of study {study.study_name!r} is within {max_drop} points of the full model")
     return min(rows, key=lambda r: (r.prefill_ms, r.drop, r.trial))
@@ -53,6 +57,8 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "speedup": row.speedup,
             "accuracy": row.accuracy,
             "drop_points": row.drop,
+            "drop_ci": [row.drop_lo, row.drop_hi] if row.drop_hi is not None else None,
+            "items": row.items,
             "max_drop": max_drop,
             "target_length": trial.user_attrs["target_length"],
             "latency": trial.user_attrs["latency"],

@@ -260,6 +260,9 @@ class FrontRow:
     accuracy: float
     drop: float
     feasible: bool
+    drop_lo: float | None = None
+    drop_hi: float | None = None
+    items: int | None = None
 
     @classmethod
     def from_trial(cls, trial: "optuna.trial.FrozenTrial") -> "FrontRow":
@@ -276,6 +279,9 @@ class FrontRow:
             accuracy=trial.values[1],
             drop=attrs["drop_points"],
             feasible=bool(attrs.get("feasible", True)),
+            drop_lo=(attrs.get("drop") or {}).get("lo"),
+            drop_hi=(attrs.get("drop") or {}).get("hi"),
+            items=sum(attrs["items"].values()) if attrs.get("items") else None,
         )
 
 

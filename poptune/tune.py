@@ -252,7 +252,7 @@ def _reference_ms(study: "optuna.Study", number: int, measurement: Measurement, 
                    if t.number != number and (_config_of(t, num_layers) == full or
                                               t.system_attrs.get("fixed_params", {}).get("skip") == 0)]
         if measurement.config == full or not pending:
-            reference = float(measurement.latency[measurement.target_length]["full_ms"])  # type: ignore[arg-type]
+            reference = measurement.full_ms
             study.set_user_attr("reference_prefill_ms", reference)
             return reference
         _fail_stale(study)
@@ -308,6 +308,7 @@ def _objective(
         else:
             measurement = _measure(evaluator, trial, config)
             info = measurement.info()
+            _store_full_run(study, evaluator)
         reference = _reference_ms(study, trial.number, measurement, num_layers)
         values, info, constraint = _outcome(measurement, info, problem, reference)
         if constraint is not None:
@@ -319,6 +320,13 @@ def _objective(
     return objective
 
 
+def _store_full_run(study: "optuna.Study", evaluator: ConfigEvaluator) -> None:
+    """Keep the full model's per-item outcomes with the study once they grew (a resumed study reuses them)."""
+    stored = evaluator.stored_full_run()
+    if stored is not None and stored != study.user_attrs.get("full_run"):
+        study.set_user_attr("full_run", stored)
+
+
 def _outcome(measurement: Measurement, info: dict[str, Any], problem: TuningProblem,
              reference: float) -> tuple[tuple[float, float], dict[str, Any], float | None]:
     """A measurement's objective values, user attributes and accuracy constraint (None without a budget).
@@ -327,12 +335,12 @@ def _outcome(measurement: Measurement, info: dict[str, Any], problem: TuningProb
     speedup is measured side by side and survives load on a shared machine; a raw latency would rank trials by
     how busy the machine was when they ran. The raw p50s stay in the user attributes.
     """
-    drop = measurement.drop_points
+    upper = measurement.drop_upper  # within budget at 95%: the interval's upper end, not the point estimate
     constraint = None
     if problem.max_drop is not None:
-        info["feasible"] = drop <= problem.max_drop
-        constraint = drop - problem.max_drop
-    return (reference / measurement.speedup, measurement.accuracy_mean), info, constraint
+        info["feasible"] = upper <= problem.max_drop
+        constraint = upper - problem.max_drop
+    return (reference / measurement.speedup, measurement.objective_accuracy), info, constraint
 
 
 def front_ratios(study: "optuna.Study", num_layers: int) -> list[float]:
@@ -382,7 +390,7 @@ def add_baselines(
                                memo=memo))
             reference = study.user_attrs.get("reference_prefill_ms")
             if reference is None:  # a study of baselines only: the first measurement's paired full model
-                reference = float(measurement.latency[measurement.target_length]["full_ms"])  # type: ignore[arg-type]
+                reference = measurement.full_ms
                 study.set_user_attr("reference_prefill_ms", reference)
             values, info, constraint = _outcome(measurement, measurement.info(), problem, float(reference))
             system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
@@ -490,12 +498,13 @@ def run_study(
         study.enqueue_trial(config.to_dict(), skip_if_exists=True)
     _record_problem(study, problem, num_layers, hardware.to_dict(), target_length)
 
-    full = study.user_attrs.get("full_accuracy")
-    if full is None:
-        full = evaluator.full_accuracy()
-        study.set_user_attr("full_accuracy", full)
-    else:
-        evaluator.set_full_accuracy(full)
+    if study.user_attrs.get("full_run"):
+        evaluator.restore_full_run(study.user_attrs["full_run"])
+    if "full_accuracy" not in study.user_attrs:
+        study.set_user_attr("full_accuracy", evaluator.full_accuracy())
+        study.set_user_attr("workload", evaluator.workload.to_dict())
+        study.set_user_attr("latency_points", [list(p) for p in evaluator.latency_points()])
+        _store_full_run(study, evaluator)
 
     done = _count(study, TrialState.COMPLETE)
     budget = spec.max_trials if spec.max_trials is not None else done + spec.trials

@@ -51,17 +51,24 @@ def check_output_path(path: str) -> None:
         raise ConfigError(f"the folder of {path} does not exist")
 
 
+#: A study's tasks with a data directory: long real prompts, where prefill (and so POP) matters.
+STUDY_TASKS = "longctx_squad,longctx_qasper"
+
+
 def add_problem(parser: argparse.ArgumentParser) -> None:
     """What a study or a baseline measures: prompt lengths, tasks and their items, timing pairs."""
-    parser.add_argument("--lengths", help="text prompt lengths timed; the first is the objective (default: 512)")
+    parser.add_argument("--lengths", help="prompt lengths of the synthetic passkey items (default: 512); latency is "
+                        "timed at the lengths of the prompts the study scores, weighted by their share")
     parser.add_argument("--image", metavar="WxH",
                         help="time an image prompt instead (a vision-language model): one image of this size and a "
                              "short question, e.g. 640x480; accuracy still comes from --tasks")
-    parser.add_argument("--tasks", help="accuracy tasks (default: piqa,arc_easy,hellaswag,winogrande,boolq with a "
-                        "data directory, else embedded)")
-    parser.add_argument("--limit", type=int, help="items per task, evenly spaced (default: 16 with real tasks)")
+    parser.add_argument("--tasks", help=f"accuracy tasks (default: {STUDY_TASKS} with a data directory, else embedded)")
+    parser.add_argument("--limit", type=int, help="items per task at most: accuracy is raced in rounds until the drop's "
+                        "interval is decided, up to this cap (default: 128)")
+    parser.add_argument("--items", type=int, default=32, help="items per task in the first round (default: 32)")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
-    parser.add_argument("--max-drop", type=float, help="accuracy budget in points (an Optuna constraint)")
+    parser.add_argument("--max-drop", type=float, help="accuracy budget in points: a configuration is within it when "
+                        "the drop's 95%% upper bound is (an Optuna constraint)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="measured/full timing pairs (default: 3)")
 
@@ -73,12 +80,12 @@ def problem(args: argparse.Namespace) -> Any:
     from poptune.evaluate.taskpack import check_data, data_dir
 
     directory = data_dir(args.data_dir)
-    default = "piqa,arc_easy,hellaswag,winogrande,boolq" if directory is not None else None
+    default = STUDY_TASKS if directory is not None else None
     tasks = resolve_tasks(args.tasks or default, directory)
     real = [t for t in tasks if t not in EMBEDDED]
     if directory is not None and real:
         check_data(directory, real)
-    limit = args.limit if args.limit is not None else (16 if real else None)
+    limit = args.limit if args.limit is not None else 128
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes
@@ -93,7 +100,7 @@ def problem(args: argparse.Namespace) -> Any:
     return TuningProblem(
         model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths or "512", "--lengths")), limit=limit,
         image=image, data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
-        dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed,
+        dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=args.items,
     )
 
 

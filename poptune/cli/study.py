@@ -66,11 +66,14 @@ def register(sub: Any) -> None:
 
 
 def _front_table(rows: list[Any]) -> str:
-    lines = [f"{'trial':>5}  {'skip':>4}  {'boundary':<9}  {'offset':>6}  {'prefill ms':>10}  {'speedup':>7}  "
-             f"{'accuracy':>8}  {'drop':>6}"]
+    lines = [f"{'trial':>5}  {'skip':>4}  {'boundary':<9}  {'offset':>6}  {'objective ms':>12}  {'speedup':>7}  "
+             f"{'accuracy':>8}  {'drop [95% CI]':>22}  {'items':>5}"]
     for r in rows:
-        lines.append(f"{r.trial:>5}  {r.skip:>4}  {r.boundary:<9}  {r.offset:>6}  {r.prefill_ms:>10.1f}  "
-                     f"{r.speedup:>6.3f}x  {100 * r.accuracy:>7.2f}%  {r.drop:>+6.2f}")
+        drop = f"{r.drop:+6.2f}" + (f" [{r.drop_lo:+6.2f}, {r.drop_hi:+6.2f}]" if r.drop_hi is not None else "")
+        lines.append(f"{r.trial:>5}  {r.skip:>4}  {r.boundary:<9}  {r.offset:>6}  {r.prefill_ms:>12.1f}  "
+                     f"{r.speedup:>6.3f}x  {100 * r.accuracy:>7.2f}%  {drop:>22}  {r.items or '':>5}")
+    lines.append("objective ms: the study's reference full-model TTFT over the speedup; accuracy: the full model's "
+                 "on the reference items minus the paired drop (points, full - POP)")
     return "\n".join(lines)
 
 

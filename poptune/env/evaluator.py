@@ -1,13 +1,20 @@
 """The one place that evaluates a configuration: latency beside the full model, then accuracy.
 
-The model loads once, on first use. The full model's accuracy is measured once and reused for every
-configuration (it can also be handed in, e.g. from a resumed study). Latency is always measured as
-interleaved POP/full pairs, because a speedup from timings taken minutes apart on a shared machine would
-measure the machine, not POP.
+The model loads once, on first use. Both halves follow the problem's workload
+(:mod:`poptune.evaluate.workload`): its items in a fixed order, and the lengths of their prompts.
+
+- **Latency** is timed as interleaved POP/full pairs at a few lengths of the workload's prompts (quantile
+  groups), and the objective is the expected time to first token over them, weighted by the share of prompts
+  each length stands for. A speedup from timings taken minutes apart on a shared machine would measure the
+  machine, not POP.
+- **Accuracy** is raced (:mod:`poptune.evaluate.racing`): rounds of items until the paired drop's interval
+  is decided. The full model scores each item once per study (its outcomes can be handed in from a resumed
+  study) and every configuration is paired with it item by item.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from poptune.baselines.surgery import Transform, applied
@@ -16,6 +23,8 @@ from poptune.env.problem import Measurement, TuningProblem
 
 if TYPE_CHECKING:
     from poptune.baselines import Baseline
+    from poptune.evaluate.suite import TaskRun
+    from poptune.evaluate.workload import Workload
 
 __all__ = ["ConfigEvaluator"]
 
@@ -25,8 +34,10 @@ class ConfigEvaluator:
 
     Args:
         problem: What to measure.
-        full_accuracy: The full model's per-task accuracy if already known (skips measuring it).
+        full_accuracy: Ignored unless no full run is given: an old study's per-task accuracy (no outcomes).
+        full_run: The full model's run stored with a resumed study (:meth:`TaskRun.to_dict`).
         model: An already loaded ``(model, tokenizer)`` (for tests; default: load ``problem.model``).
+        progress: Called with a short label as accuracy rounds finish.
     """
 
     def __init__(
@@ -34,13 +45,19 @@ class ConfigEvaluator:
         problem: TuningProblem,
         *,
         full_accuracy: dict[str, float] | None = None,
+        full_run: dict[str, Any] | None = None,
         model: tuple[Any, Any] | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
+        from poptune.evaluate.suite import TaskRun
+
         self.problem = problem
         self._loaded = model
-        self._full_accuracy = dict(full_accuracy) if full_accuracy else None
-        self._full_items: dict[str, int] = {}
+        self._full: TaskRun | None = TaskRun.from_dict(full_run) if full_run else None
+        self._legacy_full = dict(full_accuracy) if full_accuracy and not full_run else None
+        self._workload: Workload | None = None
         self._image_length: int | None = None
+        self.progress = progress
 
     @property
     def model(self) -> Any:
@@ -63,8 +80,29 @@ class ConfigEvaluator:
         return len(decoder_of(self.model).layers)
 
     @property
+    def workload(self) -> Workload:
+        """The items scored, in order, and their prompt lengths (built once)."""
+        if self._workload is None:
+            from poptune.evaluate.workload import build_workload
+
+            p = self.problem
+            limit = getattr(decoder_of(self.model).config, "max_position_embeddings", None)
+            self._workload = build_workload(self.tokenizer, p.tasks, data_dir=p.data_path(), cap=p.racing().cap,
+                                            synthetic_lengths=p.synthetic_lengths, max_positions=limit, seed=p.seed)
+        return self._workload
+
+    def latency_points(self) -> list[tuple[int, float]]:
+        """``[(prompt length, weight)]`` timed per trial: the workload's, or the problem's lengths unweighted."""
+        p = self.problem
+        if not p.weighted:
+            return [(n, 0.0) for n in p.lengths]
+        return self.workload.latency_points(p.racing().cap, p.latency_points)
+
+    @property
     def target_length(self) -> int:
-        """Tokens of the prompt whose prefill latency is the objective (built once for an image problem)."""
+        """Tokens of the prompt whose prefill latency is the objective (weighted: the longest timed)."""
+        if self.problem.weighted:
+            return max(n for n, _ in self.latency_points())
         if self.problem.image is None:
             return self.problem.target
         if self._image_length is None:
@@ -80,24 +118,75 @@ class ConfigEvaluator:
         from poptune.evaluate.suite import EvalSpec
 
         p = self.problem
-        return EvalSpec(tasks=p.tasks, data_dir=p.data_path(), limit=p.limit, batch_size=p.eval_batch_size,
-                        fidelity=None, seed=p.seed)
+        return EvalSpec(tasks=p.tasks, data_dir=p.data_path(), batch_size=p.eval_batch_size, fidelity=None,
+                        synthetic_lengths=p.synthetic_lengths, seed=p.seed)
 
-    def _accuracy(self, config: PopConfig) -> tuple[dict[str, float], dict[str, int]]:
-        from poptune.evaluate.suite import measure_tasks, primary
+    def _score(self, config: PopConfig, items: dict[str, list[int]]) -> "TaskRun":
+        from poptune.evaluate.suite import measure_tasks
 
-        scores, items, _ = measure_tasks(self.model, self.tokenizer, config, self._eval_spec())
-        return primary(scores), items
+        return measure_tasks(self.model, self.tokenizer, config, self._eval_spec().with_samples(items))
 
-    def set_full_accuracy(self, accuracy: dict[str, float]) -> None:
-        """Reuse the full model's accuracy measured earlier (e.g. stored with a resumed study)."""
-        self._full_accuracy = dict(accuracy)
+    def full_run(self, counts: dict[str, int] | None = None) -> "TaskRun":
+        """The full model's run covering the first ``counts[task]`` items (default: the first round)."""
+        from poptune.evaluate.racing import extend_run
+
+        if counts is None:
+            counts = {t: min(self.problem.racing().start, self.workload.size(t)) for t in self.problem.tasks}
+        have = self._full.counts if self._full else {}
+        missing = {t: self.workload.order[t][have.get(t, 0) : n] for t, n in counts.items()}
+        missing = {t: v for t, v in missing.items() if v}
+        if missing:
+            part = self._score(PopConfig(skip=0), missing)
+            for task in self.problem.tasks:  # a task already covered gets an empty part
+                part.items.setdefault(task, [])
+                part.outcomes.setdefault(task, [])
+                part.scores.setdefault(task, dict(self._full.scores[task]) if self._full else {})
+            self._full = extend_run(self._full, part)
+        assert self._full is not None
+        return self._full
+
+    def restore_full_run(self, stored: dict[str, Any]) -> None:
+        """Reuse the full model's outcomes stored with a resumed study (:meth:`stored_full_run`)."""
+        from poptune.evaluate.suite import TaskRun
+
+        self._full = TaskRun.from_dict(stored)
+
+    def stored_full_run(self) -> dict[str, Any] | None:
+        """The full model's run so far, to store with the study."""
+        return self._full.to_dict() if self._full else None
 
     def full_accuracy(self) -> dict[str, float]:
-        """The full model's accuracy per task, measured on first use."""
-        if self._full_accuracy is None:
-            self._full_accuracy, self._full_items = self._accuracy(PopConfig(skip=0))
-        return self._full_accuracy
+        """The full model's accuracy per task on the first round's items (measured on first use)."""
+        if self._legacy_full is not None:
+            return dict(self._legacy_full)
+        first = {t: min(self.problem.racing().start, self.workload.size(t)) for t in self.problem.tasks}
+        return self.full_run(first).head(first).primary()
+
+    def reference_accuracy(self) -> float:
+        """Mean over tasks of :meth:`full_accuracy`: the accuracy objective's reference."""
+        from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC
+
+        full = self.full_accuracy()
+        higher = [t for t in full if PRIMARY_METRIC.get(t) not in LOWER_IS_BETTER] or list(full)
+        return sum(full[t] for t in higher) / len(higher)
+
+    def _latency(self, config: PopConfig, transform: Transform | None) -> tuple[Any, dict[int, float]]:
+        from poptune.measure import RepeatPolicy
+        from poptune.measure.bench import BenchSpec, run_bench
+        from poptune.models.vision import ImageSize
+
+        p = self.problem
+        points = self.latency_points()
+        spec = BenchSpec(
+            lengths=tuple(n for n, _ in points),
+            batch_size=p.batch_size,
+            decode_tokens=p.decode_tokens,
+            policy=RepeatPolicy(warmup=1, min_repeats=p.repeats, min_seconds=0.0),
+            images=(ImageSize.parse(p.image),) if p.image is not None else (),
+        )
+        bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model, transform=transform)
+        weights = {n: w for n, w in points} if p.weighted else {}
+        return bench, weights
 
     def evaluate(
         self,
@@ -107,47 +196,48 @@ class ConfigEvaluator:
         method: str = "pop",
         details: dict[str, Any] | None = None,
     ) -> Measurement:
-        """Measure ``config``: prefill (and decode) latency against the full model, then task accuracy.
+        """Measure ``config``: prefill (and decode) latency against the full model, then raced task accuracy.
 
         Args:
             config: The POP configuration (``skip=0`` for none).
             transform: A baseline's model change, applied for the measured side's latency and its accuracy.
             method: ``pop`` or the baseline's name; ``details``: what the baseline is (stored with it).
         """
-        from poptune.measure import RepeatPolicy
-        from poptune.measure.bench import BenchSpec, run_bench
-        from poptune.models.vision import ImageSize
+        from poptune.evaluate.paired import paired_drop
+        from poptune.evaluate.racing import race
 
         p = self.problem
         with applied(self.model, transform):
             config.check(self.num_layers)
-        spec = BenchSpec(
-            lengths=p.lengths,
-            batch_size=p.batch_size,
-            decode_tokens=p.decode_tokens,
-            policy=RepeatPolicy(warmup=1, min_repeats=p.repeats, min_seconds=0.0),
-            images=(ImageSize.parse(p.image),) if p.image is not None else (),
-        )
-        bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model, transform=transform)
-        latency = {row.length: row.summary() for row in bench.rows}
-        full = self.full_accuracy()
-        if config.skip == 0 and transform is None:
-            accuracy, items = dict(full), dict(self._full_items)
+        bench, weights = self._latency(config, transform)
+        if config.skip == 0 and transform is None:  # the full model: no drop, by definition
+            run = self.full_run()
+            drop = paired_drop(run.outcomes, run.outcomes)
         else:
-            with applied(self.model, transform):
-                accuracy, items = self._accuracy(config)
+            def score(items: dict[str, list[int]]) -> "TaskRun":
+                with applied(self.model, transform):
+                    return self._score(config, items)
+
+            result = race(self.workload, p.racing(), score=score, full=self.full_run, max_drop=p.max_drop,
+                          seed=p.seed, progress=self.progress)
+            run, drop = result.run, result.drop
+        full = self._full.head(run.counts) if self._full else run
         return Measurement(
             config=config,
             method=method,
             details=dict(details or {}),
-            latency=latency,
+            latency={row.length: row.summary() for row in bench.rows},
             target_length=self.target_length,
-            accuracy=accuracy,
-            full_accuracy=full,
+            accuracy=run.primary(),
+            full_accuracy=full.primary(),
             energy_j=bench.telemetry.get("energy_j"),
             hardware=bench.hardware.to_dict(),
             versions=bench.versions,
-            items=items,
+            items=run.counts,
+            latency_weights=weights,
+            drop=drop.to_dict(),
+            reference_accuracy=self.reference_accuracy(),
+            outcomes=run.outcomes,
         )
 
     def evaluate_baseline(self, baseline: "Baseline") -> Measurement:

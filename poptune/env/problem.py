@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError, MeasurementError
+
+if TYPE_CHECKING:
+    from poptune.evaluate.racing import RacingPolicy
 
 __all__ = ["TuningProblem", "Measurement", "MAX_OFFSET", "config_from_action", "reward"]
 
@@ -26,8 +29,11 @@ class TuningProblem:
     Attributes:
         model: poptune model name.
         tasks: Accuracy tasks (real lm-eval tasks and/or ``passkey``/``kv_recall``).
-        lengths: Prompt lengths timed; ``target_length`` (default: the first) is the latency objective.
-        limit: Items per task (evenly spaced, fixed), None for all.
+        lengths: Prompt lengths of the synthetic tasks' passkey items (the latency objective is timed at the
+            lengths of the prompts the workload scores, see :meth:`poptune.evaluate.workload.Workload.latency_points`);
+            of an image problem or with ``latency_points=0``, the lengths timed (``target_length``, default the
+            first, is the objective).
+        limit: Items per task at most (the racing cap); ``items_start`` in the first round.
         data_dir: Where the real task files are.
         max_drop: Accuracy budget in points for the reward and the study's constraint (None: no budget).
         device, dtype, weights: As :func:`poptune.load_model`.
@@ -38,13 +44,17 @@ class TuningProblem:
         image: ``"WIDTHxHEIGHT"`` for a vision-language model: the timed prompt is then one image of that size
             and a short question (its token count is the target length) instead of text of ``lengths``.
             Accuracy is still measured on ``tasks``.
+        items_start: Items per task in the first racing round (:mod:`poptune.evaluate.racing`).
+        halfwidth: Without ``max_drop``, racing stops once the drop's 95% interval is this narrow (points).
+        latency_points: Prompt lengths of the workload timed per trial (quantile groups of its prompts); 0 times
+            ``lengths`` instead.
     """
 
     model: str = "gemma-3"
     tasks: tuple[str, ...] = ("passkey", "kv_recall")
     lengths: tuple[int, ...] = (512,)
     target_length: int | None = None
-    limit: int | None = None
+    limit: int | None = 128
     data_dir: str | None = None
     max_drop: float | None = None
     device: str = "cpu"
@@ -56,6 +66,9 @@ class TuningProblem:
     seed: int = 0
     eval_batch_size: int = 8
     image: str | None = None
+    items_start: int = 32
+    halfwidth: float = 2.0
+    latency_points: int = 3
 
     def __post_init__(self) -> None:
         if self.image is not None:
@@ -72,6 +85,9 @@ class TuningProblem:
             raise ConfigError(f"`max_drop` must be >= 0 accuracy points, got {self.max_drop}")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"`limit` must be a positive integer, got {self.limit}")
+        if self.latency_points < 0:
+            raise ConfigError(f"`latency_points` must be >= 0, got {self.latency_points}")
+        self.racing()  # validates items_start, limit and halfwidth
         if self.repeats < 1:
             raise ConfigError(f"`repeats` must be >= 1, got {self.repeats}")
 
@@ -97,6 +113,23 @@ class TuningProblem:
 
     def data_path(self) -> Path | None:
         return Path(self.data_dir) if self.data_dir else None
+
+    def racing(self) -> "RacingPolicy":
+        """How many items a trial's accuracy may take."""
+        from poptune.evaluate.racing import RacingPolicy
+
+        cap = self.limit if self.limit is not None else 1_000_000
+        return RacingPolicy(start=min(self.items_start, cap), cap=cap, target_halfwidth=self.halfwidth)
+
+    @property
+    def synthetic_lengths(self) -> tuple[int, ...]:
+        """Prompt lengths of synthetic passkey items: ``lengths`` (an image problem's lengths time nothing)."""
+        return self.lengths if self.image is None else (256,)
+
+    @property
+    def weighted(self) -> bool:
+        """Whether latency is timed at the workload's prompt lengths (not ``lengths``)."""
+        return self.latency_points > 0 and self.image is None
 
 
 def config_from_action(action: dict[str, Any], num_layers: int) -> PopConfig:
@@ -133,10 +166,20 @@ class Measurement:
         config: The configuration measured.
         method: ``pop`` or a baseline's name.
         latency: Per prompt length, :meth:`poptune.measure.bench.BenchRow.summary`: ``pop_ms``, ``full_ms``
-            (p50), ``speedup`` (median of per-pair ratios), ``ideal``, and decode per-token latencies.
-        target_length: The length whose POP prefill latency is the objective.
-        accuracy: Primary-metric accuracy per task, in [0, 1].
-        full_accuracy: The full model's, measured once per study.
+            (p50), ``speedup`` (median of per-pair ratios, with its interval where measured), ``ideal``, and
+            decode per-token latencies.
+        target_length: The length whose POP prefill latency is the objective (a weighted workload: its
+            longest timed length, for old readers).
+        accuracy: Primary-metric accuracy per task on the items scored, in [0, 1].
+        full_accuracy: The full model's on the same items.
+        latency_weights: Per timed length, the share of the workload's prompts it stands for (empty: the
+            objective is ``target_length`` alone).
+        drop: The paired drop against the full model with its 95% interval and items
+            (:class:`~poptune.evaluate.paired.PairedDrop` as a dict), where measured.
+        reference_accuracy: The full model's mean accuracy on the study's reference items (the first racing
+            round); the accuracy objective is this minus the drop, comparable across trials that scored
+            different numbers of items.
+        outcomes: Per task, the configuration's primary metric on each item scored, in the workload's order.
         energy_j: NVML energy over the timed runs, where available.
         hardware: The hardware record; ``versions``: software versions.
         details: For a baseline: its ratio, removed layers, scores and calibration.
@@ -153,49 +196,101 @@ class Measurement:
     versions: dict[str, str] = field(default_factory=dict)
     items: dict[str, int] = field(default_factory=dict)
     details: dict[str, Any] = field(default_factory=dict)
+    latency_weights: dict[int, float] = field(default_factory=dict)
+    drop: dict[str, Any] | None = None
+    reference_accuracy: float | None = None
+    outcomes: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        numbers = [v for row in self.latency.values() for v in row.values() if v is not None]
+        numbers = [v for row in self.latency.values() for v in row.values() if isinstance(v, (int, float))]
         numbers += list(self.accuracy.values()) + list(self.full_accuracy.values())
         bad = [v for v in numbers if not math.isfinite(v)]
         if bad:
             raise MeasurementError(f"measurement of {self.config} is not finite ({bad[:3]}): refusing to store it")
 
+    def _weights(self) -> dict[int, float]:
+        return self.latency_weights or {self.target_length: 1.0}
+
     @property
     def prefill_ms(self) -> float:
-        return float(self.latency[self.target_length]["pop_ms"])  # type: ignore[arg-type]
+        """POP's expected time to first token over the workload (p50 per length, weighted)."""
+        return sum(w * float(self.latency[n]["pop_ms"]) for n, w in self._weights().items())  # type: ignore[arg-type]
+
+    @property
+    def full_ms(self) -> float:
+        """The full model's expected time to first token over the same prompts."""
+        return sum(w * float(self.latency[n]["full_ms"]) for n, w in self._weights().items())  # type: ignore[arg-type]
 
     @property
     def speedup(self) -> float:
-        return float(self.latency[self.target_length]["speedup"])  # type: ignore[arg-type]
+        """The expected-TTFT speedup: per-length paired speedups combined with weights ``w * full_ms``."""
+        return self._combine("speedup")
+
+    @property
+    def speedup_interval(self) -> tuple[float, float] | None:
+        """The speedup's 95% interval from the per-length intervals (ends combined as if fully correlated:
+        conservative), or None where a length has none."""
+        try:
+            return self._combine("speedup_lo"), self._combine("speedup_hi")
+        except (KeyError, TypeError):
+            return None
+
+    def _combine(self, key: str) -> float:
+        # speedup_w = sum(w f) / sum(w f / r): the harmonic mean of the per-length ratios r, weighted by w f.
+        weights = {n: w * float(self.latency[n]["full_ms"]) for n, w in self._weights().items()}  # type: ignore[arg-type]
+        total = sum(weights.values())
+        return total / sum(a / float(self.latency[n][key]) for n, a in weights.items())  # type: ignore[arg-type]
 
     @property
     def accuracy_mean(self) -> float:
+        """Mean accuracy over tasks on the items scored (compare trials by :attr:`objective_accuracy`)."""
         return sum(self.accuracy.values()) / len(self.accuracy)
 
     @property
     def drop_points(self) -> float:
-        """Mean accuracy drop against the full model, in points."""
+        """Mean accuracy drop against the full model in points (paired, where measured)."""
+        if self.drop is not None:
+            return float(self.drop["mean"])
         full = sum(self.full_accuracy[t] for t in self.accuracy) / len(self.accuracy)
         return 100 * (full - self.accuracy_mean)
 
+    @property
+    def drop_upper(self) -> float:
+        """The drop's 95% upper bound (the drop itself where no interval was measured)."""
+        return float(self.drop["hi"]) if self.drop is not None else self.drop_points
+
+    @property
+    def objective_accuracy(self) -> float:
+        """The accuracy objective: the reference accuracy minus the paired drop (else the plain mean)."""
+        if self.reference_accuracy is None or self.drop is None:
+            return self.accuracy_mean
+        return self.reference_accuracy - self.drop_points / 100
+
     def objectives(self) -> tuple[float, float]:
-        """``(prefill ms at the target length, mean accuracy)``: minimise, maximise."""
-        return self.prefill_ms, self.accuracy_mean
+        """``(expected prefill ms, accuracy)``: minimise, maximise."""
+        return self.prefill_ms, self.objective_accuracy
 
     def info(self) -> dict[str, Any]:
         """Everything, JSON-serialisable (Gymnasium ``info``, Optuna user attributes)."""
+        interval = self.speedup_interval
         return {
             "method": self.method,
             "config": self.config.to_dict(),
             "target_length": self.target_length,
             "prefill_ms": self.prefill_ms,
+            "full_ms": self.full_ms,
             "speedup": self.speedup,
+            "speedup_ci": list(interval) if interval else None,
             "latency": {str(k): v for k, v in self.latency.items()},
+            "latency_weights": {str(k): v for k, v in self.latency_weights.items()},
             "accuracy": self.accuracy,
             "accuracy_mean": self.accuracy_mean,
+            "objective_accuracy": self.objective_accuracy,
+            "reference_accuracy": self.reference_accuracy,
             "full_accuracy": self.full_accuracy,
             "drop_points": self.drop_points,
+            "drop": self.drop,
+            "outcomes": {t: [round(v, 4) for v in vs] for t, vs in self.outcomes.items()},
             "energy_j": self.energy_j,
             "items": self.items,
             "hardware": self.hardware,
@@ -217,6 +312,10 @@ class Measurement:
             versions=info.get("versions", {}),
             items=info.get("items", {}),
             details=info.get("details", {}),
+            latency_weights={int(k): float(v) for k, v in (info.get("latency_weights") or {}).items()},
+            drop=info.get("drop"),
+            reference_accuracy=info.get("reference_accuracy"),
+            outcomes=info.get("outcomes") or {},
         )
 
 

@@ -8,8 +8,8 @@ random draw. ``embedded`` needs no data at all: synthetic passkey and key-value 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,12 @@ from poptune.engine import PopConfig, apply_pop, remove_pop
 from poptune.errors import ConfigError
 from poptune.evaluate.fidelity import FidelityResult, FidelitySpec, fidelity_pairs, generated_text, measure_fidelity
 from poptune.evaluate.fidelity import wikitext
+from poptune.evaluate.paired import PairedDrop, paired_drop
 from poptune.evaluate.taskpack import TASKS
 
 __all__ = [
-    "EMBEDDED", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "item_indices", "measure_tasks", "primary", "run_eval",
-    "resolve_tasks",
+    "EMBEDDED", "LOWER_IS_BETTER", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "TaskRun", "drop_of", "item_indices",
+    "measure_tasks", "primary", "run_eval", "resolve_tasks",
 ]
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,12 @@ PRIMARY_METRIC = {
     "passkey": "acc",
     "kv_recall": "acc",
 }
+
+#: Metrics where lower is better (their drop is POP minus full).
+LOWER_IS_BETTER = frozenset({"bpb"})
+
+#: Aggregate metrics read from lm-eval's results.
+KNOWN_METRICS = frozenset({"acc", "acc_norm", "exact_match", "em", "f1", "bpb"})
 
 
 def resolve_tasks(text: str | None, data_dir: Path | None) -> tuple[str, ...]:
@@ -75,11 +82,13 @@ class EvalSpec:
     Attributes:
         tasks: Real task names and/or synthetic ones (``passkey``, ``kv_recall``).
         data_dir: Where the real task files are (None: only synthetic tasks, fidelity on generated text).
-        limit: Items per task (None: all), chosen by :func:`item_indices`.
+        limit: Items per task (None: all; synthetic tasks: 20), chosen by :func:`item_indices`.
         batch_size: Contexts prefilled together.
         fidelity: Text pairs for the fidelity figures (None: skip them).
         synthetic_lengths: Prompt lengths of the passkey task.
         seed: Seed of the synthetic tasks and of generated fidelity text.
+        samples: Explicit item indices per task (a workload's order, see :mod:`poptune.evaluate.workload`);
+            overrides ``limit``.
     """
 
     tasks: tuple[str, ...]
@@ -89,23 +98,75 @@ class EvalSpec:
     fidelity: FidelitySpec | None = field(default_factory=lambda: FidelitySpec(pairs=8))
     synthetic_lengths: tuple[int, ...] = (256, 1024)
     seed: int = 0
+    samples: Mapping[str, Sequence[int]] | None = None
 
     def __post_init__(self) -> None:
         if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
             raise ConfigError(f"`limit` must be a positive integer, got {self.limit!r}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(f"`batch_size` must be a positive integer, got {self.batch_size!r}")
+        if self.samples is not None and (set(self.samples) != set(self.tasks) or
+                                         any(not list(v) for v in self.samples.values())):
+            raise ConfigError(f"`samples` must give items for every task of {list(self.tasks)}")
+
+    def with_samples(self, samples: Mapping[str, Sequence[int]]) -> "EvalSpec":
+        """This spec on explicit items (only the tasks named in ``samples``)."""
+        return replace(self, tasks=tuple(samples), samples={t: list(v) for t, v in samples.items()})
+
+
+@dataclass
+class TaskRun:
+    """One configuration's scores on a set of items.
+
+    Attributes:
+        scores: Per task, every aggregate metric lm-eval (or the synthetic scorer) reports.
+        items: Per task, the item indices scored, in order.
+        outcomes: Per task, the primary metric of each item of ``items`` (same order): what paired drops
+            are computed from.
+        details: Extra figures (the synthetic tasks' breakdown by cell).
+    """
+
+    scores: dict[str, dict[str, float]]
+    items: dict[str, list[int]]
+    outcomes: dict[str, list[float]]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {task: len(v) for task, v in self.items.items()}
+
+    def primary(self) -> dict[str, float]:
+        """Each task's primary metric over the items scored."""
+        return {task: sum(v) / len(v) for task, v in self.outcomes.items() if v}
+
+    def head(self, counts: Mapping[str, int]) -> "TaskRun":
+        """The first ``counts[task]`` items of each task (aggregates: the primary metric's mean)."""
+        items = {t: self.items[t][:n] for t, n in counts.items()}
+        outcomes = {t: self.outcomes[t][:n] for t, n in counts.items()}
+        scores = {t: {PRIMARY_METRIC[t]: sum(v) / len(v)} for t, v in outcomes.items() if v}
+        return TaskRun(scores, items, outcomes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scores": self.scores, "items": self.items,
+                "outcomes": {t: [round(v, 6) for v in vs] for t, vs in self.outcomes.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TaskRun":
+        return cls(dict(data["scores"]), {t: list(v) for t, v in data["items"].items()},
+                   {t: [float(x) for x in v] for t, v in data["outcomes"].items()})
 
 
 @dataclass
 class EvalResult:
-    """Accuracy of a configuration and of the full model per task, with fidelity figures."""
+    """Accuracy of a configuration and of the full model per task, the paired drop, and fidelity figures."""
 
     config: PopConfig
     scores: dict[str, dict[str, dict[str, float]]]  # task -> {"full": {metric: value}, "pop": {...}}
     items: dict[str, int]
     fidelity: FidelityResult | None
     details: dict[str, Any] = field(default_factory=dict)
+    paired: PairedDrop | None = None
+    task_drops: dict[str, PairedDrop] = field(default_factory=dict)
 
     def accuracy(self, which: str) -> dict[str, float]:
         """Primary-metric accuracy per task (in [0, 1]) for ``"full"`` or ``"pop"``."""
@@ -129,58 +190,70 @@ class EvalResult:
             "mean_full": self.mean("full"),
             "mean_pop": self.mean("pop"),
             "drop_points": self.drop,
+            "drop": self.paired.to_dict() if self.paired else None,
+            "task_drops": {task: d.to_dict() for task, d in self.task_drops.items()},
             "fidelity": self.fidelity.to_dict() if self.fidelity else None,
             **self.details,
         }
 
     def table(self) -> str:
-        lines = [f"{'task':<14} {'metric':<8} {'items':>6} {'full':>7} {'POP':>7} {'drop':>7}"]
+        """Per task: items, full, POP and the paired drop with its 95% interval (bits per byte: lower is better)."""
+        lines = [f"{'task':<20} {'metric':<11} {'items':>5} {'full':>7} {'POP':>7} {'drop [95% CI]':>24}"]
         for task, s in self.scores.items():
             metric = PRIMARY_METRIC[task]
-            full, pop = 100 * s["full"][metric], 100 * s["pop"][metric]
-            lines.append(f"{task:<14} {metric:<8} {self.items[task]:>6} {full:>7.2f} {pop:>7.2f} {full - pop:>+7.2f}")
-        lines.append(
-            f"{'mean':<14} {'':<8} {'':>6} {100 * self.mean('full'):>7.2f} {100 * self.mean('pop'):>7.2f} "
-            f"{self.drop:>+7.2f}"
-        )
+            scale = 1.0 if metric in LOWER_IS_BETTER else 100.0
+            full, pop = scale * s["full"][metric], scale * s["pop"][metric]
+            drop = self.task_drops.get(task)
+            interval = f"{drop.mean:+7.2f} [{drop.lo:+6.2f}, {drop.hi:+6.2f}]" if drop else f"{full - pop:+7.2f}"
+            lines.append(f"{task:<20} {metric:<11} {self.items[task]:>5} {full:>7.2f} {pop:>7.2f} {interval:>24}")
+        if self.paired is not None:
+            d = self.paired
+            lines.append(f"{'mean (accuracy)':<20} {'':<11} {'':>5} {'':>7} {'':>7} "
+                         f"{f'{d.mean:+7.2f} [{d.lo:+6.2f}, {d.hi:+6.2f}]':>24}")
+        lines.append("drop = full - POP in points (bits per byte: POP - full), paired over the same items, "
+                     "95% bootstrap interval; the mean is over the higher-is-better tasks")
         return "\n".join(lines)
 
 
-def _lm_eval_scores(
-    model: Any, tokenizer: Any, config: PopConfig, tasks: Sequence[str], spec: EvalSpec
-) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
+def _lm_eval_scores(model: Any, tokenizer: Any, config: PopConfig, tasks: Sequence[str], spec: EvalSpec) -> TaskRun:
     import lm_eval.evaluator
 
     from poptune.evaluate.lm import PopLM
     from poptune.evaluate.taskpack import get_task_dict
 
     task_dict = get_task_dict(tasks, spec.data_dir)
-    samples = {name: item_indices(len(task.eval_docs), spec.limit) for name, task in task_dict["tasks"].items()}
+    if spec.samples is not None:
+        samples = {name: list(spec.samples[name]) for name in tasks}
+    else:
+        samples = {name: item_indices(len(task.eval_docs), spec.limit) for name, task in task_dict["tasks"].items()}
     lm = PopLM(pretrained=model, tokenizer=tokenizer, skip=config.skip, boundary=config.boundary,
                offset=config.offset, layers=config.layers, batch_size=spec.batch_size)
     try:
-        out = lm_eval.evaluator.evaluate(lm, task_dict, samples=samples, bootstrap_iters=0, log_samples=False,
+        out = lm_eval.evaluator.evaluate(lm, task_dict, samples=samples, bootstrap_iters=0, log_samples=True,
                                          verbosity="WARNING")
     finally:
         remove_pop(model)
-    scores = {}
+    scores, outcomes = {}, {}
     for name in tasks:
         metrics = out["results"][name]
         scores[name] = {key.split(",")[0]: float(v) for key, v in metrics.items()
-                        if key.split(",")[0] in ("acc", "acc_norm") and isinstance(v, (int, float))}
-    return scores, {name: len(samples[name]) for name in tasks}
+                        if key.split(",")[0] in KNOWN_METRICS and isinstance(v, (int, float))}
+        per_doc = {int(s["doc_id"]): float(s[PRIMARY_METRIC[name]]) for s in out["samples"][name]}
+        outcomes[name] = [per_doc[i] for i in samples[name]]
+    return TaskRun(scores, samples, outcomes)
 
 
-def _synthetic_scores(
-    model: Any, tokenizer: Any, config: PopConfig | None, tasks: Sequence[str], spec: EvalSpec
-) -> tuple[dict[str, dict[str, float]], dict[str, int], dict[str, Any]]:
-    from poptune.evaluate.synthetic import kv_recall_items, passkey_items, run_synthetic
+def _synthetic_scores(model: Any, tokenizer: Any, config: PopConfig | None, tasks: Sequence[str],
+                      spec: EvalSpec) -> TaskRun:
+    from poptune.evaluate.synthetic import run_synthetic
+    from poptune.evaluate.workload import synthetic_pool
 
+    chosen: dict[str, list[int]] = {}
     items = []
-    if "passkey" in tasks:
-        items += passkey_items(tokenizer, lengths=spec.synthetic_lengths, per_cell=2, seed=spec.seed)
-    if "kv_recall" in tasks:
-        items += kv_recall_items(tokenizer, num_pairs=(8, 32), per_cell=5, seed=spec.seed)
+    for task in tasks:
+        chosen[task] = list(spec.samples[task]) if spec.samples is not None else list(range(spec.limit or 20))
+        pool = synthetic_pool(tokenizer, task, max(chosen[task]) + 1, lengths=spec.synthetic_lengths, seed=spec.seed)
+        items += [pool[i] for i in chosen[task]]
     if config is not None:
         apply_pop(model, config)
     try:
@@ -188,30 +261,42 @@ def _synthetic_scores(
     finally:
         remove_pop(model)
     scores = {task: {"acc": acc} for task, acc in result.accuracy.items()}
-    counts = {task: sum(1 for r in result.records if r["task"] == task) for task in scores}
-    breakdown = {task: result.breakdown(task) for task in scores}
-    return scores, counts, breakdown
+    outcomes = {task: [float(r["correct"]) for r in result.records if r["task"] == task] for task in tasks}
+    return TaskRun(scores, chosen, outcomes, {"synthetic_breakdown": {t: result.breakdown(t) for t in tasks}})
 
 
-def measure_tasks(
-    model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec
-) -> tuple[dict[str, dict[str, float]], dict[str, int], dict[str, Any]]:
-    """Scores of one configuration on ``spec``'s tasks: ``({task: {metric: value}}, {task: items}, details)``."""
-    real = [t for t in spec.tasks if t in TASKS]
+def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec) -> TaskRun:
+    """Scores of one configuration on ``spec``'s tasks, with every item's outcome."""
+    real = [t for t in spec.tasks if t not in EMBEDDED]
     synthetic = [t for t in spec.tasks if t in EMBEDDED]
-    scores: dict[str, dict[str, float]] = {}
-    items: dict[str, int] = {}
-    details: dict[str, Any] = {}
-    if real:
-        found, counts = _lm_eval_scores(model, tokenizer, config, real, spec)
-        scores.update(found)
-        items.update(counts)
-    if synthetic:
-        found, counts, breakdown = _synthetic_scores(model, tokenizer, config, synthetic, spec)
-        scores.update(found)
-        items.update(counts)
-        details["synthetic_breakdown"] = breakdown
-    return scores, items, details
+    run = TaskRun({}, {}, {})
+    for part, scorer in ((real, _lm_eval_scores), (synthetic, _synthetic_scores)):
+        if part:
+            found = scorer(model, tokenizer, config, part, spec)
+            run.scores.update(found.scores)
+            run.items.update(found.items)
+            run.outcomes.update(found.outcomes)
+            run.details.update(found.details)
+    return run
+
+
+def drop_of(full: TaskRun, other: TaskRun, *, seed: int = 0) -> PairedDrop:
+    """The paired drop of ``other`` against ``full`` over the higher-is-better tasks (bits per byte left out).
+
+    Both runs must have scored the same items of each task (a workload prefix).
+    """
+    tasks = [t for t in other.outcomes if PRIMARY_METRIC[t] not in LOWER_IS_BETTER] or list(other.outcomes)
+    for task in tasks:
+        if full.items[task][: len(other.items[task])] != other.items[task]:
+            raise ConfigError(f"task {task!r}: the two runs scored different items")
+    n = {t: len(other.outcomes[t]) for t in tasks}
+    return paired_drop({t: full.outcomes[t][: n[t]] for t in tasks}, {t: other.outcomes[t] for t in tasks},
+                       lower_is_better=[t for t in tasks if PRIMARY_METRIC[t] in LOWER_IS_BETTER],
+                       scale=_scale(tasks), seed=seed)
+
+
+def _scale(tasks: Sequence[str]) -> float:
+    return 1.0 if all(PRIMARY_METRIC[t] in LOWER_IS_BETTER for t in tasks) else 100.0
 
 
 def primary(scores: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -229,16 +314,23 @@ def run_eval(
 ) -> EvalResult:
     """Measure ``config`` and the full model on ``spec``'s tasks, then fidelity; the model is left plain."""
     scores: dict[str, dict[str, dict[str, float]]] = {}
-    items: dict[str, int] = {}
     details: dict[str, Any] = {}
+    runs = {}
     for which, cfg in (("full", PopConfig(skip=0)), ("pop", config)):
-        found, items, extra = measure_tasks(model, tokenizer, cfg, spec)
-        for task, metrics in found.items():
+        runs[which] = measure_tasks(model, tokenizer, cfg, spec)
+        for task, metrics in runs[which].scores.items():
             scores.setdefault(task, {})[which] = metrics
-        for key, value in extra.items():
+        for key, value in runs[which].details.items():
             details.setdefault(key, {})[which] = value
         if progress:
             progress(f"tasks ({which})")
+    full, pop = runs["full"], runs["pop"]
+    task_drops = {}
+    for task in pop.outcomes:
+        lower = PRIMARY_METRIC[task] in LOWER_IS_BETTER
+        task_drops[task] = paired_drop({task: full.outcomes[task]}, {task: pop.outcomes[task]},
+                                       lower_is_better=[task] if lower else [], scale=1.0 if lower else 100.0,
+                                       seed=spec.seed)
     fidelity = None
     if spec.fidelity is not None:
         if spec.data_dir is not None:
@@ -250,4 +342,5 @@ def run_eval(
         fidelity = measure_fidelity(model, tokenizer, config, pairs, source=source)
         if progress:
             progress("fidelity")
-    return EvalResult(config=config, scores=scores, items=items, fidelity=fidelity, details=details)
+    return EvalResult(config=config, scores=scores, items=pop.counts, fidelity=fidelity, details=details,
+                      paired=drop_of(full, pop, seed=spec.seed), task_drops=task_drops)

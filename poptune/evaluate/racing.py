@@ -1,0 +1,146 @@
+"""Racing: score a configuration on growing rounds of a workload's items until its drop is decided.
+
+Every configuration takes the workload's items in the same fixed order. After each round (``start`` items per
+task, then ``growth`` times more, up to ``cap``) the paired drop against the full model on the same items gets
+its 95% interval, and scoring stops as soon as the interval lies
+
+- wholly inside the budget (upper end <= ``max_drop``) or wholly outside it (lower end > ``max_drop``), or,
+- without a budget, once its half-width is at most ``target_halfwidth`` points.
+
+A clearly broken configuration is decided after the first round; a borderline one gets every item up to the
+cap. The full model's outcomes are scored once per item and shared by every configuration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from poptune.errors import ConfigError
+from poptune.evaluate.paired import PairedDrop
+from poptune.evaluate.suite import TaskRun, drop_of
+from poptune.evaluate.workload import Workload, rounds
+
+__all__ = ["RacingPolicy", "RaceResult", "race", "extend_run"]
+
+
+@dataclass(frozen=True)
+class RacingPolicy:
+    """How many items a configuration's accuracy may take.
+
+    Attributes:
+        start: Items per task in the first round.
+        cap: Items per task at most.
+        growth: Each round scores this many times the items of the previous one.
+        target_halfwidth: Without a budget, stop once the drop's interval is this narrow (points each side).
+    """
+
+    start: int = 32
+    cap: int = 128
+    growth: float = 2.0
+    target_halfwidth: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("start", "cap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"`{name}` must be a positive integer of items, got {value!r}")
+        if self.start > self.cap:
+            raise ConfigError(f"the first round ({self.start} items) must not exceed the cap ({self.cap})")
+        if not (isinstance(self.growth, (int, float)) and self.growth > 1):
+            raise ConfigError(f"`growth` must be > 1, got {self.growth!r}")
+        if not (isinstance(self.target_halfwidth, (int, float)) and self.target_halfwidth > 0):
+            raise ConfigError(f"`target_halfwidth` must be > 0 points, got {self.target_halfwidth!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class RaceResult:
+    """A configuration's scored items, its paired drop on them, and why scoring stopped."""
+
+    run: TaskRun
+    drop: PairedDrop
+    rounds: int
+    stopped: str  # "within budget", "beyond budget", "narrow enough", "cap"
+
+
+def extend_run(run: TaskRun | None, more: TaskRun) -> TaskRun:
+    """``run`` followed by ``more`` (same tasks): items and outcomes appended, aggregates re-weighted."""
+    if run is None:
+        return TaskRun({t: dict(m) for t, m in more.scores.items()}, {t: list(v) for t, v in more.items.items()},
+                       {t: list(v) for t, v in more.outcomes.items()}, dict(more.details))
+    merged = TaskRun({}, {}, {}, {**run.details, **more.details})
+    for task in run.items:
+        n, m = len(run.items[task]), len(more.items.get(task, []))
+        merged.items[task] = run.items[task] + more.items.get(task, [])
+        merged.outcomes[task] = run.outcomes[task] + more.outcomes.get(task, [])
+        extra = more.scores.get(task, {})
+        merged.scores[task] = {k: (v * n + extra.get(k, v) * m) / (n + m) for k, v in run.scores[task].items()}
+    return merged
+
+
+def _decide(drop: PairedDrop, max_drop: float | None, policy: RacingPolicy) -> str | None:
+    if max_drop is not None:
+        if drop.within(max_drop):
+            return "within budget"
+        if drop.beyond(max_drop):
+            return "beyond budget"
+        return None
+    return "narrow enough" if drop.half_width <= policy.target_halfwidth else None
+
+
+def race(
+    workload: Workload,
+    policy: RacingPolicy,
+    *,
+    score: Callable[[dict[str, list[int]]], TaskRun],
+    full: Callable[[dict[str, int]], TaskRun],
+    max_drop: float | None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> RaceResult:
+    """Score rounds of the workload's items with ``score`` until the drop is decided (module docstring).
+
+    Args:
+        workload: The items, in order.
+        policy: Round sizes, cap and the width target.
+        score: Scores the configuration on the given item indices per task.
+        full: Returns the full model's run covering at least the first n items of each task (scoring what is
+            missing).
+        max_drop: The accuracy budget in points, or None.
+        seed: Seed of the bootstrap.
+        progress: Called with a short label after each round.
+    """
+    run: TaskRun | None = None
+    drop: PairedDrop | None = None
+    counts = rounds(policy.start, policy.cap, policy.growth)
+    done = 0
+    for number, count in enumerate(counts, 1):
+        wanted = {t: min(count, workload.size(t)) for t in workload.order}
+        new = {t: workload.order[t][len(run.items[t]) if run else 0 : n] for t, n in wanted.items()}
+        new = {t: v for t, v in new.items() if v}
+        if not new:
+            break  # every task is exhausted before the cap
+        run = extend_run(run, _complete(score(new), run, workload))
+        drop = drop_of(full(wanted), run, seed=seed)
+        done = number
+        if progress:
+            progress(f"round {number}: {sum(len(v) for v in run.items.values())} items, drop {drop}")
+        verdict = _decide(drop, max_drop, policy)
+        if verdict is not None:
+            return RaceResult(run, drop, number, verdict)
+    assert run is not None and drop is not None and math.isfinite(drop.mean)
+    return RaceResult(run, drop, done, "cap")
+
+
+def _complete(part: TaskRun, run: TaskRun | None, workload: Workload) -> TaskRun:
+    """A round's run with an empty entry for each task it did not need (already exhausted)."""
+    for task in workload.order:
+        if task not in part.items:
+            part.items[task], part.outcomes[task] = [], []
+            part.scores[task] = dict(run.scores[task]) if run else {}
+    return part

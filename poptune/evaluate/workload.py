@@ -1,0 +1,181 @@
+"""A workload: the items a study scores, in one fixed order, with the length of each item's prompt.
+
+POP changes only the pruned prompt tokens' path, so accuracy means something only on the prompts whose
+latency is timed. A workload therefore gives both: the items accuracy is measured on (every configuration
+takes them in the same fixed order, so a trial that stops after n items has scored the same n items as the
+full model) and the prompt lengths that latency is timed at (:meth:`Workload.latency_points`).
+
+- Real tasks (lm-eval): the order is a fixed permutation of the task's documents (seed :data:`ORDER_SEED`),
+  so any prefix is a uniform sample of the whole set. A document's prompt length is its ``doc_to_text`` in
+  tokens (the few-shot examples of the long-prompt pack are part of that text).
+- Synthetic tasks: an unbounded pool, built in blocks of one item per cell (passkey: every length x depth;
+  key-value recall: every number of pairs), block ``r`` from its own seed, so the first n items are the same
+  whatever the pool's size and every prefix covers every cell about evenly.
+
+Items whose prompt (plus the tokens a generation may add) does not fit the model's context are left out of the
+order and counted in :attr:`Workload.skipped`, never truncated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from poptune.errors import ConfigError
+
+__all__ = ["ORDER_SEED", "Workload", "build_workload", "synthetic_pool"]
+
+#: Seed of the fixed item order of real tasks: the same items in the same order for every trial and study.
+ORDER_SEED = 1234
+
+#: Tokens a generation may add after the prompt (a prompt must leave this much room in the context).
+GENERATION_ROOM = 256
+
+_KV_PAIRS = (8, 32)
+_PASSKEY_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Items per task in scoring order, their prompt lengths, and the items left out.
+
+    Attributes:
+        order: Per task, item indices in the order every configuration scores them.
+        tokens: Per task, the prompt length in tokens of each item of ``order`` (same positions).
+        skipped: Per task, items left out because their prompt does not fit the model's context.
+        synthetic_lengths: Prompt lengths the synthetic passkey items were built at.
+        seed: Seed of the synthetic items.
+    """
+
+    order: dict[str, list[int]]
+    tokens: dict[str, list[int]]
+    skipped: dict[str, int] = field(default_factory=dict)
+    synthetic_lengths: tuple[int, ...] = (512,)
+    seed: int = 0
+
+    def items(self, task: str, count: int | None) -> list[int]:
+        """The first ``count`` items of ``task`` (all with None)."""
+        return self.order[task] if count is None else self.order[task][:count]
+
+    def size(self, task: str) -> int:
+        return len(self.order[task])
+
+    def latency_points(self, count: int | None, points: int = 3) -> list[tuple[int, float]]:
+        """Prompt lengths to time and the share of scored prompts each stands for.
+
+        The prompts of the first ``count`` items of every task are sorted by length and cut into ``points``
+        groups of equal size; each group is timed at its median length and weighs its share of the prompts.
+        Groups whose medians coincide are merged. Returns ``[(length, weight), ...]``, shortest first.
+        """
+        lengths = sorted(n for task in self.order for n in self.tokens[task][: count or None])
+        if not lengths:
+            raise ConfigError("the workload has no items to time")
+        merged: dict[int, float] = {}
+        groups = min(points, len(lengths))
+        for g in range(groups):
+            part = lengths[g * len(lengths) // groups : (g + 1) * len(lengths) // groups]
+            median = part[len(part) // 2]
+            merged[median] = merged.get(median, 0.0) + len(part) / len(lengths)
+        return sorted(merged.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"items": {t: len(o) for t, o in self.order.items()}, "skipped": dict(self.skipped),
+                "synthetic_lengths": list(self.synthetic_lengths)}
+
+
+def synthetic_pool(tokenizer: Any, task: str, size: int, *, lengths: Sequence[int], seed: int) -> list[Any]:
+    """The first ``size`` items of a synthetic task's pool (see the module docstring)."""
+    from poptune.evaluate.synthetic import KV_RECALL, PASSKEY, kv_recall_items, passkey_items
+
+    items: list[Any] = []
+    block = 0
+    while len(items) < size:
+        block_seed = seed * 100_003 + block  # one seed per block: earlier blocks never change
+        if task == PASSKEY:
+            items += passkey_items(tokenizer, lengths=tuple(lengths), depths=_PASSKEY_DEPTHS, seed=block_seed)
+        elif task == KV_RECALL:
+            items += kv_recall_items(tokenizer, num_pairs=_KV_PAIRS, per_cell=1, seed=block_seed)
+        else:
+            raise ConfigError(f"{task!r} is not a synthetic task")
+        block += 1
+    return items[:size]
+
+
+def _real_prompts(tasks: Sequence[str], data_dir: Path | None) -> dict[str, list[str]]:
+    from poptune.evaluate.taskpack import get_task_dict
+
+    task_dict = get_task_dict(list(tasks), data_dir)["tasks"]
+    prompts = {}
+    for name in tasks:
+        task = task_dict[name]
+        prompts[name] = [str(task.doc_to_text(doc)) for doc in task.eval_docs]
+    return prompts
+
+
+def build_workload(
+    tokenizer: Any,
+    tasks: Sequence[str],
+    *,
+    data_dir: Path | None,
+    cap: int,
+    synthetic_lengths: Sequence[int] = (512,),
+    max_positions: int | None = None,
+    seed: int = 0,
+) -> Workload:
+    """The workload of ``tasks``: at most ``cap`` items of each, in scoring order, with their prompt lengths.
+
+    Args:
+        tokenizer: The model's tokenizer (prompt lengths, synthetic prompt sizes).
+        tasks: Real task names of the offline pack and/or synthetic ones.
+        data_dir: The data directory of the real tasks.
+        cap: Items per task at most (the racing cap).
+        synthetic_lengths: Prompt lengths of synthetic passkey items.
+        max_positions: The model's context; longer prompts (with :data:`GENERATION_ROOM`) are skipped.
+        seed: Seed of the synthetic items.
+    """
+    import numpy as np
+
+    from poptune.evaluate.suite import EMBEDDED
+
+    if cap < 1:
+        raise ConfigError(f"a workload needs at least one item per task, got a cap of {cap}")
+    room = None if max_positions is None else max_positions - GENERATION_ROOM
+    order: dict[str, list[int]] = {}
+    tokens: dict[str, list[int]] = {}
+    skipped: dict[str, int] = {}
+    real = [t for t in tasks if t not in EMBEDDED]
+    prompts = _real_prompts(real, data_dir) if real else {}
+    for task in tasks:
+        if task in EMBEDDED:
+            pool = synthetic_pool(tokenizer, task, cap, lengths=synthetic_lengths, seed=seed)
+            candidates = list(range(len(pool)))
+            lengths = [int(item.meta["tokens"]) for item in pool]
+        else:
+            texts = prompts[task]
+            candidates = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(texts))]
+            lengths = [0] * len(texts)
+            for i in candidates[: 2 * cap]:  # enough to fill the cap unless most items are too long
+                lengths[i] = len(tokenizer(texts[i])["input_ids"])
+        kept = [i for i in candidates if lengths[i] and (room is None or lengths[i] <= room)]
+        skipped[task] = sum(1 for i in candidates[: 2 * cap] if lengths[i] and room is not None and lengths[i] > room)
+        order[task] = kept[:cap]
+        tokens[task] = [lengths[i] for i in order[task]]
+        if not order[task]:
+            raise ConfigError(f"task {task!r} has no item whose prompt fits this model's {max_positions} positions")
+    return Workload(order, tokens, skipped, tuple(synthetic_lengths), seed)
+
+
+def rounds(start: int, cap: int, growth: float = 2.0) -> list[int]:
+    """Cumulative item counts of racing rounds: ``start, start*growth, ...`` up to and including ``cap``."""
+    if start < 1 or cap < 1 or growth <= 1:
+        raise ConfigError(f"racing rounds need start >= 1, cap >= 1 and growth > 1, got {start}, {cap}, {growth}")
+    counts = []
+    n = min(start, cap)
+    while n < cap:
+        counts.append(n)
+        n = min(cap, int(math.ceil(n * growth)))
+    counts.append(cap)
+    return counts
