@@ -279,9 +279,13 @@ def _pop_forward(
     n = tokens.shape[1] if tokens is not None else 0
     past = cache.get_seq_length() if cache is not None else 0
     pruned = n - state.config.boundary_width
+    prefix = getattr(decoder, "_poptune_prefix_states", None)  # see poptune.prefix
     if state.config.skip == 0 or n <= 1 or past > 0 or pruned <= 0:
         # Decode, a one-token prompt, or a prompt inside the boundary window: the unmodified model.
-        return type(decoder).forward(decoder, cache=cache, use_cache=use_cache, **inputs)
+        recording = prefix.recording(decoder, inputs) if prefix is not None and n > 1 and past == 0 \
+            else contextlib.nullcontext()
+        with recording:
+            return type(decoder).forward(decoder, cache=cache, use_cache=use_cache, **inputs)
 
     from transformers import DynamicCache
 
@@ -289,7 +293,9 @@ def _pop_forward(
         use_cache = decoder.config.use_cache
     if cache is None:  # the boundary tokens attend to the skipped layers' prompt K/V through a cache
         cache = DynamicCache(config=decoder.config)
-    with _skipping(decoder, state.skipped, pruned):
+    replaying = prefix.replaying(decoder, inputs, min(state.skipped)) if prefix is not None \
+        else contextlib.nullcontext()
+    with _skipping(decoder, state.skipped, pruned), replaying:
         out = type(decoder).forward(decoder, cache=cache, use_cache=True, **inputs)
     # Only positions that ran at full depth yield logits: (B, N, C) -> (B, W, C), or (B, 1, C) for "none".
     out.last_hidden_state = out.last_hidden_state[:, pruned:] if pruned < n else out.last_hidden_state[:, -1:]

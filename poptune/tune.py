@@ -84,6 +84,8 @@ class StudySpec:
         baselines: Baseline methods measured after the search (Wanda at 30%) at ``baseline_ratios``, by default
             the ratios of POP's front and the paper's rule.
         calibration: Calibration text of the baselines.
+        reuse_states: Replay the layers before the skipped block from the full model's stored states when
+            scoring accuracy (:mod:`poptune.prefix`; checked against the plain prefill at the start).
     """
 
     problem: TuningProblem
@@ -97,6 +99,7 @@ class StudySpec:
     enqueue: tuple[PopConfig, ...] = field(default_factory=tuple)
     heartbeat_s: int = store.HEARTBEAT_S
     baselines: tuple[str, ...] = ()
+    reuse_states: bool = True
     baseline_ratios: tuple[float, ...] | None = None
     calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
 
@@ -498,6 +501,11 @@ def run_study(
         study.enqueue_trial(config.to_dict(), skip_if_exists=True)
     _record_problem(study, problem, num_layers, hardware.to_dict(), target_length)
 
+    if spec.reuse_states and problem.image is None and evaluator.states is None:
+        diff = evaluator.enable_state_reuse()
+        study.set_user_attr("state_reuse_check", {"max_abs_logit_diff": diff})
+        if progress:
+            progress(f"state reuse checked (max abs logit difference {diff:.1e})")
     if study.user_attrs.get("full_run"):
         evaluator.restore_full_run(study.user_attrs["full_run"])
     if "full_accuracy" not in study.user_attrs:

@@ -25,8 +25,12 @@ if TYPE_CHECKING:
     from poptune.baselines import Baseline
     from poptune.evaluate.suite import TaskRun
     from poptune.evaluate.workload import Workload
+    from poptune.prefix import PrefixStates
 
-__all__ = ["ConfigEvaluator"]
+__all__ = ["ConfigEvaluator", "STATE_BYTES"]
+
+#: Memory the reused prefix states of a study may take (see :mod:`poptune.prefix`).
+STATE_BYTES = 4 << 30
 
 
 class ConfigEvaluator:
@@ -58,6 +62,7 @@ class ConfigEvaluator:
         self._workload: Workload | None = None
         self._image_length: int | None = None
         self.progress = progress
+        self.states: PrefixStates | None = None  # see enable_state_reuse
 
     @property
     def model(self) -> Any:
@@ -121,10 +126,31 @@ class ConfigEvaluator:
         return EvalSpec(tasks=p.tasks, data_dir=p.data_path(), batch_size=p.eval_batch_size, fidelity=None,
                         synthetic_lengths=p.synthetic_lengths, seed=p.seed)
 
-    def _score(self, config: PopConfig, items: dict[str, list[int]]) -> "TaskRun":
+    def _score(self, config: PopConfig, items: dict[str, list[int]], *, reuse: bool = True) -> "TaskRun":
         from poptune.evaluate.suite import measure_tasks
 
-        return measure_tasks(self.model, self.tokenizer, config, self._eval_spec().with_samples(items))
+        spec = self._eval_spec().with_samples(items)
+        if self.states is None or not reuse:  # a baseline's changed model must neither record nor replay
+            return measure_tasks(self.model, self.tokenizer, config, spec)
+        with self.states.attached(self.model):  # the full model records its prefills, POP replays them
+            return measure_tasks(self.model, self.tokenizer, config, spec)
+
+    def enable_state_reuse(self, max_bytes: int = STATE_BYTES) -> float:
+        """Reuse the full model's layer inputs in POP prefills (:mod:`poptune.prefix`).
+
+        First checks, on a prompt of the workload's longest timed length, that the replayed prefill of the
+        paper's rule equals the plain one. Returns the check's max abs logit difference; raises
+        :class:`~poptune.errors.MeasurementError` (reuse stays off) when it exceeds the tolerance.
+        """
+        from poptune.measure.prompts import prompt_batch
+        from poptune.prefix import PrefixStates, verify
+
+        length = max(n for n, _ in self.latency_points())
+        ids = prompt_batch(self.tokenizer, length, 1, device=self.model.device)["input_ids"]
+        config = PopConfig(skip=round(self.num_layers / 3))  # the paper's rule
+        diff = verify(self.model, ids, config, PrefixStates(max_bytes=max_bytes))
+        self.states = PrefixStates(max_bytes=max_bytes)
+        return diff
 
     def full_run(self, counts: dict[str, int] | None = None) -> "TaskRun":
         """The full model's run covering the first ``counts[task]`` items (default: the first round)."""
@@ -216,7 +242,7 @@ class ConfigEvaluator:
         else:
             def score(items: dict[str, list[int]]) -> "TaskRun":
                 with applied(self.model, transform):
-                    return self._score(config, items)
+                    return self._score(config, items, reuse=transform is None)
 
             result = race(self.workload, p.racing(), score=score, full=self.full_run, max_drop=p.max_drop,
                           seed=p.seed, progress=self.progress)

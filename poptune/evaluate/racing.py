@@ -125,8 +125,9 @@ def race(
         new = {t: v for t, v in new.items() if v}
         if not new:
             break  # every task is exhausted before the cap
+        reference = full(wanted)  # first: the full model's prefill of an item is what a reused state replays
         run = extend_run(run, _complete(score(new), run, workload))
-        drop = drop_of(full(wanted), run, seed=seed)
+        drop = drop_of(reference, run, seed=seed)
         done = number
         if progress:
             progress(f"round {number}: {sum(len(v) for v in run.items.values())} items, drop {drop}")

@@ -150,9 +150,12 @@ def build_workload(
     prompts = _real_prompts(real, data_dir) if real else {}
     for task in tasks:
         if task in EMBEDDED:
-            pool = synthetic_pool(tokenizer, task, cap, lengths=synthetic_lengths, seed=seed)
-            candidates = list(range(len(pool)))
-            lengths = [int(item.meta["tokens"]) for item in pool]
+            for size in (cap, 2 * cap):  # twice as many only when some do not fit
+                pool = synthetic_pool(tokenizer, task, size, lengths=synthetic_lengths, seed=seed)
+                candidates = list(range(len(pool)))
+                lengths = [int(item.meta["tokens"]) for item in pool]
+                if room is None or sum(n <= room for n in lengths) >= cap:
+                    break
         else:
             texts = prompts[task]
             candidates = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(texts))]

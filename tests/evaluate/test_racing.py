@@ -1,0 +1,71 @@
+"""Racing: rounds grow until the paired drop's interval is decided, on a fake scorer."""
+
+import pytest
+
+from poptune import ConfigError
+from poptune.evaluate.racing import RacingPolicy, race
+from poptune.evaluate.suite import TaskRun
+from poptune.evaluate.workload import Workload, rounds
+
+
+def _workload(n=256):
+    return Workload(order={"passkey": list(range(n))}, tokens={"passkey": [100 + i for i in range(n)]})
+
+
+def _scorer(outcome, calls):
+    def score(items):
+        calls.append(sum(len(v) for v in items.values()))
+        outs = {t: [outcome(i) for i in idx] for t, idx in items.items()}
+        return TaskRun({t: {"acc": sum(v) / len(v)} for t, v in outs.items()}, dict(items), outs)
+
+    return score
+
+
+def _full(workload):
+    def full(counts):
+        items = {t: workload.order[t][:n] for t, n in counts.items()}
+        outs = {t: [1.0] * len(v) for t, v in items.items()}
+        return TaskRun({t: {"acc": 1.0} for t in items}, items, outs)
+
+    return full
+
+
+def test_rounds():
+    assert rounds(32, 128) == [32, 64, 128]
+    assert rounds(32, 100) == [32, 64, 100]
+    assert rounds(50, 20) == [20]
+    with pytest.raises(ConfigError):
+        rounds(0, 10)
+
+
+def test_racing_stops_after_the_first_round_when_every_outcome_flips():
+    calls = []
+    w = _workload()
+    result = race(w, RacingPolicy(start=16, cap=128), score=_scorer(lambda i: 0.0, calls), full=_full(w), max_drop=1.0)
+    assert result.stopped == "beyond budget" and result.rounds == 1 and calls == [16]
+    assert result.drop.mean == result.drop.lo == 100.0 and result.run.counts == {"passkey": 16}
+
+
+def test_racing_stops_when_the_drop_is_inside_the_budget():
+    calls = []
+    w = _workload()
+    result = race(w, RacingPolicy(start=16, cap=128), score=_scorer(lambda i: 1.0, calls), full=_full(w), max_drop=1.0)
+    assert result.stopped == "within budget" and calls == [16]
+
+
+def test_a_borderline_configuration_gets_every_item_up_to_the_cap():
+    calls = []
+    w = _workload()
+    # one item in 50 flips: a 2-point drop against a 2-point budget stays undecided
+    result = race(w, RacingPolicy(start=16, cap=128), score=_scorer(lambda i: 0.0 if i % 50 == 7 else 1.0, calls),
+                  full=_full(w), max_drop=2.0)
+    assert result.stopped == "cap" and calls == [16, 16, 32, 64] and result.run.counts == {"passkey": 128}
+    assert result.run.items["passkey"] == list(range(128))  # the fixed order, each item once
+
+
+def test_without_a_budget_racing_stops_once_the_interval_is_narrow():
+    calls = []
+    w = _workload()
+    result = race(w, RacingPolicy(start=16, cap=128, target_halfwidth=50.0),
+                  score=_scorer(lambda i: float(i % 2), calls), full=_full(w), max_drop=None)
+    assert result.stopped == "narrow enough" and result.rounds == 1

@@ -1,0 +1,69 @@
+"""Prefix-state reuse equals the plain POP prefill, and refuses to be trusted when it does not."""
+
+import pytest
+import torch
+
+from poptune import MeasurementError, PopConfig, apply_pop, load_model
+from poptune.prefix import PrefixStates, verify
+
+CONFIGS = [PopConfig(skip=3), PopConfig(skip=2, boundary="window-4", offset=1), PopConfig(skip=1, boundary="none"),
+           PopConfig(skip=4, boundary="window-16", offset=1)]
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
+def test_replayed_prefill_equals_the_plain_one(shared, name):
+    model, _ = shared(name)
+    ids = torch.randint(5, 200, (1, 96), generator=torch.Generator().manual_seed(0))
+    states = PrefixStates()
+    for config in CONFIGS:
+        assert verify(model, ids, config, states) <= 1e-5
+    assert states.recorded == 1 and states.replayed == len(CONFIGS)
+
+
+def test_batched_generation_replays_left_padded_rows_exactly(shared):
+    model, tok = shared("tiny-gemma3")
+    inputs = tok(["a much longer prompt than the other one, " * 3, "short prompt"], return_tensors="pt", padding=True)
+    states = PrefixStates()
+    with torch.inference_mode():
+        with states.attached(model), apply_pop(model, PopConfig(skip=0)):
+            model.generate(**inputs, max_new_tokens=1, do_sample=False)
+        with apply_pop(model, PopConfig(skip=3, boundary="window-4")):
+            plain = model.generate(**inputs, max_new_tokens=6, do_sample=False, output_scores=True,
+                                   return_dict_in_generate=True)
+            with states.attached(model):
+                replayed = model.generate(**inputs, max_new_tokens=6, do_sample=False, output_scores=True,
+                                          return_dict_in_generate=True)
+    assert states.replayed == 2
+    assert torch.equal(plain.sequences, replayed.sequences)
+    assert max(float((a - b).abs().max()) for a, b in zip(plain.scores, replayed.scores)) <= 1e-4
+
+
+def test_a_wrong_stored_state_is_caught(shared):
+    model, _ = shared("tiny-llama")
+    ids = torch.randint(5, 200, (1, 64), generator=torch.Generator().manual_seed(1))
+    states = PrefixStates()
+    verify(model, ids, PopConfig(skip=2), states)
+    for key in states._rows:
+        states._rows[key] = states._rows[key].clone()
+        states._rows[key][2] += 0.5  # the input of layer 2: what layers 0-1 handed on is now wrong
+    with pytest.raises(MeasurementError, match="differs from the plain POP prefill"):
+        verify(model, ids, PopConfig(skip=2), states)
+
+
+def test_nothing_is_recorded_beyond_the_byte_cap(shared):
+    model, _ = shared("tiny-llama")
+    states = PrefixStates(max_bytes=1)
+    with states.attached(model), apply_pop(model, PopConfig(skip=0)), torch.inference_mode():
+        model(input_ids=torch.randint(5, 200, (1, 32)), logits_to_keep=1)
+    assert len(states) == 0 and states.bytes == 0
+
+
+@pytest.mark.integration
+def test_replay_on_gemma_3_across_its_sliding_window(gemma):
+    model, tok = gemma
+    from poptune.measure.prompts import prompt_batch
+
+    ids = prompt_batch(tok, 700, 1)["input_ids"]  # longer than the 512-token sliding window
+    states = PrefixStates()
+    for config in (PopConfig(skip=6), PopConfig(skip=9, boundary="window-16", offset=1)):
+        assert verify(model, ids, config, states) <= 1e-4
