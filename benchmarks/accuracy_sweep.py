@@ -7,15 +7,22 @@ Usage::
     POPTUNE_DATA=../shared/data python benchmarks/accuracy_sweep.py --name skip-sweep --limit 200 \\
         --configs 2:last,2:none,3:last,3:none,...,9:last,9:none
 
+    POPTUNE_DATA=../shared/data python benchmarks/accuracy_sweep.py --name long-skip-sweep --limit 32 \
+        --tasks longctx_squad,longctx_squad_bpb,longctx_qasper --configs 2:last,2:none,2:window-16,...
+
 Each configuration is ``skip:boundary[:offset]``. The full model is measured once; every configuration is
-scored by poptune's stage-aware lm-eval model (context = POP prefill, continuation at full depth) on the same
-items (``--limit``: evenly spaced, the same every run). Accuracy = ``acc_norm`` for PIQA, ARC and HellaSwag,
-``acc`` for WinoGrande and BoolQ (0-shot). Writes ``leaderboards/accuracy-<model>-<name>.md`` and ``.json``.
+scored by poptune's stage-aware lm-eval model (context = POP prefill, continuation or generation at full
+depth) on the same items (``--limit``: evenly spaced, the same every run), and its drop is paired item by item
+with the full model's, with a 95% bootstrap interval (:mod:`poptune.evaluate.paired`). The layers before the
+skipped block are replayed from the full model's states (:mod:`poptune.prefix`, checked once against the
+plain prefill; ``--no-reuse`` runs every configuration plainly). Writes
+``leaderboards/accuracy-<model>-<name>.md`` and ``.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import shlex
@@ -24,10 +31,12 @@ import time
 from pathlib import Path
 
 from poptune import PopConfig, load_model
-from poptune.evaluate.suite import PRIMARY_METRIC, EvalSpec, measure_tasks
+from poptune.evaluate.paired import paired_drop
+from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, EvalSpec, drop_of, measure_tasks
 from poptune.evaluate.taskpack import data_dir
 from poptune.measure.bench import versions
 from poptune.measure.hardware import fingerprint
+from poptune.prefix import PrefixStates, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,6 +58,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--name", default="sweep")
+    parser.add_argument("--no-reuse", action="store_true", help="no prefix-state reuse")
     parser.add_argument("--out", default=str(ROOT / "leaderboards"))
     args = parser.parse_args()
 
@@ -58,44 +68,53 @@ def main() -> None:
     tasks = tuple(args.tasks.split(","))
     spec = EvalSpec(tasks=tasks, data_dir=directory, limit=args.limit, batch_size=args.batch_size, fidelity=None)
     model, tokenizer = load_model(args.model)
-    rows = []
+    states = None
+    if not args.no_reuse:
+        from poptune.measure.prompts import prompt_batch
+
+        states = PrefixStates(max_bytes=12 << 30)
+        verify(model, prompt_batch(tokenizer, 1024, 1)["input_ids"], PopConfig(6), PrefixStates())
+    rows, runs = [], []
     for config in [PopConfig(0), *_parse(args.configs)]:
         start = time.perf_counter()
-        scores, items, _ = measure_tasks(model, tokenizer, config, spec)
+        with states.attached(model) if states is not None else contextlib.nullcontext():
+            run = measure_tasks(model, tokenizer, config, spec)
         seconds = time.perf_counter() - start
-        rows.append({"config": config.to_dict(), "scores": scores, "items": items, "seconds": seconds})
-        print(f"{config}: " + ", ".join(f"{t} {100 * scores[t][PRIMARY_METRIC[t]]:.2f}" for t in tasks)
-              + f" ({seconds:.0f} s)", flush=True)
+        runs.append(run)
+        drops = {t: _task_drop(runs[0], run, t) for t in tasks}
+        mean = drop_of(runs[0], run)
+        rows.append({"config": config.to_dict(), "scores": run.scores, "items": run.counts, "seconds": seconds,
+                     "drop": mean.to_dict(), "task_drops": {t: d.to_dict() for t, d in drops.items()}})
+        print(f"{config}: " + ", ".join(f"{t} {_fmt(t, run)} ({drops[t]})" for t in tasks)
+              + f"; mean drop {mean} ({seconds:.0f} s)", flush=True)
 
-    full = {t: rows[0]["scores"][t][PRIMARY_METRIC[t]] for t in tasks}
-    mean_tasks = [t for t in ("piqa", "arc_easy", "hellaswag", "winogrande", "boolq") if t in tasks] or list(tasks)
     command = "python benchmarks/accuracy_sweep.py " + shlex.join(sys.argv[1:])
+    higher = [t for t in tasks if PRIMARY_METRIC[t] not in LOWER_IS_BETTER]
     lines = [
         f"# Accuracy under POP: {args.model} ({args.name})",
         "",
-        "0-shot, poptune's stage-aware lm-eval model; items per task: "
-        + ", ".join(f"{t} {rows[0]['items'][t]}" for t in tasks)
+        "poptune's stage-aware lm-eval model; items per task: "
+        + ", ".join(f"{t} {runs[0].counts[t]}" for t in tasks)
         + (f" (evenly spaced subset, --limit {args.limit})" if args.limit else " (full sets)")
         + ". Metric: " + ", ".join(f"{t} {PRIMARY_METRIC[t]}" for t in tasks)
-        + f". Mean and drop over {', '.join(mean_tasks)}; drop in points against the full model.",
+        + ". Each cell: the score (points; bits per byte as is) and, below the full model, the paired drop "
+        "against it with its 95% bootstrap interval (positive = worse). "
+        f"Mean drop over {', '.join(higher)}.",
         "",
-        "| skip | boundary | offset | " + " | ".join(tasks) + " | mean | drop |",
-        "|---:|---|---:|" + "---:|" * len(tasks) + "---:|---:|",
+        "| skip | boundary | offset | " + " | ".join(tasks) + " | mean drop [95% CI] |",
+        "|---:|---|---:|" + "---|" * len(tasks) + "---|",
     ]
-    for row in rows:
-        acc = {t: row["scores"][t][PRIMARY_METRIC[t]] for t in tasks}
-        mean = sum(acc[t] for t in mean_tasks) / len(mean_tasks)
-        full_mean = sum(full[t] for t in mean_tasks) / len(mean_tasks)
-        row["mean"], row["drop_points"] = mean, 100 * (full_mean - mean)
+    for row, run in zip(rows, runs):
         c = row["config"]
-        lines.append(f"| {c['skip']} | {c['boundary']} | {c['offset']} | "
-                     + " | ".join(f"{100 * acc[t]:.2f}" for t in tasks)
-                     + f" | {100 * mean:.2f} | {100 * (full_mean - mean):+.2f} |")
+        cells = [_fmt(t, run) + ("" if c["skip"] == 0 else f" ({_ci(row['task_drops'][t])})") for t in tasks]
+        mean = "" if c["skip"] == 0 else _ci(row["drop"])
+        lines.append(f"| {c['skip']} | {c['boundary']} | {c['offset']} | " + " | ".join(cells) + f" | {mean} |")
     hw = fingerprint("cpu")
     lines += ["", "## Provenance", "", f"- command: `{command.strip()}`",
               f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
               f"- hardware: {hw.name} ({hw.hardware_id})",
               f"- versions: {', '.join(f'{k} {v}' for k, v in versions().items())}",
+              f"- prefix-state reuse: {'off' if states is None else f'on ({states.replayed} prefills replayed)'}",
               "- wall time per configuration (s): " + ", ".join(f"{r['seconds']:.0f}" for r in rows), ""]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -104,6 +123,21 @@ def main() -> None:
     (out / f"{stem}.json").write_text(json.dumps({"command": command.strip(), "rows": rows,
                                                   "hardware": hw.to_dict(), "versions": versions()}, indent=2) + "\n")
     print(f"wrote {out / stem}.md")
+
+
+def _task_drop(full, run, task):
+    lower = PRIMARY_METRIC[task] in LOWER_IS_BETTER
+    return paired_drop({task: full.outcomes[task]}, {task: run.outcomes[task]},
+                       lower_is_better=[task] if lower else [], scale=1.0 if lower else 100.0)
+
+
+def _fmt(task, run):
+    value = run.primary()[task]
+    return f"{value:.3f}" if PRIMARY_METRIC[task] in LOWER_IS_BETTER else f"{100 * value:.2f}"
+
+
+def _ci(drop):
+    return f"{drop['mean']:+.2f} [{drop['lo']:+.2f}, {drop['hi']:+.2f}]"
 
 
 if __name__ == "__main__":

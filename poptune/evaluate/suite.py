@@ -1,8 +1,11 @@
 """One accuracy measurement of a POP configuration beside the full model: tasks, synthetic tasks, fidelity.
 
-Real tasks run through lm-eval with :class:`~poptune.evaluate.lm.PopLM`; ``--limit N`` takes N items at evenly
-spaced indices of each task (``round(i * total / N)``, the same items every run), not the first N and not a
-random draw. ``embedded`` needs no data at all: synthetic passkey and key-value recall tasks.
+Real tasks run through lm-eval with :class:`~poptune.evaluate.lm.PopLM`; ``--limit N`` takes the first N items
+of each task's fixed order (a seeded permutation: the same items every run, a uniform sample of the set), and an
+item whose prompt does not fit the model's context is skipped and counted, never truncated. ``embedded`` needs
+no data at all: synthetic passkey and key-value recall tasks. Every item's outcome is kept, so the drop of a
+configuration is paired item by item with the full model's and carries a 95% interval
+(:mod:`poptune.evaluate.paired`).
 """
 
 from __future__ import annotations
@@ -82,7 +85,9 @@ class EvalSpec:
     Attributes:
         tasks: Real task names and/or synthetic ones (``passkey``, ``kv_recall``).
         data_dir: Where the real task files are (None: only synthetic tasks, fidelity on generated text).
-        limit: Items per task (None: all; synthetic tasks: 20), chosen by :func:`item_indices`.
+        limit: Items per task (None: all; synthetic tasks: 20): :func:`run_eval` takes the first ``limit`` of
+            each task's fixed order (:mod:`poptune.evaluate.workload`), :func:`measure_tasks` evenly spaced ones
+            (:func:`item_indices`) when no ``samples`` are given.
         batch_size: Contexts prefilled together.
         fidelity: Text pairs for the fidelity figures (None: skip them).
         synthetic_lengths: Prompt lengths of the passkey task.
@@ -315,6 +320,15 @@ def run_eval(
     """Measure ``config`` and the full model on ``spec``'s tasks, then fidelity; the model is left plain."""
     scores: dict[str, dict[str, dict[str, float]]] = {}
     details: dict[str, Any] = {}
+    if spec.samples is None:  # the first `limit` items of each task's fixed order; too-long prompts skipped
+        from poptune.engine import decoder_of
+        from poptune.evaluate.workload import build_workload
+
+        context = getattr(decoder_of(model).config, "max_position_embeddings", None)
+        workload = build_workload(tokenizer, spec.tasks, data_dir=spec.data_dir, cap=spec.limit,
+                                  synthetic_lengths=spec.synthetic_lengths, max_positions=context, seed=spec.seed)
+        spec = spec.with_samples(workload.order)
+        details["skipped_too_long"] = workload.skipped
     runs = {}
     for which, cfg in (("full", PopConfig(skip=0)), ("pop", config)):
         runs[which] = measure_tasks(model, tokenizer, cfg, spec)

@@ -31,6 +31,9 @@ __all__ = ["ORDER_SEED", "Workload", "build_workload", "synthetic_pool"]
 #: Seed of the fixed item order of real tasks: the same items in the same order for every trial and study.
 ORDER_SEED = 1234
 
+#: Items of a synthetic task when no cap is given.
+SYNTHETIC_DEFAULT = 20
+
 #: Tokens a generation may add after the prompt (a prompt must leave this much room in the context).
 GENERATION_ROOM = 256
 
@@ -120,7 +123,7 @@ def build_workload(
     tasks: Sequence[str],
     *,
     data_dir: Path | None,
-    cap: int,
+    cap: int | None,
     synthetic_lengths: Sequence[int] = (512,),
     max_positions: int | None = None,
     seed: int = 0,
@@ -131,7 +134,8 @@ def build_workload(
         tokenizer: The model's tokenizer (prompt lengths, synthetic prompt sizes).
         tasks: Real task names of the offline pack and/or synthetic ones.
         data_dir: The data directory of the real tasks.
-        cap: Items per task at most (the racing cap).
+        cap: Items per task at most (the racing cap); None: every item of a real task,
+            :data:`SYNTHETIC_DEFAULT` of a synthetic one.
         synthetic_lengths: Prompt lengths of synthetic passkey items.
         max_positions: The model's context; longer prompts (with :data:`GENERATION_ROOM`) are skipped.
         seed: Seed of the synthetic items.
@@ -140,7 +144,7 @@ def build_workload(
 
     from poptune.evaluate.suite import EMBEDDED
 
-    if cap < 1:
+    if cap is not None and cap < 1:
         raise ConfigError(f"a workload needs at least one item per task, got a cap of {cap}")
     room = None if max_positions is None else max_positions - GENERATION_ROOM
     order: dict[str, list[int]] = {}
@@ -150,21 +154,23 @@ def build_workload(
     prompts = _real_prompts(real, data_dir) if real else {}
     for task in tasks:
         if task in EMBEDDED:
-            for size in (cap, 2 * cap):  # twice as many only when some do not fit
+            want = cap or SYNTHETIC_DEFAULT
+            for size in (want, 2 * want):  # twice as many only when some do not fit
                 pool = synthetic_pool(tokenizer, task, size, lengths=synthetic_lengths, seed=seed)
                 candidates = list(range(len(pool)))
                 lengths = [int(item.meta["tokens"]) for item in pool]
-                if room is None or sum(n <= room for n in lengths) >= cap:
+                if room is None or sum(n <= room for n in lengths) >= want:
                     break
         else:
             texts = prompts[task]
+            want = cap or len(texts)
             candidates = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(texts))]
             lengths = [0] * len(texts)
-            for i in candidates[: 2 * cap]:  # enough to fill the cap unless most items are too long
+            for i in candidates[: 2 * want]:  # enough to fill the cap unless most items are too long
                 lengths[i] = len(tokenizer(texts[i])["input_ids"])
         kept = [i for i in candidates if lengths[i] and (room is None or lengths[i] <= room)]
-        skipped[task] = sum(1 for i in candidates[: 2 * cap] if lengths[i] and room is not None and lengths[i] > room)
-        order[task] = kept[:cap]
+        skipped[task] = sum(1 for i in candidates if lengths[i] and room is not None and lengths[i] > room)
+        order[task] = kept[:want]
         tokens[task] = [lengths[i] for i in order[task]]
         if not order[task]:
             raise ConfigError(f"task {task!r} has no item whose prompt fits this model's {max_positions} positions")
