@@ -62,7 +62,8 @@ def test_generate_prints_both_continuations_and_ttft(capsys):
     agree = re.fullmatch(r"the two agree on their first (\d) tokens \(POP generated (\d), the full model (\d), "
                          r"at most 3 each\)", lines[3])
     assert agree and int(agree[1]) <= min(int(agree[2]), int(agree[3])) and max(int(agree[2]), int(agree[3])) <= 3
-    assert re.fullmatch(rf"time to first token \({n} prompt tokens, medians of (\d+) interleaved pairs\): POP [\d.]+ ms, "
+    assert re.fullmatch(rf"time to first token \({n} prompt tokens, medians of (\d+) interleaved pairs\): "
+                        r"POP [\d.]+ ms, "
                         r"full model [\d.]+ ms; speedup [\d.]+x \(median of the \1 per-pair ratios, "
                         r"range [\d.]+-[\d.]+\)", lines[4])
     assert lines[5] == SHORT_NOTE  # a few-token prompt: says why no speedup shows
@@ -74,8 +75,8 @@ def test_generate_without_prompt_runs_the_long_demo(capsys):
     tokens = len(load_model("tiny-llama")[1](demo_prompt())["input_ids"])
     assert out.startswith(f"prompt: {tokens} tokens (built-in demo: Pride and Prejudice, chapter 1, and a question)")
     assert tokens >= SHORT_PROMPT and SHORT_NOTE not in out
-    assert re.search(r"^the two agree on their first [01] tokens \(POP generated 1, the full model 1, at most 1 each\)$",
-                     out, re.M)
+    assert re.search(r"^the two agree on their first [01] tokens \(POP generated 1, the full model 1, "
+                     r"at most 1 each\)$", out, re.M)
 
 
 def test_generate_shows_the_full_models_own_greedy_text(capsys):
@@ -106,7 +107,8 @@ def test_generate_times_prefill_without_autograd(capsys, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(timed, "prefill", spy)
-    code, _, _ = _run(capsys, "generate", "--model", "tiny-llama", "--skip", "2", "--prompt", "Hello", "--max-new-tokens", "1")
+    code, _, _ = _run(capsys, "generate", "--model", "tiny-llama", "--skip", "2", "--prompt", "Hello",
+                      "--max-new-tokens", "1")
     assert code == 0
     assert len(seen) >= 12 and not any(seen)  # warm-up + 5 pairs at least, all without a graph
 
@@ -130,7 +132,7 @@ def test_generate_times_prefill_without_autograd(capsys, monkeypatch):
         (["generate", "--model", "tiny-llama", "--skip", "1", "--boundary", "mid", "--prompt", "x"], "`boundary`"),
         (["generate", "--model", "tiny-llama", "--skip", "1", "--prompt", "  "], "must not be empty"),
         (["generate", "--model", "tiny-llama", "--skip", "1", "--offset", "-1", "--prompt", "x"], "`offset`"),
-        (["generate", "--model", "tiny-llama", "--skip", "1", "--max-new-tokens", "0"], "`--max-new-tokens` must be >= 1"),
+        (["generate", "--model", "tiny-llama", "--skip", "1", "--max-new-tokens", "0"], "must be >= 1, got 0"),
         (["generate", "--model", "tiny-llama"], "give --skip"),
         (["generate", "--model", "tiny-llama", "--skip", "9"], "`skip` must be in [0, 5]"),
     ],
