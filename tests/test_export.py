@@ -17,8 +17,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory, shared_data):
-    problem = TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(shared_data), lengths=(16,),
+def stored(tmp_path_factory, eval_data):
+    problem = TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(eval_data), lengths=(16,),
                             repeats=1, decode_tokens=0)
     url = f"sqlite:///{tmp_path_factory.mktemp('export')}/s.db"
     return url, run_study(StudySpec(problem=problem, trials=4, storage=url, sampler="random", seed=5))

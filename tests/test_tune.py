@@ -22,8 +22,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @pytest.fixture
-def problem(shared_data):
-    return TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(shared_data), lengths=(16,),
+def problem(eval_data):
+    return TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(eval_data), lengths=(16,),
                          repeats=1, decode_tokens=0)
 
 

@@ -19,6 +19,28 @@ __all__ = ["main"]
 _COMMANDS = (generate, bench, eval, study, baseline, leaderboard, importance)
 
 
+def version() -> str:
+    """``poptune X.Y.Z``: the installed distribution's version (package metadata)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return f"poptune {installed('poptune')}"
+    except PackageNotFoundError:
+        return "poptune (version unknown: the package is not installed)"
+
+
+class _Version(argparse.Action):
+    """``--version``, reading the package metadata only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(version())  # stdout, as argparse's own version action does
+        parser.exit(0)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, not argparse's usage block
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -26,6 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="poptune", description="Benchmark and auto-tune Prefill-Only Pruning (POP).")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for command in _COMMANDS:
         command.register(sub)

@@ -24,9 +24,9 @@ def tiny():
 
 
 @pytest.fixture(scope="module")
-def calib(tiny, shared_data):
+def calib(tiny, eval_data):
     model, tok = tiny
-    return calibration(model, tok, CalibrationSpec(samples=4, length=32, seed=0, data_dir=str(shared_data)))
+    return calibration(model, tok, CalibrationSpec(samples=4, length=32, seed=0, data_dir=str(eval_data)))
 
 
 def test_block_influence_by_hand():
@@ -84,13 +84,13 @@ def test_identity_layer_scores_zero_and_is_chosen(tiny, calib):
     assert order == [min(by_hand, key=by_hand.get)] and losses == [pytest.approx(min(by_hand.values()), rel=1e-6)]
 
 
-def test_calibration_is_seeded_and_recorded(tiny, shared_data):
+def test_calibration_is_seeded_and_recorded(tiny, eval_data):
     model, tok = tiny
-    spec = CalibrationSpec(samples=3, length=16, seed=1, data_dir=str(shared_data))
+    spec = CalibrationSpec(samples=3, length=16, seed=1, data_dir=str(eval_data))
     one, again = calibration(model, tok, spec), calibration(model, tok, spec)
-    other = calibration(model, tok, CalibrationSpec(samples=3, length=16, seed=2, data_dir=str(shared_data)))
+    other = calibration(model, tok, CalibrationSpec(samples=3, length=16, seed=2, data_dir=str(eval_data)))
     assert one.ids.shape == (3, 16) and torch.equal(one.ids, again.ids) and not torch.equal(one.ids, other.ids)
-    assert one.describe() == {"samples": 3, "length": 16, "seed": 1, "source": str(shared_data / "wikitext-2" / "test.txt")}
+    assert one.describe() == {"samples": 3, "length": 16, "seed": 1, "source": str(eval_data / "wikitext-2" / "test.txt")}
 
 
 def test_calibration_without_data_is_generated(tiny, monkeypatch):
@@ -101,9 +101,9 @@ def test_calibration_without_data_is_generated(tiny, monkeypatch):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_builds_at_a_third(tiny, shared_data, method):
+def test_every_method_builds_at_a_third(tiny, eval_data, method):
     model, tok = tiny
-    spec = CalibrationSpec(samples=2, length=16, data_dir=str(shared_data))
+    spec = CalibrationSpec(samples=2, length=16, data_dir=str(eval_data))
     ratio = 0.3 if method == "wanda" else 0.33
     baseline = build_baseline(model, tok, method, ratio, spec)
     assert baseline.method == method

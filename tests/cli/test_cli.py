@@ -1,10 +1,14 @@
 """The command line: output on success, one line and exit code 2 on every user error."""
 
 import json
+import re
 
 import pytest
 
+from poptune import load_model
 from poptune.cli import main
+from poptune.cli.generate import SHORT_NOTE, SHORT_PROMPT
+from poptune.measure.prompts import demo_prompt
 
 
 def _run(capsys, *argv):
@@ -48,10 +52,65 @@ def test_bench_with_images_reports_image_tokens_per_resolution(capsys, tmp_path)
     assert all(row["length"] > row["image_tokens"] and row["speedup"] > 0 for row in rows.values())
 
 
-def test_generate_prints_text_and_ttft(capsys):
+def test_generate_prints_both_continuations_and_ttft(capsys):
     code, out, _ = _run(capsys, "generate", "--model", "tiny-qwen3", "--skip", "2", "--prompt", "Hello", "--max-new-tokens", "3")
     assert code == 0
-    assert "time to first token" in out and "full model" in out
+    lines = out.splitlines()
+    n = len(load_model("tiny-qwen3")[1]("Hello")["input_ids"])  # BOS included
+    assert lines[0] == f"prompt: {n} tokens (your prompt)"
+    assert lines[1].startswith("POP [skip=2") and lines[2].startswith("full model: ")
+    agree = re.fullmatch(r"the two agree on their first (\d) tokens \(POP generated (\d), the full model (\d), "
+                         r"at most 3 each\)", lines[3])
+    assert agree and int(agree[1]) <= min(int(agree[2]), int(agree[3])) and max(int(agree[2]), int(agree[3])) <= 3
+    assert re.fullmatch(rf"time to first token \({n} prompt tokens, medians of (\d+) interleaved pairs\): "
+                        r"POP [\d.]+ ms, "
+                        r"full model [\d.]+ ms; speedup [\d.]+x \(median of the \1 per-pair ratios, "
+                        r"range [\d.]+-[\d.]+\)", lines[4])
+    assert lines[5] == SHORT_NOTE  # a few-token prompt: says why no speedup shows
+
+
+def test_generate_without_prompt_runs_the_long_demo(capsys):
+    code, out, _ = _run(capsys, "generate", "--model", "tiny-llama", "--skip", "3", "--max-new-tokens", "1")
+    assert code == 0
+    tokens = len(load_model("tiny-llama")[1](demo_prompt())["input_ids"])
+    assert out.startswith(f"prompt: {tokens} tokens (built-in demo: Pride and Prejudice, chapter 1, and a question)")
+    assert tokens >= SHORT_PROMPT and SHORT_NOTE not in out
+    assert re.search(r"^the two agree on their first [01] tokens \(POP generated 1, the full model 1, "
+                     r"at most 1 each\)$", out, re.M)
+
+
+def test_generate_shows_the_full_models_own_greedy_text(capsys):
+    import torch
+
+    model, tok = load_model("tiny-llama")
+    inputs = tok(["Hello there"], return_tensors="pt")
+    with torch.inference_mode():
+        ids = model.generate(**inputs, max_new_tokens=4, do_sample=False)[0, inputs["input_ids"].shape[1]:]
+    code, out, _ = _run(capsys, "generate", "--model", "tiny-llama", "--skip", "0", "--prompt", "Hello there",
+                        "--max-new-tokens", "4")
+    assert code == 0
+    assert f"full model: {tok.decode(ids, skip_special_tokens=True)!r}" in out.splitlines()
+    n = len(ids)
+    assert f"the two agree on their first {n} tokens (POP generated {n}, the full model {n}, at most 4 each)" in out
+
+
+def test_generate_times_prefill_without_autograd(capsys, monkeypatch):
+    import torch
+
+    import poptune.measure.prefill as timed
+
+    seen = []
+    real = timed.prefill
+
+    def spy(*args, **kwargs):
+        seen.append(torch.is_grad_enabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(timed, "prefill", spy)
+    code, _, _ = _run(capsys, "generate", "--model", "tiny-llama", "--skip", "2", "--prompt", "Hello",
+                      "--max-new-tokens", "1")
+    assert code == 0
+    assert len(seen) >= 12 and not any(seen)  # warm-up + 5 pairs at least, all without a graph
 
 
 @pytest.mark.parametrize(
@@ -73,6 +132,9 @@ def test_generate_prints_text_and_ttft(capsys):
         (["generate", "--model", "tiny-llama", "--skip", "1", "--boundary", "mid", "--prompt", "x"], "`boundary`"),
         (["generate", "--model", "tiny-llama", "--skip", "1", "--prompt", "  "], "must not be empty"),
         (["generate", "--model", "tiny-llama", "--skip", "1", "--offset", "-1", "--prompt", "x"], "`offset`"),
+        (["generate", "--model", "tiny-llama", "--skip", "1", "--max-new-tokens", "0"], "must be >= 1, got 0"),
+        (["generate", "--model", "tiny-llama"], "give --skip"),
+        (["generate", "--model", "tiny-llama", "--skip", "9"], "`skip` must be in [0, 5]"),
     ],
 )
 def test_user_errors_are_one_line_exit_2(capsys, tmp_path, argv, message):
@@ -91,5 +153,27 @@ def test_bench_json_into_missing_folder_is_refused_before_work(capsys, tmp_path)
 def test_argparse_errors_are_one_line_exit_2(capsys):
     code, err = _one_line_error(capsys, "bench", "--skip")
     assert code == 2 and err.count("\n") == 1
-    code, err = _one_line_error(capsys, "generate", "--skip", "1")
-    assert code == 2 and "--prompt" in err and err.count("\n") == 1
+    code, err = _one_line_error(capsys, "generate", "--skip", "1", "--max-new-tokens", "many")
+    assert code == 2 and "--max-new-tokens" in err and err.count("\n") == 1
+
+
+def test_version_prints_the_package_metadata(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 0 and err == ""
+    assert out == f"poptune {version('poptune')}\n" and re.fullmatch(r"poptune \d+\.\d+\.\d+\S*\n", out)
+
+
+def test_version_without_package_metadata_says_so(capsys, monkeypatch):
+    import importlib.metadata
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out == "poptune (version unknown: the package is not installed)\n"

@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 
-def test_lm_eval_cli_runs_the_poptune_model_on_local_data(shared_data, tmp_path):
-    env = {**os.environ, "POPTUNE_DATA": str(shared_data), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+def test_lm_eval_cli_runs_the_poptune_model_on_local_data(eval_data, tmp_path):
+    env = {**os.environ, "POPTUNE_DATA": str(eval_data), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     out = subprocess.run(
         [sys.executable, "-m", "poptune.evaluate.harness", "run", "--model", "poptune",
          "--model_args", "pretrained=tiny-llama,skip=2,boundary=last", "--tasks", "piqa", "--limit", "3",

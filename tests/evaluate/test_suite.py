@@ -28,9 +28,9 @@ def test_resolve_tasks(tmp_path):
         resolve_tasks("piqa", None)
 
 
-def test_run_eval_on_real_items(shared_data):
+def test_run_eval_on_real_items(eval_data):
     model, tok = load_model("tiny-llama")
-    spec = EvalSpec(tasks=("piqa", "boolq"), data_dir=shared_data, limit=6, batch_size=4,
+    spec = EvalSpec(tasks=("piqa", "boolq"), data_dir=eval_data, limit=6, batch_size=4,
                     fidelity=FidelitySpec(context_tokens=32, continuation_tokens=4, pairs=2))
     result = run_eval(model, tok, PopConfig(skip=1), spec)
     assert result.items == {"piqa": 6, "boolq": 6}
@@ -44,10 +44,10 @@ def test_run_eval_on_real_items(shared_data):
     assert "mean" in result.table()
 
 
-def test_eval_command_writes_json(shared_data, tmp_path, capsys):
+def test_eval_command_writes_json(eval_data, tmp_path, capsys):
     path = tmp_path / "eval.json"
     code = main(["eval", "--model", "tiny-llama", "--skip", "3", "--tasks", "winogrande", "--limit", "4",
-                 "--data-dir", str(shared_data), "--fidelity-pairs", "0", "--json", str(path)])
+                 "--data-dir", str(eval_data), "--fidelity-pairs", "0", "--json", str(path)])
     out = capsys.readouterr().out
     assert code == 0 and "winogrande" in out
     data = json.loads(path.read_text())

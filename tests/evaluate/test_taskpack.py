@@ -323,9 +323,15 @@ def test_evaluate_reports_acc_under_plain_names(tiny_dir):
             assert 0.0 <= results[task]["acc_norm,none"] <= 1.0
 
 
-def test_real_data_loads_with_readme_counts(shared_data):
-    check_data(shared_data, TASKS)
-    tasks = get_task_dict(TASKS, shared_data)["tasks"]
+def test_real_items_load_in_the_hub_layout(eval_data):
+    check_data(eval_data, TASKS)
+    tasks = get_task_dict(TASKS, eval_data)["tasks"]
     counts = {name: len(task.eval_docs) for name, task in tasks.items()}
-    assert counts == {"piqa": 1838, "arc_easy": 2376, "arc_challenge": 1172, "hellaswag": 10042,
-                      "winogrande": 1267, "boolq": 3270}
+    assert counts == dict.fromkeys(TASKS, 8)  # tests/data keeps the first 8 items of each set
+    first = {name: task.eval_docs[0] for name, task in tasks.items()}
+    assert first["piqa"]["goal"] == "How do I ready a guinea pig cage for it's new occupants?"
+    assert first["piqa"]["label"] == 0
+    assert first["arc_easy"]["answerKey"] in first["arc_easy"]["choices"]["label"]
+    assert first["hellaswag"]["label"] == "3" and len(first["hellaswag"]["endings"]) == 4
+    assert first["winogrande"]["answer"] in ("1", "2") and "_" in first["winogrande"]["sentence"]
+    assert " -- " in first["boolq"]["passage"] and first["boolq"]["label"] in (0, 1)
