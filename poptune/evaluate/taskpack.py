@@ -5,9 +5,9 @@ The long-prompt tasks (:data:`LONG_TASKS`, group ``longctx``; :data:`LONG_BPB_TA
 ``<data>/longctx/*.jsonl`` (``poptune/evaluate/tasks/longctx.py``); their names start with ``longctx_``, which
 no built-in lm-eval task uses. Documents come from a data directory with the layout of ``/work/shared/data``
 (see ``poptune/evaluate/tasks/loaders.py``). The YAML templates in ``poptune/evaluate/tasks/`` get the data
-directory's absolute file paths filled in and are written to a temporary directory. A ``TaskManager`` indexes only that directory (``include_defaults=False``),
-so the names do not clash with the built-in tasks, results come back under the plain names, and the
-roughly 13 s it takes to index every built-in YAML is skipped.
+directory's absolute file paths filled in and are written to a temporary directory. A ``TaskManager``
+indexes only that directory (``include_defaults=False``), so the names do not clash with the built-in tasks,
+results come back under the plain names, and the roughly 13 s it takes to index every built-in YAML is skipped.
 
 Example:
     >>> task_dict = get_task_dict(["piqa", "arc_easy"], data_dir("/work/shared/data"))

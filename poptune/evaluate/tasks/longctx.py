@@ -53,7 +53,8 @@ UNTIL: dict[str, list[str]] = {
 def _strings(raw: Mapping[str, Any], key: str) -> list[str]:
     value = raw.get(key)
     if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise _Malformed(f"field {key!r} must be a non-empty list of strings" if key in raw else f"missing field {key!r}")
+        problem = f"field {key!r} must be a non-empty list of strings" if key in raw else f"missing field {key!r}"
+        raise _Malformed(problem)
     return list(value)
 
 
