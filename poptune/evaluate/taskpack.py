@@ -112,7 +112,8 @@ def check_data(data_dir: str | os.PathLike[str], tasks: Sequence[str] = TASKS) -
 
 
 def render_tasks(data_dir: Path, out: Path) -> None:
-    """Write every template with ``data_files`` filled in with absolute paths under ``data_dir``."""
+    """Write every template with ``data_files`` filled in with absolute paths under ``data_dir``, and one lm-eval
+    group YAML per entry of :data:`GROUPS` (so lm-eval's command line knows ``--tasks longctx`` too)."""
     templates = resources.files("poptune.evaluate.tasks")
     for task, source in SOURCES.items():
         files = {role: str(data_dir / rel) for role, rel in source.files.items()}
@@ -121,6 +122,8 @@ def render_tasks(data_dir: Path, out: Path) -> None:
         (out / f"{task}.yaml").write_text(
             text.substitute(data_files=json.dumps(files, ensure_ascii=False)), encoding="utf-8"
         )
+    for group, tasks in GROUPS.items():
+        (out / f"{group}.yaml").write_text(json.dumps({"group": group, "task": list(tasks)}), encoding="utf-8")
 
 
 def task_manager(data_dir: str | os.PathLike[str] | None) -> TaskManager:
