@@ -14,8 +14,10 @@ def register(sub: Any) -> None:
     add_model(parser)
     add_pop(parser)
     parser.add_argument(
-        "--tasks", help="comma-separated: piqa,arc_easy,arc_challenge,hellaswag,winogrande,boolq,passkey,kv_recall "
-        "or embedded (default: the six real tasks with a data directory, else embedded)",
+        "--tasks", help="comma-separated: piqa,arc_easy,arc_challenge,hellaswag,winogrande,boolq,passkey,kv_recall, "
+        "embedded, the long-prompt tasks longctx_{squad,drop,coqa,gsm8k,qasper} (group: longctx) and "
+        "longctx_{squad,drop,coqa,gsm8k}_bpb (group: longctx_bpb) (default: the six short real tasks with a data "
+        "directory, else embedded)",
     )
     parser.add_argument("--limit", type=int, help="items per task, evenly spaced over the set (same items every run)")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")

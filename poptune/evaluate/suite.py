@@ -21,7 +21,7 @@ from poptune.errors import ConfigError
 from poptune.evaluate.fidelity import FidelityResult, FidelitySpec, fidelity_pairs, generated_text, measure_fidelity
 from poptune.evaluate.fidelity import wikitext
 from poptune.evaluate.paired import PairedDrop, paired_drop
-from poptune.evaluate.taskpack import TASKS
+from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
 
 __all__ = [
     "EMBEDDED", "LOWER_IS_BETTER", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "TaskRun", "drop_of", "item_indices",
@@ -44,27 +44,40 @@ PRIMARY_METRIC = {
     "boolq": "acc",
     "passkey": "acc",
     "kv_recall": "acc",
+    # Long prompts: generation scored by the task's own metric; QASPER by the likelier choice.
+    "longctx_squad": "f1",
+    "longctx_drop": "f1",
+    "longctx_coqa": "f1",
+    "longctx_gsm8k": "exact_match",
+    "longctx_qasper": "acc",
+    # The gold continuation's bits per byte.
+    "longctx_squad_bpb": "bpb",
+    "longctx_drop_bpb": "bpb",
+    "longctx_coqa_bpb": "bpb",
+    "longctx_gsm8k_bpb": "bpb",
 }
 
-#: Metrics where lower is better (their drop is POP minus full).
+#: Metrics where a lower value is better (every other metric: higher is better); their drop is POP minus full.
 LOWER_IS_BETTER = frozenset({"bpb"})
 
-#: Aggregate metrics read from lm-eval's results.
-KNOWN_METRICS = frozenset({"acc", "acc_norm", "exact_match", "em", "f1", "bpb"})
+# The per-task metrics read from lm-eval's results (stderr entries and other keys are dropped).
+_LM_EVAL_METRICS = ("acc", "acc_norm", "em", "f1", "exact_match", "bpb")
 
 
 def resolve_tasks(text: str | None, data_dir: Path | None) -> tuple[str, ...]:
-    """``"piqa,boolq"``, ``"embedded"``, or None (all six real tasks with a data directory, else embedded)."""
+    """``"piqa,boolq"``, ``"longctx"``, ``"embedded"``, or None (the six short tasks with a data directory, else
+    embedded). The groups ``longctx`` and ``longctx_bpb`` stand for the long-prompt tasks (``taskpack.GROUPS``).
+    """
     if text is None:
-        return TASKS if data_dir is not None else EMBEDDED
+        return SHORT_TASKS if data_dir is not None else EMBEDDED
     names: list[str] = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
-        names.extend(EMBEDDED if part == "embedded" else [part])
+        names.extend(EMBEDDED if part == "embedded" else expand([part]))
     unknown = [n for n in names if n not in TASKS and n not in EMBEDDED]
     if unknown or not names:
         raise ConfigError(
             f"unknown task(s) {', '.join(unknown) or '(none given)'}: use {', '.join(TASKS)}, "
-            f"{', '.join(EMBEDDED)} or embedded"
+            f"{', '.join(EMBEDDED)}, embedded or a group ({', '.join(GROUPS)})"
         )
     if any(n in TASKS for n in names) and data_dir is None:
         raise ConfigError("real tasks need a data directory: pass --data-dir or set POPTUNE_DATA")
@@ -242,7 +255,7 @@ def _lm_eval_scores(model: Any, tokenizer: Any, config: PopConfig, tasks: Sequen
     for name in tasks:
         metrics = out["results"][name]
         scores[name] = {key.split(",")[0]: float(v) for key, v in metrics.items()
-                        if key.split(",")[0] in KNOWN_METRICS and isinstance(v, (int, float))}
+                        if key.split(",")[0] in _LM_EVAL_METRICS and isinstance(v, (int, float))}
         per_doc = {int(s["doc_id"]): float(s[PRIMARY_METRIC[name]]) for s in out["samples"][name]}
         outcomes[name] = [per_doc[i] for i in samples[name]]
     return TaskRun(scores, samples, outcomes)

@@ -1,11 +1,13 @@
-"""Offline lm-eval task pack: the built-in zero-shot tasks, reading local files instead of the dataset hub.
+"""Offline lm-eval task pack: the built-in zero-shot tasks and the long-prompt tasks, reading local files.
 
-The six tasks have lm-eval's built-in names, prompts, choices, targets and metrics. Their documents come from a
-data directory with the layout of ``/work/shared/data`` (see ``poptune/evaluate/tasks/loaders.py``). The
-YAML templates in ``poptune/evaluate/tasks/`` get the data directory's absolute file paths filled in and are
-written to a temporary directory. A ``TaskManager`` indexes only that directory (``include_defaults=False``),
-so the names do not clash with the built-in tasks, results come back under the plain names, and the
-roughly 13 s it takes to index every built-in YAML is skipped.
+The six short tasks (:data:`SHORT_TASKS`) have lm-eval's built-in names, prompts, choices, targets and metrics.
+The long-prompt tasks (:data:`LONG_TASKS`, group ``longctx``; :data:`LONG_BPB_TASKS`, group ``longctx_bpb``) read
+``<data>/longctx/*.jsonl`` (``poptune/evaluate/tasks/longctx.py``); their names start with ``longctx_``, which
+no built-in lm-eval task uses. Documents come from a data directory with the layout of ``/work/shared/data``
+(see ``poptune/evaluate/tasks/loaders.py``). The YAML templates in ``poptune/evaluate/tasks/`` get the data
+directory's absolute file paths filled in and are written to a temporary directory. A ``TaskManager``
+indexes only that directory (``include_defaults=False``), so the names do not clash with the built-in tasks,
+results come back under the plain names, and the roughly 13 s it takes to index every built-in YAML is skipped.
 
 Example:
     >>> task_dict = get_task_dict(["piqa", "arc_easy"], data_dir("/work/shared/data"))
@@ -31,15 +33,31 @@ from typing import TYPE_CHECKING
 
 from poptune.data import ENV_VAR, data_dir
 from poptune.errors import ConfigError, DataError
-from poptune.evaluate.tasks.loaders import SOURCES, read_docs, read_piqa
+from poptune.evaluate.tasks import longctx
+from poptune.evaluate.tasks.loaders import SOURCES as SHORT_SOURCES
+from poptune.evaluate.tasks.loaders import read_docs, read_piqa
 
 if TYPE_CHECKING:
     from lm_eval.tasks import TaskManager
     from lm_eval.tasks.manager import TaskDict
 
-__all__ = ["ENV_VAR", "TASKS", "check_data", "data_dir", "get_task_dict", "task_manager"]
+__all__ = [
+    "ENV_VAR", "GROUPS", "LONG_BPB_TASKS", "LONG_TASKS", "SHORT_TASKS", "TASKS", "check_data", "data_dir", "expand",
+    "get_task_dict", "task_manager",
+]
 
-TASKS: tuple[str, ...] = ("piqa", "arc_easy", "arc_challenge", "hellaswag", "winogrande", "boolq")
+#: lm-eval's short zero-shot multiple-choice tasks, under their built-in names.
+SHORT_TASKS: tuple[str, ...] = ("piqa", "arc_easy", "arc_challenge", "hellaswag", "winogrande", "boolq")
+#: Long real prompts, scored by generation (QASPER: multiple choice) with each task's own metric.
+LONG_TASKS: tuple[str, ...] = longctx.GENERATION_TASKS
+#: The same long prompts, scored by the gold continuation's bits per byte (lower is better).
+LONG_BPB_TASKS: tuple[str, ...] = longctx.BPB_TASKS
+#: Every task of the pack.
+TASKS: tuple[str, ...] = SHORT_TASKS + LONG_TASKS + LONG_BPB_TASKS
+#: Group names that stand for several tasks.
+GROUPS: dict[str, tuple[str, ...]] = {"longctx": LONG_TASKS, "longctx_bpb": LONG_BPB_TASKS}
+
+SOURCES = {**SHORT_SOURCES, **longctx.SOURCES}
 
 # check_data parses this many documents per file; the loaders parse every line when lm-eval builds the task.
 _CHECK_LINES = 5
@@ -47,13 +65,22 @@ _CHECK_LINES = 5
 assert set(TASKS) == set(SOURCES), "every task needs a loader and a template"
 
 
+def expand(tasks: Sequence[str]) -> tuple[str, ...]:
+    """Task names with each group of :data:`GROUPS` replaced by its tasks, duplicates dropped, order kept."""
+    names: list[str] = []
+    for task in tasks:
+        names.extend(GROUPS.get(task, (task,)))
+    return tuple(dict.fromkeys(names))
+
+
 def _unknown(tasks: Sequence[str]) -> None:
     for task in tasks:
         if task not in SOURCES:
-            hint = difflib.get_close_matches(task, TASKS, n=1)
+            hint = difflib.get_close_matches(task, (*TASKS, *GROUPS), n=1)
             did_you_mean = f"; did you mean {hint[0]!r}?" if hint else ""
             raise ConfigError(
-                f"task {task!r} is not in the offline task pack ({', '.join(TASKS)}){did_you_mean}"
+                f"task {task!r} is not in the offline task pack ({', '.join(TASKS)}; groups "
+                f"{', '.join(GROUPS)}){did_you_mean}"
             )
 
 
@@ -85,7 +112,8 @@ def check_data(data_dir: str | os.PathLike[str], tasks: Sequence[str] = TASKS) -
 
 
 def render_tasks(data_dir: Path, out: Path) -> None:
-    """Write every template with ``data_files`` filled in with absolute paths under ``data_dir``."""
+    """Write every template with ``data_files`` filled in with absolute paths under ``data_dir``, and one lm-eval
+    group YAML per entry of :data:`GROUPS` (so lm-eval's command line knows ``--tasks longctx`` too)."""
     templates = resources.files("poptune.evaluate.tasks")
     for task, source in SOURCES.items():
         files = {role: str(data_dir / rel) for role, rel in source.files.items()}
@@ -94,12 +122,14 @@ def render_tasks(data_dir: Path, out: Path) -> None:
         (out / f"{task}.yaml").write_text(
             text.substitute(data_files=json.dumps(files, ensure_ascii=False)), encoding="utf-8"
         )
+    for group, tasks in GROUPS.items():
+        (out / f"{group}.yaml").write_text(json.dumps({"group": group, "task": list(tasks)}), encoding="utf-8")
 
 
 def task_manager(data_dir: str | os.PathLike[str] | None) -> TaskManager:
     """An lm-eval ``TaskManager`` whose tasks read ``data_dir``, or the plain one when it is None.
 
-    With a data directory, the manager knows only the six tasks of :data:`TASKS`. Their rendered YAMLs live
+    With a data directory, the manager knows only the tasks of :data:`TASKS`. Their rendered YAMLs live
     in a temporary directory that is removed when the manager is garbage-collected.
     """
     from lm_eval.tasks import TaskManager
@@ -142,7 +172,8 @@ def get_task_dict(tasks: Sequence[str], data_dir: str | os.PathLike[str] | None)
     deprecated): ``{"tasks": {name: Task}, "groups": {...}, "group_map": {...}}``.
 
     Args:
-        tasks: Task names. With a data directory they must be in :data:`TASKS`; without one, any built-in
+        tasks: Task names. With a data directory they must be in :data:`TASKS` or :data:`GROUPS` (a group
+            stands for its tasks, see :func:`expand`); without one, any built-in
             lm-eval task or group name works (its data comes from the dataset hub or the local HF cache).
         data_dir: The offline data directory, or None for lm-eval's built-in tasks.
 
@@ -153,9 +184,9 @@ def get_task_dict(tasks: Sequence[str], data_dir: str | os.PathLike[str] | None)
         ConfigError: A task is not in the offline pack (with a data directory).
         DataError: A data file is missing or malformed.
     """
-    names = list(tasks)
     if data_dir is None:
-        return task_manager(None).load(names)
+        return task_manager(None).load(list(tasks))
+    names = list(expand(tasks))
     check_data(data_dir, names)
     manager = task_manager(data_dir)
     with _quiet_custom_dataset_hint():

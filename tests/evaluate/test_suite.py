@@ -8,7 +8,7 @@ from poptune import ConfigError, PopConfig, get_pop_config, load_model
 from poptune.cli import main
 from poptune.evaluate.fidelity import FidelitySpec
 from poptune.evaluate.suite import EMBEDDED, EvalSpec, item_indices, resolve_tasks, run_eval
-from poptune.evaluate.taskpack import TASKS
+from poptune.evaluate.taskpack import SHORT_TASKS
 
 
 def test_item_indices_are_evenly_spaced_and_fixed():
@@ -20,7 +20,7 @@ def test_item_indices_are_evenly_spaced_and_fixed():
 
 def test_resolve_tasks(tmp_path):
     assert resolve_tasks(None, None) == EMBEDDED
-    assert resolve_tasks(None, tmp_path) == TASKS
+    assert resolve_tasks(None, tmp_path) == SHORT_TASKS
     assert resolve_tasks("piqa,embedded", tmp_path) == ("piqa", *EMBEDDED)
     with pytest.raises(ConfigError, match="unknown task"):
         resolve_tasks("piqa,mmlu", tmp_path)
