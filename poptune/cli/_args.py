@@ -55,6 +55,20 @@ def check_output_path(path: str) -> None:
 STUDY_TASKS = "longctx_squad,longctx_qasper"
 
 
+#: A study's accuracy budget in points unless `--max-drop` says otherwise.
+DEFAULT_MAX_DROP = 2.0
+
+
+def _budget(text: str) -> float | None:
+    """``--max-drop``: points, or ``none`` for no budget."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected points or `none`, got {text!r}") from e
+
+
 def add_problem(parser: argparse.ArgumentParser) -> None:
     """What a study or a baseline measures: prompt lengths, tasks and their items, timing pairs."""
     parser.add_argument("--lengths", help="prompt lengths of the synthetic passkey items (default: 512); latency is "
@@ -67,8 +81,9 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         "interval is decided, up to this cap (default: 128)")
     parser.add_argument("--items", type=int, default=32, help="items per task in the first round (default: 32)")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
-    parser.add_argument("--max-drop", type=float, help="accuracy budget in points: a configuration is within it when "
-                        "the drop's 95%% upper bound is (an Optuna constraint)")
+    parser.add_argument("--max-drop", type=_budget, default=DEFAULT_MAX_DROP,
+                        help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): a "
+                        "configuration is within it when the drop's 95%% upper bound is (an Optuna constraint)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="measured/full timing pairs (default: 3)")
 

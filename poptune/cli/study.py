@@ -168,6 +168,7 @@ def run_study(args: argparse.Namespace) -> int:
         def progress(study: Any, trial: Any) -> None:
             if trial.state != optuna.trial.TrialState.COMPLETE:
                 return
+            bar.write(trial_line(trial))
             bar.update(1)
             rows = [r for r in store.front(study) if r.feasible]
             if rows:
@@ -178,6 +179,21 @@ def run_study(args: argparse.Namespace) -> int:
     if not args.worker:
         _report(study, spec.storage)
     return 0
+
+
+def trial_line(trial: Any) -> str:
+    """One line per finished trial: configuration, speedup and drop with their intervals, items, reused or not."""
+    a = trial.user_attrs
+    c = a["config"]
+    ci = a.get("speedup_ci")
+    speed = f"{a['speedup']:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+    d = a.get("drop")
+    drop = f"{a['drop_points']:+.2f}" + (f" [{d['lo']:+.2f}, {d['hi']:+.2f}]" if d else "")
+    items = sum((a.get("items") or {}).values())
+    how = f"reused from trial {a['reused_from']}" if "reused_from" in a else "measured"
+    seconds = (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_start else 0.0
+    return (f"trial {trial.number:>3}: skip {c['skip']:>2} {c['boundary']:<9} offset {c['offset']}  "
+            f"speedup {speed}  drop {drop} pts  {items} items  {how} ({seconds:.0f} s)")
 
 
 def _report(study: Any, storage: str | None) -> None:
