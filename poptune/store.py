@@ -15,6 +15,7 @@ at any other file is refused before anything is written.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 import warnings
@@ -33,6 +34,8 @@ __all__ = [
     "is_server",
     "FrontRow",
     "open_storage",
+    "open_reader",
+    "check_storage",
     "study_name",
     "study_names",
     "load_study",
@@ -187,12 +190,75 @@ def public_url(url: str | None) -> str:
     return url
 
 
+def open_reader(url: str | None = None) -> "optuna.storages.BaseStorage":
+    """Open an existing storage to read (no heartbeats); a missing database file is refused, never created.
+
+    Raises:
+        ConfigError: no database file at the URL's path (or an empty one), and everything
+            :func:`open_storage` refuses.
+    """
+    url = url or DEFAULT_STORAGE
+    path = _file_of(url)
+    if path is not None and (not path.is_file() or path.stat().st_size == 0):
+        raise ConfigError(f"no study database at {path}: run `poptune study` first, or name the storage with --storage")
+    return open_storage(url, heartbeat=None)
+
+
+def check_storage(url: str | None = None) -> None:
+    """Refuse a storage :func:`open_storage` would refuse, without creating anything (no database file).
+
+    A file storage is checked where it lies (a folder, a missing folder, a file that is not an Optuna
+    database or journal); a server URL is opened, since that is the only way to know it answers.
+    """
+    url = url or DEFAULT_STORAGE
+    path = _file_of(url)
+    if path is None:
+        open_storage(url, heartbeat=None)
+    elif url.startswith("journal:"):
+        if not str(path) or not path.parent.exists():
+            raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
+        if path.is_dir():
+            raise ConfigError(f"{path} is a directory, not a journal file")
+        _check_journal_file(path)
+    elif url != DEFAULT_STORAGE or path.exists():
+        _check_sqlite_file(path)
+
+
+def _file_of(url: str) -> Path | None:
+    """The file of an SQLite or journal storage URL (None for a server)."""
+    if url.startswith("journal:"):
+        return Path(url.removeprefix("journal:"))
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+    return None
+
+
+def _check_journal_file(path: Path) -> None:
+    """Refuse an existing file that is not an Optuna journal (before the journal appends to it)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
+    if first.startswith(b"SQLite format 3\x00"):
+        raise ConfigError(f"{path} is an SQLite database, not a journal file: use --storage sqlite:///{path}")
+    try:
+        record = json.loads(first)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or "op_code" not in record:
+        raise ConfigError(f"{path} is not an Optuna journal file (its first line is not a journal record)")
+
+
 def _open_journal(url: str, beat: dict[str, Any], retry: Any) -> "optuna.storages.BaseStorage":
     path = Path(url.removeprefix("journal:"))
     if not str(path) or not path.parent.exists():
         raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
     if path.is_dir():
         raise ConfigError(f"{path} is a directory, not a journal file")
+    _check_journal_file(path)
     from optuna.storages.journal import JournalFileBackend
 
     from poptune.storages import SharedJournalStorage

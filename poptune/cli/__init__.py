@@ -32,8 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_encoding(argv: list[str]) -> None:
+    """Refuse an argument that is not valid UTF-8 (Python keeps its bytes as lone surrogates) in one line."""
+    for position, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "backslashreplace").decode()
+            print(f"poptune: error: argument {position} is not valid UTF-8: {shown!r}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _check_encoding(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # a command that starts workers hands them the same options
     try:

@@ -158,20 +158,30 @@ def run_study(args: argparse.Namespace) -> int:
     from poptune.models import resolve_model
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    resolve_model(spec.problem.model)  # bad input fails before the progress bar and the storage
-    store.open_storage(spec.storage, heartbeat=None)
-    with tqdm(total=None if spec.max_trials else spec.trials, desc="study", unit="trial", disable=args.worker) as bar:
+    resolve_model(spec.problem.model)  # bad input fails before the model loads and the storage
+    store.check_storage(spec.storage)
+    # The bar opens once every check has passed (`started`), so that an error is the first line on stderr.
+    bars: list[Any] = []
 
-        def progress(study: Any, trial: Any) -> None:
-            if trial.state != optuna.trial.TrialState.COMPLETE:
-                return
-            bar.update(1)
-            rows = [r for r in store.front(study) if r.feasible]
-            if rows:
-                best = max(rows, key=lambda r: r.speedup if r.drop <= (spec.problem.max_drop or 1.0) else 0)
-                bar.set_postfix_str(f"best {best.speedup:.2f}x at drop {best.drop:+.2f} ({best.skip}/{best.boundary})")
+    def start() -> None:
+        bars.append(tqdm(total=None if spec.max_trials else spec.trials, desc="study", unit="trial",
+                         disable=args.worker))
 
-        study = run(spec, callbacks=[progress], progress=lambda label: bar.set_postfix_str(label))
+    def progress(study: Any, trial: Any) -> None:
+        if trial.state != optuna.trial.TrialState.COMPLETE:
+            return
+        bars[0].update(1)
+        rows = [r for r in store.front(study) if r.feasible]
+        if rows:
+            best = max(rows, key=lambda r: r.speedup if r.drop <= (spec.problem.max_drop or 1.0) else 0)
+            bars[0].set_postfix_str(f"best {best.speedup:.2f}x at drop {best.drop:+.2f} ({best.skip}/{best.boundary})")
+
+    try:
+        study = run(spec, callbacks=[progress], progress=lambda label: bars and bars[0].set_postfix_str(label),
+                    started=start)
+    finally:
+        for bar in bars:
+            bar.close()
     if not args.worker:
         _report(study, spec.storage)
     return 0
@@ -259,7 +269,7 @@ def run_pareto(args: argparse.Namespace) -> int:
 
     from poptune import store
 
-    study = store.load_study(store.open_storage(args.storage, heartbeat=None), args.study)
+    study = store.load_study(store.open_reader(args.storage), args.study)
     rows = store.front(study)
     if args.json:
         print(json.dumps({"study": study.study_name, "front": [asdict(r) for r in rows]}, indent=2))

@@ -103,7 +103,7 @@ class ReplayEnv(_OneStepEnv):
     def __init__(self, storage: str | None = None, study: str | None = None, *, max_drop: float | None = None) -> None:
         from poptune import store
 
-        loaded = store.load_study(store.open_storage(storage, heartbeat=None), study)
+        loaded = store.load_study(store.open_reader(storage), study)
         self.study_name = loaded.study_name
         problem = TuningProblem.from_dict(loaded.user_attrs["problem"])
         self.table: dict[Any, Measurement] = {}
