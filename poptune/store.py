@@ -55,6 +55,10 @@ MAX_RETRY = 2
 #: Seconds a server-backed storage call is retried (with backoff) before the error reaches the worker.
 RETRY_S = 120.0
 
+#: Seconds an SQLite call waits on a database another process has locked (SQLite's busy timeout), and then
+#: retries; any other SQLite error (full disk, read-only, corrupt) is one line at once.
+SQLITE_BUSY_S = 20
+
 #: Seconds a server that refuses connections is retried when a storage is opened (a restart, not a typo).
 OPEN_RETRY_S = 15.0
 
@@ -146,7 +150,8 @@ def open_storage(
         if url == DEFAULT_STORAGE:
             path.parent.mkdir(parents=True, exist_ok=True)
         _check_sqlite_file(path)
-        engine_kwargs = {"connect_args": {"timeout": 60}}
+        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_S}}
+        retry_s = min(retry_s, SQLITE_BUSY_S)  # only a busy (locked) database is retried, and briefly
     from sqlalchemy.exc import IntegrityError, ProgrammingError
 
     from poptune.storages import SharedRDBStorage

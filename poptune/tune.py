@@ -49,6 +49,7 @@ from poptune.engine import BOUNDARIES, PopConfig
 from poptune.env.evaluator import ConfigEvaluator
 from poptune.env.problem import MAX_OFFSET, Measurement, TuningProblem, config_from_action
 from poptune.errors import ConfigError, MeasurementError
+from poptune.interrupt import INTERRUPTED, marking_interrupted
 
 if TYPE_CHECKING:
     import optuna
@@ -229,7 +230,8 @@ def _settled(study: "optuna.Study", number: int, config: PopConfig, num_layers: 
                 and t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
                 and _config_of(t, num_layers) == config]
         for state in (TrialState.COMPLETE, TrialState.FAIL):
-            done = [t for t in same if t.state == state and (state == TrialState.COMPLETE or "fail_reason" in t.user_attrs)]
+            done = [t for t in same if t.state == state and (state == TrialState.COMPLETE or t.user_attrs.get(
+                "fail_reason", INTERRUPTED) != INTERRUPTED)]  # an interrupted trial says nothing of its config
             if done:
                 return min(done, key=lambda t: t.number)
         if not any(t.state == TrialState.RUNNING and t.number < number for t in same):
@@ -532,7 +534,7 @@ def run_study(
     done = _count(study, TrialState.COMPLETE)
     budget = spec.max_trials if spec.max_trials is not None else done + spec.trials
     if budget > done:
-        _work(study, _objective(study, evaluator, problem, budget), spec, budget, callbacks)
+        _work(study, marking_interrupted(study, _objective(study, evaluator, problem, budget)), spec, budget, callbacks)
     if spec.baselines:
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
         add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration, progress=progress)

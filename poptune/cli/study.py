@@ -176,15 +176,55 @@ def run_study(args: argparse.Namespace) -> int:
             best = max(rows, key=lambda r: r.speedup if r.drop <= (spec.problem.max_drop or 1.0) else 0)
             bars[0].set_postfix_str(f"best {best.speedup:.2f}x at drop {best.drop:+.2f} ({best.skip}/{best.boundary})")
 
+    from poptune.interrupt import interruptible
+
     try:
-        study = run(spec, callbacks=[progress], progress=lambda label: bars and bars[0].set_postfix_str(label),
-                    started=start)
+        with interruptible():
+            study = run(spec, callbacks=[progress], progress=lambda label: bars and bars[0].set_postfix_str(label),
+                        started=start)
+    except KeyboardInterrupt as e:  # SIGINT or SIGTERM: the running trial is failed already
+        for bar in bars:
+            bar.close()
+        return _interrupted(e, spec)
     finally:
         for bar in bars:
             bar.close()
     if not args.worker:
         _report(study, spec.storage)
     return 0
+
+
+def _interrupted(error: BaseException, spec: Any) -> int:
+    """The one summary line of an interrupted study, and the shell's exit status (130 SIGINT, 143 SIGTERM)."""
+    import sys
+
+    from poptune import store
+    from poptune.interrupt import exit_code
+
+    try:
+        stored = sum(len(store.completed(s, method=None)) for s in _studies(spec))
+    except Exception:  # the storage itself may be what failed; the summary still comes
+        stored = "no"
+    print(f"interrupted: {stored} trials stored in {store.public_url(spec.storage)}; run the same command to "
+          "resume", file=sys.stderr)
+    return exit_code(error)
+
+
+def _studies(spec: Any) -> list[Any]:
+    import optuna
+
+    from poptune import store
+
+    try:
+        storage = store.open_reader(spec.storage)
+    except ConfigError:
+        return []  # interrupted before the database was made
+    from poptune.measure.hardware import fingerprint
+    from poptune.models import resolve_model
+
+    name = spec.study or store.study_name(resolve_model(spec.problem.model).name,
+                                          fingerprint(spec.problem.device).hardware_id)
+    return [optuna.load_study(study_name=name, storage=storage)] if name in store.study_names(storage) else []
 
 
 def _report(study: Any, storage: str | None) -> None:
