@@ -39,9 +39,13 @@ log = logging.getLogger(__name__)
 _HEARTBEAT_ATTR = "poptune:heartbeat"
 
 
-#: SQLite result codes that mean another connection holds a lock: wait and retry. Every other SQLite error
-#: (full disk, read-only file or folder, a corrupt file, an I/O error) will not pass by waiting.
-_SQLITE_BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
+#: SQLite result codes (and their extended ``_...`` forms) that waiting will not cure: a full disk, a read-only
+#: file or folder, a corrupt file or one that is not a database, an I/O error. A busy or locked database
+#: (another connection writing) is retried.
+_SQLITE_PERMANENT = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_IOERR",
+                     "SQLITE_CANTOPEN", "SQLITE_PERM")
+_SQLITE_PERMANENT_TEXT = ("database or disk is full", "readonly database", "disk image is malformed",
+                          "file is not a database", "disk I/O error", "unable to open database file")
 
 
 def _chain(error: BaseException) -> list[BaseException]:
@@ -72,8 +76,8 @@ def is_permanent_sqlite(error: BaseException) -> bool:
         return False
     name = getattr(cause, "sqlite_errorname", None)
     if name is not None:
-        return name not in _SQLITE_BUSY
-    return "locked" not in str(cause) and "busy" not in str(cause)
+        return any(name == code or name.startswith(code + "_") for code in _SQLITE_PERMANENT)
+    return any(text in str(cause) for text in _SQLITE_PERMANENT_TEXT)
 
 
 def is_transient(error: BaseException) -> bool:

@@ -15,12 +15,15 @@ at any other file is refused before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from poptune.errors import ConfigError
@@ -36,6 +39,7 @@ __all__ = [
     "open_storage",
     "open_reader",
     "check_storage",
+    "sole_sqlite_worker",
     "study_name",
     "study_names",
     "load_study",
@@ -227,6 +231,42 @@ def check_storage(url: str | None = None) -> None:
         _check_journal_file(path)
     elif url != DEFAULT_STORAGE or path.exists():
         _check_sqlite_file(path)
+
+
+@contextlib.contextmanager
+def sole_sqlite_worker(url: str | None) -> Iterator[None]:
+    """Within: this process is the only worker on an SQLite storage's file (no-op for any other storage).
+
+    SQLite serves one worker: two processes on one study would each measure what the other is measuring (its
+    locking is per write, not per trial). A second worker is refused with one line naming the storages that
+    share safely. The lock is an advisory ``flock`` on the database file itself (SQLite's own locks are POSIX
+    record locks, independent of it), so no file is created, and it goes with the process however that ends.
+
+    Raises:
+        ConfigError: another live process holds the study's database.
+    """
+    url = url or DEFAULT_STORAGE
+    path = _file_of(url)
+    if path is None or url.startswith("journal:") or not path.is_file():
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # not on POSIX: no guard
+        yield
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            raise ConfigError(
+                f"another process is running a study on {url}: SQLite serves one worker; to share a study between "
+                "processes use --storage journal:PATH (this host) or postgresql://... (several machines)"
+            ) from e
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _file_of(url: str) -> Path | None:

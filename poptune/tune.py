@@ -495,6 +495,21 @@ def run_study(
         started: Called once every check has passed, before the first write (a command opens its progress bar
             there, so that an error is the first line it prints).
     """
+    import contextlib
+
+    with contextlib.ExitStack() as held:
+        return _run_study(spec, held, evaluator=evaluator, callbacks=callbacks, progress=progress, started=started)
+
+
+def _run_study(
+    spec: StudySpec,
+    held: Any,
+    *,
+    evaluator: ConfigEvaluator | None,
+    callbacks: list[Callable[..., None]] | None,
+    progress: Callable[[str], None] | None,
+    started: Callable[[], None] | None,
+) -> "optuna.Study":
     import optuna
     from optuna.trial import TrialState
 
@@ -510,6 +525,7 @@ def run_study(
     target_length = evaluator.target_length  # an image prompt for a text-only model fails here, before any write
     check_enqueue(spec.enqueue, num_layers)
     storage = store.open_storage(spec.storage, heartbeat=spec.heartbeat_s)
+    held.enter_context(store.sole_sqlite_worker(spec.storage))  # a second worker on SQLite: refused, one line
     hardware = fingerprint(problem.device)
     name = spec.study or store.study_name(resolve_model(problem.model).name, hardware.hardware_id)
     if name in store.study_names(storage):
