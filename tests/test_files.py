@@ -3,29 +3,11 @@
 from __future__ import annotations
 
 import os
-import stat
-import subprocess
 
 import pytest
 
 from poptune import ConfigError
 from poptune.files import check_writable_file, check_writable_folder, write_text
-
-
-@pytest.fixture
-def read_only_dir(tmp_path):
-    """A folder nothing can be created in: a read-only tmpfs as root (root ignores permission bits), else 0o500."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    if os.geteuid() == 0:
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)]).returncode:
-            pytest.skip("root without mount: no read-only folder to test with")
-        yield folder
-        subprocess.run(["umount", str(folder)], check=True)
-    else:
-        folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
-        yield folder
-        folder.chmod(stat.S_IRWXU)
 
 
 def test_write_text_into_a_read_only_folder_is_one_error(read_only_dir):
