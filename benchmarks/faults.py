@@ -145,7 +145,7 @@ def kill9_fault(folder: Path) -> dict:
 
 def two_processes_fault(folder: Path) -> dict:
     db = folder / "s.db"
-    argv = [*STUDY, "--trials", "2", "--storage", f"sqlite:///{db}"]
+    argv = [*STUDY, "--trials", "3", "--storage", f"sqlite:///{db}"]
     first = start(argv, folder)
     wait_mid_trial(first, db, complete=0)
     started = time.monotonic()

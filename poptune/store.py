@@ -234,7 +234,7 @@ def check_storage(url: str | None = None) -> None:
 
 
 @contextlib.contextmanager
-def sole_sqlite_worker(url: str | None) -> Iterator[None]:
+def sole_sqlite_worker(url: str | None) -> Iterator[bool]:
     """Within: this process is the only worker on an SQLite storage's file (no-op for any other storage).
 
     SQLite serves one worker: two processes on one study would each measure what the other is measuring (its
@@ -242,18 +242,22 @@ def sole_sqlite_worker(url: str | None) -> Iterator[None]:
     share safely. The lock is an advisory ``flock`` on the database file itself (SQLite's own locks are POSIX
     record locks, independent of it), so no file is created, and it goes with the process however that ends.
 
+    Yields:
+        Whether the lock is held: False for another storage, or an SQLite file that does not exist yet (take
+        it again once it does).
+
     Raises:
         ConfigError: another live process holds the study's database.
     """
     url = url or DEFAULT_STORAGE
     path = _file_of(url)
     if path is None or url.startswith("journal:") or not path.is_file():
-        yield
+        yield False
         return
     try:
         import fcntl
     except ImportError:  # not on POSIX: no guard
-        yield
+        yield False
         return
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -264,7 +268,7 @@ def sole_sqlite_worker(url: str | None) -> Iterator[None]:
                 f"another process is running a study on {url}: SQLite serves one worker; to share a study between "
                 "processes use --storage journal:PATH (this host) or postgresql://... (several machines)"
             ) from e
-        yield
+        yield True
     finally:
         os.close(fd)  # releases the lock
 

@@ -519,13 +519,17 @@ def _run_study(
     problem = spec.problem
     resolve_model(problem.model)  # an unknown model fails before the storage is touched
     store.check_storage(spec.storage)  # a file that is not ours fails before the model loads (nothing created)
+    # A second worker on one SQLite file is refused in one line, before its model loads (and, for a new file,
+    # once the file exists).
+    locked = held.enter_context(store.sole_sqlite_worker(spec.storage))
     if evaluator is None:
         evaluator = ConfigEvaluator(problem)
     num_layers = evaluator.num_layers
     target_length = evaluator.target_length  # an image prompt for a text-only model fails here, before any write
     check_enqueue(spec.enqueue, num_layers)
     storage = store.open_storage(spec.storage, heartbeat=spec.heartbeat_s)
-    held.enter_context(store.sole_sqlite_worker(spec.storage))  # a second worker on SQLite: refused, one line
+    if not locked:
+        held.enter_context(store.sole_sqlite_worker(spec.storage))
     hardware = fingerprint(problem.device)
     name = spec.study or store.study_name(resolve_model(problem.model).name, hardware.hardware_id)
     if name in store.study_names(storage):
