@@ -10,7 +10,9 @@ Several workers share a study through the storage (PostgreSQL across machines, a
 heartbeats from a trial's first moment, heartbeats for the journal file.
 
 A database is never modified unless it already is an Optuna database (or does not exist yet): pointing poptune
-at any other file is refused before anything is written.
+at any other file (a journal path at a text file too) is refused before anything is written. Readers
+(:func:`open_reader`) never create a database. An SQLite file serves one worker process at a time
+(:func:`sole_sqlite_worker`); a second one is refused in one line naming the storages that share safely.
 """
 
 from __future__ import annotations
