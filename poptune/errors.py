@@ -14,6 +14,7 @@ __all__ = [
     "DeviceError",
     "DataError",
     "MeasurementError",
+    "StorageError",
 ]
 
 
@@ -43,3 +44,7 @@ class DataError(PoptuneError, FileNotFoundError):
 
 class MeasurementError(ConfigError):
     """A measurement came out unusable (NaN or inf): the trial fails, nothing of it is stored as a result."""
+
+
+class StorageError(PoptuneError, OSError):
+    """The study's storage failed in a way waiting cannot cure (a full disk, a read-only or corrupt file)."""

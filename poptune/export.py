@@ -38,7 +38,7 @@ def best_within_budget(study: Any, max_drop: float) -> Any:
 
 def export_config(storage: str | None, study_name: str | None, *, max_drop: float, model: str | None = None) -> dict:
     """The deployable configuration of a stored study, as a JSON-serialisable dict."""
-    study = store.load_study(store.open_storage(storage, heartbeat=None), study_name)
+    study = store.load_study(store.open_reader(storage), study_name)
     attrs = study.user_attrs
     if model is not None:
         from poptune.models import resolve_model

@@ -1,4 +1,4 @@
-"""Writing result files: atomically, with one clear error."""
+"""Writing result files: atomically, with one clear error; and checking, before any work, that they can be."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from poptune.errors import ConfigError
 
-__all__ = ["safe_name", "write_text"]
+__all__ = ["safe_name", "write_text", "check_writable_folder", "check_writable_file"]
 
 
 def safe_name(name: str) -> str:
@@ -23,5 +23,41 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
         tmp.write_text(text + "\n")
         os.replace(tmp, target)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # the folder refuses the cleanup too (read-only): the one error to report is the write's
         raise ConfigError(f"cannot write {path}: {e.strerror or e}") from e
+
+
+def check_writable_folder(folder: str | os.PathLike[str]) -> None:
+    """Fail now, not after minutes of measuring, if no file can be created in ``folder``.
+
+    A probe file is created and removed at once (permission bits are not enough: root ignores them, a
+    read-only mount or a full disk does not).
+    """
+    folder = Path(folder or ".")
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not an existing folder")
+    probe = folder / f".poptune-probe-{os.getpid()}"
+    try:
+        with open(probe, "x"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"cannot write in {folder}: {e.strerror or e}") from e
+    try:
+        probe.unlink()
+    except OSError:
+        pass
+
+
+def check_writable_file(path: str | os.PathLike[str]) -> None:
+    """Fail now if ``path`` cannot be written later: a folder, a missing or read-only folder, a read-only file."""
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(f"{path} is a directory, not a file path")
+    if not target.parent.exists():
+        raise ConfigError(f"the folder of {path} does not exist")
+    check_writable_folder(target.parent)
+    if target.exists() and not os.access(target, os.W_OK):
+        raise ConfigError(f"cannot write {path}: permission denied")

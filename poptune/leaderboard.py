@@ -211,7 +211,10 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
     out = Path(out_dir)
     if not out.is_dir():
         raise ConfigError(f"{out} is not an existing folder")
-    opened = store.open_storage(storage, heartbeat=None)
+    from poptune.files import check_writable_folder
+
+    check_writable_folder(out)  # a read-only folder fails before any table is computed
+    opened = store.open_reader(storage)
     studies = [optuna.load_study(study_name=n, storage=opened) for n in store.study_names(opened)]
     studies = [s for s in studies if "problem" in s.user_attrs and store.completed(s)]
     if not studies:

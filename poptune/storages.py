@@ -20,7 +20,7 @@ import datetime as _dt
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
@@ -29,43 +29,108 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalStorage
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["SharedRDBStorage", "SharedJournalStorage", "is_transient"]
+if TYPE_CHECKING:
+    from poptune.errors import StorageError
+
+__all__ = ["SharedRDBStorage", "SharedJournalStorage", "is_transient", "is_permanent_sqlite", "storage_error"]
 
 log = logging.getLogger(__name__)
 
 _HEARTBEAT_ATTR = "poptune:heartbeat"
 
 
+#: SQLite result codes (and their extended ``_...`` forms) that waiting will not cure: a full disk, a read-only
+#: file or folder, a corrupt file or one that is not a database, an I/O error. A busy or locked database
+#: (another connection writing) is retried.
+_SQLITE_PERMANENT = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_IOERR",
+                     "SQLITE_CANTOPEN", "SQLITE_PERM")
+_SQLITE_PERMANENT_TEXT = ("database or disk is full", "readonly database", "disk image is malformed",
+                          "file is not a database", "disk I/O error", "unable to open database file")
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and all(current is not e for e in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def sqlite_error(error: BaseException) -> BaseException | None:
+    """The :mod:`sqlite3` error that caused ``error`` (through SQLAlchemy's wrapping), if any."""
+    import sqlite3
+
+    for current in _chain(error):
+        orig = getattr(current, "orig", None)
+        for candidate in (current, orig):
+            if isinstance(candidate, sqlite3.Error):
+                return candidate
+    return None
+
+
+def is_permanent_sqlite(error: BaseException) -> bool:
+    """Whether ``error`` is an SQLite error that retrying cannot cure (disk full, read-only, corrupt, I/O)."""
+    cause = sqlite_error(error)
+    if cause is None:
+        return False
+    name = getattr(cause, "sqlite_errorname", None)
+    if name is not None:
+        return any(name == code or name.startswith(code + "_") for code in _SQLITE_PERMANENT)
+    return any(text in str(cause) for text in _SQLITE_PERMANENT_TEXT)
+
+
 def is_transient(error: BaseException) -> bool:
-    """Whether ``error`` (or what caused it) is a lost or refused database connection, worth retrying."""
+    """Whether ``error`` (or what caused it) is a lost or refused database connection, or a busy SQLite
+    database: worth retrying. A full disk, a read-only or corrupt SQLite file is not."""
     import sqlalchemy.exc as sa
 
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    if is_permanent_sqlite(error):
+        return False
+    for current in _chain(error):
         if isinstance(current, (sa.OperationalError, sa.InterfaceError)):
             return True
         if isinstance(current, sa.DBAPIError) and current.connection_invalidated:
             return True
-        current = current.__cause__ or current.__context__
     return False
 
 
+def storage_error(error: BaseException, url: str) -> "StorageError | None":
+    """A one-line :class:`~poptune.errors.StorageError` for a permanent SQLite error (None for any other)."""
+    from poptune.errors import StorageError
+
+    if not is_permanent_sqlite(error):
+        return None
+    cause = sqlite_error(error)
+    return StorageError(f"storage {url} failed: {cause} ({getattr(cause, 'sqlite_errorname', 'SQLite error')}); "
+                        "nothing is retried: free the disk, make the file writable or restore it, then run the "
+                        "same command to resume")
+
+
 def _retrying(method: Callable[..., Any], name: str) -> Callable[..., Any]:
+    import tenacity
+
     def call(self: "SharedRDBStorage", *args: Any, **kwargs: Any) -> Any:
-        delay, waited = 0.5, 0.0
-        while True:
-            try:
-                return method(self, *args, **kwargs)
-            except Exception as e:
-                if not is_transient(e) or waited >= self.retry_s:
-                    raise
-                log.warning("storage %s failed (%s); retrying in %.1f s", name, str(e).splitlines()[0], delay)
-                time.sleep(delay)
-                waited += delay
-                delay = min(2 * delay, 8.0)
-                self.engine.dispose()  # drop every pooled connection to the old server
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            log.warning("storage %s failed (%s); retrying in %.1f s", name, str(error).splitlines()[0] if error else "",
+                        state.upcoming_sleep)
+            self.engine.dispose()  # drop every pooled connection to the old server
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_transient),
+            wait=tenacity.wait_exponential(multiplier=0.5, max=8.0),  # 0.5, 1, 2, 4, 8, 8, ... s
+            stop=tenacity.stop_after_delay(self.retry_s),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            return retrying(method, self, *args, **kwargs)
+        except Exception as e:
+            error = storage_error(e, self.public_url)
+            if error is not None:
+                raise error from e
+            raise
 
     call.__name__ = name
     call.__doc__ = method.__doc__
@@ -82,7 +147,10 @@ class SharedRDBStorage(RDBStorage):
     """
 
     def __init__(self, url: str, *, retry_s: float, **kwargs: Any) -> None:
+        from poptune.store import public_url
+
         self.retry_s = retry_s
+        self.public_url = public_url(url)
         engine_kwargs = {"pool_pre_ping": True, **kwargs.pop("engine_kwargs", {})}
         super().__init__(url, engine_kwargs=engine_kwargs, **kwargs)
 

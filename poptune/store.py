@@ -10,16 +10,22 @@ Several workers share a study through the storage (PostgreSQL across machines, a
 heartbeats from a trial's first moment, heartbeats for the journal file.
 
 A database is never modified unless it already is an Optuna database (or does not exist yet): pointing poptune
-at any other file is refused before anything is written.
+at any other file (a journal path at a text file too) is refused before anything is written. Readers
+(:func:`open_reader`) never create a database. An SQLite file serves one worker process at a time
+(:func:`sole_sqlite_worker`); a second one is refused in one line naming the storages that share safely.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import sqlite3
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from poptune.errors import ConfigError
@@ -33,6 +39,9 @@ __all__ = [
     "is_server",
     "FrontRow",
     "open_storage",
+    "open_reader",
+    "check_storage",
+    "sole_sqlite_worker",
     "study_name",
     "study_names",
     "load_study",
@@ -51,6 +60,10 @@ MAX_RETRY = 2
 
 #: Seconds a server-backed storage call is retried (with backoff) before the error reaches the worker.
 RETRY_S = 120.0
+
+#: Seconds an SQLite call waits on a database another process has locked (SQLite's busy timeout), and then
+#: retries; any other SQLite error (full disk, read-only, corrupt) is one line at once.
+SQLITE_BUSY_S = 20
 
 #: Seconds a server that refuses connections is retried when a storage is opened (a restart, not a typo).
 OPEN_RETRY_S = 15.0
@@ -143,7 +156,8 @@ def open_storage(
         if url == DEFAULT_STORAGE:
             path.parent.mkdir(parents=True, exist_ok=True)
         _check_sqlite_file(path)
-        engine_kwargs = {"connect_args": {"timeout": 60}}
+        engine_kwargs = {"connect_args": {"timeout": SQLITE_BUSY_S}}
+        retry_s = min(retry_s, SQLITE_BUSY_S)  # only a busy (locked) database is retried, and briefly
     from sqlalchemy.exc import IntegrityError, ProgrammingError
 
     from poptune.storages import SharedRDBStorage
@@ -187,12 +201,115 @@ def public_url(url: str | None) -> str:
     return url
 
 
+def open_reader(url: str | None = None) -> "optuna.storages.BaseStorage":
+    """Open an existing storage to read (no heartbeats); a missing database file is refused, never created.
+
+    Raises:
+        ConfigError: no database file at the URL's path (or an empty one), and everything
+            :func:`open_storage` refuses.
+    """
+    url = url or DEFAULT_STORAGE
+    path = _file_of(url)
+    if path is not None and (not path.is_file() or path.stat().st_size == 0):
+        raise ConfigError(f"no study database at {path}: run `poptune study` first, or name the storage with --storage")
+    return open_storage(url, heartbeat=None)
+
+
+def check_storage(url: str | None = None) -> None:
+    """Refuse a storage :func:`open_storage` would refuse, without creating anything (no database file).
+
+    A file storage is checked where it lies (a folder, a missing folder, a file that is not an Optuna
+    database or journal); a server URL is opened, since that is the only way to know it answers.
+    """
+    url = url or DEFAULT_STORAGE
+    path = _file_of(url)
+    if path is None:
+        open_storage(url, heartbeat=None)
+    elif url.startswith("journal:"):
+        if not str(path) or not path.parent.exists():
+            raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
+        if path.is_dir():
+            raise ConfigError(f"{path} is a directory, not a journal file")
+        _check_journal_file(path)
+    elif url != DEFAULT_STORAGE or path.exists():
+        _check_sqlite_file(path)
+
+
+@contextlib.contextmanager
+def sole_sqlite_worker(url: str | None) -> Iterator[bool]:
+    """Within: this process is the only worker on an SQLite storage's file (no-op for any other storage).
+
+    SQLite serves one worker: two processes on one study would each measure what the other is measuring (its
+    locking is per write, not per trial). A second worker is refused with one line naming the storages that
+    share safely. The lock is an advisory ``flock`` on the database file itself (SQLite's own locks are POSIX
+    record locks, independent of it), so no file is created, and it goes with the process however that ends.
+
+    Yields:
+        Whether the lock is held: False for another storage, or an SQLite file that does not exist yet (take
+        it again once it does).
+
+    Raises:
+        ConfigError: another live process holds the study's database.
+    """
+    url = url or DEFAULT_STORAGE
+    path = _file_of(url)
+    if path is None or url.startswith("journal:") or not path.is_file():
+        yield False
+        return
+    try:
+        import fcntl
+    except ImportError:  # not on POSIX: no guard
+        yield False
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            raise ConfigError(
+                f"another process is running a study on {url}: SQLite serves one worker; to share a study between "
+                "processes use --storage journal:PATH (this host) or postgresql://... (several machines)"
+            ) from e
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _file_of(url: str) -> Path | None:
+    """The file of an SQLite or journal storage URL (None for a server)."""
+    if url.startswith("journal:"):
+        return Path(url.removeprefix("journal:"))
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return Path(url.removeprefix("sqlite:///").split("?", 1)[0])
+    return None
+
+
+def _check_journal_file(path: Path) -> None:
+    """Refuse an existing file that is not an Optuna journal (before the journal appends to it)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(1 << 20)
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
+    if first.startswith(b"SQLite format 3\x00"):
+        raise ConfigError(f"{path} is an SQLite database, not a journal file: use --storage sqlite:///{path}")
+    try:
+        record = json.loads(first)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or "op_code" not in record:
+        raise ConfigError(f"{path} is not an Optuna journal file (its first line is not a journal record)")
+
+
 def _open_journal(url: str, beat: dict[str, Any], retry: Any) -> "optuna.storages.BaseStorage":
     path = Path(url.removeprefix("journal:"))
     if not str(path) or not path.parent.exists():
         raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
     if path.is_dir():
         raise ConfigError(f"{path} is a directory, not a journal file")
+    _check_journal_file(path)
     from optuna.storages.journal import JournalFileBackend
 
     from poptune.storages import SharedJournalStorage

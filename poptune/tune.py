@@ -49,11 +49,15 @@ from poptune.engine import BOUNDARIES, PopConfig
 from poptune.env.evaluator import ConfigEvaluator
 from poptune.env.problem import MAX_OFFSET, Measurement, TuningProblem, config_from_action
 from poptune.errors import ConfigError, MeasurementError
+from poptune.interrupt import INTERRUPTED, marking_interrupted
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["SAMPLERS", "StudySpec", "run_study", "make_sampler", "paper_default", "add_baselines", "front_ratios"]
+__all__ = [
+    "SAMPLERS", "StudySpec", "run_study", "make_sampler", "paper_default", "add_baselines", "front_ratios",
+    "check_enqueue",
+]
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +233,8 @@ def _settled(study: "optuna.Study", number: int, config: PopConfig, num_layers: 
                 and t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
                 and _config_of(t, num_layers) == config]
         for state in (TrialState.COMPLETE, TrialState.FAIL):
-            done = [t for t in same if t.state == state and (state == TrialState.COMPLETE or "fail_reason" in t.user_attrs)]
+            done = [t for t in same if t.state == state and (state == TrialState.COMPLETE or t.user_attrs.get(
+                "fail_reason", INTERRUPTED) != INTERRUPTED)]  # an interrupted trial says nothing of its config
             if done:
                 return min(done, key=lambda t: t.number)
         if not any(t.state == TrialState.RUNNING and t.number < number for t in same):
@@ -410,6 +415,26 @@ def _amount(method: str, ratio: float, num_layers: int) -> float:
     return round(ratio, 4) if method == "wanda" else round(ratio * num_layers)
 
 
+def check_enqueue(configs: tuple[PopConfig, ...], num_layers: int) -> None:
+    """Refuse a configuration to enqueue that lies outside the search space of a model with ``num_layers`` layers.
+
+    Optuna would store it as a waiting trial whose parameters the sampler's distributions do not hold, and
+    every later run of the study would trip over it; so it is refused before anything is written.
+    """
+    for config in configs:
+        label = f"{config.skip}/{config.boundary}/{config.offset}"
+        if config.layers is not None or config.boundary not in BOUNDARIES:
+            raise ConfigError(f"`--enqueue` item {label} is outside the search space: boundary must be one of "
+                              f"{', '.join(BOUNDARIES)}")
+        try:
+            searched = config_from_action(config.to_dict(), num_layers)
+        except ConfigError as e:
+            raise ConfigError(f"`--enqueue` item {label} is outside the search space: {e}") from e
+        if searched != config and config.skip != 0:
+            raise ConfigError(f"`--enqueue` item {label} is outside the search space: skip + offset must be at "
+                              f"most {num_layers - 1} for this model")
+
+
 def _sampler_seed(spec: StudySpec) -> int:
     """``spec.seed``; on a storage shared by several workers, mixed with this process so that they differ.
 
@@ -466,15 +491,36 @@ def run_study(
     evaluator: ConfigEvaluator | None = None,
     callbacks: list[Callable[..., None]] | None = None,
     progress: Callable[[str], None] | None = None,
+    started: Callable[[], None] | None = None,
 ) -> "optuna.Study":
     """Run (or resume, or join) the study of ``spec.problem`` on this machine and return it.
+
+    Every check (storage, model, enqueued configurations, the settings of a stored study) runs before anything
+    is written to the storage.
 
     Args:
         spec: The study.
         evaluator: Share a loaded model (default: one built from the problem).
         callbacks: Optuna callbacks ``(study, trial)`` run after each of this worker's trials (progress bars).
         progress: Called with a short label as baselines are built and measured.
+        started: Called once every check has passed, before the first write (a command opens its progress bar
+            there, so that an error is the first line it prints).
     """
+    import contextlib
+
+    with contextlib.ExitStack() as held:
+        return _run_study(spec, held, evaluator=evaluator, callbacks=callbacks, progress=progress, started=started)
+
+
+def _run_study(
+    spec: StudySpec,
+    held: Any,
+    *,
+    evaluator: ConfigEvaluator | None,
+    callbacks: list[Callable[..., None]] | None,
+    progress: Callable[[str], None] | None,
+    started: Callable[[], None] | None,
+) -> "optuna.Study":
     import optuna
     from optuna.trial import TrialState
 
@@ -483,16 +529,24 @@ def run_study(
 
     problem = spec.problem
     resolve_model(problem.model)  # an unknown model fails before the storage is touched
-    storage = store.open_storage(spec.storage, heartbeat=spec.heartbeat_s)
-    hardware = fingerprint(problem.device)
-    name = spec.study or store.study_name(resolve_model(problem.model).name, hardware.hardware_id)
-    if name in store.study_names(storage):
-        _check_problem(optuna.load_study(study_name=name, storage=storage), problem)
-
+    store.check_storage(spec.storage)  # a file that is not ours fails before the model loads (nothing created)
+    # A second worker on one SQLite file is refused in one line, before its model loads (and, for a new file,
+    # once the file exists).
+    locked = held.enter_context(store.sole_sqlite_worker(spec.storage))
     if evaluator is None:
         evaluator = ConfigEvaluator(problem)
     num_layers = evaluator.num_layers
     target_length = evaluator.target_length  # an image prompt for a text-only model fails here, before any write
+    check_enqueue(spec.enqueue, num_layers)
+    storage = store.open_storage(spec.storage, heartbeat=spec.heartbeat_s)
+    if not locked:
+        held.enter_context(store.sole_sqlite_worker(spec.storage))
+    hardware = fingerprint(problem.device)
+    name = spec.study or store.study_name(resolve_model(problem.model).name, hardware.hardware_id)
+    if name in store.study_names(storage):
+        _check_problem(optuna.load_study(study_name=name, storage=storage), problem)
+    if started is not None:
+        started()
     study, created = _open_study(spec, storage, name, num_layers)
     if created or not study.get_trials(deepcopy=False):  # once per study, not once per worker
         for config in (PopConfig(skip=0), paper_default(num_layers)):  # the full model, then the paper's rule
@@ -517,7 +571,7 @@ def run_study(
     done = _count(study, TrialState.COMPLETE)
     budget = spec.max_trials if spec.max_trials is not None else done + spec.trials
     if budget > done:
-        _work(study, _objective(study, evaluator, problem, budget), spec, budget, callbacks)
+        _work(study, marking_interrupted(study, _objective(study, evaluator, problem, budget)), spec, budget, callbacks)
     if spec.baselines:
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
         add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration, progress=progress)

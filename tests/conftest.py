@@ -7,6 +7,8 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+import stat  # noqa: E402
+import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
@@ -108,3 +110,19 @@ def postgres_url(postgres, request):
     import uuid
 
     return postgres.create_database(f"t_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder nothing can be created in: a read-only tmpfs as root (root ignores permission bits), else 0o500."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    if os.geteuid() == 0:
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)]).returncode:
+            pytest.skip("root without mount: no read-only folder to test with")
+        yield folder
+        subprocess.run(["umount", str(folder)], check=True)
+    else:
+        folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        yield folder
+        folder.chmod(stat.S_IRWXU)

@@ -7,6 +7,7 @@ stderr with exit code 2; nothing is written in that case.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -55,12 +56,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_encoding(argv: list[str]) -> None:
+    """Refuse an argument that is not valid UTF-8 (Python keeps its bytes as lone surrogates) in one line."""
+    for position, arg in enumerate(argv, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "backslashreplace").decode()
+            print(f"poptune: error: argument {position} is not valid UTF-8: {shown!r}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    process = argv is None  # the program itself, not a caller in the same process (tests)
     argv = list(sys.argv[1:] if argv is None else argv)
+    _check_encoding(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # a command that starts workers hands them the same options
     try:
-        return args.run(args) or 0
+        code = args.run(args) or 0
+        if code in (130, 143) and process:
+            # Interrupted, and everything stored is committed: skip the interpreter's slow teardown (seconds
+            # of torch and thread clean-up) so that the process ends within moments of the signal.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except PoptuneError as e:
         print(f"poptune {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from poptune.device import DTYPES
@@ -43,12 +42,21 @@ def int_list(text: str, option: str) -> list[int]:
 
 
 def check_output_path(path: str) -> None:
-    """Fail before any work if ``path`` cannot be written later."""
-    target = Path(path)
-    if target.is_dir():
-        raise ConfigError(f"{path} is a directory, not a file path")
-    if not target.parent.exists() and str(target.parent) not in ("", "."):
-        raise ConfigError(f"the folder of {path} does not exist")
+    """Fail before any work if ``path`` cannot be written later (a folder, a missing or read-only folder)."""
+    from poptune.files import check_writable_file
+
+    check_writable_file(path)
+
+
+def seed(text: str) -> int:
+    """An argparse type: a seed NumPy and PyTorch both take, an integer in [0, 2**32 - 1]."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 0 <= value <= 2**32 - 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32 - 1], got {value}")
+    return value
 
 
 #: A study's tasks with a data directory: long real prompts, where prefill (and so POP) matters.
@@ -84,7 +92,7 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-drop", type=_budget, default=DEFAULT_MAX_DROP,
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): a "
                         "configuration is within it when the drop's 95%% upper bound is (an Optuna constraint)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--repeats", type=int, default=3, help="measured/full timing pairs (default: 3)")
 
 
@@ -123,7 +131,7 @@ def add_calibration(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("baseline calibration (WikiText-2 from the data directory, else generated)")
     group.add_argument("--calibration-samples", type=int, default=8, help="sequences (default: 8)")
     group.add_argument("--calibration-length", type=int, default=128, help="tokens per sequence (default: 128)")
-    group.add_argument("--calibration-seed", type=int, default=0, help="seed of the windows (default: 0)")
+    group.add_argument("--calibration-seed", type=seed, default=0, help="seed of the windows (default: 0)")
 
 
 def calibration_spec(args: argparse.Namespace) -> Any:

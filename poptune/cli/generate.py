@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise ConfigError(f"`--max-new-tokens` must be >= 1, got {args.max_new_tokens}")
     if args.config:
+        if args.skip is not None:
+            raise ConfigError("give --skip (and --boundary, --offset) or --config, not both")
         from poptune.export import load_config
 
         config = load_config(args.config, model=args.model, device=args.device, force=args.force)

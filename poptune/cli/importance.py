@@ -10,7 +10,9 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-from ._args import add_model, write_text
+from poptune.files import check_writable_folder
+
+from ._args import add_model, seed, write_text
 
 _PAPER_RATIO = 1 / 3  # the paper skips the last third of the layers in prefill
 
@@ -26,7 +28,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--data-dir", help="folder with wikitext-2/test.txt for the prompts (default: "
                         "$POPTUNE_DATA; neither: prompts sampled from the model)")
     parser.add_argument("--out", default=".", help="folder for importance-<model>.json and .png (default: .)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling generator (default: 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the sampling generator (default: 0)")
     parser.add_argument("--ratio", type=float, default=_PAPER_RATIO,
                         help="prefill pruning ratio of the proposed block (default: 1/3, the paper's)")
     parser.set_defaults(run=run)
@@ -56,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if not out.is_dir():
         raise ConfigError(f"`--out` must be an existing folder, got {args.out}")
+    check_writable_folder(out)  # a read-only folder fails now, not after the analysis
     calibration_file(args.data_dir)  # a missing data file fails now, not after loading the model
 
     from tqdm import tqdm

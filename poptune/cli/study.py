@@ -161,21 +161,38 @@ def run_study(args: argparse.Namespace) -> int:
     from poptune.models import resolve_model
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    resolve_model(spec.problem.model)  # bad input fails before the progress bar and the storage
-    store.open_storage(spec.storage, heartbeat=None)
-    with tqdm(total=None if spec.max_trials else spec.trials, desc="study", unit="trial", disable=args.worker) as bar:
+    resolve_model(spec.problem.model)  # bad input fails before the model loads and the storage
+    store.check_storage(spec.storage)
+    # The bar opens once every check has passed (`started`), so that an error is the first line on stderr.
+    bars: list[Any] = []
 
-        def progress(study: Any, trial: Any) -> None:
-            if trial.state != optuna.trial.TrialState.COMPLETE:
-                return
-            bar.write(trial_line(trial))
-            bar.update(1)
-            rows = [r for r in store.front(study) if r.feasible]
-            if rows:
-                best = max(rows, key=lambda r: r.speedup if r.drop <= (spec.problem.max_drop or 1.0) else 0)
-                bar.set_postfix_str(f"best {best.speedup:.2f}x at drop {best.drop:+.2f} ({best.skip}/{best.boundary})")
+    def start() -> None:
+        bars.append(tqdm(total=None if spec.max_trials else spec.trials, desc="study", unit="trial",
+                         disable=args.worker))
 
-        study = run(spec, callbacks=[progress], progress=lambda label: bar.set_postfix_str(label))
+    def progress(study: Any, trial: Any) -> None:
+        if trial.state != optuna.trial.TrialState.COMPLETE:
+            return
+        bars[0].write(trial_line(trial))
+        bars[0].update(1)
+        rows = [r for r in store.front(study) if r.feasible]
+        if rows:
+            best = max(rows, key=lambda r: r.speedup if r.drop <= (spec.problem.max_drop or 1.0) else 0)
+            bars[0].set_postfix_str(f"best {best.speedup:.2f}x at drop {best.drop:+.2f} ({best.skip}/{best.boundary})")
+
+    from poptune.interrupt import interruptible
+
+    try:
+        with interruptible():
+            study = run(spec, callbacks=[progress], progress=lambda label: bars and bars[0].set_postfix_str(label),
+                        started=start)
+    except KeyboardInterrupt as e:  # SIGINT or SIGTERM: the running trial is failed already
+        for bar in bars:
+            bar.close()
+        return _interrupted(e, spec)
+    finally:
+        for bar in bars:
+            bar.close()
     if not args.worker:
         _report(study, spec.storage)
     return 0
@@ -194,6 +211,39 @@ def trial_line(trial: Any) -> str:
     seconds = (trial.datetime_complete - trial.datetime_start).total_seconds() if trial.datetime_start else 0.0
     return (f"trial {trial.number:>3}: skip {c['skip']:>2} {c['boundary']:<9} offset {c['offset']}  "
             f"speedup {speed}  drop {drop} pts  {items} items  {how} ({seconds:.0f} s)")
+
+
+def _interrupted(error: BaseException, spec: Any) -> int:
+    """The one summary line of an interrupted study, and the shell's exit status (130 SIGINT, 143 SIGTERM)."""
+    import sys
+
+    from poptune import store
+    from poptune.interrupt import exit_code
+
+    try:
+        stored = sum(len(store.completed(s, method=None)) for s in _studies(spec))
+    except Exception:  # the storage itself may be what failed; the summary still comes
+        stored = "no"
+    print(f"interrupted: {stored} trials stored in {store.public_url(spec.storage)}; run the same command to "
+          "resume", file=sys.stderr)
+    return exit_code(error)
+
+
+def _studies(spec: Any) -> list[Any]:
+    import optuna
+
+    from poptune import store
+
+    try:
+        storage = store.open_reader(spec.storage)
+    except ConfigError:
+        return []  # interrupted before the database was made
+    from poptune.measure.hardware import fingerprint
+    from poptune.models import resolve_model
+
+    name = spec.study or store.study_name(resolve_model(spec.problem.model).name,
+                                          fingerprint(spec.problem.device).hardware_id)
+    return [optuna.load_study(study_name=name, storage=storage)] if name in store.study_names(storage) else []
 
 
 def _report(study: Any, storage: str | None) -> None:
@@ -278,7 +328,7 @@ def run_pareto(args: argparse.Namespace) -> int:
 
     from poptune import store
 
-    study = store.load_study(store.open_storage(args.storage, heartbeat=None), args.study)
+    study = store.load_study(store.open_reader(args.storage), args.study)
     rows = store.front(study)
     if args.json:
         print(json.dumps({"study": study.study_name, "front": [asdict(r) for r in rows]}, indent=2))

@@ -7,6 +7,7 @@ The reward is :func:`poptune.env.problem.reward`; ``info`` holds every objective
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import gymnasium as gym
@@ -32,6 +33,33 @@ def _action_space(num_layers: int, seed: int | None = None) -> spaces.Dict:
     )
 
 
+class _MeasuredActions(spaces.Dict):
+    """The replay's action space: every action is valid (``contains``), but ``sample`` draws only actions whose
+    configuration the stored study measured, so that random exploration (and Gymnasium's ``check_env``) gets
+    answers from a study that is not a full grid."""
+
+    def __init__(self, num_layers: int, actions: list[dict[str, int]], seed: int | None = None) -> None:
+        super().__init__(_action_space(num_layers).spaces, seed=seed)
+        self.actions = actions
+
+    def sample(self, mask: Any = None, probability: Any = None) -> dict[str, Any]:
+        if mask is not None or probability is not None or not self.actions:
+            return super().sample(mask=mask, probability=probability)
+        action = self.actions[int(self.np_random.integers(len(self.actions)))]
+        return {key: np.int64(value) for key, value in action.items()}
+
+
+def _as_mapping(action: Any) -> Any:
+    """A ``{"skip", "boundary", "offset"}`` action, or one given as three integers (a NumPy array, a tuple)."""
+    if isinstance(action, dict) or hasattr(action, "keys"):
+        return action
+    values = np.asarray(action)
+    if values.shape != (3,) or not np.issubdtype(values.dtype, np.integer):
+        raise ConfigError("an action is a dict {skip, boundary, offset} or three integers (skip, boundary index, "
+                          f"offset), got {action!r}")
+    return {"skip": int(values[0]), "boundary": int(values[1]), "offset": int(values[2])}
+
+
 def _observation_space() -> spaces.Box:
     # (number of layers, target prompt length): what a policy may condition on.
     return spaces.Box(low=0.0, high=np.float32(1e9), shape=(2,), dtype=np.float32)
@@ -54,9 +82,9 @@ class _OneStepEnv(gym.Env):
         return self._observation.copy(), {}
 
     def step(self, action: dict[str, Any]):
-        config = config_from_action(action, self.num_layers)
+        config = config_from_action(_as_mapping(action), self.num_layers)
         measurement = self._measure(config)
-        info = measurement.info()
+        info = copy.deepcopy(measurement.info())  # each step its own dict: a caller may change it
         return self._observation.copy(), float(reward(measurement, self.max_drop)), True, False, info
 
     def _measure(self, config: Any) -> Measurement:
@@ -97,13 +125,13 @@ class ReplayEnv(_OneStepEnv):
         max_drop: The reward's accuracy budget (default: the study's own).
 
     Actions whose configuration the study never measured raise :class:`ConfigError`; a fully enumerated
-    (grid) study answers every action.
+    (grid) study answers every action. ``action_space.sample()`` draws only measured configurations.
     """
 
     def __init__(self, storage: str | None = None, study: str | None = None, *, max_drop: float | None = None) -> None:
         from poptune import store
 
-        loaded = store.load_study(store.open_storage(storage, heartbeat=None), study)
+        loaded = store.load_study(store.open_reader(storage), study)
         self.study_name = loaded.study_name
         problem = TuningProblem.from_dict(loaded.user_attrs["problem"])
         self.table: dict[Any, Measurement] = {}
@@ -114,6 +142,9 @@ class ReplayEnv(_OneStepEnv):
         # An image problem's prompt length is known from its measurements, not from the problem.
         target = next(iter(self.table.values())).target_length if self.table else problem.target
         super().__init__(num_layers, target, problem.max_drop if max_drop is None else max_drop)
+        actions = [{"skip": c.skip, "boundary": BOUNDARIES.index(c.boundary), "offset": c.offset}
+                   for c in self.table if c.boundary in BOUNDARIES and c.offset <= MAX_OFFSET and c.layers is None]
+        self.action_space = _MeasuredActions(num_layers, actions)
 
     def _measure(self, config: Any) -> Measurement:
         if config not in self.table:

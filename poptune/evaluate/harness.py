@@ -17,7 +17,32 @@ import tempfile
 from pathlib import Path
 
 
+#: poptune's own synthetic tasks: lm-eval's registry has other tasks of these names (``passkey`` is a hub task of
+#: its ``libra`` group), which this route would otherwise download instead.
+SYNTHETIC = ("passkey", "kv_recall")
+
+
+def check_tasks(argv: list[str]) -> None:
+    """Refuse, in one line, poptune's synthetic task names on the lm-eval route (they would resolve to lm-eval's).
+
+    Raises:
+        SystemExit: with code 2 and the message, when ``--tasks`` names one.
+    """
+    tasks: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--tasks" and i + 1 < len(argv):
+            tasks += argv[i + 1].split(",")
+        elif arg.startswith("--tasks="):
+            tasks += arg.split("=", 1)[1].split(",")
+    ours = [t.strip() for t in tasks if t.strip() in SYNTHETIC]
+    if ours:
+        print(f"poptune harness: error: {', '.join(ours)} is poptune's synthetic task, not lm-eval's task of that "
+              f"name: run it with `poptune eval --tasks {','.join(ours)}`", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def main() -> None:
+    check_tasks(sys.argv[1:])
     import poptune.evaluate.lm  # noqa: F401  (registers "poptune")
     from lm_eval.__main__ import cli_evaluate
 

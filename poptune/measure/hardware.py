@@ -130,34 +130,26 @@ class HardwareRecord:
 
 
 def _cpu_info() -> dict[str, Any]:
-    """Reads the host CPU model, core and thread counts and RAM (Linux ``/proc`` first, then portable)."""
-    model, cores = None, None
+    """The host CPU model, core and thread counts and RAM.
+
+    Cores and RAM come from psutil (portable); the model name from Linux ``/proc/cpuinfo``, else ``platform``
+    (psutil does not report it, and py-cpuinfo spends about a second probing for one string). The thread count
+    stays ``os.cpu_count()``: it is part of the hardware id, so the id of an existing study does not change.
+    """
+    import psutil
+
+    model = None
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
-            text = f.read()
-        models = re.findall(r"^model name\s*:\s*(.+)$", text, re.M)
+            models = re.findall(r"^model name\s*:\s*(.+)$", f.read(), re.M)
         model = models[0].strip() if models else None
-        pairs = set()
-        for block in text.split("\n\n"):  # one block per logical CPU
-            ids = dict(re.findall(r"^(physical id|core id)\s*:\s*(\d+)$", block, re.M))
-            if len(ids) == 2:
-                pairs.add((ids["physical id"], ids["core id"]))
-        cores = len(pairs) or None
     except OSError:
         pass
-    memory = None
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            found = re.search(r"^MemTotal:\s*(\d+)\s*kB", f.read(), re.M)
-        memory = int(found.group(1)) * 1024 if found else None
-    except OSError:
-        with contextlib.suppress(ValueError, OSError, AttributeError):
-            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return {
         "cpu_model": model or platform.processor() or platform.machine() or None,
-        "physical_cores": cores,
+        "physical_cores": psutil.cpu_count(logical=False),
         "logical_threads": os.cpu_count(),
-        "memory_bytes": memory,
+        "memory_bytes": int(psutil.virtual_memory().total),
     }
 
 

@@ -61,7 +61,16 @@ def embedded_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> pathl
     target = root / _MODEL_DIR_NAME
     if _is_complete(target):
         return target
-    return _build_and_publish(root, target, _build_from_gguf)
+    from filelock import FileLock
+
+    _gguf_package()  # a missing package fails before the cache folder and its lock file are made
+    root.mkdir(parents=True, exist_ok=True)
+    # One build at a time across processes (the others wait, then find it built); the atomic publish below
+    # still guards a cache shared where file locks do not hold (some network file systems).
+    with FileLock(str(root / f"{_MODEL_DIR_NAME}.lock")):
+        if _is_complete(target):
+            return target
+        return _build_and_publish(root, target, _build_from_gguf)
 
 
 def _is_complete(model_dir: pathlib.Path) -> bool:

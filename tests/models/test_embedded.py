@@ -184,3 +184,34 @@ def test_cache_logits_equal_the_gguf_model(built_cache: pathlib.Path, tmp_path: 
     input_ids = AutoTokenizer.from_pretrained(built_cache)(PROMPT, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids).logits, gguf_model(input_ids).logits, rtol=0, atol=0)
+
+
+
+def test_a_second_process_waits_for_the_build_instead_of_repeating_it(tmp_path: pathlib.Path, monkeypatch) -> None:
+    import json
+    import threading
+    import time
+
+    from filelock import FileLock
+
+    from poptune.models import embedded
+
+    builds: list[pathlib.Path] = []
+    monkeypatch.setattr(embedded, "_gguf_package", lambda: None)
+    monkeypatch.setattr(embedded, "_build_from_gguf", lambda out: builds.append(out) or {"gguf_sha256": "fake"})
+    held, done = threading.Event(), threading.Event()
+
+    def other_process() -> None:  # holds the build lock, publishes a complete cache, releases
+        with FileLock(str(tmp_path / "gemma-3-270m.lock"), thread_local=False):
+            held.set()
+            time.sleep(0.5)
+            (tmp_path / "gemma-3-270m").mkdir()
+            (tmp_path / "gemma-3-270m" / embedded._MARKER_NAME).write_text(json.dumps({"gguf_sha256": "x"}))
+        done.set()
+
+    thread = threading.Thread(target=other_process)
+    thread.start()
+    held.wait()
+    assert embedded_model_dir(tmp_path) == tmp_path / "gemma-3-270m"
+    thread.join()
+    assert done.is_set() and builds == []  # waited for the other build instead of running its own

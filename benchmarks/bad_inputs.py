@@ -1,0 +1,207 @@
+"""Benchmark: every command against bad input; prints a Markdown table (exit code, first stderr line, files touched).
+
+Usage::
+
+    python benchmarks/bad_inputs.py            # every case (tiny random models; a few minutes on 2 CPUs)
+    python benchmarks/bad_inputs.py -k enqueue # only cases whose name holds "enqueue"
+
+Each case runs ``python -m poptune ...`` in a scratch folder holding a small stored study (``ok.db``), a text file,
+a file that is not a database and a read-only folder. "Files touched" lists every file of that folder created,
+changed or removed by the case (by size, modification time and content hash): the promise is *none* for every
+row, with exit code 2 and the error as the first (and only) line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: A quick study problem on a tiny random model.
+STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "16", "--repeats", "1"]
+BENCH = ["bench", "--model", "tiny-llama", "--skip", "1", "--lengths", "16", "--repeats", "1", "--min-seconds", "0",
+         "--decode-tokens", "0"]
+EVAL = ["eval", "--model", "tiny-llama", "--skip", "1", "--tasks", "passkey", "--limit", "2", "--fidelity-pairs", "0"]
+GEN = ["generate", "--model", "tiny-llama", "--max-new-tokens", "2"]
+NOT_UTF8 = os.fsdecode(b"caf\xe9 \xff")
+
+#: (name, argv). ``{d}`` is the scratch folder.
+CASES: list[tuple[str, list[str]]] = [
+    ("unknown command", ["frobnicate"]),
+    ("generate: unknown model", [*GEN, "--model", "no-such-model", "--skip", "1", "--prompt", "hi"]),
+    ("generate: negative skip", [*GEN, "--skip", "-1", "--prompt", "hi"]),
+    ("generate: skip past the layers", [*GEN, "--skip", "99", "--prompt", "hi"]),
+    ("generate: empty prompt", [*GEN, "--skip", "1", "--prompt", "  "]),
+    ("generate: non-UTF-8 prompt", [*GEN, "--skip", "1", "--prompt", NOT_UTF8]),
+    ("generate: --config and --skip", [*GEN, "--skip", "3", "--config", "{d}/export.json", "--prompt", "hi"]),
+    ("generate: missing --config", [*GEN, "--config", "{d}/none.json", "--prompt", "hi"]),
+    ("generate: --config not JSON", [*GEN, "--config", "{d}/notes.txt", "--prompt", "hi"]),
+    ("generate: zero new tokens", [*GEN, "--skip", "1", "--prompt", "hi", "--max-new-tokens", "0"]),
+    ("generate: unknown boundary", [*GEN, "--skip", "1", "--boundary", "middle", "--prompt", "hi"]),
+    ("generate: cuda without a GPU", [*GEN, "--skip", "1", "--prompt", "hi", "--device", "cuda:7"]),
+    ("bench: lengths not integers", [*BENCH, "--lengths", "12,x"]),
+    ("bench: zero length", [*BENCH, "--lengths", "0"]),
+    ("bench: zero repeats", [*BENCH, "--repeats", "0"]),
+    ("bench: negative batch", [*BENCH, "--batch-size", "-2"]),
+    ("bench: --json in a missing folder", [*BENCH, "--json", "{d}/missing/b.json"]),
+    ("bench: --json is a folder", [*BENCH, "--json", "{d}"]),
+    ("bench: --json in a read-only folder", [*BENCH, "--json", "{d}/ro/b.json"]),
+    ("bench: --image on a text model", [*BENCH, "--lengths", "16", "--image", "64x48"]),
+    ("bench: malformed --image", ["bench", "--model", "tiny-qwen3-vl", "--skip", "1", "--image", "64by48"]),
+    ("eval: unknown task", [*EVAL, "--tasks", "no_such_task"]),
+    ("eval: negative limit", [*EVAL, "--limit", "-3"]),
+    ("eval: missing data dir", [*EVAL, "--tasks", "piqa", "--data-dir", "{d}/nodata"]),
+    ("eval: --json in a read-only folder", [*EVAL, "--json", "{d}/ro/e.json"]),
+    ("study: negative seed", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--seed", "-1"]),
+    ("study: seed past 2**32", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--seed", "4294967296"]),
+    ("study: zero trials", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--trials", "0"]),
+    ("study: negative timeout", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--timeout", "-1"]),
+    ("study: --enqueue skip past the layers", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--enqueue", "99/last/0"]),
+    ("study: --enqueue malformed", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--enqueue", "last"]),
+    ("study: --enqueue zero fields", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--enqueue", "0"]),
+    ("study: --enqueue offset 9", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--enqueue", "2/last/9"]),
+    ("study: --enqueue unknown boundary", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--enqueue", "2/xyz/0"]),
+    ("study: other settings on a stored study", [*STUDY[:-2], "--repeats", "2", "--storage", "sqlite:///{d}/ok.db"]),
+    ("study: storage not a URL", [*STUDY, "--storage", "{d}/ok.db"]),
+    ("study: sqlite storage is a text file", [*STUDY, "--storage", "sqlite:///{d}/notes.txt"]),
+    ("study: sqlite in a missing folder", [*STUDY, "--storage", "sqlite:///{d}/missing/s.db"]),
+    ("study: journal on a text file", [*STUDY, "--storage", "journal:{d}/notes.txt"]),
+    ("study: journal on an SQLite file", [*STUDY, "--storage", "journal:{d}/ok.db"]),
+    ("study: journal is a folder", [*STUDY, "--storage", "journal:{d}"]),
+    ("study: unreachable PostgreSQL", [*STUDY, "--storage", "postgresql://u@127.0.0.1:1/x"]),
+    ("study: --gpus on SQLite", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--gpus", "0"]),
+    ("study: unknown baseline", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--baselines", "magic"]),
+    ("study: baseline ratio 1.5", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--baselines", "sleb",
+                                   "--baseline-ratios", "1.5"]),
+    ("study: --image and --lengths", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--image", "64x48"]),
+    ("study: missing importance JSON", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--init-from-importance",
+                                        "{d}/none.json"]),
+    ("pareto: missing database", ["pareto", "--storage", "sqlite:///{d}/missing.db"]),
+    ("pareto: missing journal", ["pareto", "--storage", "journal:{d}/missing.log"]),
+    ("pareto: unknown study", ["pareto", "--storage", "sqlite:///{d}/ok.db", "--study", "nope"]),
+    ("pareto: not a database", ["pareto", "--storage", "sqlite:///{d}/notes.txt"]),
+    ("pareto: corrupt database", ["pareto", "--storage", "sqlite:///{d}/corrupt.db"]),
+    ("export: missing database", ["export", "--storage", "sqlite:///{d}/missing.db", "--max-drop", "1"]),
+    ("export: --out in a read-only folder", ["export", "--storage", "sqlite:///{d}/ok.db", "--max-drop", "100",
+                                            "--out", "{d}/ro/c.json"]),
+    ("export: --out is a folder", ["export", "--storage", "sqlite:///{d}/ok.db", "--max-drop", "100", "--out", "{d}"]),
+    ("export: other model", ["export", "--storage", "sqlite:///{d}/ok.db", "--max-drop", "100", "--model", "tiny-qwen3"]),
+    ("baseline: unknown method", ["baseline", "--model", "tiny-llama", "--method", "magic"]),
+    ("baseline: ratio 2", ["baseline", "--model", "tiny-llama", "--method", "sleb", "--ratio", "2", "--tasks",
+                           "passkey", "--limit", "2", "--lengths", "16"]),
+    ("leaderboard: missing database", ["leaderboard", "--storage", "sqlite:///{d}/missing.db", "--out", "{d}"]),
+    ("leaderboard: --out in a read-only folder", ["leaderboard", "--storage", "sqlite:///{d}/ok.db", "--out",
+                                                 "{d}/ro"]),
+    ("importance: zero samples", ["importance", "--model", "tiny-llama", "--samples", "0", "--out", "{d}"]),
+    ("importance: negative seed", ["importance", "--model", "tiny-llama", "--seed", "-1", "--out", "{d}"]),
+    ("importance: --out read-only", ["importance", "--model", "tiny-llama", "--samples", "2", "--length", "8",
+                                     "--new-tokens", "2", "--out", "{d}/ro"]),
+]
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int, str]]:
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            files[str(path.relative_to(folder))] = (path.stat().st_size, path.stat().st_mtime_ns,
+                                                    hashlib.sha256(path.read_bytes()).hexdigest())
+    return files
+
+
+def _touched(before: dict, after: dict) -> list[str]:
+    names = sorted(set(before) | set(after))
+    return [f"{n} ({'new' if n not in before else 'removed' if n not in after else 'changed'})"
+            for n in names if before.get(n) != after.get(n)]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", CUDA_VISIBLE_DEVICES="")
+    env.pop("POPTUNE_DATA", None)
+    return env
+
+
+def _poptune(argv: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "poptune", *argv], cwd=cwd, env=_env(), capture_output=True,
+                          text=True, errors="replace", timeout=timeout)
+
+
+def make_scratch(folder: Path) -> None:
+    """The files every case may touch: a stored study, an export, text, a corrupt database, a read-only folder."""
+    done = _poptune([*STUDY, "--trials", "1", "--storage", f"sqlite:///{folder}/ok.db"], folder)
+    if done.returncode:
+        raise SystemExit(f"could not make the scratch study: {done.stderr[-2000:]}")
+    _poptune(["export", "--storage", f"sqlite:///{folder}/ok.db", "--max-drop", "100", "--out",
+              f"{folder}/export.json"], folder)
+    (folder / "notes.txt").write_text("my notes, not a journal\n")
+    (folder / "corrupt.db").write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+    for stray in folder.glob("*.png"):
+        stray.unlink()
+    read_only_folder(folder / "ro")
+
+
+def read_only_folder(path: Path) -> None:
+    """A folder no file can be created in: a read-only tmpfs as root (root ignores permission bits), else 0o500."""
+    path.mkdir()
+    if os.geteuid() == 0 and shutil.which("mount"):
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)]).returncode == 0:
+            return
+    path.chmod(stat.S_IRUSR | stat.S_IXUSR)
+
+
+def release_folder(path: Path) -> None:
+    if os.path.ismount(path):
+        subprocess.run(["umount", str(path)])
+    elif path.exists():
+        path.chmod(stat.S_IRWXU)
+
+
+def run_cases(folder: Path, selected: list[tuple[str, list[str]]]) -> list[tuple[str, int, str, list[str], float]]:
+    rows = []
+    for name, argv in selected:
+        argv = [a.replace("{d}", str(folder)) for a in argv]
+        before = _snapshot(folder)
+        started = time.monotonic()
+        done = _poptune(argv, folder)
+        seconds = time.monotonic() - started
+        first = (done.stderr.strip().splitlines() or [""])[0]
+        rows.append((name, done.returncode, first.replace(str(folder), "D"), _touched(before, _snapshot(folder)),
+                     seconds))
+        print(f"{name}: {done.returncode} in {seconds:.1f} s", file=sys.stderr)
+    return rows
+
+
+def table(rows: list[tuple[str, int, str, list[str], float]]) -> str:
+    lines = ["| case | exit | first stderr line | files touched | s |", "|---|---|---|---|---|"]
+    for name, code, first, touched, seconds in rows:
+        text = first[:140].replace("|", "\\|")
+        lines.append(f"| {name} | {code} | `{text}` | {', '.join(touched) or 'none'} | {seconds:.1f} |")
+    ok = sum(code == 2 and not touched for _, code, _, touched, _ in rows)
+    lines.append(f"\n{ok} of {len(rows)} cases: exit 2, nothing touched.")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-k", default="", help="only cases whose name holds this text")
+    args = parser.parse_args()
+    selected = [c for c in CASES if args.k in c[0]]
+    folder = Path(tempfile.mkdtemp(prefix="poptune-bad-"))
+    try:
+        make_scratch(folder)
+        print(table(run_cases(folder, selected)))
+    finally:
+        release_folder(folder / "ro")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

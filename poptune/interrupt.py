@@ -1,0 +1,86 @@
+"""Stopping a study on SIGINT or SIGTERM: the running trial is failed at once, then one summary line.
+
+:func:`interruptible` (the command line's, around a study) turns either signal into :class:`Interrupted`, a
+:class:`KeyboardInterrupt`: Optuna fails the running trial and stops. :func:`marking_interrupted` (around the
+objective) records ``fail_reason = "interrupted"`` on that trial and queues its configuration again, so that
+running the same command resumes with it; a second signal gets the default behaviour (an immediate exit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["INTERRUPTED", "Interrupted", "interruptible", "marking_interrupted", "exit_code"]
+
+#: The ``fail_reason`` of a trial stopped by a signal (not a fault of its configuration: it is measured again).
+INTERRUPTED = "interrupted"
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived; ``signum`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def exit_code(error: BaseException) -> int:
+    """The shell's exit status of a process stopped by ``error``'s signal: 130 (SIGINT) or 143 (SIGTERM)."""
+    return 128 + int(getattr(error, "signum", signal.SIGINT))
+
+
+class _DropAfterSignal(logging.Filter):
+    """Optuna logs the failed trial with its traceback; once a signal came, the summary line says it instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signalled = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.signalled
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Within: SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (the first one; then defaults)."""
+
+    quiet = _DropAfterSignal()
+
+    def handler(signum: int, frame: Any) -> None:
+        quiet.signalled = True
+        for number in _SIGNALS:
+            signal.signal(number, signal.SIG_DFL if number == signal.SIGTERM else signal.default_int_handler)
+        raise Interrupted(signum)
+
+    previous = {number: signal.signal(number, handler) for number in _SIGNALS}
+    logger = logging.getLogger("optuna.study._optimize")
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+def marking_interrupted(study: Any, objective: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``objective`` that, when interrupted, marks its trial ``fail_reason = "interrupted"`` and queues its
+    configuration again (Optuna then fails the trial and stops)."""
+
+    def wrapped(trial: Any) -> Any:
+        try:
+            return objective(trial)
+        except KeyboardInterrupt:
+            with contextlib.suppress(Exception):  # the storage may be what is failing; the trial fails regardless
+                trial.set_user_attr("fail_reason", INTERRUPTED)
+                if {"skip", "boundary", "offset"} <= set(trial.params):
+                    study.enqueue_trial(dict(trial.params))  # not skip_if_exists: this trial holds them
+            raise
+
+    return wrapped

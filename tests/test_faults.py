@@ -1,0 +1,79 @@
+"""Faults on real processes (tiny model, SQLite): signals, kill -9, two workers, a full disk. Marked ``slow``.
+
+The process helpers are those of ``benchmarks/faults.py``, which prints the same cases as a table.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+_spec = importlib.util.spec_from_file_location("faults", Path(__file__).resolve().parents[1] / "benchmarks" / "faults.py")
+faults = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(faults)
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_mid_trial_stops_within_2s_and_the_same_command_resumes(tmp_path, signum, code):
+    db = tmp_path / "s.db"
+    argv = [*faults.STUDY, "--trials", "2", "--storage", f"sqlite:///{db}"]
+    proc = faults.start(argv, tmp_path)
+    faults.wait_mid_trial(proc, db)
+    before = faults.completed_values(db)
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 2.0
+    assert proc.returncode == code
+    lines = faults._lines(err).splitlines()
+    assert lines == [f"interrupted: {len(before)} trials stored in sqlite:///{db}; run the same command to resume"]
+    assert "RUNNING" not in [s for _, s in faults.states(db)]  # failed at once, not left for the heartbeat
+    assert faults.run(argv, tmp_path)[0] == 0
+    after = faults.completed_values(db)
+    assert all(after[n] == v for n, v in before.items()) and len(after) == len(before) + 2
+    configs = faults.measured_configs(db)
+    assert len(configs) == len(set(configs))
+
+
+def test_kill_9_mid_trial_loses_only_that_trial(tmp_path):
+    db = tmp_path / "s.db"
+    argv = [*faults.STUDY, "--trials", "2", "--storage", f"sqlite:///{db}"]
+    proc = faults.start(argv, tmp_path)
+    faults.wait_mid_trial(proc, db)
+    before = faults.completed_values(db)
+    proc.kill()
+    proc.communicate()
+    time.sleep(6.5)  # past three 2 s heartbeats
+    assert faults.run(argv, tmp_path)[0] == 0  # the lock went with the killed process
+    after = faults.completed_values(db)
+    assert all(after[n] == v for n, v in before.items()) and len(after) == len(before) + 2
+    assert "RUNNING" not in [s for _, s in faults.states(db)]
+
+
+def test_a_second_process_on_one_sqlite_study_is_refused(tmp_path):
+    db = tmp_path / "s.db"
+    argv = [*faults.STUDY, "--trials", "3", "--storage", f"sqlite:///{db}"]
+    first = faults.start(argv, tmp_path)
+    faults.wait_mid_trial(first, db, complete=0)
+    code, err = faults.run(argv, tmp_path)
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "another process is running a study" in err and "journal:PATH" in err and "postgresql://" in err
+    first.communicate(timeout=900)
+    assert first.returncode == 0
+    configs = faults.measured_configs(db)
+    assert len(configs) == len(set(configs)) == 3
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_full_disk_is_one_line_at_once_and_keeps_the_study(tmp_path):
+    row = faults.full_disk_fault(tmp_path)
+    assert row["exit"] == 2 and "database or disk is full" in row["line"] and row["seconds"] < 60
+    assert "all kept" in row["lost"]
+    assert not any(os.path.ismount(p) for p in tmp_path.iterdir())
