@@ -20,7 +20,7 @@ import torch
 from poptune.device import resolve_device
 from poptune.errors import ConfigError
 from poptune.measure.records import ORDERS, LatencyRecord, PairRecord, percentile
-from poptune.measure.stats import median_interval, relative_half_width
+from poptune.measure.stats import MIN_BOOTSTRAP, median_interval, relative_half_width
 
 __all__ = [
     "ORDERS",
@@ -215,6 +215,8 @@ def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> _Rounds
     timer.synchronize()  # so the timed loop's wall clock does not start with warm-up work still queued
     pending: list[list[object]] = [[] for _ in fns]
     min_ns = policy.min_seconds * 1e9
+    # An interval needs a few pairs before its width means anything (under MIN_BOOTSTRAP it is their range).
+    least = max(policy.min_repeats, MIN_BOOTSTRAP) if policy.precision is not None else policy.min_repeats
     max_ns = None if policy.max_seconds is None else policy.max_seconds * 1e9
     started, start = time.time(), timer.now_ns()
     offsets: list[float] = []
@@ -226,7 +228,7 @@ def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> _Rounds
             pending[index].append(_call(fns[index], timer))
         rounds += 1
         elapsed = timer.now_ns() - start
-        if rounds < policy.min_repeats or elapsed < min_ns:
+        if rounds < least or elapsed < min_ns:
             continue
         if policy.precision is None or (max_ns is not None and elapsed >= max_ns):
             break

@@ -302,3 +302,8 @@ def test_precision_rule_respects_the_caps() -> None:
     assert timed.count == 17  # pairs of ~30 ms: the 0.5 s cap is passed after the 17th
     exact = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, precision=0.02), 0.0)
     assert exact.count == 3  # identical ratios: the interval has no width at the minimum
+
+
+def test_precision_rule_never_stops_on_too_few_pairs_to_judge() -> None:
+    one = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=1, min_seconds=0.0, precision=0.02), 0.0)
+    assert one.count == 3  # a single pair's "interval" has no width; three are the least judged
