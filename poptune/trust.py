@@ -1,5 +1,7 @@
-"""What makes a study's latencies trustworthy: A/A checks, re-measuring noisy trials, the confirmation pass.
+"""What makes a study's latencies trustworthy: provenance, A/A checks, re-measuring noisy trials, confirmation.
 
+- :func:`record_run` appends each run's provenance (command line, version, git commit, weights, attention,
+  dtype, threads, load at start and end) to the study attribute ``runs``.
 - :func:`record_aa_check` times the full model against itself at the target prompt (an A/A pair) and appends
   the figures to the study attribute ``null_checks`` (each run does so at its start and its end).
 - :func:`remeasure_noisy` measures again each configuration whose every trial is marked ``noisy`` (see
@@ -28,7 +30,8 @@ if TYPE_CHECKING:
     from poptune.env.evaluator import ConfigEvaluator
     from poptune.measure.records import PairRecord
 
-__all__ = ["CONFIRM_ROUNDS", "CONFIRM_PAIRS", "record_aa_check", "remeasure_noisy", "confirm_front"]
+__all__ = ["CONFIRM_ROUNDS", "CONFIRM_PAIRS", "record_run", "finish_run", "record_aa_check", "remeasure_noisy",
+           "confirm_front"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,25 @@ def record_aa_check(study: "optuna.Study", evaluator: "ConfigEvaluator", when: s
     if reasons:
         log.warning("the machine was too noisy: %s", reasons[0])
     return entry
+
+
+def record_run(study: "optuna.Study", evaluator: "ConfigEvaluator") -> None:
+    """Append this run's provenance (:func:`poptune.measure.provenance.provenance`) to the study's ``runs``."""
+    from poptune.measure.provenance import provenance
+
+    p = evaluator.problem
+    entry = dict(provenance(evaluator.model, model_name=p.model, weights=p.weights), date=_now())
+    study.set_user_attr("runs", list(study.user_attrs.get("runs", [])) + [entry])
+
+
+def finish_run(study: "optuna.Study") -> None:
+    """Fill the load average at the end of this run into its ``runs`` entry."""
+    from poptune.measure.provenance import load_average
+
+    runs = list(study.user_attrs.get("runs", []))
+    if runs:
+        runs[-1] = dict(runs[-1], load_end=load_average())
+        study.set_user_attr("runs", runs)
 
 
 def _add_trial(study: "optuna.Study", config: PopConfig, num_layers: int, values: tuple[float, float],

@@ -535,6 +535,7 @@ def run_study(
     done = _count(study, TrialState.COMPLETE)
     budget = spec.max_trials if spec.max_trials is not None else done + spec.trials
     checks = spec.confirm and not store.is_server(spec.storage) and budget > done
+    trust.record_run(study, evaluator)
     if checks:
         trust.record_aa_check(study, evaluator, "start")
     if budget > done:
@@ -546,4 +547,5 @@ def run_study(
     if spec.baselines:
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
         add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration, progress=progress)
+    trust.finish_run(study)
     return study

@@ -7,6 +7,7 @@ import random
 
 import optuna
 import pytest
+import torch
 
 from poptune import PopConfig, store
 from poptune.env import Measurement, TuningProblem
@@ -39,6 +40,7 @@ class FakeEvaluator:
     def __init__(self, problem: TuningProblem, loaded: set[int] = frozenset()) -> None:
         self.problem, self.loaded, self.calls, self.num_layers, self.target_length = problem, loaded, 0, LAYERS, 16
         self.rng = random.Random(0)
+        self.model = torch.nn.Linear(1, 1)  # what provenance reads (dtype, attention implementation)
 
     def full_accuracy(self) -> dict[str, float]:
         return {"piqa": 0.75}
@@ -119,6 +121,10 @@ def test_noisy_middle_trials_are_marked_remeasured_and_kept_off_the_front(proble
     assert not {r.trial for r in front} & {t.number for t in noisy}
     checks = study.user_attrs["null_checks"]
     assert [c["when"] for c in checks] == ["start", "end"] and not any(c["noisy"] for c in checks)
+    (run,) = study.user_attrs["runs"]
+    assert {"command", "poptune", "git_commit", "weights_fingerprint", "attn_implementation", "dtype",
+            "torch_threads", "thread_env", "load_start", "load_end"} <= set(run)
+    assert run["weights_fingerprint"].startswith("random-seed0") and run["load_end"] is not None
 
 
 def test_confirmation_pass_retimes_the_front_together_and_the_front_reads_it(problem, tmp_path, quiet_timing):

@@ -24,7 +24,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 @pytest.fixture
 def problem(shared_data):
     return TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(shared_data), lengths=(16,),
-                         repeats=1, decode_tokens=0)
+                         repeats=1, decode_tokens=0, precision=None)  # the stopping rule: test_timer
 
 
 def _configs(study, *, reused=False):
