@@ -66,7 +66,7 @@ def record_aa_check(study: "optuna.Study", evaluator: "ConfigEvaluator", when: s
     load_start = load_average()
     pair, _ = _time(evaluator, PopConfig(skip=0), max(p.repeats, 5), 1)
     lo, hi = pair.speedup_ci
-    reasons = noisy_reasons(f"A/A prefill at {p.target_label}", lo, hi)
+    reasons = noisy_reasons(f"A/A prefill at {p.target_label}", lo, hi)  # at least 5 pairs
     entry = {"when": when, "date": _now(), "speedup": pair.speedup, "lo": lo, "hi": hi, "pairs": pair.count,
              "noisy": bool(reasons), "reasons": reasons, "load_start": load_start, "load_end": load_average()}
     study.set_user_attr("null_checks", list(study.user_attrs.get("null_checks", [])) + [entry])

@@ -131,7 +131,7 @@ def test_a_study_with_other_settings_is_not_mixed(problem, tmp_path, capsys):
 def _study_cmd(url, data_dir, trials):
     return [sys.executable, "-m", "poptune", "study", "--model", "tiny-llama", "--tasks", "piqa", "--limit", "4",
             "--lengths", "16", "--data-dir", data_dir, "--storage", url, "--sampler", "grid", "--seed", "3",
-            "--repeats", "1", "--heartbeat", "1", "--trials", str(trials)]
+            "--repeats", "1", "--precision", "0", "--heartbeat", "1", "--trials", str(trials)]
 
 
 def _running_with_heartbeat(db):
@@ -208,7 +208,7 @@ def test_importance_proposal_is_enqueued(problem, tmp_path, capsys):
     path.write_text(result.to_json())
     url = f"sqlite:///{tmp_path}/s.db"
     code = main(["study", "--model", "tiny-llama", "--tasks", "piqa", "--limit", "4", "--lengths", "16",
-                 "--data-dir", problem.data_dir, "--storage", url, "--repeats", "1", "--trials", "3",
+                 "--data-dir", problem.data_dir, "--storage", url, "--repeats", "1", "--precision", "0", "--trials", "3",
                  "--init-from-importance", str(path)])
     assert code == 0
     study = store.load_study(store.open_storage(url, heartbeat=None), None)
@@ -322,7 +322,7 @@ def test_a_full_disk_is_one_line_and_leaves_the_database_intact(problem, tmp_pat
 
     db = tmp_path / "s.db"
     args = ["--model", "tiny-llama", "--tasks", "piqa", "--limit", "4", "--lengths", "16", "--data-dir",
-            problem.data_dir, "--storage", f"sqlite:///{db}", "--repeats", "1"]
+            problem.data_dir, "--storage", f"sqlite:///{db}", "--repeats", "1", "--precision", "0"]
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", _no_space)
     code = main(["study", *args, "--trials", "2"])
     err = capsys.readouterr().err  # progress bars, then the one error line

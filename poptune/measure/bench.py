@@ -28,6 +28,7 @@ from poptune.measure.flops import assumption, prefill_flops, vision_flops
 from poptune.measure.hardware import HardwareRecord, Telemetry, fingerprint
 from poptune.measure.nullcheck import NullCheck, above_ideal, figures
 from poptune.measure.provenance import load_average, provenance
+from poptune.measure.stats import MIN_BOOTSTRAP
 from poptune.measure.prefill import decode, prefill
 from poptune.measure.prompts import image_prompt_batch, prompt_batch
 from poptune.models.vision import ImageSize, encoder_patches, image_token_counts, kept_rope_state, require_vision
@@ -111,8 +112,8 @@ class BenchRow:
 
     @property
     def above_ideal(self) -> bool:
-        """Whether the prefill speedup is above the FLOPs ideal by more than its interval."""
-        return above_ideal(self.prefill.speedup_ci[0], self.ideal)
+        """Whether the prefill speedup is above the FLOPs ideal by more than its interval (from 3 pairs on)."""
+        return self.prefill.count >= MIN_BOOTSTRAP and above_ideal(self.prefill.speedup_ci[0], self.ideal)
 
     def summary(self) -> dict[str, float | None]:
         """The headline figures: p50 latencies in ms, speedup with its 95% interval and pair count, ideal,

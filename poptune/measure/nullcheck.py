@@ -5,7 +5,8 @@ against itself) and POP's decode against the full model's (POP changes prefill o
 untouched model). When either interval lies wholly outside ``1 +- tolerance`` the load on the machine moved
 one side of the pairs and not the other: the run was too noisy to trust its speedups. A third check needs no
 extra timing: a prefill speedup whose interval lies wholly above the FLOPs ideal is impossible for the
-computation the ideal counts, so it too marks a perturbed measurement.
+computation the ideal counts, so it too marks a perturbed measurement. A check needs at least
+:data:`~poptune.measure.stats.MIN_BOOTSTRAP` pairs (fewer have no interval to judge by).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from poptune.measure.records import PairRecord
-from poptune.measure.stats import excludes
+from poptune.measure.stats import MIN_BOOTSTRAP, excludes
 
 __all__ = ["TOLERANCE", "NullCheck", "figures", "above_ideal", "noisy_reasons"]
 
@@ -64,10 +65,11 @@ class NullCheck:
     def reasons(self) -> list[str]:
         """Why the run was too noisy (empty: it was not)."""
         reasons = []
-        if self.aa is not None:
+        if self.aa is not None and self.aa["pairs"] >= MIN_BOOTSTRAP:
             reasons += noisy_reasons(f"A/A prefill at {self.length}", self.aa["lo"], self.aa["hi"], self.tolerance)
         for length, fig in self.decode.items():
-            reasons += noisy_reasons(f"decode POP/full at {length}", fig["lo"], fig["hi"], self.tolerance)
+            if fig["pairs"] >= MIN_BOOTSTRAP:
+                reasons += noisy_reasons(f"decode POP/full at {length}", fig["lo"], fig["hi"], self.tolerance)
         reasons += [f"prefill speedup at {n} above its FLOPs ideal by more than its interval" for n in self.above_ideal]
         return reasons
 

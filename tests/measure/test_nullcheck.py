@@ -43,3 +43,8 @@ def test_speedup_above_ideal_beyond_its_interval_is_flagged():
     assert not plausible.above_ideal  # its interval reaches below the ideal
     check = NullCheck(length=512, aa=None, above_ideal=[512])
     assert check.noisy and "above its FLOPs ideal" in check.reasons[0]
+
+
+def test_fewer_than_three_pairs_are_not_judged():
+    assert not NullCheck(length=16, aa=figures(_pair([0.3, 0.31]))).noisy
+    assert not BenchRow(length=16, prefill=_pair([6.5, 6.6]), ideal=1.42).above_ideal
