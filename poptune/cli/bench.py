@@ -109,5 +109,10 @@ def _print_null_check(result: Any) -> None:
         for reason in check.reasons:
             print(f"  {reason}")
     else:
-        print(f"null checks passed: identical work measured within 1 +- {check.tolerance:.0%} (load {load[0]} -> "
+        print(f"null checks passed: no identical-work interval excludes 1 +- {check.tolerance:.0%} (load {load[0]} -> "
               f"{load[1]})")
+    wide = result.imprecise()
+    if wide:
+        listed = ", ".join(f"{label} +-{width:.1%}" for label, width in wide.items())
+        print(f"IMPRECISE: the +-{result.spec.policy.precision:.0%} target was not reached within the caps "
+              f"(--max-pairs, --max-seconds): {listed}; a busy machine widens intervals")

@@ -185,6 +185,18 @@ class BenchResult:
         """Whether a null check failed: the machine was too noisy to trust these speedups."""
         return self.null_check is not None and self.null_check.noisy
 
+    def imprecise(self) -> dict[str, float]:
+        """Measurements whose interval stayed wider than the policy's precision (caps hit): label -> half-width."""
+        target = self.spec.policy.precision
+        if target is None:
+            return {}
+        wide = {}
+        for row in self.rows:
+            for kind, pair in (("prefill", row.prefill), ("decode", row.decode)):
+                if pair is not None and pair.half_width > target:
+                    wide[f"{kind} {row.image or row.length}"] = pair.half_width
+        return wide
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -200,6 +212,7 @@ class BenchResult:
             "ideal_assumption": self.ideal_assumption,
             "null_check": self.null_check.to_dict() if self.null_check else None,
             "noisy": self.noisy,
+            "imprecise": self.imprecise(),
             "provenance": self.provenance,
             "rows": [row.to_dict() for row in self.rows],
             "hardware": self.hardware.to_dict(),

@@ -115,3 +115,11 @@ def test_no_null_check_times_no_aa_pair(tiny):
     result = run_bench(model, tok, PopConfig(skip=3), BenchSpec(lengths=(16,), decode_tokens=0, policy=FAST,
                                                                 null_check=False), model_name="tiny-gemma3")
     assert result.null_check is not None and result.null_check.aa is None and result.null_check.decode == {}
+
+
+def test_intervals_wider_than_the_precision_target_are_listed(tiny):
+    model, tok = tiny
+    policy = RepeatPolicy(warmup=0, min_repeats=3, max_repeats=3, min_seconds=0.0, precision=1e-9)
+    result = run_bench(model, tok, PopConfig(skip=3), BenchSpec(lengths=(16,), decode_tokens=0, policy=policy,
+                                                                null_check=False), model_name="tiny-gemma3")
+    assert set(result.imprecise()) == {"prefill 16"} and json.loads(result.to_json())["imprecise"]
