@@ -170,8 +170,8 @@ def run_study(args: argparse.Namespace) -> int:
     with tqdm(total=None if spec.max_trials else spec.trials, desc="study", unit="trial", disable=args.worker) as bar:
 
         def progress(study: Any, trial: Any) -> None:
-            if trial.state != optuna.trial.TrialState.COMPLETE:
-                return
+            if trial.state != optuna.trial.TrialState.COMPLETE or "reused_from" in trial.user_attrs:
+                return  # the bar counts measured configurations, as the budget does
             bar.update(1)
             rows = [r for r in store.front(study) if r.feasible]
             if rows:
