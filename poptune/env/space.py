@@ -75,7 +75,6 @@ def config_of_trial(trial: "optuna.trial.FrozenTrial", num_layers: int) -> PopCo
     return config_from_action(params, num_layers)  # an old study's trial: its skip may be clipped
 
 
-
 def SpaceGridSampler(num_layers: int, seed: int) -> "optuna.samplers.BaseSampler":  # noqa: N802 (a class factory)
     """A grid over :func:`all_configs` in a seeded order: each trial takes the first configuration no trial of
     the study has yet; once all are taken, a seeded random one."""
