@@ -35,7 +35,7 @@ ATTRIBUTES = ("config", "latency", "speedup", "prefill_ms", "accuracy", "accurac
 
 def worker_argv(url: str, trials: int, heartbeat: int, model: str) -> list[str]:
     return [sys.executable, "-m", "poptune", "study", "--model", model, "--tasks", "embedded", "--limit", "4",
-            "--lengths", "16", "--repeats", "1", "--storage", url, "--max-trials", str(trials),
+            "--lengths", "16", "--repeats", "1", "--precision", "0", "--storage", url, "--max-trials", str(trials),
             "--heartbeat", str(heartbeat), "--worker"]
 
 
@@ -103,7 +103,7 @@ _storages: dict[str, object] = {}
 
 
 def _completed(url: str) -> int:
-    """Completed trials in the study so far (0 before a worker has made it)."""
+    """Measured configurations in the study so far (0 before a worker has made it): the budget's count."""
     from poptune import store
 
     if url not in _storages:
@@ -112,7 +112,8 @@ def _completed(url: str) -> int:
     studies = storage.get_all_studies()
     if not studies:
         return 0
-    return len(store.completed(store.load_study(storage, studies[0].study_name)))
+    trials = store.completed(store.load_study(storage, studies[0].study_name))
+    return sum("reused_from" not in t.user_attrs for t in trials)
 
 
 def summarise(url: str) -> dict:
@@ -191,7 +192,7 @@ def main() -> int:
     _print(args.storage, result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-    ok = (result["completed"] == args.trials and not result["measured_twice"] and not result["incomplete_attributes"]
+    ok = (result["measured"] == args.trials and not result["measured_twice"] and not result["incomplete_attributes"]
           and not any(result["exit_codes"]))
     return 0 if ok else 1
 

@@ -26,7 +26,8 @@ def best_within_budget(study: Any, max_drop: float) -> Any:
     """The fastest Pareto-optimal POP trial whose accuracy drop is at most ``max_drop`` points at 95%.
 
     A trial with a paired interval is within the budget when the interval's upper end is; an old trial
-    without one, when its point estimate is.
+    without one, when its point estimate is. The front is :func:`poptune.store.front`'s: trials marked noisy
+    and configurations confirmed above their FLOPs ideal are not on it; confirmed figures replace a trial's own.
     """
     if max_drop < 0:
         raise ConfigError(f"`max_drop` must be >= 0 accuracy points, got {max_drop}")
@@ -55,6 +56,11 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
         "objectives": {
             "prefill_ms": row.prefill_ms,
             "speedup": row.speedup,
+            "speedup_lo": row.speedup_lo,
+            "speedup_hi": row.speedup_hi,
+            "pairs": row.pairs,
+            "ideal": row.ideal,
+            "confirmed": row.confirmed,
             "accuracy": row.accuracy,
             "drop_points": row.drop,
             "drop_ci": [row.drop_lo, row.drop_hi] if row.drop_hi is not None else None,
@@ -71,6 +77,8 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "trial": row.trial,
             "problem": attrs["problem"],
             "versions": attrs.get("versions"),
+            "measurement": trial.user_attrs.get("provenance"),
+            "null_checks": attrs.get("null_checks"),
             "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         },
     }

@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,9 +48,12 @@ class Entry:
     accuracy_mean: float
     drop: float
     note: str = ""
+    interval: dict[int, tuple[float, float]] = field(default_factory=dict)
+    noisy: bool = False
 
 
-def _entry(trial: "optuna.trial.FrozenTrial", num_layers: int, note: str = "") -> Entry:
+def _entry(trial: "optuna.trial.FrozenTrial", num_layers: int, note: str = "",
+           confirmed: dict[str, Any] | None = None) -> Entry:
     a = trial.user_attrs
     method, config, details = a.get("method", "pop"), a["config"], a.get("details", {})
     target = str(a["target_length"])
@@ -66,12 +69,17 @@ def _entry(trial: "optuna.trial.FrozenTrial", num_layers: int, note: str = "") -
         removed = details.get("removed", [])
         verb = "skipped in prefill" if method == "shortgpt-gen" else "removed"
         label, ratio = f"{len(removed)} {verb}: {','.join(map(str, removed))}", len(removed) / num_layers
+    latency = {int(k): dict(v) for k, v in a["latency"].items()}
+    if confirmed:  # the confirmation pass's figures at the target length
+        latency[int(target)].update({k: confirmed[k] for k in ("speedup", "speedup_lo", "speedup_hi")})
     return Entry(
         trial=trial.number, method=method, label=label, ratio=ratio,
-        speedup={int(k): float(v["speedup"]) for k, v in sorted(a["latency"].items(), key=lambda kv: int(kv[0]))},
+        speedup={k: float(v["speedup"]) for k, v in sorted(latency.items())},
         ideal=float(row["ideal"]),
-        decode_speedup=full_decode / decode if full_decode and decode else None,
+        decode_speedup=row.get("decode_speedup") or (full_decode / decode if full_decode and decode else None),
         accuracy=dict(a["accuracy"]), accuracy_mean=float(a["accuracy_mean"]), drop=float(a["drop_points"]), note=note,
+        interval={k: (v["speedup_lo"], v["speedup_hi"]) for k, v in latency.items() if v.get("speedup_lo") is not None},
+        noisy=bool(a.get("noisy")),
     )
 
 
@@ -82,6 +90,7 @@ def entries(study: "optuna.Study") -> list[Entry]:
     num_layers = int(study.user_attrs["num_layers"])
     pop = store.completed(study)
     front = {row.trial for row in store.front(study)}
+    confirmed = study.user_attrs.get("confirmation", {}).get("trials", {})
     paper = paper_default(num_layers).to_dict()
     rows: dict[tuple, Entry] = {}
     for trial in pop:
@@ -89,7 +98,7 @@ def entries(study: "optuna.Study") -> list[Entry]:
         is_paper = config == paper
         if trial.number in front or config["skip"] == 0 or is_paper:
             note = " ".join(n for n, on in (("front", trial.number in front), ("paper rule", is_paper)) if on)
-            entry = _entry(trial, num_layers, note)
+            entry = _entry(trial, num_layers, note, confirmed.get(str(trial.number)))
             rows.setdefault((entry.method, entry.label), entry)  # a configuration answered again: once
     for trial in store.completed(study, method=None):
         if trial.user_attrs.get("method", "pop") != "pop":
@@ -109,8 +118,24 @@ _IMPLAUSIBLE, _SLACK = "†", 0.10
 
 
 def _flag(entry: Entry, length: int, target: int) -> str:
-    """``†`` on a speedup (at the target length, where the ideal is known) implausibly above the FLOPs ideal."""
-    return _IMPLAUSIBLE if length == target and entry.speedup[length] > (1 + _SLACK) * entry.ideal else ""
+    """``†`` on a speedup (at the target length, where the ideal is known) implausibly above the FLOPs ideal: with
+    an interval, its lower end above the ideal (see :mod:`poptune.measure.nullcheck`); else 10% above it."""
+    if length != target:
+        return ""
+    if length in entry.interval:
+        from poptune.measure.nullcheck import above_ideal
+
+        return _IMPLAUSIBLE if above_ideal(entry.interval[length][0], entry.ideal) else ""
+    return _IMPLAUSIBLE if entry.speedup[length] > (1 + _SLACK) * entry.ideal else ""
+
+
+def _speedup_cell(entry: Entry, length: int, target: int) -> str:
+    """``1.234x [1.210, 1.251]`` (the 95% interval where the trial has one)."""
+    cell = f"{entry.speedup[length]:.3f}x"
+    if length in entry.interval:
+        lo, hi = entry.interval[length]
+        cell += f" [{lo:.3f}, {hi:.3f}]"
+    return cell + _flag(entry, length, target)
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -147,7 +172,7 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
     md = [f"# Methods on {study.study_name}", "",
           "POP (prefill-only pruning, this study's Pareto front) against structured-pruning baselines, measured by "
           "the same evaluator: the same prompts, lengths, timer (measured/full pairs interleaved in one process, "
-          "speedup = median of per-pair ratios), tasks and items. Accuracy in %, drop in points against the full "
+          "speedup = median of per-pair ratios, with its 95% bootstrap interval over pairs where stored), tasks and items. Accuracy in %, drop in points against the full "
           "model (positive = worse). The POP column gives, for each baseline, the most accurate POP front "
           "configuration at least as fast, and its accuracy lead.", "",
           "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
@@ -167,7 +192,7 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
                 versus = "none as fast"
         name = e.method + (f" ({e.note})" if e.note else "")
         md.append("| " + " | ".join(
-            [name, e.label] + [f"{e.speedup[n]:.3f}x" + _flag(e, n, target) for n in lengths] + [f"{e.ideal:.2f}x",
+            [name, e.label] + [_speedup_cell(e, n, target) for n in lengths] + [f"{e.ideal:.2f}x",
              _fmt(e.decode_speedup, ".3f") + ("x" if e.decode_speedup else "")]
             + [f"{100 * e.accuracy[t]:.2f}" for t in tasks] + [f"{100 * e.accuracy_mean:.2f}", f"{e.drop:+.2f}",
                                                               versus, str(e.trial)]) + " |")

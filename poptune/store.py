@@ -365,7 +365,11 @@ def pareto(trials: list["optuna.trial.FrozenTrial"]) -> list["optuna.trial.Froze
 
 @dataclass(frozen=True)
 class FrontRow:
-    """One Pareto-optimal configuration as stored."""
+    """One Pareto-optimal configuration as stored (its confirmed figures where the study has them).
+
+    ``speedup_lo``/``speedup_hi``: the 95% interval of the speedup (None for trials stored before intervals);
+    ``pairs``: how many pairs it rests on; ``confirmed``: the figures come from the confirmation pass.
+    """
 
     trial: int
     skip: int
@@ -380,33 +384,83 @@ class FrontRow:
     drop_lo: float | None = None
     drop_hi: float | None = None
     items: int | None = None
+    speedup_lo: float | None = None
+    speedup_hi: float | None = None
+    pairs: int | None = None
+    ideal: float | None = None
+    confirmed: bool = False
 
     @classmethod
-    def from_trial(cls, trial: "optuna.trial.FrozenTrial") -> "FrontRow":
+    def from_trial(cls, trial: "optuna.trial.FrozenTrial", confirmed: dict[str, Any] | None = None,
+                   reference_ms: float | None = None) -> "FrontRow":
+        """The row of ``trial``; with ``confirmed`` figures (and the study's reference latency) those instead."""
         attrs = trial.user_attrs
         config = attrs["config"]
+        target = attrs.get("latency", {}).get(str(attrs.get("target_length")), {})
+        if attrs.get("latency_weights"):  # a workload-weighted trial: its combined figures
+            ci = attrs.get("speedup_ci") or (None, None)
+            target = {"speedup": attrs["speedup"], "speedup_lo": ci[0], "speedup_hi": ci[1],
+                      "pairs": attrs.get("pairs"), "ideal": attrs.get("ideal")}
+        figures = confirmed or target
+        speedup = float(figures.get("speedup", attrs["speedup"]))
+        prefill_ms = trial.values[0]
+        if confirmed and reference_ms:
+            prefill_ms = reference_ms / speedup
         return cls(
             trial=trial.number,
             skip=config["skip"],
             boundary=config["boundary"],
             offset=config["offset"],
             method=attrs.get("method", "pop"),
-            prefill_ms=trial.values[0],
-            speedup=attrs["speedup"],
+            prefill_ms=prefill_ms,
+            speedup=speedup,
             accuracy=trial.values[1],
             drop=attrs["drop_points"],
             feasible=bool(attrs.get("feasible", True)),
             drop_lo=(attrs.get("drop") or {}).get("lo"),
             drop_hi=(attrs.get("drop") or {}).get("hi"),
             items=sum(attrs["items"].values()) if attrs.get("items") else None,
+            speedup_lo=figures.get("speedup_lo"),
+            speedup_hi=figures.get("speedup_hi"),
+            pairs=figures.get("pairs"),
+            ideal=figures.get("ideal", target.get("ideal")),
+            confirmed=bool(confirmed),
         )
 
 
-def front(study: "optuna.Study") -> list[FrontRow]:
-    """POP's Pareto front (feasible trials only when the study has an accuracy budget), fastest first."""
+def _trusted(trial: "optuna.trial.FrozenTrial", confirmed: dict[str, Any] | None) -> bool:
+    """Not marked noisy (or confirmed since) and not confirmed above its ideal."""
+    if confirmed is not None:
+        return not confirmed.get("above_ideal")
+    return not trial.user_attrs.get("noisy")
+
+
+def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
+    """POP's Pareto front (feasible trials only when the study has an accuracy budget), fastest first.
+
+    Trials marked ``noisy`` (a failed null check, a speedup above its ideal) are left out. With ``confirmed``
+    (the default) the confirmation pass's figures (study attribute ``confirmation``) replace the trials' own and
+    the front is recomputed from them; a configuration confirmed above its ideal is left out too. A
+    configuration measured by several trials counts once: its confirmed trial, else its first trusted one.
+    """
+    figures = study.user_attrs.get("confirmation", {}).get("trials", {}) if confirmed else {}
+    reference = study.user_attrs.get("reference_prefill_ms")
     rows: dict[tuple, FrontRow] = {}
-    feasible = [t for t in completed(study) if t.user_attrs.get("feasible", True)]
-    for trial in pareto(feasible):
-        row = FrontRow.from_trial(trial)
-        rows.setdefault((row.method, row.skip, row.boundary, row.offset), row)  # a re-answered config once
-    return sorted(rows.values(), key=lambda r: (r.prefill_ms, -r.accuracy, r.trial))
+    for trial in completed(study):
+        if not trial.user_attrs.get("feasible", True) or "reused_from" in trial.user_attrs:
+            continue
+        mine = figures.get(str(trial.number))
+        if not _trusted(trial, mine):
+            continue
+        row = FrontRow.from_trial(trial, mine, reference)
+        key = (row.method, row.skip, row.boundary, row.offset)
+        if key not in rows or (row.confirmed and not rows[key].confirmed):
+            rows[key] = row
+    candidates = list(rows.values())
+
+    def dominates(a: FrontRow, b: FrontRow) -> bool:
+        return (a.prefill_ms <= b.prefill_ms and a.accuracy >= b.accuracy
+                and (a.prefill_ms, a.accuracy) != (b.prefill_ms, b.accuracy))
+
+    best = [r for r in candidates if not any(dominates(o, r) for o in candidates)]
+    return sorted(best, key=lambda r: (r.prefill_ms, -r.accuracy, r.trial))

@@ -4,11 +4,21 @@ Two objectives: minimise POP's prefill latency at the target prompt length, maxi
 latency objective is the study's reference full-model latency (its first measurement) divided by the trial's
 speedup, itself the median of POP/full pairs timed side by side: comparable across trials however busy the
 machine was (raw p50 latencies are kept as trial attributes).
-Search space: ``skip`` in [0, L-1] (0 is the full model, so it can be enqueued as a trial), ``boundary`` in
-:data:`~poptune.engine.BOUNDARIES`, ``offset`` in [0, 2] (``skip`` clipped so that ``skip + offset <= L-1``).
-The full model and the paper's rule (``skip = round(L/3)``, ``boundary=last``) are enqueued first. A
-configuration already measured in the study is answered from storage, not re-run (TPE re-suggests points of
-small discrete spaces). With ``max_drop`` every trial carries the constraint ``drop - max_drop <= 0``.
+Search space (:mod:`poptune.env.space`): ``skip`` in [0, L-1], 0 being the full model with no other
+parameter; for ``skip > 0`` also ``offset`` in [0, min(2, L-1-skip)] and ``boundary`` in
+:data:`~poptune.engine.BOUNDARIES`: one point per configuration, parameters equal to what ran. The full model
+and the paper's rule (``skip = round(L/3)``, ``boundary=last``) are enqueued first. A configuration already
+measured in the study is answered from storage, not re-run (TPE re-suggests points of small discrete spaces),
+and such an answer does not use up the budget: the budget counts measured configurations. With ``max_drop``
+every trial carries the constraint ``drop - max_drop <= 0``.
+
+Trust in the latency (:mod:`poptune.measure.nullcheck`): each trial's pairs run until the speedup's interval
+is +-2% (within the problem's caps); each study run times an A/A pair (full against full) at its start and end
+(study attribute ``null_checks``). A trial whose decode pairs (identical work) exclude 1 +- 3%, or whose
+speedup is above the FLOPs ideal by more than its interval, is marked ``noisy``, left out of the front, and
+measured again at the end of the run (a new trial with ``remeasure_of``). Then a confirmation pass re-times the
+front's configurations together, interleaved round by round, with more pairs; the front is recomputed from
+those figures (study attribute ``confirmation``, read by :func:`poptune.store.front`).
 
 One study per ``<model>@<hardware-id>`` in the storage; running the same command again resumes it. Several
 workers (processes, machines) may run the same study on one shared storage (PostgreSQL, a journal file):
@@ -42,12 +52,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from poptune import store
+from poptune import store, trust
 from poptune.baselines.calibration import CalibrationSpec
 from poptune.baselines.methods import METHODS, WANDA_SPARSITY
-from poptune.engine import BOUNDARIES, PopConfig
+from poptune.engine import PopConfig
 from poptune.env.evaluator import ConfigEvaluator
-from poptune.env.problem import MAX_OFFSET, Measurement, TuningProblem, config_from_action
+from poptune.env.problem import Measurement, TuningProblem
+from poptune.env.space import SpaceGridSampler, config_of_trial, distributions_of, params_of, suggest_config
 from poptune.errors import ConfigError, MeasurementError
 from poptune.interrupt import INTERRUPTED, marking_interrupted
 
@@ -90,6 +101,8 @@ class StudySpec:
         calibration: Calibration text of the baselines.
         reuse_states: Replay the layers before the skipped block from the full model's stored states when
             scoring accuracy (:mod:`poptune.prefix`; checked against the plain prefill at the start).
+        confirm: After this run's trials, re-measure noisy trials, run the confirmation pass and time the A/A
+            pairs (:mod:`poptune.trust`); workers sharing a server storage leave it to a later single run.
     """
 
     problem: TuningProblem
@@ -106,6 +119,7 @@ class StudySpec:
     reuse_states: bool = True
     baseline_ratios: tuple[float, ...] | None = None
     calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
+    confirm: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:
@@ -137,8 +151,7 @@ def make_sampler(name: str, seed: int, num_layers: int) -> "optuna.samplers.Base
         return optuna.samplers.NSGAIISampler(seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    space = {"skip": list(range(num_layers)), "boundary": list(BOUNDARIES), "offset": list(range(MAX_OFFSET + 1))}
-    return optuna.samplers.GridSampler(space, seed=seed)
+    return SpaceGridSampler(num_layers, seed)
 
 
 def _check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
@@ -185,9 +198,9 @@ class _TrialFailed(Exception):
 
 
 def _config_of(trial: "optuna.trial.FrozenTrial", num_layers: int) -> PopConfig | None:
-    if {"skip", "boundary", "offset"} - set(trial.params):
-        return None  # parameters not all written yet (or a trial from elsewhere)
-    return config_from_action(trial.params, num_layers)
+    if not _is_pop(trial):
+        return None
+    return config_of_trial(trial, num_layers)
 
 
 def _is_pop(trial: "optuna.trial.FrozenTrial") -> bool:
@@ -195,9 +208,14 @@ def _is_pop(trial: "optuna.trial.FrozenTrial") -> bool:
     return trial.user_attrs.get("method", "pop") == "pop"
 
 
+def _measures(trial: "optuna.trial.FrozenTrial") -> bool:
+    """A POP trial that measures a configuration of the search: not an answer from storage, not a re-measure."""
+    return _is_pop(trial) and not {"reused_from", "remeasure_of"} & set(trial.user_attrs)
+
+
 def _count(study: "optuna.Study", *states: "optuna.trial.TrialState") -> int:
-    """POP's trials in ``states`` (stored baselines do not count against a trial budget)."""
-    return sum(_is_pop(t) for t in study.get_trials(deepcopy=False, states=states))
+    """POP's measuring trials in ``states`` (baselines, answers from storage and re-measures use no budget)."""
+    return sum(_measures(t) for t in study.get_trials(deepcopy=False, states=states))
 
 
 def _fail_stale(study: "optuna.Study") -> None:
@@ -215,7 +233,7 @@ def _over_budget(study: "optuna.Study", number: int, budget: int) -> bool:
     """
     from optuna.trial import TrialState
 
-    ahead = [t for t in study.get_trials(deepcopy=False) if _is_pop(t) and (t.state == TrialState.COMPLETE
+    ahead = [t for t in study.get_trials(deepcopy=False) if _measures(t) and (t.state == TrialState.COMPLETE
              or (t.state in (TrialState.RUNNING, TrialState.WAITING) and t.number < number))]
     return len(ahead) >= budget
 
@@ -296,12 +314,7 @@ def _objective(
     num_layers = evaluator.num_layers
 
     def objective(trial: "optuna.Trial") -> tuple[float, float]:
-        action = {
-            "skip": trial.suggest_int("skip", 0, num_layers - 1),
-            "boundary": trial.suggest_categorical("boundary", list(BOUNDARIES)),
-            "offset": trial.suggest_int("offset", 0, MAX_OFFSET),
-        }
-        config = config_from_action(action, num_layers)
+        config = suggest_config(trial, num_layers)
         if _over_budget(study, trial.number, budget):
             raise optuna.TrialPruned("the study's budget is taken by other workers' trials")
         previous = _settled(study, trial.number, config, num_layers)
@@ -319,6 +332,7 @@ def _objective(
             _store_full_run(study, evaluator)
         reference = _reference_ms(study, trial.number, measurement, num_layers)
         values, info, constraint = _outcome(measurement, info, problem, reference)
+        info["noisy"] = measurement.noisy  # not ranked; measured again at the end of the run
         if constraint is not None:
             trial.set_constraint("max_drop", constraint)
         for key, value in info.items():
@@ -467,14 +481,17 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
     """Run trials until the study holds ``budget`` completed ones (or the timeout, or too many failures)."""
     from optuna.trial import TrialState
 
+    import random
+
     started = time.monotonic()
     share = max(budget - _count(study, TrialState.COMPLETE), 1)
-    attempts = 0
+    attempts = failures = answered = 0
+    rng = random.Random(spec.seed)
     while _count(study, TrialState.COMPLETE) < budget:
         if spec.timeout is not None and time.monotonic() - started >= spec.timeout:
             return
-        if attempts >= 2 * share + store.MAX_RETRY:
-            log.warning("stopping after %d trials, most of which failed", attempts)
+        if failures >= share + store.MAX_RETRY or attempts >= 4 * share + 20:
+            log.warning("stopping after %d trials, %d of which failed", attempts, failures)
             return
         if _count(study, TrialState.COMPLETE, TrialState.RUNNING) >= budget:
             # Other workers run the last trials; wait in case one fails (or its worker dies) and needs a successor.
@@ -483,6 +500,23 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
             continue
         study.optimize(objective, n_trials=1, callbacks=callbacks, catch=(_TrialFailed,), gc_after_trial=False)
         attempts += 1
+        last = max(study.get_trials(deepcopy=False), key=lambda t: t.number)
+        failures += last.state == TrialState.FAIL
+        answered = answered + 1 if "reused_from" in last.user_attrs else 0
+        if answered >= 2:  # the sampler keeps proposing measured points: give it an unmeasured one
+            _enqueue_unmeasured(study, rng)
+            answered = 0
+
+
+def _enqueue_unmeasured(study: "optuna.Study", rng: Any) -> None:
+    """Enqueue a random configuration no trial of the study has (none when the space is exhausted)."""
+    from poptune.env.space import all_configs
+
+    num_layers = int(study.user_attrs["num_layers"])
+    taken = {_config_of(t, num_layers) for t in study.get_trials(deepcopy=False)}
+    free = [c for c in all_configs(num_layers) if c not in taken]
+    if free:
+        study.enqueue_trial(params_of(rng.choice(free)))
 
 
 def run_study(
@@ -550,9 +584,10 @@ def _run_study(
     study, created = _open_study(spec, storage, name, num_layers)
     if created or not study.get_trials(deepcopy=False):  # once per study, not once per worker
         for config in (PopConfig(skip=0), paper_default(num_layers)):  # the full model, then the paper's rule
-            study.enqueue_trial(config.to_dict(), skip_if_exists=True)
+            study.enqueue_trial(params_of(config), skip_if_exists=True)
     for config in spec.enqueue:
-        study.enqueue_trial(config.to_dict(), skip_if_exists=True)
+        config.check(num_layers)
+        study.enqueue_trial(params_of(config), skip_if_exists=True)
     _record_problem(study, problem, num_layers, hardware.to_dict(), target_length)
 
     if spec.reuse_states and problem.image is None and evaluator.states is None:
@@ -570,9 +605,18 @@ def _run_study(
 
     done = _count(study, TrialState.COMPLETE)
     budget = spec.max_trials if spec.max_trials is not None else done + spec.trials
+    checks = spec.confirm and not store.is_server(spec.storage) and budget > done
+    trust.record_run(study, evaluator)
+    if checks:
+        trust.record_aa_check(study, evaluator, "start")
     if budget > done:
         _work(study, marking_interrupted(study, _objective(study, evaluator, problem, budget)), spec, budget, callbacks)
+    if checks:
+        trust.remeasure_noisy(study, evaluator)
+        trust.confirm_front(study, evaluator)
+        trust.record_aa_check(study, evaluator, "end")
     if spec.baselines:
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
         add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration, progress=progress)
+    trust.finish_run(study)
     return study

@@ -24,14 +24,14 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 @pytest.fixture
 def problem(eval_data):
     return TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(eval_data), lengths=(16,),
-                         repeats=1, decode_tokens=0)
+                         repeats=1, decode_tokens=0, precision=None)  # the stopping rule: test_timer
 
 
 def _configs(study, *, reused=False):
     return [
         PopConfig.from_dict(t.user_attrs["config"])
         for t in store.completed(study)
-        if reused or "reused_from" not in t.user_attrs
+        if reused or not {"reused_from", "remeasure_of"} & set(t.user_attrs)
     ]
 
 
@@ -50,8 +50,8 @@ def test_rerunning_resumes_and_measures_nothing_twice(problem, tmp_path):
     first = run_study(StudySpec(problem=problem, trials=3, sampler="random", storage=url, seed=1))
     before = {t.number: (t.values, t.user_attrs["config"]) for t in store.completed(first)}
     second = run_study(StudySpec(problem=problem, trials=3, sampler="random", storage=url, seed=1))
-    assert len(store.completed(second)) == 6
-    assert {t.number: (t.values, t.user_attrs["config"]) for t in store.completed(second)[:3]} == before
+    assert len(_configs(second)) == 6  # answers from storage and re-measures use no budget
+    assert {t.number: (t.values, t.user_attrs["config"]) for t in store.completed(second) if t.number in before} == before
     measured = _configs(second)
     assert len(measured) == len(set(measured))  # a configuration is measured once; repeats are answered
 
@@ -62,7 +62,8 @@ def test_a_measured_configuration_is_answered_from_storage(problem, tmp_path):
     study = run_study(StudySpec(problem=problem, trials=3, storage=url, enqueue=(config,)))
     study.enqueue_trial(config.to_dict())  # as a sampler re-suggesting a measured point would
     study = run_study(StudySpec(problem=problem, trials=1, storage=url))
-    trials = [t for t in store.completed(study) if t.user_attrs["config"] == config.to_dict()]
+    trials = [t for t in store.completed(study)
+              if t.user_attrs["config"] == config.to_dict() and "remeasure_of" not in t.user_attrs]
     assert len(trials) == 2
     original, again = trials
     assert again.user_attrs["reused_from"] == original.number
@@ -130,7 +131,7 @@ def test_a_study_with_other_settings_is_not_mixed(problem, tmp_path, capsys):
 def _study_cmd(url, data_dir, trials):
     return [sys.executable, "-m", "poptune", "study", "--model", "tiny-llama", "--tasks", "piqa", "--limit", "4",
             "--lengths", "16", "--data-dir", data_dir, "--storage", url, "--sampler", "grid", "--seed", "3",
-            "--repeats", "1", "--heartbeat", "1", "--trials", str(trials)]
+            "--repeats", "1", "--precision", "0", "--heartbeat", "1", "--trials", str(trials)]
 
 
 def _running_with_heartbeat(db):
@@ -207,7 +208,7 @@ def test_importance_proposal_is_enqueued(problem, tmp_path, capsys):
     path.write_text(result.to_json())
     url = f"sqlite:///{tmp_path}/s.db"
     code = main(["study", "--model", "tiny-llama", "--tasks", "piqa", "--limit", "4", "--lengths", "16",
-                 "--data-dir", problem.data_dir, "--storage", url, "--repeats", "1", "--trials", "3",
+                 "--data-dir", problem.data_dir, "--storage", url, "--repeats", "1", "--precision", "0", "--trials", "3",
                  "--init-from-importance", str(path)])
     assert code == 0
     study = store.load_study(store.open_storage(url, heartbeat=None), None)
@@ -321,7 +322,7 @@ def test_a_full_disk_is_one_line_and_leaves_the_database_intact(problem, tmp_pat
 
     db = tmp_path / "s.db"
     args = ["--model", "tiny-llama", "--tasks", "piqa", "--limit", "4", "--lengths", "16", "--data-dir",
-            problem.data_dir, "--storage", f"sqlite:///{db}", "--repeats", "1"]
+            problem.data_dir, "--storage", f"sqlite:///{db}", "--repeats", "1", "--precision", "0"]
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", _no_space)
     code = main(["study", *args, "--trials", "2"])
     err = capsys.readouterr().err  # progress bars, then the one error line

@@ -93,7 +93,13 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): a "
                         "configuration is within it when the drop's 95%% upper bound is (an Optuna constraint)")
     parser.add_argument("--seed", type=seed, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="measured/full timing pairs (default: 3)")
+    parser.add_argument("--repeats", type=int, default=3, help="least measured/full timing pairs (default: 3)")
+    parser.add_argument("--precision", type=float, default=0.02,
+                        help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
+                             "(default: 0.02; 0: stop at --repeats)")
+    parser.add_argument("--max-pairs", type=int, default=20, help="most timing pairs per measurement (default: 20)")
+    parser.add_argument("--max-seconds", type=float, default=6.0,
+                        help="most seconds per latency measurement while chasing --precision (default: 6)")
 
 
 def problem(args: argparse.Namespace) -> Any:
@@ -124,6 +130,7 @@ def problem(args: argparse.Namespace) -> Any:
         model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths or "512", "--lengths")), limit=limit,
         image=image, data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
         dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=args.items,
+        precision=args.precision or None, max_pairs=max(args.max_pairs, args.repeats), max_seconds=args.max_seconds,
     )
 
 

@@ -20,7 +20,16 @@ def register(sub: Any) -> None:
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--decode-tokens", type=int, default=16, help="new tokens per decode measurement (0: none)")
     parser.add_argument("--repeats", type=int, default=5, help="least POP/full pairs per measurement (default: 5)")
-    parser.add_argument("--min-seconds", type=float, default=2.0, help="least time per measurement (default: 2)")
+    parser.add_argument("--min-seconds", type=float, default=1.0, help="least time per measurement (default: 1)")
+    parser.add_argument("--precision", type=float, default=0.02,
+                        help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
+                             "(default: 0.02; 0: stop at --repeats and --min-seconds)")
+    parser.add_argument("--max-pairs", type=int, default=60, help="most pairs per measurement (default: 60)")
+    parser.add_argument("--max-seconds", type=float, default=20.0,
+                        help="most seconds per measurement while chasing --precision (default: 20)")
+    parser.add_argument("--order", choices=("alternate", "random", "fixed"), default="alternate",
+                        help="pair order: A-B then B-A in turn (default), seeded random, or POP first always")
+    parser.add_argument("--no-null-check", action="store_true", help="skip the A/A (full against full) pair")
     parser.add_argument("--json", metavar="PATH", help="also write the result, with the hardware record, as JSON")
     parser.set_defaults(run=run)
 
@@ -42,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
         images=images,
         batch_size=args.batch_size,
         decode_tokens=args.decode_tokens,
-        policy=RepeatPolicy(warmup=1, min_repeats=args.repeats, min_seconds=args.min_seconds),
+        policy=RepeatPolicy(warmup=1, min_repeats=args.repeats, min_seconds=args.min_seconds,
+                            max_repeats=max(args.max_pairs, args.repeats), precision=args.precision or None,
+                            max_seconds=args.max_seconds, order=args.order),
+        null_check=not args.no_null_check,
     )
     if args.json:
         check_output_path(args.json)
@@ -54,14 +66,15 @@ def run(args: argparse.Namespace) -> int:
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
-    steps = len(spec.images or spec.lengths) * (2 if spec.decode_tokens else 1)
+    steps = len(spec.images or spec.lengths) * (2 if spec.decode_tokens else 1) + spec.null_check
     with tqdm(total=steps, desc="bench", unit="measurement", leave=False) as bar:
 
         def progress(done: str) -> None:
             bar.update(1)
             bar.set_postfix_str(done)
 
-        result = run_bench(model, tokenizer, config, spec, model_name=args.model, progress=progress)
+        result = run_bench(model, tokenizer, config, spec, model_name=args.model, progress=progress,
+                           weights=args.weights)
 
     hw = result.hardware
     print(f"{args.model} [{config}] on {hw.hardware_id} ({result.dtype}, batch {spec.batch_size})")
@@ -72,9 +85,34 @@ def run(args: argparse.Namespace) -> int:
     print(result.table())
     for note in hw.notes:
         print(f"note: {note}")
-    print("speedup: median of per-pair full/POP prefill ratios, interleaved; ideal: from FLOPs"
-          + (" (the vision encoder counted on both sides)" if images else ""))
+    print("speedup: median of per-pair full/POP prefill ratios (pairs alternate POP-full, full-POP), 95% bootstrap "
+          "interval over pairs; ideal: from FLOPs" + (" (the vision encoder counted on both sides)" if images else "")
+          + f"; {result.ideal_assumption}; '!': above the ideal by more than the interval")
+    _print_null_check(result)
     if args.json:
         write_text(args.json, result.to_json())
         print(f"wrote {args.json}")
     return 0
+
+
+def _print_null_check(result: Any) -> None:
+    check = result.null_check
+    if check is None:
+        return
+    if check.aa is not None:
+        aa = check.aa
+        print(f"A/A check (full against full at {check.length}): {aa['speedup']:.3f} [{aa['lo']:.3f}, {aa['hi']:.3f}],"
+              f" {aa['pairs']} pairs")
+    load = result.provenance.get("load_start"), result.provenance.get("load_end")
+    if check.noisy:
+        print(f"TOO NOISY: the machine was too noisy to trust these speedups (load {load[0]} -> {load[1]}):")
+        for reason in check.reasons:
+            print(f"  {reason}")
+    else:
+        print(f"null checks passed: no identical-work interval excludes 1 +- {check.tolerance:.0%} (load {load[0]} -> "
+              f"{load[1]})")
+    wide = result.imprecise()
+    if wide:
+        listed = ", ".join(f"{label} +-{width:.1%}" for label, width in wide.items())
+        print(f"IMPRECISE: the +-{result.spec.policy.precision:.0%} target was not reached within the caps "
+              f"(--max-pairs, --max-seconds): {listed}; a busy machine widens intervals")

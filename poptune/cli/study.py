@@ -37,6 +37,8 @@ def register(sub: Any) -> None:
                         help="enqueue the block the importance analysis proposes (poptune importance)")
     parser.add_argument("--init-ratio", type=float, default=1 / 3,
                         help="pruning ratio of that proposal (default: 1/3)")
+    parser.add_argument("--no-confirm", action="store_true",
+                        help="skip the A/A checks, the re-measures of noisy trials and the confirmation pass")
     parser.add_argument("--enqueue", metavar="SKIP/BOUNDARY/OFFSET,...",
                         help="configurations to measure first, after the full model and the paper's rule, "
                              "e.g. 9/window-4/0,6/window-4/0")
@@ -66,14 +68,19 @@ def register(sub: Any) -> None:
 
 
 def _front_table(rows: list[Any]) -> str:
-    lines = [f"{'trial':>5}  {'skip':>4}  {'boundary':<9}  {'offset':>6}  {'objective ms':>12}  {'speedup':>7}  "
-             f"{'accuracy':>8}  {'drop [95% CI]':>22}  {'items':>5}"]
+    lines = [f"{'trial':>5}  {'skip':>4}  {'boundary':<9}  {'offset':>6}  {'objective ms':>12}  {'speedup [95% CI]':>24}  "
+             f"{'pairs':>5}  {'ideal':>6}  {'accuracy':>8}  {'drop [95% CI]':>22}  {'items':>5}"]
     for r in rows:
+        interval = f"[{r.speedup_lo:.3f}, {r.speedup_hi:.3f}]" if r.speedup_lo is not None else "[no interval]"
+        ideal = f"{r.ideal:>5.2f}x" if r.ideal is not None else f"{'':>6}"
         drop = f"{r.drop:+6.2f}" + (f" [{r.drop_lo:+6.2f}, {r.drop_hi:+6.2f}]" if r.drop_hi is not None else "")
         lines.append(f"{r.trial:>5}  {r.skip:>4}  {r.boundary:<9}  {r.offset:>6}  {r.prefill_ms:>12.1f}  "
-                     f"{r.speedup:>6.3f}x  {100 * r.accuracy:>7.2f}%  {drop:>22}  {r.items or '':>5}")
+                     f"{r.speedup:>6.3f}x {interval:>16}{'*' if r.confirmed else ' '}  {r.pairs or '':>5}  {ideal}  "
+                     f"{100 * r.accuracy:>7.2f}%  {drop:>22}  {r.items or '':>5}")
     lines.append("objective ms: the study's reference full-model TTFT over the speedup; accuracy: the full model's "
                  "on the reference items minus the paired drop (points, full - POP)")
+    if any(r.confirmed for r in rows):
+        lines.append("*: figures of the confirmation pass (the front's configurations re-timed together)")
     return "\n".join(lines)
 
 
@@ -144,7 +151,7 @@ def _spec(args: argparse.Namespace, problem: Any) -> Any:
                      sampler=args.sampler, storage=args.storage, study=args.study, seed=args.seed,
                      heartbeat_s=args.heartbeat, enqueue=_enqueued(args.enqueue) + _importance_proposal(args),
                      baselines=method_list(args.baselines), calibration=calibration_spec(args),
-                     baseline_ratios=_ratios(args.baseline_ratios))
+                     baseline_ratios=_ratios(args.baseline_ratios), confirm=not args.no_confirm)
 
 
 def run_study(args: argparse.Namespace) -> int:
@@ -174,6 +181,8 @@ def run_study(args: argparse.Namespace) -> int:
         if trial.state != optuna.trial.TrialState.COMPLETE:
             return
         bars[0].write(trial_line(trial))
+        if "reused_from" in trial.user_attrs:
+            return  # the bar counts measured configurations, as the budget does
         bars[0].update(1)
         rows = [r for r in store.front(study) if r.feasible]
         if rows:
@@ -249,8 +258,18 @@ def _studies(spec: Any) -> list[Any]:
 def _report(study: Any, storage: str | None) -> None:
     from poptune import store
 
-    print(f"study {study.study_name}: {len(store.completed(study))} completed trials; Pareto front:")
+    trials = store.completed(study)
+    measured = [t for t in trials if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]
+    noisy = [t.number for t in measured if t.user_attrs.get("noisy")]
+    print(f"study {study.study_name}: {len(measured)} measured configurations ({len(trials)} completed trials with "
+          "answers from storage and re-measures); Pareto front:")
     print(_front_table(store.front(study)))
+    if noisy:
+        print(f"noisy trials (a null check failed; left off the front, measured again): {noisy}")
+    for check in study.user_attrs.get("null_checks", [])[-2:]:
+        verdict = "TOO NOISY" if check["noisy"] else "ok"
+        print(f"A/A check at {check['when']}: {check['speedup']:.3f} [{check['lo']:.3f}, {check['hi']:.3f}], "
+              f"{check['pairs']} pairs, load {check['load_start']}: {verdict}")
     baselines = [t for t in store.completed(study, method=None) if t.user_attrs.get("method", "pop") != "pop"]
     if baselines:
         print(f"baselines ({len(baselines)} stored; `poptune leaderboard` tabulates them):")
@@ -348,8 +367,9 @@ def run_export(args: argparse.Namespace) -> int:
     if args.out:
         write_text(args.out, text)
         cfg, obj = data["pop_config"], data["objectives"]
+        interval = f" [{obj['speedup_lo']:.2f}, {obj['speedup_hi']:.2f}]" if obj.get("speedup_lo") else ""
         print(f"wrote {args.out}: skip={cfg['skip']} boundary={cfg['boundary']} offset={cfg['offset']}, "
-              f"{obj['speedup']:.2f}x prefill, drop {obj['drop_points']:+.2f} points on {data['hardware']['hardware_id']}")
+              f"{obj['speedup']:.2f}x{interval} prefill, drop {obj['drop_points']:+.2f} points on {data['hardware']['hardware_id']}")
     else:
         print(text)
     return 0

@@ -207,10 +207,13 @@ class ConfigEvaluator:
             lengths=tuple(n for n, _ in points),
             batch_size=p.batch_size,
             decode_tokens=p.decode_tokens,
-            policy=RepeatPolicy(warmup=1, min_repeats=p.repeats, min_seconds=0.0),
+            policy=RepeatPolicy(warmup=1, min_repeats=p.repeats, min_seconds=0.0, precision=p.precision,
+                                max_repeats=p.max_pairs, max_seconds=p.max_seconds),
             images=(ImageSize.parse(p.image),) if p.image is not None else (),
+            null_check=False,  # the study times its A/A pairs once per run (poptune.tune)
         )
-        bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model, transform=transform)
+        bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model, transform=transform,
+                          weights=p.weights)
         weights = {n: w for n, w in points} if p.weighted else {}
         return bench, weights
 
@@ -264,6 +267,8 @@ class ConfigEvaluator:
             drop=drop.to_dict(),
             reference_accuracy=self.reference_accuracy(),
             outcomes=run.outcomes,
+            null_check=bench.null_check.to_dict() if bench.null_check else {},
+            provenance=bench.provenance,
         )
 
     def evaluate_baseline(self, baseline: "Baseline") -> Measurement:

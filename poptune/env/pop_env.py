@@ -125,7 +125,10 @@ class ReplayEnv(_OneStepEnv):
         max_drop: The reward's accuracy budget (default: the study's own).
 
     Actions whose configuration the study never measured raise :class:`ConfigError`; a fully enumerated
-    (grid) study answers every action. ``action_space.sample()`` draws only measured configurations.
+    (grid) study answers every action. ``action_space.sample()`` draws only measured configurations. Configurations
+    are read from what each trial measured (its ``config``), so studies made with the older, aliased search space
+    replay the same. The Gym action space keeps ``skip``/``boundary``/``offset`` with ``skip`` clipped
+    (:func:`config_from_action`); Optuna studies use the one-to-one space of :mod:`poptune.env.space`.
     """
 
     def __init__(self, storage: str | None = None, study: str | None = None, *, max_drop: float | None = None) -> None:
@@ -135,7 +138,8 @@ class ReplayEnv(_OneStepEnv):
         self.study_name = loaded.study_name
         problem = TuningProblem.from_dict(loaded.user_attrs["problem"])
         self.table: dict[Any, Measurement] = {}
-        for trial in store.completed(loaded):
+        # A trial marked noisy answers only where no trusted measurement of its configuration exists.
+        for trial in sorted(store.completed(loaded), key=lambda t: bool(t.user_attrs.get("noisy"))):
             measurement = Measurement.from_info(trial.user_attrs)
             self.table.setdefault(measurement.config, measurement)
         num_layers = int(loaded.user_attrs["num_layers"])

@@ -12,9 +12,8 @@ import statistics
 import warnings
 from dataclasses import dataclass
 
-from poptune.engine import BOUNDARIES
 from poptune.env.pop_env import ReplayEnv
-from poptune.env.problem import MAX_OFFSET, config_from_action
+from poptune.env.space import all_configs, suggest_config
 
 __all__ = ["CHECKPOINTS", "TunerRow", "covers_grid", "hypervolume", "tuner_efficiency"]
 
@@ -34,9 +33,7 @@ class TunerRow:
 
 def covers_grid(env: ReplayEnv) -> bool:
     """Whether the stored study measured every configuration of the search space."""
-    space = {config_from_action({"skip": s, "boundary": b, "offset": o}, env.num_layers)
-             for s in range(env.num_layers) for b in BOUNDARIES for o in range(MAX_OFFSET + 1)}
-    return space <= set(env.table)
+    return set(all_configs(env.num_layers)) <= set(env.table)
 
 
 def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
@@ -62,10 +59,8 @@ def _history(env: ReplayEnv, sampler: str, seed: int, trials: int, max_drop: flo
     history = []
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
-        action = {"skip": trial.suggest_int("skip", 0, env.num_layers - 1),
-                  "boundary": trial.suggest_categorical("boundary", list(BOUNDARIES)),
-                  "offset": trial.suggest_int("offset", 0, MAX_OFFSET)}
-        _, _, _, _, info = env.step(action)
+        config = suggest_config(trial, env.num_layers)
+        _, _, _, _, info = env.step({"skip": config.skip, "boundary": config.boundary, "offset": config.offset})
         trial.set_constraint("max_drop", info["drop_points"] - max_drop)
         latency = reference_ms / info["speedup"]  # the study's latency objective (see poptune.tune)
         history.append((info["speedup"], latency, info["drop_points"], info["accuracy_mean"]))

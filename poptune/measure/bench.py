@@ -3,9 +3,11 @@
 With image sizes, the prompts are one image and a short question each (vision-language models): one row per
 resolution, with the prompt's image-token count; the vision encoder is timed on both sides, as in real use.
 
-Both are timed interleaved (POP, full, POP, full, ...) in one process on the same token ids, so drift in
-clocks or load hits both alike; the speedup is the median of per-pair ratios. The ideal ratio from FLOPs
-(:mod:`poptune.measure.flops`) is reported beside the measured one.
+Both are timed as pairs (POP then full, full then POP, in turn) in one process on the same token ids, so
+drift in clocks or load hits both alike; the speedup is the median of per-pair ratios, with its 95% bootstrap
+interval, and pairs continue until that interval is +-2% of it (within caps). The ideal ratio from FLOPs
+(:mod:`poptune.measure.flops`) is reported beside the measured one. Null checks
+(:mod:`poptune.measure.nullcheck`) say whether the machine was quiet enough to trust the figures.
 """
 
 from __future__ import annotations
@@ -22,14 +24,21 @@ import torch
 from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
-from poptune.measure.flops import prefill_flops, vision_flops
+from poptune.measure.flops import assumption, prefill_flops, vision_flops
 from poptune.measure.hardware import HardwareRecord, Telemetry, fingerprint
+from poptune.measure.nullcheck import NullCheck, above_ideal, figures
+from poptune.measure.provenance import load_average, provenance
+from poptune.measure.stats import MIN_BOOTSTRAP
 from poptune.measure.prefill import decode, prefill
 from poptune.measure.prompts import image_prompt_batch, prompt_batch
 from poptune.models.vision import ImageSize, encoder_patches, image_token_counts, kept_rope_state, require_vision
 from poptune.measure.timer import LatencyRecord, PairRecord, RepeatPolicy, Staged, Timer, measure_pair
 
-__all__ = ["BenchSpec", "BenchRow", "BenchResult", "run_bench", "versions"]
+__all__ = ["DEFAULT_POLICY", "BenchSpec", "BenchRow", "BenchResult", "run_bench", "versions"]
+
+#: ``poptune bench``'s rule: at least 5 pairs and 1 s, then on until the interval is +-2% (60 pairs, 20 s at most).
+DEFAULT_POLICY = RepeatPolicy(warmup=1, min_repeats=5, min_seconds=1.0, max_repeats=60, precision=0.02,
+                              max_seconds=20.0)
 
 
 def versions() -> dict[str, str]:
@@ -54,7 +63,9 @@ class BenchSpec:
         lengths: Prompt lengths in tokens (text prompts).
         batch_size: Prompts per forward.
         decode_tokens: New tokens per decode measurement (0 = prefill only); latency is per token.
-        policy: Repeats per measurement (each repeat is one POP/full pair).
+        policy: Repeats per measurement (each repeat is one POP/full pair) and when to stop.
+        null_check: Also time an A/A pair (full against full) at the first length (see
+            :mod:`poptune.measure.nullcheck`).
         images: Image resolutions; when given, each row is a prompt of one image of that size and a short
             question (a vision-language model only) and ``lengths`` are not timed.
     """
@@ -62,8 +73,9 @@ class BenchSpec:
     lengths: tuple[int, ...] = (128, 512, 2048)
     batch_size: int = 1
     decode_tokens: int = 16
-    policy: RepeatPolicy = field(default_factory=lambda: RepeatPolicy(warmup=1, min_repeats=5, min_seconds=2.0))
+    policy: RepeatPolicy = field(default_factory=lambda: DEFAULT_POLICY)
     images: tuple[ImageSize, ...] = ()
+    null_check: bool = True
 
     def __post_init__(self) -> None:
         if any(not isinstance(size, ImageSize) for size in self.images):
@@ -98,16 +110,31 @@ class BenchRow:
     def speedup(self) -> float:
         return self.prefill.speedup
 
+    @property
+    def above_ideal(self) -> bool:
+        """Whether the prefill speedup is above the FLOPs ideal by more than its interval (from 3 pairs on)."""
+        return self.prefill.count >= MIN_BOOTSTRAP and above_ideal(self.prefill.speedup_ci[0], self.ideal)
+
     def summary(self) -> dict[str, float | None]:
-        """The headline figures (p50 latencies in ms, speedup, ideal; image tokens of an image prompt)."""
-        figures = {
+        """The headline figures: p50 latencies in ms, speedup with its 95% interval and pair count, ideal,
+        decode latencies and decode POP/full ratio (identical work: 1 on a quiet machine) with its interval."""
+        lo, hi = self.prefill.speedup_ci
+        figures: dict[str, float | None] = {
             "full_ms": self.prefill.b.p50,
             "pop_ms": self.prefill.a.p50,
             "speedup": self.speedup,
+            "speedup_lo": lo,
+            "speedup_hi": hi,
+            "pairs": self.prefill.count,
             "ideal": self.ideal,
+            "above_ideal": self.above_ideal,
             "decode_full_ms_per_token": self.decode.b.p50 if self.decode else None,
             "decode_pop_ms_per_token": self.decode.a.p50 if self.decode else None,
         }
+        if self.decode is not None:
+            dlo, dhi = self.decode.speedup_ci
+            figures.update(decode_speedup=self.decode.speedup, decode_speedup_lo=dlo, decode_speedup_hi=dhi,
+                           decode_pairs=self.decode.count)
         if self.image_tokens is not None:
             figures["image_tokens"] = self.image_tokens
         return figures
@@ -149,6 +176,26 @@ class BenchResult:
     dtype: str
     ideal_method: str = "flops"
     transform: dict[str, Any] | None = None
+    null_check: NullCheck | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    ideal_assumption: str | None = None
+
+    @property
+    def noisy(self) -> bool:
+        """Whether a null check failed: the machine was too noisy to trust these speedups."""
+        return self.null_check is not None and self.null_check.noisy
+
+    def imprecise(self) -> dict[str, float]:
+        """Measurements whose interval stayed wider than the policy's precision (caps hit): label -> half-width."""
+        target = self.spec.policy.precision
+        if target is None:
+            return {}
+        wide = {}
+        for row in self.rows:
+            for kind, pair in (("prefill", row.prefill), ("decode", row.decode)):
+                if pair is not None and pair.half_width > target:
+                    wide[f"{kind} {row.image or row.length}"] = pair.half_width
+        return wide
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -160,8 +207,13 @@ class BenchResult:
             "images": [str(size) for size in self.spec.images],
             "batch_size": self.spec.batch_size,
             "decode_tokens": self.spec.decode_tokens,
-            "policy": vars(self.spec.policy).copy(),
+            "policy": self.spec.policy.to_dict(),
             "ideal_method": self.ideal_method,
+            "ideal_assumption": self.ideal_assumption,
+            "null_check": self.null_check.to_dict() if self.null_check else None,
+            "noisy": self.noisy,
+            "imprecise": self.imprecise(),
+            "provenance": self.provenance,
             "rows": [row.to_dict() for row in self.rows],
             "hardware": self.hardware.to_dict(),
             "telemetry": self.telemetry,
@@ -178,8 +230,9 @@ class BenchResult:
             lengths=tuple(data["lengths"]),
             batch_size=data["batch_size"],
             decode_tokens=data["decode_tokens"],
-            policy=RepeatPolicy(**data["policy"]),
+            policy=RepeatPolicy.from_dict(data["policy"]),
             images=tuple(ImageSize.parse(text) for text in data.get("images", [])),
+            null_check=data.get("null_check") is not None,
         )
         return cls(
             model=data["model"],
@@ -193,24 +246,31 @@ class BenchResult:
             dtype=data["dtype"],
             ideal_method=data.get("ideal_method", "flops"),
             transform=data.get("transform"),
+            null_check=NullCheck.from_dict(data["null_check"]) if data.get("null_check") else None,
+            provenance=data.get("provenance", {}),
+            ideal_assumption=data.get("ideal_assumption"),
         )
 
     def table(self) -> str:
         """The result as a fixed-width text table (prompts as rows; image prompts lead with size and tokens)."""
         images = bool(self.spec.images)
         header = f"{'image':>9}  {'img tok':>7}  " if images else ""
-        header += f"{'length':>7}  {'full ms':>9}  {'POP ms':>9}  {'speedup':>7}  {'ideal':>6}"
+        header += f"{'length':>7}  {'full ms':>9}  {'POP ms':>9}  {'speedup [95% CI]':>23}  {'pairs':>5}  {'ideal':>6}"
         if self.spec.decode_tokens:
-            header += f"  {'decode full':>11}  {'decode POP':>10}"
+            header += f"  {'decode full':>11}  {'decode POP':>10}  {'decode POP/full [CI]':>22}"
         lines = [header]
         for row in self.rows:
             line = f"{row.image:>9}  {row.image_tokens:>7}  " if images else ""
+            lo, hi = row.prefill.speedup_ci
             line += (
                 f"{row.length:>7}  {row.prefill.b.p50:>9.1f}  {row.prefill.a.p50:>9.1f}  "
-                f"{row.speedup:>6.2f}x  {row.ideal:>5.2f}x"
+                f"{row.speedup:>6.3f}x [{lo:.3f}, {hi:.3f}]  {row.prefill.count:>5}  {row.ideal:>5.2f}x"
+                + (" !" if row.above_ideal else "")
             )
             if row.decode is not None:
-                line += f"  {row.decode.b.p50:>8.2f} ms  {row.decode.a.p50:>7.2f} ms"
+                dlo, dhi = row.decode.speedup_ci
+                line += (f"  {row.decode.b.p50:>8.2f} ms  {row.decode.a.p50:>7.2f} ms  "
+                         f"{row.decode.speedup:>5.3f} [{dlo:.3f}, {dhi:.3f}]")
             lines.append(line)
         return "\n".join(lines)
 
@@ -247,6 +307,51 @@ def _per_token(pair: PairRecord, steps: int) -> PairRecord:
     return PairRecord(a=scale(pair.a), b=scale(pair.b))
 
 
+def _measure_row(model: Any, prompt: _PromptRow, config: PopConfig, spec: BenchSpec, timer: Timer,
+                 transform: Transform | None, progress: Callable[[str], None] | None, label: str) -> BenchRow:
+    """Time one prompt: the prefill pair, the decode pair (per token) and the ideal ratio."""
+    decoder = decoder_of(model)
+    inputs, steps = prompt.inputs, spec.decode_tokens
+
+    def measured_prefill() -> Any:
+        with applied(model, transform):
+            return prefill(model, inputs, config)
+
+    def measured_decode(out: Any) -> None:
+        with applied(model, transform):
+            decode(model, out, inputs, steps)
+
+    prefill_pair = measure_pair(measured_prefill, lambda: prefill(model, inputs, None), timer=timer,
+                                policy=spec.policy)
+    if progress:
+        progress(f"prefill {label}")
+    decode_pair = None
+    if steps:
+        full = Staged(lambda: prefill(model, inputs, None), lambda out: decode(model, out, inputs, steps))
+        decode_pair = _per_token(measure_pair(Staged(measured_prefill, measured_decode), full, timer=timer,
+                                              policy=spec.policy), steps)
+        if progress:
+            progress(f"decode {label}")
+    attention = getattr(decoder.config, "_attn_implementation", None)
+    full_flops = prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, attention=attention)
+    with applied(model, transform):  # a removal changes the config's depth and layer types
+        ideal = full_flops / (prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, config,
+                                                                 attention=attention))
+    return BenchRow(prompt.length, prefill_pair, ideal, decode_pair, prompt.image, prompt.image_tokens)
+
+
+def _null_check(model: Any, prompt: _PromptRow, rows: list[BenchRow], spec: BenchSpec, timer: Timer) -> NullCheck:
+    """The run's null checks: an A/A pair at ``prompt`` (when asked for), every decode pair, the ideal check."""
+    aa = None
+    if spec.null_check:
+        inputs = prompt.inputs
+        aa = figures(measure_pair(lambda: prefill(model, inputs, None), lambda: prefill(model, inputs, None),
+                                  timer=timer, policy=spec.policy))
+    return NullCheck(length=prompt.length, aa=aa,
+                     decode={row.length: figures(row.decode) for row in rows if row.decode is not None},
+                     above_ideal=[row.length for row in rows if row.above_ideal])
+
+
 @torch.inference_mode()
 def run_bench(
     model: Any,
@@ -257,6 +362,7 @@ def run_bench(
     model_name: str,
     progress: Callable[[str], None] | None = None,
     transform: Transform | None = None,
+    weights: str | None = None,
 ) -> BenchResult:
     """Time POP with ``config`` against the full model at every length (or image size) of ``spec``.
 
@@ -264,11 +370,12 @@ def run_bench(
         model: A loaded model (POP is applied per call and removed after; the model is left plain).
         tokenizer: Its tokenizer, for real token ids.
         config: The POP configuration.
-        spec: Lengths or image sizes, batch size, decode tokens and repeat policy.
+        spec: Lengths or image sizes, batch size, decode tokens, repeat policy and null check.
         model_name: Recorded as is.
         progress: Called with a short label after each measurement (for a progress bar).
         transform: A baseline's model change (layers removed, sparse weights), applied around every call of
             the measured side -- prefill and decode -- and undone for the full model's calls.
+        weights: ``pretrained`` or ``random`` as loaded, for the provenance record.
     """
     decoder = decoder_of(model)
     with applied(model, transform):
@@ -283,48 +390,19 @@ def run_bench(
     device = next(model.parameters()).device
     timer = Timer(device)
     hardware = fingerprint(device)
-    rows = []
+    record = provenance(model, model_name=model_name, weights=weights)
+    rows, prompts = [], []
     with Telemetry(hardware) as telemetry, kept_rope_state(model):
         for item in spec.images or spec.lengths:
             prompt = _prompt_row(model, tokenizer, item, spec.batch_size, device)
             if limit and prompt.length + spec.decode_tokens > limit:
                 raise ConfigError(f"the {item} image prompt ({prompt.length} tokens) exceeds this model's {limit} positions")
-            inputs = prompt.inputs
-
-            def measured_prefill() -> Any:
-                with applied(model, transform):
-                    return prefill(model, inputs, config)
-
-            def measured_decode(out: Any) -> None:
-                with applied(model, transform):
-                    decode(model, out, inputs, steps)
-
-            steps = spec.decode_tokens
-            prefill_pair = measure_pair(
-                measured_prefill,
-                lambda: prefill(model, inputs, None),
-                timer=timer,
-                policy=spec.policy,
-            )
-            if progress:
-                progress(f"prefill {item}")
-            decode_pair = None
-            if spec.decode_tokens:
-                decode_pair = _per_token(
-                    measure_pair(
-                        Staged(measured_prefill, measured_decode),
-                        Staged(lambda: prefill(model, inputs, None), lambda out: decode(model, out, inputs, steps)),
-                        timer=timer,
-                        policy=spec.policy,
-                    ),
-                    steps,
-                )
-                if progress:
-                    progress(f"decode {item}")
-            full_flops = prompt.fixed_flops + prefill_flops(decoder.config, prompt.length)
-            with applied(model, transform):  # a removal changes the config's depth and layer types
-                ideal = full_flops / (prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, config))
-            rows.append(BenchRow(prompt.length, prefill_pair, ideal, decode_pair, prompt.image, prompt.image_tokens))
+            prompts.append(prompt)
+            rows.append(_measure_row(model, prompt, config, spec, timer, transform, progress, str(item)))
+        check = _null_check(model, prompts[0], rows, spec, timer)
+        if progress and spec.null_check:
+            progress("A/A check")
+    record["load_end"] = load_average()
     return BenchResult(
         model=model_name,
         config=config,
@@ -336,4 +414,7 @@ def run_bench(
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         transform=transform.describe() if transform is not None else None,
+        null_check=check,
+        provenance=record,
+        ideal_assumption=assumption(getattr(decoder.config, "_attn_implementation", None)),
     )

@@ -6,6 +6,13 @@ only its K and V projections for the pruned tokens. Both sides compute the LM he
 Embedding look-ups, norms and RoPE are ignored (they are memory-bound and small). The ideal ratio is an upper
 bound on what a perfect kernel schedule could get; measured speedups are reported beside it.
 
+What attention really computes depends on the kernel: with ``attention="sdpa"`` (transformers' default), a
+sliding-window layer gets a materialised mask once the prompt reaches the window (``kv_length >= window``,
+transformers' ``_ignore_causal_mask_sdpa``; Gemma-3-270M from 512 tokens on), and SDPA then computes every
+query-key pair, masked ones too; a full-attention layer runs SDPA's causal path (blocks above the diagonal
+skipped). With ``attention="eager"`` every layer multiplies the whole square. With None (or ``flash``/``flex``)
+each query counts only the keys it sees. :func:`assumption` states this in words for records.
+
 An image prompt also runs the vision encoder, the same on both sides (POP prunes the language model only);
 its FLOPs (:func:`vision_flops`) enter the ideal ratio as a fixed cost, so the ratio stays an honest bound.
 """
@@ -16,7 +23,17 @@ from typing import Any
 
 from poptune.engine import PopConfig
 
-__all__ = ["prefill_flops", "ideal_speedup", "vision_flops"]
+__all__ = ["prefill_flops", "ideal_speedup", "vision_flops", "assumption"]
+
+
+def assumption(attention: str | None) -> str:
+    """The ideal's attention assumption for an attention implementation, in words (for records)."""
+    if attention == "eager":
+        return "eager attention: every query-key pair of each layer computed (masked ones too)"
+    if attention == "sdpa":
+        return ("sdpa: causal keys on full-attention layers; on sliding-window layers the window's keys below the "
+                "window length, every query-key pair from it on (transformers materialises the mask there)")
+    return "keys each query sees (causal, clipped by the sliding window)"
 
 
 def _shape(config: Any) -> dict[str, Any]:
@@ -36,30 +53,39 @@ def _shape(config: Any) -> dict[str, Any]:
     )
 
 
-def _attended(first: int, stop: int, window: int | None) -> int:
-    """Keys seen by the queries at positions ``[first, stop)``, summed (causal, optionally windowed)."""
+def _attended(first: int, stop: int, window: int | None, dense: bool = False) -> int:
+    """Keys computed for the queries at positions ``[first, stop)``, summed (causal, optionally windowed; with
+    ``dense``, every one of the ``stop`` keys, as a kernel given a materialised mask computes them)."""
+    if dense:
+        return (stop - first) * stop
     if window is None:
         return sum(i + 1 for i in range(first, stop))
     return sum(min(i + 1, window) for i in range(first, stop))
 
 
-def prefill_flops(config: Any, length: int, pop: PopConfig | None = None) -> float:
+def prefill_flops(config: Any, length: int, pop: PopConfig | None = None, *, attention: str | None = None) -> float:
     """FLOPs of one prefill of ``length`` tokens (batch 1) with or without POP.
 
     Args:
         config: The decoder's text config (``hidden_size``, ``num_hidden_layers``, ...).
         length: Prompt length in tokens.
         pop: The configuration, or None for the full model.
+        attention: The attention implementation (``sdpa``, ``eager``; None: count only the keys each query
+            sees); see the module docstring.
     """
     s = _shape(config)
     c, d = s["hidden"], s["head_dim"]
     qo = 2 * 2 * c * s["heads"] * d
     kv = 2 * 2 * c * s["kv_heads"] * d
-    dense = qo + kv + 3 * 2 * c * s["ffn"]
+    layer_dense = qo + kv + 3 * 2 * c * s["ffn"]
     per_key = 2 * 2 * s["heads"] * d  # scores and weighted values, per query-key pair
 
     def window_of(layer: int) -> int | None:
         return s["window"] if s["types"][layer] == "sliding_attention" else None
+
+    def dense(layer: int) -> bool:
+        win = window_of(layer)
+        return attention == "eager" or (attention == "sdpa" and win is not None and length >= win)
 
     skipped = set(pop.skipped_layers(s["layers"])) if pop is not None and pop.skip else set()
     pruned = max(length - pop.boundary_width, 0) if skipped else 0
@@ -70,18 +96,20 @@ def prefill_flops(config: Any, length: int, pop: PopConfig | None = None) -> flo
         win = window_of(layer)
         if layer in skipped:
             # Pruned tokens only write K/V; boundary tokens run the whole layer over every key.
-            total += pruned * kv + (length - pruned) * dense + per_key * _attended(pruned, length, win)
+            total += pruned * kv + (length - pruned) * layer_dense + per_key * _attended(pruned, length, win, dense(layer))
         else:
-            total += length * dense + per_key * _attended(0, length, win)
+            total += length * layer_dense + per_key * _attended(0, length, win, dense(layer))
     return float(total)
 
 
-def ideal_speedup(config: Any, length: int, pop: PopConfig, *, fixed: float = 0.0) -> float:
+def ideal_speedup(config: Any, length: int, pop: PopConfig, *, fixed: float = 0.0, attention: str | None = None) -> float:
     """Full-model prefill FLOPs over POP prefill FLOPs for a ``length``-token prompt.
 
-    ``fixed``: FLOPs both sides spend outside the language model (the vision encoder of an image prompt).
+    ``fixed``: FLOPs both sides spend outside the language model (the vision encoder of an image prompt);
+    ``attention``: as :func:`prefill_flops`.
     """
-    return (fixed + prefill_flops(config, length)) / (fixed + prefill_flops(config, length, pop))
+    full = prefill_flops(config, length, attention=attention)
+    return (fixed + full) / (fixed + prefill_flops(config, length, pop, attention=attention))
 
 
 def vision_flops(config: Any, patches: int) -> float:

@@ -73,7 +73,8 @@ class HardwareRecord:
     Attributes:
         kind: ``"cuda"`` or ``"cpu"``.
         name: GPU name, or the CPU model for CPU devices.
-        hardware_id: Short slug of ``[a-z0-9-]``, e.g. ``nvidia-h200`` or ``cpu-intel-xeon-processor-2t``.
+        hardware_id: Short slug of ``[a-z0-9-]``, e.g. ``nvidia-h200`` or ``cpu-intel-xeon-processor-2t``
+            (a CPU's id ends with the number of threads torch uses).
         memory_bytes: Memory of the measured device (GPU memory for CUDA, system RAM for CPU).
         cpu_model, physical_cores, logical_threads, torch_num_threads: The host CPU (filled for both kinds).
         cuda_index: The torch device index; ``nvml_index`` the matching NVML (PCI-order) index.
@@ -238,7 +239,8 @@ def fingerprint(device: str | torch.device) -> HardwareRecord:
     }
     if dev.type == "cpu":
         model = cpu["cpu_model"] or "unknown"
-        hardware_id = f"cpu-{_slug(model)}-{cpu['logical_threads'] or 0}t"
+        # The threads torch uses, not those the CPU has: one thread and two are not the same machine to a timer.
+        hardware_id = f"cpu-{_slug(model)}-{torch.get_num_threads()}t"
         return HardwareRecord(kind="cpu", name=model, hardware_id=hardware_id, memory_bytes=cpu["memory_bytes"],
                               notes=["CPU device: NVML not queried"], **common)
     assert dev.index is not None  # resolve_device gives CUDA an index

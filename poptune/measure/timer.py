@@ -2,13 +2,14 @@
 
 Every latency is in milliseconds. On CUDA each timed call is bracketed by a pair of CUDA events recorded on
 the current stream and the device is synchronised only when values are read (once, after the loop); on CPU
-the host clock (``time.perf_counter_ns``) brackets each call.
+the host clock (``time.perf_counter_ns``) brackets each call. The records live in
+:mod:`poptune.measure.records`, the bootstrap intervals in :mod:`poptune.measure.stats`.
 """
 
 from __future__ import annotations
 
-import json
 import math
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,8 +19,11 @@ import torch
 
 from poptune.device import resolve_device
 from poptune.errors import ConfigError
+from poptune.measure.records import ORDERS, LatencyRecord, PairRecord, percentile
+from poptune.measure.stats import MIN_BOOTSTRAP, median_interval, relative_half_width
 
 __all__ = [
+    "ORDERS",
     "LatencyRecord",
     "PairRecord",
     "RepeatPolicy",
@@ -34,145 +38,6 @@ Clock = Callable[[], int]
 """A monotonic host clock returning nanoseconds, like :func:`time.perf_counter_ns`."""
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Returns the ``q``-th percentile with linear interpolation (numpy's default method).
-
-    Example: ``percentile([1, 2, 3, 4], 50) == 2.5``; ``percentile([1, 2, 3, 4], 90) == 3.7``.
-    """
-    if not values:
-        raise ConfigError("`values` must hold at least one value, got none")
-    if not 0.0 <= q <= 100.0:
-        raise ConfigError(f"`q` must be in [0, 100], got {q}")
-    ordered = sorted(values)
-    rank = q / 100.0 * (len(ordered) - 1)
-    lo, hi = math.floor(rank), math.ceil(rank)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
-
-
-@dataclass
-class LatencyRecord:
-    """Raw latencies of repeated calls, in milliseconds, with summary statistics.
-
-    Attributes:
-        values_ms: One latency per measured call, in call order (warm-up calls excluded).
-    """
-
-    values_ms: list[float]
-
-    def __post_init__(self) -> None:
-        if len(self.values_ms) == 0:
-            raise ConfigError("`values_ms` must hold at least one value, got none")
-        self.values_ms = [float(v) for v in self.values_ms]
-
-    @property
-    def count(self) -> int:
-        """Number of measured calls."""
-        return len(self.values_ms)
-
-    @property
-    def p50(self) -> float:
-        """Median latency (ms)."""
-        return percentile(self.values_ms, 50)
-
-    @property
-    def p90(self) -> float:
-        """90th-percentile latency (ms)."""
-        return percentile(self.values_ms, 90)
-
-    @property
-    def mean(self) -> float:
-        """Arithmetic mean latency (ms)."""
-        return math.fsum(self.values_ms) / self.count
-
-    @property
-    def std(self) -> float:
-        """Population standard deviation (ddof=0, like ``numpy.std``) in ms; 0.0 for a single value."""
-        mu = self.mean
-        return math.sqrt(math.fsum((v - mu) ** 2 for v in self.values_ms) / self.count)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Returns the raw values plus the derived statistics (which :meth:`from_dict` recomputes)."""
-        return {
-            "unit": "ms",
-            "values_ms": list(self.values_ms),
-            "count": self.count,
-            "p50": self.p50,
-            "p90": self.p90,
-            "mean": self.mean,
-            "std": self.std,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LatencyRecord:
-        """Rebuilds a record from :meth:`to_dict` output; only ``values_ms`` is read."""
-        if data.get("unit", "ms") != "ms":
-            raise ConfigError(f"`unit` must be 'ms', got {data['unit']!r}")
-        if "values_ms" not in data:
-            raise ConfigError("a latency record needs `values_ms`")
-        return cls(values_ms=list(data["values_ms"]))
-
-    def to_json(self, indent: int | None = None) -> str:
-        """Serialises :meth:`to_dict` to JSON."""
-        return json.dumps(self.to_dict(), indent=indent)
-
-    @classmethod
-    def from_json(cls, text: str) -> LatencyRecord:
-        """Parses :meth:`to_json` output."""
-        return cls.from_dict(json.loads(text))
-
-
-@dataclass
-class PairRecord:
-    """Latencies of two callables timed interleaved (A B A B …), in one process.
-
-    ``ratios[i] = b.values_ms[i] / a.values_ms[i]`` for pair ``i``, so a ratio above 1 means A was faster.
-    Intended use: ``a`` = the POP configuration, ``b`` = the full model, so :attr:`speedup` is POP's speedup.
-
-    Attributes:
-        a: Latencies of the first callable of each pair.
-        b: Latencies of the second callable of each pair.
-    """
-
-    a: LatencyRecord
-    b: LatencyRecord
-
-    def __post_init__(self) -> None:
-        if self.a.count != self.b.count:
-            raise ConfigError(f"`a` and `b` must hold as many values, got {self.a.count} and {self.b.count}")
-        if min(self.a.values_ms) <= 0.0:
-            raise ConfigError(f"`a` latencies must be > 0 to form ratios, got {min(self.a.values_ms)}")
-
-    @property
-    def ratios(self) -> list[float]:
-        """Per-pair ``b / a`` (> 1 means A is faster)."""
-        return [b / a for a, b in zip(self.a.values_ms, self.b.values_ms)]
-
-    @property
-    def speedup(self) -> float:
-        """Median of the per-pair ratios: robust to a slow outlier in either member of one pair."""
-        return percentile(self.ratios, 50)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Returns both records plus the derived ratios and speedup."""
-        return {"a": self.a.to_dict(), "b": self.b.to_dict(), "ratios": self.ratios, "speedup": self.speedup}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PairRecord:
-        """Rebuilds a record from :meth:`to_dict` output; only ``a`` and ``b`` are read."""
-        if "a" not in data or "b" not in data:
-            raise ConfigError("a pair record needs `a` and `b`")
-        return cls(a=LatencyRecord.from_dict(data["a"]), b=LatencyRecord.from_dict(data["b"]))
-
-    def to_json(self, indent: int | None = None) -> str:
-        """Serialises :meth:`to_dict` to JSON."""
-        return json.dumps(self.to_dict(), indent=indent)
-
-    @classmethod
-    def from_json(cls, text: str) -> PairRecord:
-        """Parses :meth:`to_json` output."""
-        return cls.from_dict(json.loads(text))
-
-
 def _check_int(name: str, value: object, minimum: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ConfigError(f"`{name}` must be an integer, got {value!r}")
@@ -182,34 +47,62 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 
 @dataclass(frozen=True)
 class RepeatPolicy:
-    """How often to call a function when timing it.
+    """How often to call a function (or a pair) when timing it: the one stopping rule of poptune.
 
-    After ``warmup`` untimed calls, timed calls continue until both ``min_repeats`` calls were made and
-    ``min_seconds`` of host wall-clock time passed since the first timed call, but never beyond
-    ``max_repeats`` calls. On CUDA the wall clock counts host time, which may run ahead of the GPU by the
-    launch queue.
+    After ``warmup`` untimed rounds, timed rounds continue until ``min_repeats`` rounds were made, ``min_seconds``
+    of host wall-clock time passed since the first timed round and, with ``precision``, the 95% interval of the
+    median (of per-pair ratios for a pair; of latencies for one function) is no wider than ``+-precision``
+    of it -- but never beyond ``max_repeats`` rounds or ``max_seconds``. On CUDA the wall clock counts host
+    time, which may run ahead of the GPU by the launch queue (a precision check synchronises).
 
     Attributes:
-        warmup: Untimed calls first (compilation, caches, clock ramp-up).
-        min_repeats: Fewest timed calls.
+        warmup: Untimed rounds first (compilation, caches, clock ramp-up).
+        min_repeats: Fewest timed rounds.
         min_seconds: Least wall-clock time of the timed loop, in seconds.
-        max_repeats: Most timed calls; wins over ``min_seconds``.
+        max_repeats: Most timed rounds; wins over every other condition.
+        precision: Relative half-width to reach (0.02 = +-2%), or None to stop at the minimums.
+        max_seconds: Most seconds of the timed loop while chasing ``precision`` (None: no time cap).
+        order: Pair order: ``alternate`` (A-B, B-A, ...), ``random`` (seeded) or ``fixed`` (A first always).
+        seed: Seed of a random order and of the bootstrap.
+        confidence: Level of the intervals.
     """
 
     warmup: int = 2
     min_repeats: int = 5
     min_seconds: float = 1.0
     max_repeats: int = 1000
+    precision: float | None = None
+    max_seconds: float | None = None
+    order: str = "alternate"
+    seed: int = 0
+    confidence: float = 0.95
 
     def __post_init__(self) -> None:
         _check_int("warmup", self.warmup, 0)
         _check_int("min_repeats", self.min_repeats, 1)
         _check_int("max_repeats", self.max_repeats, self.min_repeats)
-        seconds = self.min_seconds
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
-            raise ConfigError(f"`min_seconds` must be a finite number, got {seconds!r}")
-        if seconds < 0:
-            raise ConfigError(f"`min_seconds` must be >= 0, got {seconds}")
+        _check_int("seed", self.seed, 0)
+        for name in ("min_seconds", "max_seconds", "precision"):
+            value = getattr(self, name)
+            if value is None and name != "min_seconds":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"`{name}` must be a finite number, got {value!r}")
+            if value < 0 or (name == "precision" and value == 0):
+                raise ConfigError(f"`{name}` must be {'> 0' if name == 'precision' else '>= 0'}, got {value}")
+        if self.order not in ORDERS:
+            raise ConfigError(f"`order` must be one of {', '.join(ORDERS)}, got {self.order!r}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ConfigError(f"`confidence` must be in (0, 1), got {self.confidence}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields, JSON-serialisable (:meth:`from_dict` reads records made before the newer fields)."""
+        return dict(vars(self))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RepeatPolicy:
+        """Rebuilds a policy from :meth:`to_dict` output."""
+        return cls(**dict(data))
 
 
 class Timer:
@@ -285,23 +178,64 @@ def _call(fn: Timed, timer: Timer) -> object:
     return timer.time_call(fn)
 
 
-def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> list[list[float]]:
-    """Runs the one repeat loop: warm-up rounds, then timed rounds of ``fns`` in order, back to back."""
-    for _ in range(policy.warmup):
-        for fn in fns:
+def _orders(policy: RepeatPolicy, count: int) -> list[str]:
+    """The order of each of ``count`` pairs: ``"ab"`` or ``"ba"``."""
+    if policy.order == "fixed":
+        return ["ab"] * count
+    if policy.order == "alternate":
+        return ["ab" if i % 2 == 0 else "ba" for i in range(count)]
+    rng = random.Random(policy.seed)
+    return [rng.choice(("ab", "ba")) for _ in range(count)]
+
+
+def _precise(values: list[list[float]], policy: RepeatPolicy) -> bool:
+    """Whether the interval of the median (per-pair ratio, or latency of one function) is narrow enough."""
+    samples = values[0] if len(values) == 1 else [b / a for a, b in zip(values[0], values[1])]
+    centre = percentile(samples, 50)
+    interval = median_interval(samples, confidence=policy.confidence, seed=policy.seed)
+    return relative_half_width(interval, centre) <= policy.precision  # type: ignore[operator]
+
+
+@dataclass
+class _Rounds:
+    """What the repeat loop returns: values per function, in round order, and when each round ran."""
+
+    values: list[list[float]]
+    orders: list[str]
+    offsets_s: list[float]
+    started: float
+
+
+def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> _Rounds:
+    """Runs the one repeat loop: warm-up rounds, then timed rounds (a pair's order per ``policy.order``)."""
+    orders = _orders(policy, policy.max_repeats)
+    for i in range(policy.warmup):
+        for fn in fns if orders[i % len(orders)] == "ab" else fns[::-1]:
             _call(fn, timer)
     timer.synchronize()  # so the timed loop's wall clock does not start with warm-up work still queued
     pending: list[list[object]] = [[] for _ in fns]
     min_ns = policy.min_seconds * 1e9
-    start = timer.now_ns()
+    # An interval needs a few pairs before its width means anything (under MIN_BOOTSTRAP it is their range).
+    least = max(policy.min_repeats, MIN_BOOTSTRAP) if policy.precision is not None else policy.min_repeats
+    max_ns = None if policy.max_seconds is None else policy.max_seconds * 1e9
+    started, start = time.time(), timer.now_ns()
+    offsets: list[float] = []
     rounds = 0
     while rounds < policy.max_repeats:
-        for fn, bucket in zip(fns, pending):
-            bucket.append(_call(fn, timer))
+        order = orders[rounds]
+        offsets.append((timer.now_ns() - start) / 1e9)
+        for index in (range(len(fns)) if order == "ab" else reversed(range(len(fns)))):
+            pending[index].append(_call(fns[index], timer))
         rounds += 1
-        if rounds >= policy.min_repeats and timer.now_ns() - start >= min_ns:
+        elapsed = timer.now_ns() - start
+        if rounds < least or elapsed < min_ns:
+            continue
+        if policy.precision is None or (max_ns is not None and elapsed >= max_ns):
             break
-    return [timer.read(bucket) for bucket in pending]
+        if _precise([timer.read(bucket) for bucket in pending], policy):
+            break
+    used = [o if len(fns) > 1 else "ab" for o in orders[:rounds]]
+    return _Rounds([timer.read(bucket) for bucket in pending], used, offsets, started)
 
 
 def measure(fn: Timed, *, timer: Timer, policy: RepeatPolicy | None = None) -> LatencyRecord:
@@ -311,7 +245,7 @@ def measure(fn: Timed, *, timer: Timer, policy: RepeatPolicy | None = None) -> L
         >>> rec = measure(lambda: x @ x, timer=Timer("cpu"), policy=RepeatPolicy(min_seconds=0.1))
         >>> rec.p50  # milliseconds
     """
-    (values,) = _repeat([fn], timer, policy or RepeatPolicy())
+    (values,) = _repeat([fn], timer, policy or RepeatPolicy()).values
     return LatencyRecord(values_ms=values)
 
 
@@ -322,10 +256,17 @@ def measure_pair(
     timer: Timer,
     policy: RepeatPolicy | None = None,
 ) -> PairRecord:
-    """Times ``fn_a`` and ``fn_b`` interleaved, A B A B …, so drift in clocks or load hits both alike.
+    """Times ``fn_a`` and ``fn_b`` as pairs, one right after the other, so drift in clocks or load hits both alike.
 
-    A always goes first in a pair (warm-up runs A B too); a repeat of the policy is one pair. The result's
-    ``speedup`` is the median of per-pair ``b / a``: pass the POP configuration as A and the full model as B.
+    Pairs alternate A-B, B-A (``policy.order``: or a seeded random order, or A first always), so neither side
+    always runs second on a warmer cache; warm-up pairs follow the same order. A repeat of the policy is one
+    pair; with ``policy.precision`` pairs continue until the interval of the speedup is that narrow (within the
+    caps). The result's ``speedup`` is the median of per-pair ``b / a``: pass the POP configuration as A and the
+    full model as B. Each pair's order and start time are kept in the record.
     """
-    values_a, values_b = _repeat([fn_a, fn_b], timer, policy or RepeatPolicy())
-    return PairRecord(a=LatencyRecord(values_ms=values_a), b=LatencyRecord(values_ms=values_b))
+    policy = policy or RepeatPolicy()
+    rounds = _repeat([fn_a, fn_b], timer, policy)
+    values_a, values_b = rounds.values
+    return PairRecord(a=LatencyRecord(values_ms=values_a), b=LatencyRecord(values_ms=values_b), order=rounds.orders,
+                      offsets_s=rounds.offsets_s, started=rounds.started, confidence=policy.confidence,
+                      seed=policy.seed)

@@ -27,13 +27,17 @@ def _one_line_error(capsys, *argv):
 def test_bench_prints_table_and_writes_json(capsys, tmp_path):
     path = tmp_path / "bench.json"
     code, out, _ = _run(
-        capsys, "bench", "--model", "tiny-llama", "--skip", "2", "--lengths", "12,24", "--repeats", "2",
-        "--min-seconds", "0", "--decode-tokens", "2", "--json", str(path),
+        capsys, "bench", "--model", "tiny-llama", "--skip", "2", "--lengths", "12,24", "--repeats", "3",
+        "--min-seconds", "0", "--decode-tokens", "2", "--precision", "0.5", "--max-pairs", "4", "--json", str(path),
     )
     assert code == 0
-    assert "speedup" in out and "ideal" in out
+    assert "speedup [95% CI]" in out and "ideal" in out and "A/A check (full against full at 12)" in out
+    assert ("TOO NOISY" in out) != ("null checks passed" in out)
     data = json.loads(path.read_text())
     assert [row["length"] for row in data["rows"]] == [12, 24]
+    assert all(3 <= row["pairs"] <= 4 and row["speedup_lo"] <= row["speedup_hi"] for row in data["rows"])
+    assert data["policy"]["precision"] == 0.5 and data["policy"]["order"] == "alternate"
+    assert data["noisy"] == data["null_check"]["noisy"] and data["provenance"]["command"]
     assert data["hardware"]["hardware_id"].startswith("cpu-")
 
 
@@ -41,7 +45,7 @@ def test_bench_with_images_reports_image_tokens_per_resolution(capsys, tmp_path)
     path = tmp_path / "bench.json"
     code, out, _ = _run(
         capsys, "bench", "--model", "tiny-qwen3-vl", "--skip", "2", "--image", "64x48,320x240", "--repeats", "2",
-        "--min-seconds", "0", "--decode-tokens", "2", "--json", str(path),
+        "--min-seconds", "0", "--decode-tokens", "2", "--precision", "0", "--no-null-check", "--json", str(path),
     )
     assert code == 0
     assert "img tok" in out and "320x240" in out and "one image" in out

@@ -18,7 +18,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 @pytest.fixture(scope="module")
 def problem(eval_data):
     return TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(eval_data), lengths=(16,),
-                         repeats=1, decode_tokens=0, max_drop=1.0)
+                         repeats=1, decode_tokens=0, max_drop=1.0, precision=None)
 
 
 def test_ids_are_registered():

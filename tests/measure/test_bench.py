@@ -25,7 +25,7 @@ def test_run_bench_records_every_length_and_round_trips(tiny):
         model_name="tiny-gemma3", progress=labels.append,
     )
     assert [row.length for row in result.rows] == [16, 40]
-    assert labels == ["prefill 16", "decode 16", "prefill 40", "decode 40"]
+    assert labels == ["prefill 16", "decode 16", "prefill 40", "decode 40", "A/A check"]
     for row in result.rows:
         assert row.prefill.a.count == row.prefill.b.count == 2
         assert row.decode is not None and row.decode.a.count == 2
@@ -88,3 +88,38 @@ def test_image_prompts_one_row_per_resolution(tiny):
     assert result.table().splitlines()[0].split()[:3] == ["image", "img", "tok"]
     with pytest.raises(ConfigError, match="text-only model"):
         run_bench(tiny[0], tiny[1], PopConfig(skip=1), spec, model_name="tiny-gemma3")
+
+
+def test_bench_records_intervals_null_checks_and_provenance(tiny):
+    model, tok = tiny
+    result = run_bench(model, tok, PopConfig(skip=3), BenchSpec(lengths=(16,), decode_tokens=2, policy=FAST),
+                       model_name="tiny-gemma3", weights="random")
+    data = json.loads(result.to_json())
+    row = data["rows"][0]
+    assert row["speedup_lo"] <= row["speedup"] <= row["speedup_hi"] and row["pairs"] == 2
+    assert row["decode_speedup_lo"] <= row["decode_speedup"] <= row["decode_speedup_hi"] and row["decode_pairs"] == 2
+    assert row["prefill"]["order"] == ["ab", "ba"] and len(row["prefill"]["offsets_s"]) == 2
+    check = data["null_check"]
+    assert check["length"] == 16 and check["aa"]["pairs"] == 2 and set(check["decode"]) == {"16"}
+    assert data["noisy"] == check["noisy"] == bool(check["reasons"])
+    prov = data["provenance"]
+    assert {"command", "poptune", "git_commit", "weights_fingerprint", "attn_implementation", "dtype",
+            "torch_threads", "thread_env", "load_start", "load_end"} <= set(prov)
+    assert prov["weights_fingerprint"].startswith("random-seed0") and prov["dtype"] == "float32"
+    assert "OMP_NUM_THREADS" in prov["thread_env"] and "sdpa" in data["ideal_assumption"]
+    assert BenchResult.from_dict(data).to_json() == result.to_json()
+
+
+def test_no_null_check_times_no_aa_pair(tiny):
+    model, tok = tiny
+    result = run_bench(model, tok, PopConfig(skip=3), BenchSpec(lengths=(16,), decode_tokens=0, policy=FAST,
+                                                                null_check=False), model_name="tiny-gemma3")
+    assert result.null_check is not None and result.null_check.aa is None and result.null_check.decode == {}
+
+
+def test_intervals_wider_than_the_precision_target_are_listed(tiny):
+    model, tok = tiny
+    policy = RepeatPolicy(warmup=0, min_repeats=3, max_repeats=3, min_seconds=0.0, precision=1e-9)
+    result = run_bench(model, tok, PopConfig(skip=3), BenchSpec(lengths=(16,), decode_tokens=0, policy=policy,
+                                                                null_check=False), model_name="tiny-gemma3")
+    assert set(result.imprecise()) == {"prefill 16"} and json.loads(result.to_json())["imprecise"]

@@ -57,3 +57,19 @@ def test_vision_encoder_flops_grow_with_the_image_and_dilute_the_ideal():
     assert large > 12 * small > 0  # attention over the patches grows faster than linearly
     text, pop = config.text_config, PopConfig(skip=12)
     assert 1.0 < ideal_speedup(text, 318, pop, fixed=small) < ideal_speedup(text, 318, pop)
+
+
+def test_sdpa_sliding_layers_count_every_key_from_the_window_on():
+    from types import SimpleNamespace
+
+    from poptune.measure.flops import prefill_flops
+
+    cfg = SimpleNamespace(num_attention_heads=2, head_dim=4, hidden_size=8, num_hidden_layers=2, intermediate_size=16,
+                          num_key_value_heads=1, vocab_size=10, layer_types=["sliding_attention", "full_attention"],
+                          sliding_window=8)
+    per_key = 2 * 2 * 2 * 4
+    # Below the window transformers skips the mask: SDPA's causal path, as the plain count.
+    assert prefill_flops(cfg, 7, attention="sdpa") == prefill_flops(cfg, 7)
+    # From the window on, the sliding layer's materialised mask makes SDPA compute the whole square.
+    counted = sum(min(i + 1, 8) for i in range(16))
+    assert prefill_flops(cfg, 16, attention="sdpa") - prefill_flops(cfg, 16) == per_key * (16 * 16 - counted)

@@ -214,3 +214,15 @@ def test_fingerprint_cuda_without_cuda_raises(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(DeviceError):
         fingerprint("cuda")
+
+
+def test_cpu_hardware_id_counts_the_threads_torch_uses():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = fingerprint("cpu").hardware_id
+        torch.set_num_threads(2)
+        two = fingerprint("cpu").hardware_id
+    finally:
+        torch.set_num_threads(before)
+    assert one.endswith("-1t") and two.endswith("-2t") and one[:-3] == two[:-3]

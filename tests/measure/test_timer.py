@@ -100,7 +100,7 @@ def test_measure_pair_interleaves_and_takes_median_of_ratios() -> None:
 
     pair = measure_pair(fn_a, fn_b, timer=Timer("cpu", clock=clock),
                         policy=RepeatPolicy(warmup=1, min_repeats=4, min_seconds=0.0))
-    assert log == ["A", "B"] * 5
+    assert log == ["A", "B", "A", "B", "B", "A", "A", "B", "B", "A"]
     assert pair.a.values_ms == pytest.approx([10.0] * 4)
     assert pair.ratios == pytest.approx([2.0, 3.0, 1.5, 4.0])
     assert pair.speedup == pytest.approx(2.5)  # b/a > 1: A is faster
@@ -146,6 +146,9 @@ def test_records_round_trip_through_json() -> None:
         ({"min_repeats": 10, "max_repeats": 5}, "`max_repeats` must be >= 10, got 5"),
         ({"min_repeats": 2.5}, "`min_repeats` must be an integer"),
         ({"warmup": True}, "`warmup` must be an integer"),
+        ({"precision": 0}, "`precision` must be > 0, got 0"),
+        ({"order": "ba"}, "`order` must be one of alternate, random, fixed, got 'ba'"),
+        ({"confidence": 1.0}, "`confidence` must be in (0, 1)"),
     ],
 )
 def test_bad_policy_values_raise(kwargs: dict, message: str) -> None:
@@ -208,3 +211,99 @@ def test_real_cpu_matmul_smoke() -> None:
                   policy=RepeatPolicy(warmup=1, min_repeats=3, min_seconds=0.0, max_repeats=3))
     assert rec.count == 3
     assert all(v > 0 for v in rec.values_ms)
+
+
+def test_measure_pair_alternates_order_and_keeps_it_with_times() -> None:
+    clock = FakeClock()
+    log: list[str] = []
+
+    def fn_a() -> None:
+        log.append("A")
+        clock.advance_ms(10.0)
+
+    def fn_b() -> None:
+        log.append("B")
+        clock.advance_ms(20.0)
+
+    pair = measure_pair(fn_a, fn_b, timer=Timer("cpu", clock=clock),
+                        policy=RepeatPolicy(warmup=1, min_repeats=4, min_seconds=0.0))
+    assert log == ["A", "B", "A", "B", "B", "A", "A", "B", "B", "A"]  # warm-up, then A-B, B-A, ...
+    assert pair.order == ["ab", "ba", "ab", "ba"]
+    assert pair.offsets_s == pytest.approx([0.0, 0.03, 0.06, 0.09])
+    assert pair.ratios == pytest.approx([2.0] * 4)
+    back = PairRecord.from_json(pair.to_json())
+    assert back.order == pair.order and back.offsets_s == pair.offsets_s
+
+
+def test_random_order_is_seeded() -> None:
+    def orders(seed: int) -> list[str]:
+        clock = FakeClock()
+        pair = measure_pair(lambda: clock.advance_ms(1.0), lambda: clock.advance_ms(1.0),
+                            timer=Timer("cpu", clock=clock),
+                            policy=RepeatPolicy(warmup=0, min_repeats=20, min_seconds=0.0, order="random", seed=seed))
+        return pair.order
+
+    assert orders(3) == orders(3)
+    assert orders(3) != orders(4)
+    assert {"ab", "ba"} == set(orders(3))
+
+
+def test_fixed_order_puts_a_first_always() -> None:
+    clock = FakeClock()
+    pair = measure_pair(lambda: clock.advance_ms(1.0), lambda: clock.advance_ms(1.0), timer=Timer("cpu", clock=clock),
+                        policy=RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, order="fixed"))
+    assert pair.order == ["ab"] * 3
+
+
+def test_interval_of_a_pair_brackets_its_speedup_and_narrows_with_pairs() -> None:
+    import random
+
+    rng = random.Random(0)
+    few = [rng.gauss(1.5, 0.1) for _ in range(8)]
+    many = few + [rng.gauss(1.5, 0.1) for _ in range(200)]
+
+    def pair_of(ratios: list[float]) -> PairRecord:
+        return PairRecord(a=LatencyRecord([10.0] * len(ratios)), b=LatencyRecord([10.0 * r for r in ratios]))
+
+    lo, hi = pair_of(few).speedup_ci
+    assert lo <= pair_of(few).speedup <= hi
+    mlo, mhi = pair_of(many).speedup_ci
+    assert mhi - mlo < hi - lo
+    assert mlo < 1.5 < mhi
+    assert pair_of(many).speedup_ci == (mlo, mhi)  # seeded: the same samples give the same interval
+    assert pair_of([2.0, 3.0]).speedup_ci == (2.0, 3.0)  # under 3 pairs: the range
+    data = pair_of(few).to_dict()
+    assert (data["speedup_lo"], data["speedup_hi"], data["pairs"]) == (lo, hi, 8)
+
+
+def _noisy_pair(policy: RepeatPolicy, spread: float) -> PairRecord:
+    import random
+
+    clock = FakeClock()
+    rng = random.Random(1)
+    return measure_pair(lambda: clock.advance_ms(10.0), lambda: clock.advance_ms(10.0 * rng.uniform(2 - spread, 2 + spread)),
+                        timer=Timer("cpu", clock=clock), policy=policy)
+
+
+def test_precision_rule_stops_once_the_interval_is_narrow_enough() -> None:
+    loose = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, max_repeats=500, precision=0.05), 0.4)
+    tight = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, max_repeats=500, precision=0.02), 0.4)
+    assert loose.half_width <= 0.05 and tight.half_width <= 0.02
+    assert 3 <= loose.count < tight.count < 500
+    # One pair less and the interval was still too wide: the loop stopped at the first precise round.
+    shorter = PairRecord(a=LatencyRecord(tight.a.values_ms[:-1]), b=LatencyRecord(tight.b.values_ms[:-1]))
+    assert shorter.half_width > 0.02
+
+
+def test_precision_rule_respects_the_caps() -> None:
+    capped = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, max_repeats=7, precision=0.001), 0.4)
+    assert capped.count == 7
+    timed = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, max_seconds=0.5, precision=0.001), 0.4)
+    assert timed.count == 17  # pairs of ~30 ms: the 0.5 s cap is passed after the 17th
+    exact = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, precision=0.02), 0.0)
+    assert exact.count == 3  # identical ratios: the interval has no width at the minimum
+
+
+def test_precision_rule_never_stops_on_too_few_pairs_to_judge() -> None:
+    one = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=1, min_seconds=0.0, precision=0.02), 0.0)
+    assert one.count == 3  # a single pair's "interval" has no width; three are the least judged

@@ -1,0 +1,81 @@
+"""Provenance of a measurement: what ran it, on which weights, under which threads and load.
+
+Recorded in every bench JSON and every study: the command line, the poptune version and git commit (when the
+package sits in a git checkout), the weights' source and fingerprint, the attention implementation, dtype,
+torch's thread counts, the OpenMP/MKL variables, and the load average when the work started and ended (a
+load well above the cores means other work shared the machine, whatever the intervals say).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["THREAD_VARIABLES", "git_commit", "load_average", "provenance"]
+
+#: Environment variables that set how many threads the math libraries use.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY", "OMP_PROC_BIND")
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout poptune is imported from (``+dirty`` with local changes), or None."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        run = lambda *cmd: subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True,  # noqa: E731
+                                          timeout=10, check=True).stdout.strip()
+        commit = run("rev-parse", "HEAD")
+        dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, or None where the system has none."""
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def provenance(model: Any, *, model_name: str, weights: str | None = None) -> dict[str, Any]:
+    """What produced a measurement on ``model`` (a loaded model); ``load_end`` is filled by the caller.
+
+    Args:
+        model: The loaded model (its attention implementation and dtype are read).
+        model_name: The poptune name it was loaded by.
+        weights: ``pretrained`` or ``random`` as given to :func:`poptune.load_model` (None: unknown).
+    """
+    from poptune import __version__
+
+    config = getattr(model, "config", None)
+    fingerprint = None
+    if weights is not None:
+        from poptune.models import weights_fingerprint
+
+        try:
+            fingerprint = weights_fingerprint(model_name, weights)
+        except Exception as e:  # a model loaded from elsewhere: say why there is none
+            fingerprint = f"unknown ({type(e).__name__})"
+    return {
+        "command": list(sys.argv),
+        "poptune": __version__,
+        "git_commit": git_commit(),
+        "model": model_name,
+        "weights": weights,
+        "weights_fingerprint": fingerprint,
+        "attn_implementation": getattr(config, "_attn_implementation", None),
+        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "thread_env": {name: os.environ.get(name) for name in THREAD_VARIABLES},
+        "load_start": load_average(),
+        "load_end": None,
+    }

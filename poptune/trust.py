@@ -1,0 +1,196 @@
+"""What makes a study's latencies trustworthy: provenance, A/A checks, re-measuring noisy trials, confirmation.
+
+- :func:`record_run` appends each run's provenance (command line, version, git commit, weights, attention,
+  dtype, threads, load at start and end) to the study attribute ``runs``.
+- :func:`record_aa_check` times the full model against itself at the target prompt (an A/A pair) and appends
+  the figures to the study attribute ``null_checks`` (each run does so at its start and its end).
+- :func:`remeasure_noisy` measures again each configuration whose every trial is marked ``noisy`` (see
+  :mod:`poptune.measure.nullcheck`); the new measurement is a trial of its own with ``remeasure_of``.
+- :func:`confirm_front` re-times the front's configurations together, round by round (each round times every
+  configuration once, so load that comes and goes hits them alike), with more pairs than a trial; the figures
+  go to the study attribute ``confirmation`` (Optuna does not let a finished trial's attributes change), which
+  :func:`poptune.store.front` reads: the front is recomputed from them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from poptune import store
+from poptune.engine import PopConfig
+from poptune.env.space import config_of_trial, distributions_of, params_of
+from poptune.measure.nullcheck import above_ideal, noisy_reasons
+
+if TYPE_CHECKING:
+    import optuna
+
+    from poptune.env.evaluator import ConfigEvaluator
+    from poptune.measure.records import PairRecord
+
+__all__ = ["CONFIRM_ROUNDS", "CONFIRM_PAIRS", "record_run", "finish_run", "record_aa_check", "remeasure_noisy",
+           "confirm_front"]
+
+log = logging.getLogger(__name__)
+
+#: Rounds of the confirmation pass and pairs per configuration per round.
+CONFIRM_ROUNDS = 3
+CONFIRM_PAIRS = 5
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _time(evaluator: "ConfigEvaluator", config: PopConfig, pairs: int, warmup: int,
+          lengths: tuple[int, ...] | None = None) -> dict[int, tuple["PairRecord", float]]:
+    """Prefill pair records of ``config`` against the full model and its ideal, per timed prompt length
+    (default: the problem's target prompt)."""
+    from poptune.measure import RepeatPolicy
+    from poptune.measure.bench import BenchSpec, run_bench
+    from poptune.models.vision import ImageSize
+
+    p = evaluator.problem
+    spec = BenchSpec(lengths=lengths or (p.target,), decode_tokens=0, null_check=False,
+                     images=(ImageSize.parse(p.image),) if p.image is not None else (),
+                     policy=RepeatPolicy(warmup=warmup, min_repeats=pairs, max_repeats=pairs, min_seconds=0.0))
+    rows = run_bench(evaluator.model, evaluator.tokenizer, config, spec, model_name=p.model).rows
+    return {row.length: (row.prefill, row.ideal) for row in rows}
+
+
+def record_aa_check(study: "optuna.Study", evaluator: "ConfigEvaluator", when: str) -> dict[str, Any]:
+    """Time an A/A pair (full against full) and append it to the study's ``null_checks``; returns the entry."""
+    from poptune.measure.provenance import load_average
+
+    p = evaluator.problem
+    load_start = load_average()
+    pair, _ = next(iter(_time(evaluator, PopConfig(skip=0), max(p.repeats, 5), 1).values()))
+    lo, hi = pair.speedup_ci
+    reasons = noisy_reasons(f"A/A prefill at {p.target_label}", lo, hi)  # at least 5 pairs
+    entry = {"when": when, "date": _now(), "speedup": pair.speedup, "lo": lo, "hi": hi, "pairs": pair.count,
+             "noisy": bool(reasons), "reasons": reasons, "load_start": load_start, "load_end": load_average()}
+    study.set_user_attr("null_checks", list(study.user_attrs.get("null_checks", [])) + [entry])
+    if reasons:
+        log.warning("the machine was too noisy: %s", reasons[0])
+    return entry
+
+
+def record_run(study: "optuna.Study", evaluator: "ConfigEvaluator") -> None:
+    """Append this run's provenance (:func:`poptune.measure.provenance.provenance`) to the study's ``runs``."""
+    from poptune.measure.provenance import provenance
+
+    p = evaluator.problem
+    entry = dict(provenance(evaluator.model, model_name=p.model, weights=p.weights), date=_now())
+    study.set_user_attr("runs", list(study.user_attrs.get("runs", [])) + [entry])
+
+
+def finish_run(study: "optuna.Study") -> None:
+    """Fill the load average at the end of this run into its ``runs`` entry."""
+    from poptune.measure.provenance import load_average
+
+    runs = list(study.user_attrs.get("runs", []))
+    if runs:
+        runs[-1] = dict(runs[-1], load_end=load_average())
+        study.set_user_attr("runs", runs)
+
+
+def _add_trial(study: "optuna.Study", config: PopConfig, num_layers: int, values: tuple[float, float],
+               info: dict[str, Any], constraint: float | None) -> None:
+    import optuna
+    from optuna.samplers._base import _CONSTRAINTS_KEY
+
+    system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
+    with warnings.catch_warnings():  # Optuna warns that heartbeats serve `optimize`: this trial has none
+        warnings.simplefilter("ignore", UserWarning)
+        study.add_trial(optuna.trial.create_trial(params=params_of(config),
+                                                  distributions=distributions_of(config, num_layers),
+                                                  values=list(values), user_attrs=info, system_attrs=system))
+
+
+def remeasure_noisy(study: "optuna.Study", evaluator: "ConfigEvaluator", *, attempts: int = 2) -> list[int]:
+    """Measure again every configuration all of whose trials are ``noisy``, up to ``attempts`` times each.
+
+    Returns the numbers of the trials measured again.
+    """
+    from poptune.tune import _outcome
+
+    num_layers = evaluator.num_layers
+    trials = store.completed(study)
+    clean = {config_of_trial(t, num_layers) for t in trials if not t.user_attrs.get("noisy")}
+    noisy: dict[PopConfig, int] = {}
+    for t in trials:
+        config = config_of_trial(t, num_layers)
+        if t.user_attrs.get("noisy") and config not in clean and "reused_from" not in t.user_attrs:
+            noisy.setdefault(config, t.number)
+    reference = float(study.user_attrs["reference_prefill_ms"]) if noisy else 0.0
+    for config, number in noisy.items():
+        for _ in range(attempts):
+            measurement = evaluator.evaluate(config)
+            values, info, constraint = _outcome(measurement, measurement.info(), evaluator.problem, reference)
+            info.update(noisy=measurement.noisy, remeasure_of=number)
+            _add_trial(study, config, num_layers, values, info, constraint)
+            if not measurement.noisy:
+                break
+    return list(noisy.values())
+
+
+def _merge(pairs: list["PairRecord"]) -> "PairRecord":
+    from poptune.measure.records import LatencyRecord, PairRecord
+
+    return PairRecord(a=LatencyRecord([v for p in pairs for v in p.a.values_ms]),
+                      b=LatencyRecord([v for p in pairs for v in p.b.values_ms]),
+                      order=[o for p in pairs for o in p.order], started=pairs[0].started)
+
+
+def confirm_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rounds: int = CONFIRM_ROUNDS,
+                  pairs: int = CONFIRM_PAIRS, passes: int = 3) -> dict[str, Any]:
+    """Re-time the front's configurations together, interleaved by rounds, and store the figures.
+
+    Every configuration of the current front gets ``rounds * pairs`` pairs against the full model; the study
+    attribute ``confirmation`` maps each confirmed trial's number to its figures (speedup, interval, pairs,
+    ideal, whether it is above the ideal). When confirmed figures change the front (a configuration confirmed
+    slower, or above its ideal, lets another in), the newcomers are confirmed too, up to ``passes`` passes.
+    Returns that attribute.
+    """
+    num_layers = evaluator.num_layers
+    figures: dict[str, Any] = {}
+    for _ in range(passes):
+        rows = [r for r in store.front(study) if r.method == "pop" and str(r.trial) not in figures]
+        if not rows:
+            break
+        configs = {r.trial: config_of_trial(study.trials[r.trial], num_layers) for r in rows}
+        figures.update(_confirm(evaluator, configs, rounds, pairs, warmup=not figures))
+        study.set_user_attr("confirmation", {"date": _now(), "rounds": rounds, "pairs_per_round": pairs,
+                                             "trials": figures})
+    return study.user_attrs.get("confirmation", {})
+
+
+def _confirm(evaluator: "ConfigEvaluator", configs: dict[int, PopConfig], rounds: int, pairs: int,
+             warmup: bool) -> dict[str, Any]:
+    """Confirmed figures of ``configs`` (trial number: configuration), timed round by round."""
+    from poptune.env.problem import weighted_ratio
+
+    points = evaluator.latency_points()  # a weighted workload's lengths, else the target alone
+    weights = {n: w for n, w in points} if evaluator.problem.weighted else {evaluator.problem.target: 1.0}
+    timed: dict[int, dict[int, list[Any]]] = {number: {n: [] for n in weights} for number in configs}
+    ideal: dict[int, dict[int, float]] = {number: {} for number in configs}
+    for round_ in range(rounds):
+        for number, config in configs.items():  # one round times every configuration once
+            rows = _time(evaluator, config, pairs, 1 if warmup and round_ == 0 else 0, tuple(weights))
+            for n, (pair, row_ideal) in rows.items():
+                timed[number][n].append(pair)
+                ideal[number][n] = row_ideal
+    figures = {}
+    for number, config in configs.items():
+        merged = {n: _merge(timed[number][n]) for n in weights}
+        latency = {n: {"full_ms": pair.b.p50, "speedup": pair.speedup, "speedup_lo": pair.speedup_ci[0],
+                       "speedup_hi": pair.speedup_ci[1], "ideal": ideal[number][n]} for n, pair in merged.items()}
+        lo, hi = (weighted_ratio(latency, weights, key) for key in ("speedup_lo", "speedup_hi"))
+        best = weighted_ratio(latency, weights, "ideal")
+        figures[str(number)] = {"config": config.to_dict(), "speedup": weighted_ratio(latency, weights),
+                                "speedup_lo": lo, "speedup_hi": hi, "pairs": min(p.count for p in merged.values()),
+                                "ideal": best, "above_ideal": above_ideal(lo, best),
+                                "order": {str(n): p.order for n, p in merged.items()}}
+    return figures

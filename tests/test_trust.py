@@ -1,0 +1,197 @@
+"""Studies whose latencies can be trusted: a one-to-one space, noisy trials marked and re-measured, the
+confirmation pass, old studies still read. A synthetic evaluator stands in for the model (seconds, no timing)."""
+
+from __future__ import annotations
+
+import random
+
+import optuna
+import pytest
+import torch
+
+from poptune import PopConfig, store
+from poptune.env import Measurement, TuningProblem
+from poptune.env.space import all_configs, config_of_trial, params_of
+from poptune.measure import LatencyRecord, PairRecord
+from poptune.measure.bench import BenchRow
+from poptune.measure.nullcheck import NullCheck, figures
+from poptune.tune import StudySpec, run_study
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+LAYERS = 6
+
+
+def _pair(ratios: list[float]) -> PairRecord:
+    return PairRecord(a=LatencyRecord([10.0] * len(ratios)), b=LatencyRecord([10.0 * r for r in ratios]))
+
+
+def _ideal(config: PopConfig) -> float:
+    return 1.0 + 0.1 * config.skip
+
+
+def _true(config: PopConfig) -> float:
+    return 1.0 + 0.08 * config.skip - 0.005 * config.offset
+
+
+class FakeEvaluator:
+    """Measures a configuration synthetically; calls numbered in ``loaded`` run under an injected load."""
+
+    def __init__(self, problem: TuningProblem, loaded: set[int] = frozenset()) -> None:
+        self.problem, self.loaded, self.calls, self.num_layers, self.target_length = problem, loaded, 0, LAYERS, 16
+        self.rng = random.Random(0)
+        self.model = torch.nn.Linear(1, 1)  # what provenance reads (dtype, attention implementation)
+
+    def full_accuracy(self) -> dict[str, float]:
+        return {"piqa": 0.75}
+
+    def set_full_accuracy(self, accuracy: dict[str, float]) -> None:
+        pass
+
+    def evaluate(self, config: PopConfig) -> Measurement:
+        self.calls += 1
+        load = self.calls in self.loaded
+        jitter = lambda: self.rng.uniform(0.995, 1.005)  # noqa: E731
+        ratios = [(6.5 if load else _true(config)) * jitter() for _ in range(8)]
+        decode = [(2.2 if load else 1.0) * jitter() for _ in range(8)]
+        row = BenchRow(length=16, prefill=_pair(ratios), ideal=_ideal(config), decode=_pair(decode))
+        check = NullCheck(length=16, aa=None, decode={16: figures(row.decode)},
+                          above_ideal=[16] if row.above_ideal else [])
+        accuracy = {"piqa": 0.75 - 0.01 * config.skip - 0.001 * config.offset - 0.0001 * len(config.boundary)}
+        return Measurement(config=config, latency={16: row.summary()}, target_length=16, accuracy=accuracy,
+                           full_accuracy=self.full_accuracy(), null_check=check.to_dict())
+
+
+@pytest.fixture
+def problem():
+    return TuningProblem(model="tiny-llama", tasks=("piqa",), lengths=(16,), decode_tokens=8)
+
+
+@pytest.fixture(autouse=True)
+def quiet_timing(monkeypatch):
+    """The A/A pairs and the confirmation pass: quiet synthetic pairs at each configuration's true speedup."""
+    calls = []
+
+    def timed(evaluator, config, pairs, warmup):
+        calls.append(config)
+        return _pair([_true(config) * (1 + 0.001 * (i % 3 - 1)) for i in range(pairs)]), _ideal(config)
+
+    monkeypatch.setattr("poptune.trust._time", timed)
+    return calls
+
+
+def _measuring(study):
+    return [t for t in store.completed(study) if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]
+
+
+def test_space_is_one_to_one():
+    configs = all_configs(LAYERS)
+    assert len(configs) == len(set(configs)) == 1 + 5 * (3 + 3 + 3 + 2 + 1)
+    assert all(c.skip + c.offset <= LAYERS - 1 for c in configs)
+    assert len({tuple(sorted(params_of(c).items())) for c in configs}) == len(configs)
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "grid"])
+def test_sixteen_trials_store_sixteen_distinct_configurations_whose_params_are_their_configs(problem, tmp_path, sampler):
+    study = run_study(StudySpec(problem=problem, trials=16, sampler=sampler, storage=f"sqlite:///{tmp_path}/s.db"),
+                      evaluator=FakeEvaluator(problem))
+    measured = _measuring(study)
+    configs = [PopConfig.from_dict(t.user_attrs["config"]) for t in measured]
+    assert len(configs) == 16 and len(set(configs)) == 16
+    for trial in store.completed(study):
+        assert trial.params == params_of(PopConfig.from_dict(trial.user_attrs["config"]))
+    answered = [t for t in store.completed(study) if "reused_from" in t.user_attrs]
+    assert len(store.completed(study)) == 16 + len(answered)  # answers from storage used no budget
+
+
+def test_noisy_middle_trials_are_marked_remeasured_and_kept_off_the_front(problem, tmp_path, quiet_timing):
+    evaluator = FakeEvaluator(problem, loaded={4, 5, 6})
+    study = run_study(StudySpec(problem=problem, trials=8, sampler="random", storage=f"sqlite:///{tmp_path}/s.db"),
+                      evaluator=evaluator)
+    trials = store.completed(study)
+    noisy = [t for t in trials if t.user_attrs["noisy"] and "reused_from" not in t.user_attrs]
+    assert len(noisy) == 3  # the evaluations 4-6 ran under load
+    for t in noisy:
+        assert t.user_attrs["speedup"] > 6 and t.user_attrs["null_check"]["reasons"]
+        again = [r for r in trials if r.user_attrs.get("remeasure_of") == t.number]
+        assert again and not again[-1].user_attrs["noisy"] and again[-1].params == t.params
+    front = store.front(study)
+    assert front and all(r.confirmed for r in front)
+    assert all(r.speedup_lo <= r.ideal for r in front)
+    assert not {r.trial for r in front} & {t.number for t in noisy}
+    checks = study.user_attrs["null_checks"]
+    assert [c["when"] for c in checks] == ["start", "end"] and not any(c["noisy"] for c in checks)
+    (run,) = study.user_attrs["runs"]
+    assert {"command", "poptune", "git_commit", "weights_fingerprint", "attn_implementation", "dtype",
+            "torch_threads", "thread_env", "load_start", "load_end"} <= set(run)
+    assert run["weights_fingerprint"].startswith("random-seed0") and run["load_end"] is not None
+
+
+def test_confirmation_pass_retimes_the_front_together_and_the_front_reads_it(problem, tmp_path, quiet_timing):
+    study = run_study(StudySpec(problem=problem, trials=6, sampler="random", storage=f"sqlite:///{tmp_path}/s.db"),
+                      evaluator=FakeEvaluator(problem))
+    confirmation = study.user_attrs["confirmation"]
+    unconfirmed = store.front(study, confirmed=False)
+    assert set(confirmation["trials"]) == {str(r.trial) for r in unconfirmed}
+    assert confirmation["rounds"] == 3 and all(f["pairs"] == 15 for f in confirmation["trials"].values())
+    # Interleaved: each round timed every front configuration once, in the same order (after the start A/A).
+    front_configs = [config_of_trial(study.trials[r], LAYERS) for r in map(int, confirmation["trials"])]
+    timed = quiet_timing[1:1 + 3 * len(front_configs)]
+    assert timed == front_configs * 3
+    for row in store.front(study):
+        fig = confirmation["trials"][str(row.trial)]
+        assert row.confirmed and row.speedup == fig["speedup"] and row.pairs == 15
+        assert row.prefill_ms == pytest.approx(study.user_attrs["reference_prefill_ms"] / fig["speedup"])
+
+
+def test_a_configuration_confirmed_above_its_ideal_leaves_the_front(problem, tmp_path, monkeypatch):
+    def too_fast(evaluator, config, pairs, warmup):
+        return _pair([3.0 if config.skip else 1.0] * pairs), _ideal(config)
+
+    monkeypatch.setattr("poptune.trust._time", too_fast)
+    study = run_study(StudySpec(problem=problem, trials=5, sampler="random", storage=f"sqlite:///{tmp_path}/s.db"),
+                      evaluator=FakeEvaluator(problem))
+    above = {int(n) for n, f in study.user_attrs["confirmation"]["trials"].items() if f["above_ideal"]}
+    assert above and all(study.trials[n].user_attrs["config"]["skip"] for n in above)
+    assert not {r.trial for r in store.front(study)} & above
+    assert {r.trial for r in store.front(study, confirmed=False)} & above
+
+
+def _old_study(url: str) -> None:
+    """A study as poptune wrote it before: three parameters on every trial, ``skip`` clipped."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    from poptune.engine import BOUNDARIES
+    from poptune.tune import _outcome
+
+    problem = TuningProblem(model="tiny-llama", tasks=("piqa",), lengths=(16,), decode_tokens=8)
+    study = optuna.create_study(study_name="old", storage=url, directions=["minimize", "maximize"])
+    study.set_user_attr("problem", problem.to_dict())
+    study.set_user_attr("num_layers", LAYERS)
+    study.set_user_attr("full_accuracy", {"piqa": 0.75})
+    study.set_user_attr("reference_prefill_ms", 100.0)
+    dists = {"skip": IntDistribution(0, LAYERS - 1), "boundary": CategoricalDistribution(list(BOUNDARIES)),
+             "offset": IntDistribution(0, 2)}
+    evaluator = FakeEvaluator(problem)
+    for params, ran in [({"skip": 0, "boundary": "none", "offset": 1}, PopConfig(0)),
+                        ({"skip": 5, "boundary": "last", "offset": 2}, PopConfig(3, "last", 2))]:
+        m = evaluator.evaluate(ran)
+        info = m.info()
+        for key in ("null_check", "noisy", "provenance"):
+            info.pop(key)  # not written then
+        values, info, _ = _outcome(m, info, problem, 100.0)
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, values=list(values),
+                                                  user_attrs=info))
+
+
+def test_old_studies_read_back_what_ran_and_resume(tmp_path):
+    url = f"sqlite:///{tmp_path}/old.db"
+    _old_study(url)
+    study = store.load_study(store.open_storage(url, heartbeat=None), "old")
+    assert [config_of_trial(t, LAYERS) for t in store.completed(study)] == [PopConfig(0), PopConfig(3, "last", 2)]
+    assert {(r.skip, r.offset) for r in store.front(study)} <= {(0, 0), (3, 2)}
+    problem = TuningProblem.from_dict(study.user_attrs["problem"])
+    resumed = run_study(StudySpec(problem=problem, trials=3, sampler="tpe", storage=url, study="old"),
+                        evaluator=FakeEvaluator(problem))
+    configs = [config_of_trial(t, LAYERS) for t in _measuring(resumed)]
+    assert len(configs) == 5 and len(set(configs)) == 5
