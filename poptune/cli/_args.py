@@ -86,8 +86,8 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                              "short question, e.g. 640x480; accuracy still comes from --tasks")
     parser.add_argument("--tasks", help=f"accuracy tasks (default: {STUDY_TASKS} with a data directory, else embedded)")
     parser.add_argument("--limit", type=int, help="items per task at most: accuracy is raced in rounds until the drop's "
-                        "interval is decided, up to this cap (default: 128)")
-    parser.add_argument("--items", type=int, default=32, help="items per task in the first round (default: 32)")
+                        "interval is decided, up to this cap (default: 64)")
+    parser.add_argument("--items", type=int, default=16, help="items per task in the first round (default: 16)")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
     parser.add_argument("--max-drop", type=_budget, default=DEFAULT_MAX_DROP,
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): a "
@@ -98,8 +98,8 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
                              "(default: 0.02; 0: stop at --repeats)")
     parser.add_argument("--max-pairs", type=int, default=20, help="most timing pairs per measurement (default: 20)")
-    parser.add_argument("--max-seconds", type=float, default=6.0,
-                        help="most seconds per latency measurement while chasing --precision (default: 6)")
+    parser.add_argument("--max-seconds", type=float, default=3.0,
+                        help="most seconds per latency measurement while chasing --precision (default: 3)")
 
 
 def problem(args: argparse.Namespace) -> Any:
@@ -114,7 +114,7 @@ def problem(args: argparse.Namespace) -> Any:
     real = [t for t in tasks if t not in EMBEDDED]
     if directory is not None and real:
         check_data(directory, real)
-    limit = args.limit if args.limit is not None else 128
+    limit = args.limit if args.limit is not None else 64
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes

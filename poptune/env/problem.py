@@ -57,7 +57,7 @@ class TuningProblem:
     tasks: tuple[str, ...] = ("passkey", "kv_recall")
     lengths: tuple[int, ...] = (512,)
     target_length: int | None = None
-    limit: int | None = 128
+    limit: int | None = 64
     data_dir: str | None = None
     max_drop: float | None = None
     device: str = "cpu"
@@ -67,14 +67,14 @@ class TuningProblem:
     repeats: int = 3
     precision: float | None = 0.02
     max_pairs: int = 20
-    max_seconds: float = 6.0
-    decode_tokens: int = 8
+    max_seconds: float = 3.0
+    decode_tokens: int = 4
     seed: int = 0
     eval_batch_size: int = 8
     image: str | None = None
-    items_start: int = 32
+    items_start: int = 16
     halfwidth: float = 2.0
-    latency_points: int = 3
+    latency_points: int = 2
 
     def __post_init__(self) -> None:
         if self.image is not None:
