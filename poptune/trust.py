@@ -172,16 +172,17 @@ def _confirm(evaluator: "ConfigEvaluator", configs: dict[int, PopConfig], rounds
     """Confirmed figures of ``configs`` (trial number: configuration), timed round by round."""
     from poptune.env.problem import weighted_ratio
 
-    points = evaluator.latency_points()  # a weighted workload's lengths, else the target alone
-    weights = {n: w for n, w in points} if evaluator.problem.weighted else {evaluator.problem.target: 1.0}
-    timed: dict[int, dict[int, list[Any]]] = {number: {n: [] for n in weights} for number in configs}
+    # A weighted workload's lengths with their weights, else the problem's target prompt (text or image) alone.
+    weights = dict(evaluator.latency_points()) if evaluator.problem.weighted else {}
+    timed: dict[int, dict[int, list[Any]]] = {number: {} for number in configs}
     ideal: dict[int, dict[int, float]] = {number: {} for number in configs}
     for round_ in range(rounds):
         for number, config in configs.items():  # one round times every configuration once
-            rows = _time(evaluator, config, pairs, 1 if warmup and round_ == 0 else 0, tuple(weights))
+            rows = _time(evaluator, config, pairs, 1 if warmup and round_ == 0 else 0, tuple(weights) or None)
             for n, (pair, row_ideal) in rows.items():
-                timed[number][n].append(pair)
+                timed[number].setdefault(n, []).append(pair)
                 ideal[number][n] = row_ideal
+    weights = weights or {n: 1.0 for n in next(iter(timed.values()))}
     figures = {}
     for number, config in configs.items():
         merged = {n: _merge(timed[number][n]) for n in weights}

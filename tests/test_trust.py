@@ -4,6 +4,7 @@ confirmation pass, old studies still read. A synthetic evaluator stands in for t
 from __future__ import annotations
 
 import random
+import types
 
 import optuna
 import pytest
@@ -42,6 +43,25 @@ class FakeEvaluator:
         self.rng = random.Random(0)
         self.model = torch.nn.Linear(1, 1)  # what provenance reads (dtype, attention implementation)
 
+    states = None  # prefix-state reuse: nothing to replay in a synthetic measurement
+
+    def enable_state_reuse(self) -> float:
+        self.states = "fake"
+        return 0.0
+
+    def restore_full_run(self, stored: dict) -> None:
+        pass
+
+    def stored_full_run(self) -> None:
+        return None
+
+    @property
+    def workload(self):
+        return types.SimpleNamespace(to_dict=lambda: {"items": {"piqa": 1}})
+
+    def latency_points(self) -> list[tuple[int, float]]:
+        return [(16, 1.0)]
+
     def full_accuracy(self) -> dict[str, float]:
         return {"piqa": 0.75}
 
@@ -72,9 +92,9 @@ def quiet_timing(monkeypatch):
     """The A/A pairs and the confirmation pass: quiet synthetic pairs at each configuration's true speedup."""
     calls = []
 
-    def timed(evaluator, config, pairs, warmup):
+    def timed(evaluator, config, pairs, warmup, lengths=None):
         calls.append(config)
-        return _pair([_true(config) * (1 + 0.001 * (i % 3 - 1)) for i in range(pairs)]), _ideal(config)
+        return {16: (_pair([_true(config) * (1 + 0.001 * (i % 3 - 1)) for i in range(pairs)]), _ideal(config))}
 
     monkeypatch.setattr("poptune.trust._time", timed)
     return calls
@@ -145,8 +165,8 @@ def test_confirmation_pass_retimes_the_front_together_and_the_front_reads_it(pro
 
 
 def test_a_configuration_confirmed_above_its_ideal_leaves_the_front(problem, tmp_path, monkeypatch):
-    def too_fast(evaluator, config, pairs, warmup):
-        return _pair([3.0 if config.skip else 1.0] * pairs), _ideal(config)
+    def too_fast(evaluator, config, pairs, warmup, lengths=None):
+        return {16: (_pair([3.0 if config.skip else 1.0] * pairs), _ideal(config))}
 
     monkeypatch.setattr("poptune.trust._time", too_fast)
     study = run_study(StudySpec(problem=problem, trials=5, sampler="random", storage=f"sqlite:///{tmp_path}/s.db"),
