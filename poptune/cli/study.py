@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("study", help="search POP configurations for this model on this machine (Optuna)")
     add_model(parser)
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--trials", type=int, help="completed trials to add to the study now (default: 16)")
+    budget.add_argument("--trials", type=int, help="measured configurations to add to the study now (default: 12)")
     budget.add_argument("--max-trials", type=int, help="instead, the study's total of completed trials: workers "
                         "sharing a study (several machines) stop together once it holds this many")
     parser.add_argument("--gpus", help="start one worker process per GPU of this host (e.g. 0,1,2,3), each pinned "
@@ -146,7 +146,7 @@ def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
 def _spec(args: argparse.Namespace, problem: Any) -> Any:
     from poptune.tune import StudySpec
 
-    trials = 16 if args.trials is None else args.trials  # `--trials 0` only adds baselines, never the default
+    trials = 12 if args.trials is None else args.trials  # `--trials 0` only adds baselines, never the default
     return StudySpec(problem=problem, trials=trials, max_trials=args.max_trials, timeout=args.timeout,
                      sampler=args.sampler, storage=args.storage, study=args.study, seed=args.seed,
                      heartbeat_s=args.heartbeat, enqueue=_enqueued(args.enqueue) + _importance_proposal(args),
