@@ -165,7 +165,7 @@ def _provenance(study: "optuna.Study", command: str) -> list[str]:
 def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -> tuple[str, str]:
     problem = study.user_attrs["problem"]
     lengths = sorted(rows[0].speedup) if rows else []
-    target = problem.get("target_length") or problem["lengths"][0]
+    target = _target(study, lengths)
     tasks = list(problem["tasks"])
     head = (["method", "configuration"] + [f"speedup@{n}" for n in lengths] + [f"ideal@{target}", "decode speedup"]
             + tasks + ["mean", "drop", f"POP at >= speedup@{target}", "trial"])
@@ -207,10 +207,17 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
     return "\n".join(md), buf.getvalue()
 
 
+def _target(study: "optuna.Study", lengths: list[int]) -> int:
+    """The timed prompt length of the objective (a workload-weighted study's: its longest timed length)."""
+    problem = study.user_attrs["problem"]
+    target = study.user_attrs.get("target_length") or problem.get("target_length") or problem["lengths"][0]
+    return target if not lengths or target in lengths else lengths[-1]
+
+
 def _plot(study: "optuna.Study", rows: list[Entry], path: Path) -> Path:
     from poptune.plots import pareto_plot
 
-    target = study.user_attrs["problem"].get("target_length") or study.user_attrs["problem"]["lengths"][0]
+    target = _target(study, sorted(rows[0].speedup) if rows else [])
     points = [(t.user_attrs["speedup"], 100 * t.values[1], "") for t in store.completed(study)]
     front = [(e.speedup[target], 100 * e.accuracy_mean, e.label.replace(", offset ", "/o").replace("skip ", ""))
              for e in rows if "front" in e.note]

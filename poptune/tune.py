@@ -570,8 +570,8 @@ def _run_study(
     if evaluator is None:
         evaluator = ConfigEvaluator(problem)
     num_layers = evaluator.num_layers
-    target_length = evaluator.target_length  # an image prompt for a text-only model fails here, before any write
     check_enqueue(spec.enqueue, num_layers)
+    target_length = evaluator.target_length  # an image prompt for a text-only model fails here, before any write
     storage = store.open_storage(spec.storage, heartbeat=spec.heartbeat_s)
     if not locked:
         held.enter_context(store.sole_sqlite_worker(spec.storage))

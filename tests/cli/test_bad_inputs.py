@@ -13,7 +13,7 @@ from poptune import store
 from poptune.cli import main
 from poptune.env import TuningProblem
 
-STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "16", "--repeats", "1",
+STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "300", "--repeats", "1",
          "--trials", "1"]
 
 
@@ -85,7 +85,7 @@ def test_an_enqueued_configuration_outside_the_space_poisons_nothing(capsys, scr
 def test_settings_of_a_stored_study_are_refused_before_the_bar(capsys, scratch):
     url = f"sqlite:///{scratch}/s.db"
     study = optuna.create_study(storage=url, study_name="s", directions=["minimize", "maximize"])
-    study.set_user_attr("problem", TuningProblem(model="tiny-llama", tasks=("passkey",), lengths=(16,)).to_dict())
+    study.set_user_attr("problem", TuningProblem(model="tiny-llama", tasks=("passkey",), lengths=(300,)).to_dict())
     line = _refused(capsys, scratch, *STUDY, "--storage", url, "--study", "s")
     assert line.startswith("poptune study: error:") and "other settings" in line
 

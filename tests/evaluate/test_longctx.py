@@ -211,9 +211,10 @@ def test_measure_tasks_reads_the_new_metrics(tmp_path):
     model, tok = load_model("tiny-llama")
     spec = EvalSpec(tasks=("longctx_qasper", "longctx_squad_bpb"), data_dir=write_short_pack(tmp_path), limit=2,
                     fidelity=None)
-    scores, items, _ = measure_tasks(model, tok, PopConfig(skip=2), spec)
-    assert items == {"longctx_qasper": 2, "longctx_squad_bpb": 2}
-    assert set(scores["longctx_qasper"]) == {"acc"} and set(scores["longctx_squad_bpb"]) == {"bpb"}
+    run = measure_tasks(model, tok, PopConfig(skip=2), spec)
+    assert run.counts == {"longctx_qasper": 2, "longctx_squad_bpb": 2}
+    assert set(run.scores["longctx_qasper"]) == {"acc"} and set(run.scores["longctx_squad_bpb"]) == {"bpb"}
+    assert all(len(v) == 2 for v in run.outcomes.values())  # every item's outcome, for paired drops
 
 
 def test_lm_eval_route_finds_the_long_tasks(tmp_path):
