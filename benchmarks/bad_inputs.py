@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: A quick study problem on a tiny random model.
-STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "16", "--repeats", "1"]
+STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "300", "--repeats", "1"]
 BENCH = ["bench", "--model", "tiny-llama", "--skip", "1", "--lengths", "16", "--repeats", "1", "--min-seconds", "0",
          "--decode-tokens", "0"]
 EVAL = ["eval", "--model", "tiny-llama", "--skip", "1", "--tasks", "passkey", "--limit", "2", "--fidelity-pairs", "0"]
@@ -97,7 +97,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("export: other model", ["export", "--storage", "sqlite:///{d}/ok.db", "--max-drop", "100", "--model", "tiny-qwen3"]),
     ("baseline: unknown method", ["baseline", "--model", "tiny-llama", "--method", "magic"]),
     ("baseline: ratio 2", ["baseline", "--model", "tiny-llama", "--method", "sleb", "--ratio", "2", "--tasks",
-                           "passkey", "--limit", "2", "--lengths", "16"]),
+                           "passkey", "--limit", "2", "--lengths", "300"]),
     ("leaderboard: missing database", ["leaderboard", "--storage", "sqlite:///{d}/missing.db", "--out", "{d}"]),
     ("leaderboard: --out in a read-only folder", ["leaderboard", "--storage", "sqlite:///{d}/ok.db", "--out",
                                                  "{d}/ro"]),

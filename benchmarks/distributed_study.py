@@ -35,7 +35,7 @@ ATTRIBUTES = ("config", "latency", "speedup", "prefill_ms", "accuracy", "accurac
 
 def worker_argv(url: str, trials: int, heartbeat: int, model: str) -> list[str]:
     return [sys.executable, "-m", "poptune", "study", "--model", model, "--tasks", "embedded", "--limit", "4",
-            "--lengths", "16", "--repeats", "1", "--precision", "0", "--storage", url, "--max-trials", str(trials),
+            "--lengths", "300", "--repeats", "1", "--precision", "0", "--storage", url, "--max-trials", str(trials),
             "--heartbeat", str(heartbeat), "--worker"]
 
 
