@@ -29,12 +29,6 @@ def eval_data() -> Path:
     return DATA
 
 
-@pytest.fixture(scope="session")
-def shared_data(eval_data: Path) -> Path:
-    """Former name of :func:`eval_data`, kept while branches written against it are merged."""
-    return eval_data
-
-
 TINY_MODELS = ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3-vl", "tiny-gemma3-vl")
 #: The vision-language architectures, prompted with images.
 TINY_VLMS = ("tiny-qwen3-vl", "tiny-gemma3-vl")
