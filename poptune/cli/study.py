@@ -192,9 +192,13 @@ def run_study(args: argparse.Namespace) -> int:
     from poptune.interrupt import interruptible
 
     try:
-        with interruptible():
+        with interruptible():  # the report too: a signal there still ends with the one summary line
             study = run(spec, callbacks=[progress], progress=lambda label: bars and bars[0].set_postfix_str(label),
                         started=start)
+            for bar in bars:
+                bar.close()
+            if not args.worker:
+                _report(study, spec.storage)
     except KeyboardInterrupt as e:  # SIGINT or SIGTERM: the running trial is failed already
         for bar in bars:
             bar.close()
@@ -202,8 +206,6 @@ def run_study(args: argparse.Namespace) -> int:
     finally:
         for bar in bars:
             bar.close()
-    if not args.worker:
-        _report(study, spec.storage)
     return 0
 
 
