@@ -93,13 +93,21 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): a "
                         "configuration is within it when the drop's 95%% upper bound is (an Optuna constraint)")
     parser.add_argument("--seed", type=seed, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="least measured/full timing pairs (default: 3)")
+    add_precision(parser, repeats=3, max_pairs=20, max_seconds=3.0, stop="--repeats")
+
+
+def add_precision(parser: argparse.ArgumentParser, *, repeats: int, max_pairs: int, max_seconds: float,
+                  stop: str) -> None:
+    """The timing pairs of a measurement: at least ``--repeats``, then on until ``--precision``, within caps."""
+    parser.add_argument("--repeats", type=int, default=repeats,
+                        help=f"least measured/full timing pairs (default: {repeats})")
     parser.add_argument("--precision", type=float, default=0.02,
                         help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
-                             "(default: 0.02; 0: stop at --repeats)")
-    parser.add_argument("--max-pairs", type=int, default=20, help="most timing pairs per measurement (default: 20)")
-    parser.add_argument("--max-seconds", type=float, default=3.0,
-                        help="most seconds per latency measurement while chasing --precision (default: 3)")
+                             f"(default: 0.02; 0: stop at {stop})")
+    parser.add_argument("--max-pairs", type=int, default=max_pairs,
+                        help=f"most timing pairs per measurement (default: {max_pairs})")
+    parser.add_argument("--max-seconds", type=float, default=max_seconds,
+                        help=f"most seconds per measurement while chasing --precision (default: {max_seconds:g})")
 
 
 def problem(args: argparse.Namespace) -> Any:

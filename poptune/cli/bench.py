@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 
-from ._args import add_model, add_pop, check_output_path, int_list, pop_config, write_text
+from ._args import add_model, add_pop, add_precision, check_output_path, int_list, pop_config, write_text
 
 
 def register(sub: Any) -> None:
@@ -19,14 +19,8 @@ def register(sub: Any) -> None:
                              "question, e.g. 640x480,1280x720,2560x1440")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--decode-tokens", type=int, default=16, help="new tokens per decode measurement (0: none)")
-    parser.add_argument("--repeats", type=int, default=5, help="least POP/full pairs per measurement (default: 5)")
+    add_precision(parser, repeats=5, max_pairs=60, max_seconds=20.0, stop="--repeats and --min-seconds")
     parser.add_argument("--min-seconds", type=float, default=1.0, help="least time per measurement (default: 1)")
-    parser.add_argument("--precision", type=float, default=0.02,
-                        help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
-                             "(default: 0.02; 0: stop at --repeats and --min-seconds)")
-    parser.add_argument("--max-pairs", type=int, default=60, help="most pairs per measurement (default: 60)")
-    parser.add_argument("--max-seconds", type=float, default=20.0,
-                        help="most seconds per measurement while chasing --precision (default: 20)")
     parser.add_argument("--order", choices=("alternate", "random", "fixed"), default="alternate",
                         help="pair order: A-B then B-A in turn (default), seeded random, or POP first always")
     parser.add_argument("--no-null-check", action="store_true", help="skip the A/A (full against full) pair")
