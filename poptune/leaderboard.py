@@ -50,6 +50,14 @@ class Entry:
     note: str = ""
     interval: dict[int, tuple[float, float]] = field(default_factory=dict)
     noisy: bool = False
+    drop_interval: tuple[float, float] | None = None
+    items: int | None = None
+
+    @property
+    def drop_cell(self) -> str:
+        """The drop with its paired 95% interval where stored."""
+        lo_hi = f" [{self.drop_interval[0]:+.2f}, {self.drop_interval[1]:+.2f}]" if self.drop_interval else ""
+        return f"{self.drop:+.2f}{lo_hi}"
 
 
 def _entry(trial: "optuna.trial.FrozenTrial", num_layers: int, note: str = "",
@@ -80,6 +88,8 @@ def _entry(trial: "optuna.trial.FrozenTrial", num_layers: int, note: str = "",
         accuracy=dict(a["accuracy"]), accuracy_mean=float(a["accuracy_mean"]), drop=float(a["drop_points"]), note=note,
         interval={k: (v["speedup_lo"], v["speedup_hi"]) for k, v in latency.items() if v.get("speedup_lo") is not None},
         noisy=bool(a.get("noisy")),
+        drop_interval=(a["drop"]["lo"], a["drop"]["hi"]) if a.get("drop") else None,
+        items=sum(a["items"].values()) if a.get("items") else None,
     )
 
 
@@ -168,17 +178,17 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
     target = _target(study, lengths)
     tasks = list(problem["tasks"])
     head = (["method", "configuration"] + [f"speedup@{n}" for n in lengths] + [f"ideal@{target}", "decode speedup"]
-            + tasks + ["mean", "drop", f"POP at >= speedup@{target}", "trial"])
+            + tasks + ["mean", "drop [95% CI]", "items", f"POP at >= speedup@{target}", "trial"])
     md = [f"# Methods on {study.study_name}", "",
           "POP (prefill-only pruning, this study's Pareto front) against structured-pruning baselines, measured by "
           "the same evaluator: the same prompts, lengths, timer (measured/full pairs interleaved in one process, "
           "speedup = median of per-pair ratios, with its 95% bootstrap interval over pairs where stored), tasks and items. Accuracy in %, drop in points against the full "
-          "model (positive = worse). The POP column gives, for each baseline, the most accurate POP front "
+          "model (positive = worse), paired over the same items with its 95% bootstrap interval where stored. The POP column gives, for each baseline, the most accurate POP front "
           "configuration at least as fast, and its accuracy lead.", "",
           "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(head[:-2] + ["pop_at_speedup_accuracy", "trial"])
+    writer.writerow(head[:-4] + ["drop", "drop_lo", "drop_hi", "items", "pop_at_speedup_accuracy", "trial"])
     for e in rows:
         versus = ""
         csv_versus: Any = ""
@@ -194,12 +204,14 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
         md.append("| " + " | ".join(
             [name, e.label] + [_speedup_cell(e, n, target) for n in lengths] + [f"{e.ideal:.2f}x",
              _fmt(e.decode_speedup, ".3f") + ("x" if e.decode_speedup else "")]
-            + [f"{100 * e.accuracy[t]:.2f}" for t in tasks] + [f"{100 * e.accuracy_mean:.2f}", f"{e.drop:+.2f}",
-                                                              versus, str(e.trial)]) + " |")
+            + [f"{100 * e.accuracy[t]:.2f}" for t in tasks] + [f"{100 * e.accuracy_mean:.2f}", e.drop_cell,
+                                                              str(e.items or ""), versus, str(e.trial)]) + " |")
         writer.writerow([e.method, e.label] + [round(e.speedup[n], 5) for n in lengths] + [round(e.ideal, 5),
                         round(e.decode_speedup, 5) if e.decode_speedup else ""]
                         + [round(100 * e.accuracy[t], 4) for t in tasks]
-                        + [round(100 * e.accuracy_mean, 4), round(e.drop, 4), csv_versus, e.trial])
+                        + [round(100 * e.accuracy_mean, 4), round(e.drop, 4)]
+                        + ([round(v, 4) for v in e.drop_interval] if e.drop_interval else ["", ""])
+                        + [e.items or "", csv_versus, e.trial])
     if any(_flag(e, target, target) for e in rows):
         md += ["", f"{_IMPLAUSIBLE} measured speedup more than {_SLACK:.0%} above the FLOPs ideal: the machine was "
                "busy with other work during that measurement, so its pairs were perturbed; read it as noise."]

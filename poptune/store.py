@@ -369,6 +369,9 @@ class FrontRow:
 
     ``speedup_lo``/``speedup_hi``: the 95% interval of the speedup (None for trials stored before intervals);
     ``pairs``: how many pairs it rests on; ``confirmed``: the figures come from the confirmation pass.
+    ``prefill_ms`` is the latency objective (the study's reference full-model TTFT over the speedup);
+    ``ttft_ms`` and ``full_ttft_ms`` are the raw p50 times to first token of the configuration and of its
+    paired full model as the trial measured them (expected over the workload's prompt lengths).
     """
 
     trial: int
@@ -389,6 +392,8 @@ class FrontRow:
     pairs: int | None = None
     ideal: float | None = None
     confirmed: bool = False
+    ttft_ms: float | None = None
+    full_ttft_ms: float | None = None
 
     @classmethod
     def from_trial(cls, trial: "optuna.trial.FrozenTrial", confirmed: dict[str, Any] | None = None,
@@ -425,6 +430,8 @@ class FrontRow:
             pairs=figures.get("pairs"),
             ideal=figures.get("ideal", target.get("ideal")),
             confirmed=bool(confirmed),
+            ttft_ms=attrs.get("prefill_ms"),
+            full_ttft_ms=attrs.get("full_ms"),
         )
 
 

@@ -19,7 +19,7 @@ import logging
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from poptune import store
+from poptune import progress, store
 from poptune.engine import PopConfig
 from poptune.env.space import config_of_trial, distributions_of, params_of
 from poptune.measure.nullcheck import above_ideal, noisy_reasons
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from poptune.env.evaluator import ConfigEvaluator
     from poptune.measure.records import PairRecord
 
-__all__ = ["CONFIRM_ROUNDS", "CONFIRM_PAIRS", "record_run", "finish_run", "record_aa_check", "remeasure_noisy",
+__all__ = ["CONFIRM_ROUNDS", "CONFIRM_PAIRS", "now", "record_run", "finish_run", "record_aa_check", "remeasure_noisy",
            "confirm_front"]
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,8 @@ CONFIRM_ROUNDS = 3
 CONFIRM_PAIRS = 5
 
 
-def _now() -> str:
+def now() -> str:
+    """The time now, UTC, ISO 8601 to the second (how the study's records are dated)."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -66,10 +67,11 @@ def record_aa_check(study: "optuna.Study", evaluator: "ConfigEvaluator", when: s
 
     p = evaluator.problem
     load_start = load_average()
-    pair, _ = next(iter(_time(evaluator, PopConfig(skip=0), max(p.repeats, 5), 1).values()))
+    with progress.phase(f"A/A check at {when}", unit="pair"):
+        pair, _ = next(iter(_time(evaluator, PopConfig(skip=0), max(p.repeats, 5), 1).values()))
     lo, hi = pair.speedup_ci
     reasons = noisy_reasons(f"A/A prefill at {p.target_label}", lo, hi)  # at least 5 pairs
-    entry = {"when": when, "date": _now(), "speedup": pair.speedup, "lo": lo, "hi": hi, "pairs": pair.count,
+    entry = {"when": when, "date": now(), "speedup": pair.speedup, "lo": lo, "hi": hi, "pairs": pair.count,
              "noisy": bool(reasons), "reasons": reasons, "load_start": load_start, "load_end": load_average()}
     study.set_user_attr("null_checks", list(study.user_attrs.get("null_checks", [])) + [entry])
     if reasons:
@@ -77,22 +79,24 @@ def record_aa_check(study: "optuna.Study", evaluator: "ConfigEvaluator", when: s
     return entry
 
 
-def record_run(study: "optuna.Study", evaluator: "ConfigEvaluator") -> None:
-    """Append this run's provenance (:func:`poptune.measure.provenance.provenance`) to the study's ``runs``."""
+def record_run(study: "optuna.Study", evaluator: "ConfigEvaluator", started: str | None = None) -> None:
+    """Append this run's provenance (:func:`poptune.measure.provenance.provenance`) to the study's ``runs``,
+    with when it ``started`` (default: now; :func:`finish_run` adds when it finished)."""
     from poptune.measure.provenance import provenance
 
     p = evaluator.problem
-    entry = dict(provenance(evaluator.model, model_name=p.model, weights=p.weights), date=_now())
+    entry = dict(provenance(evaluator.model, model_name=p.model, weights=p.weights), date=now(),
+                 started=started or now())
     study.set_user_attr("runs", list(study.user_attrs.get("runs", [])) + [entry])
 
 
 def finish_run(study: "optuna.Study") -> None:
-    """Fill the load average at the end of this run into its ``runs`` entry."""
+    """Fill the load average and the time at the end of this run into its ``runs`` entry."""
     from poptune.measure.provenance import load_average
 
     runs = list(study.user_attrs.get("runs", []))
     if runs:
-        runs[-1] = dict(runs[-1], load_end=load_average())
+        runs[-1] = dict(runs[-1], load_end=load_average(), finished=now())
         study.set_user_attr("runs", runs)
 
 
@@ -127,7 +131,8 @@ def remeasure_noisy(study: "optuna.Study", evaluator: "ConfigEvaluator", *, atte
     reference = float(study.user_attrs["reference_prefill_ms"]) if noisy else 0.0
     for config, number in noisy.items():
         for _ in range(attempts):
-            measurement = evaluator.evaluate(config)
+            with progress.phase(f"re-measure of trial {number} (a null check failed)", unit="step"):
+                measurement = evaluator.evaluate(config)
             values, info, constraint = _outcome(measurement, measurement.info(), evaluator.problem, reference)
             info.update(noisy=measurement.noisy, remeasure_of=number)
             _add_trial(study, config, num_layers, values, info, constraint)
@@ -161,8 +166,9 @@ def confirm_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rounds
         if not rows:
             break
         configs = {r.trial: config_of_trial(study.trials[r.trial], num_layers) for r in rows}
-        figures.update(_confirm(evaluator, configs, rounds, pairs, warmup=not figures))
-        study.set_user_attr("confirmation", {"date": _now(), "rounds": rounds, "pairs_per_round": pairs,
+        with progress.phase(f"confirmation pass: {len(configs)} configurations x {rounds} rounds", unit="pair"):
+            figures.update(_confirm(evaluator, configs, rounds, pairs, warmup=not figures))
+        study.set_user_attr("confirmation", {"date": now(), "rounds": rounds, "pairs_per_round": pairs,
                                              "trials": figures})
     return study.user_attrs.get("confirmation", {})
 

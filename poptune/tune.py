@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from poptune import store, trust
+from poptune import progress, store, trust
 from poptune.baselines.calibration import CalibrationSpec
 from poptune.baselines.methods import METHODS, WANDA_SPARSITY
 from poptune.engine import BOUNDARIES, PopConfig
@@ -61,6 +61,7 @@ from poptune.env.problem import Measurement, TuningProblem
 from poptune.env.space import SpaceGridSampler, config_of_trial, distributions_of, params_of, suggest_config
 from poptune.errors import ConfigError, MeasurementError
 from poptune.interrupt import INTERRUPTED, marking_interrupted
+from poptune.presets import STANDARD
 
 if TYPE_CHECKING:
     import optuna
@@ -86,9 +87,9 @@ class StudySpec:
 
     Attributes:
         problem: What each trial measures.
-        trials: Completed trials this invocation adds to the study (a resumed study grows by this many).
-        max_trials: Instead, the study's total of completed trials: stop once it holds this many (give every
-            worker of a shared study the same number).
+        trials: The study's total of measured configurations: a run stops once the study holds this many, so
+            the same spec run again finishes at once (workers sharing a study stop together).
+        add: Measure ``add`` configurations more than the study holds instead (``trials`` is then ignored).
         timeout: Stop starting trials after this many seconds.
         sampler: ``tpe`` (seeded, default), ``nsga2``, ``random`` or ``grid``.
         storage: Storage URL (default ``sqlite:///studies/poptune.db``).
@@ -106,8 +107,8 @@ class StudySpec:
     """
 
     problem: TuningProblem
-    trials: int = 16
-    max_trials: int | None = None
+    trials: int = STANDARD.trials
+    add: int | None = None
     timeout: float | None = None
     sampler: str = "tpe"
     storage: str | None = None
@@ -124,15 +125,13 @@ class StudySpec:
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:
             raise ConfigError(f"`trials` must be a positive integer, got {self.trials!r}")
-        if self.trials == 0 and not self.baselines:
+        if self.trials == 0 and not self.baselines and self.add is None:
             raise ConfigError("`trials` must be a positive integer, got 0 (0 only adds --baselines to a study)")
         unknown = [m for m in self.baselines if m not in METHODS]
         if unknown:
             raise ConfigError(f"unknown baseline(s) {', '.join(unknown)}: use {', '.join(METHODS)}")
-        if self.max_trials is not None and (
-            isinstance(self.max_trials, bool) or not isinstance(self.max_trials, int) or self.max_trials < 1
-        ):
-            raise ConfigError(f"`max_trials` must be a positive integer, got {self.max_trials!r}")
+        if self.add is not None and (isinstance(self.add, bool) or not isinstance(self.add, int) or self.add < 1):
+            raise ConfigError(f"`add` must be a positive integer, got {self.add!r}")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"`timeout` must be positive seconds, got {self.timeout}")
         if isinstance(self.heartbeat_s, bool) or not isinstance(self.heartbeat_s, int) or self.heartbeat_s < 1:
@@ -287,8 +286,10 @@ def _reference_ms(study: "optuna.Study", number: int, measurement: Measurement, 
 
 def _measure(evaluator: ConfigEvaluator, trial: "optuna.Trial", config: PopConfig) -> Measurement:
     """Measure ``config``; an out-of-memory error or a non-finite result fails this trial only."""
+    label = "full model" if config.skip == 0 else f"skip {config.skip} {config.boundary} offset {config.offset}"
     try:
-        return evaluator.evaluate(config)
+        with progress.phase(f"trial {trial.number} ({label})", unit="step"):
+            return evaluator.evaluate(config)
     except (MemoryError, RuntimeError, MeasurementError) as e:  # torch.OutOfMemoryError is a RuntimeError
         if not isinstance(e, (MemoryError, MeasurementError)) and not any(s in str(e) for s in _OOM_TEXT):
             raise
@@ -378,7 +379,6 @@ def add_baselines(
     *,
     ratios: list[float] | None = None,
     calibration: CalibrationSpec | None = None,
-    progress: Callable[[str], None] | None = None,
 ) -> list[Measurement]:
     """Measure baselines into ``study`` (default: the ratios of POP's front and paper rule; Wanda at 30%).
 
@@ -405,11 +405,9 @@ def add_baselines(
             key = (method, _amount(method, ratio, num_layers))
             if key in done:
                 continue
-            if progress:
-                progress(f"{method} at ratio {ratio:.3f}")
-            measurement = evaluator.evaluate_baseline(
-                build_baseline(evaluator.model, evaluator.tokenizer, method, ratio, calibration, progress=progress,
-                               memo=memo))
+            with progress.phase(f"baseline {method} at ratio {ratio:.3f}", unit="step"):
+                measurement = evaluator.evaluate_baseline(
+                    build_baseline(evaluator.model, evaluator.tokenizer, method, ratio, calibration, memo=memo))
             reference = study.user_attrs.get("reference_prefill_ms")
             if reference is None:  # a study of baselines only: the first measurement's paired full model
                 reference = measurement.full_ms
@@ -524,26 +522,55 @@ def run_study(
     *,
     evaluator: ConfigEvaluator | None = None,
     callbacks: list[Callable[..., None]] | None = None,
-    progress: Callable[[str], None] | None = None,
-    started: Callable[[], None] | None = None,
+    started: Callable[[int, int], None] | None = None,
 ) -> "optuna.Study":
     """Run (or resume, or join) the study of ``spec.problem`` on this machine and return it.
 
     Every check (storage, model, enqueued configurations, the settings of a stored study) runs before anything
-    is written to the storage.
+    is written to the storage. A study that already holds ``spec.trials`` measured configurations (and every
+    baseline asked for) is returned at once, without loading the model. Work is reported in phases
+    (:mod:`poptune.progress`).
 
     Args:
         spec: The study.
         evaluator: Share a loaded model (default: one built from the problem).
         callbacks: Optuna callbacks ``(study, trial)`` run after each of this worker's trials (progress bars).
-        progress: Called with a short label as baselines are built and measured.
-        started: Called once every check has passed, before the first write (a command opens its progress bar
-            there, so that an error is the first line it prints).
+        started: Called with the study's measured configurations and its budget once every check has passed
+            and the study is open, before any measurement (a command opens its progress bars there, so that an
+            error is the first line it prints).
     """
     import contextlib
 
     with contextlib.ExitStack() as held:
-        return _run_study(spec, held, evaluator=evaluator, callbacks=callbacks, progress=progress, started=started)
+        return _run_study(spec, held, evaluator=evaluator, callbacks=callbacks, started=started)
+
+
+def _study_name(spec: StudySpec) -> str:
+    from poptune.measure.hardware import fingerprint
+    from poptune.models import resolve_model
+
+    if spec.study:
+        return spec.study
+    return store.study_name(resolve_model(spec.problem.model).name, fingerprint(spec.problem.device).hardware_id)
+
+
+def _complete_already(spec: StudySpec) -> "optuna.Study | None":
+    """The stored study when it already holds what ``spec`` asks for (its trials, no baseline to add)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    if spec.add is not None or spec.baselines:
+        return None
+    try:
+        storage = store.open_reader(spec.storage)
+    except ConfigError:  # no database yet
+        return None
+    name = _study_name(spec)
+    if name not in store.study_names(storage):
+        return None
+    study = optuna.load_study(study_name=name, storage=storage)
+    _check_problem(study, spec.problem)
+    return study if _count(study, TrialState.COMPLETE) >= spec.trials else None
 
 
 def _run_study(
@@ -552,8 +579,7 @@ def _run_study(
     *,
     evaluator: ConfigEvaluator | None,
     callbacks: list[Callable[..., None]] | None,
-    progress: Callable[[str], None] | None,
-    started: Callable[[], None] | None,
+    started: Callable[[int, int], None] | None,
 ) -> "optuna.Study":
     import optuna
     from optuna.trial import TrialState
@@ -561,12 +587,16 @@ def _run_study(
     from poptune.measure.hardware import fingerprint
     from poptune.models import resolve_model
 
+    began = trust.now()
     problem = spec.problem
     resolve_model(problem.model)  # an unknown model fails before the storage is touched
     store.check_storage(spec.storage)  # a file that is not ours fails before the model loads (nothing created)
     # A second worker on one SQLite file is refused in one line, before its model loads (and, for a new file,
     # once the file exists).
     locked = held.enter_context(store.sole_sqlite_worker(spec.storage))
+    finished = _complete_already(spec)
+    if finished is not None:
+        return finished
     if evaluator is None:
         evaluator = ConfigEvaluator(problem)
     num_layers = evaluator.num_layers
@@ -576,11 +606,9 @@ def _run_study(
     if not locked:
         held.enter_context(store.sole_sqlite_worker(spec.storage))
     hardware = fingerprint(problem.device)
-    name = spec.study or store.study_name(resolve_model(problem.model).name, hardware.hardware_id)
+    name = _study_name(spec)
     if name in store.study_names(storage):
         _check_problem(optuna.load_study(study_name=name, storage=storage), problem)
-    if started is not None:
-        started()
     study, created = _open_study(spec, storage, name, num_layers)
     if created or not study.get_trials(deepcopy=False):  # once per study, not once per worker
         for config in (PopConfig(skip=0), paper_default(num_layers)):  # the full model, then the paper's rule
@@ -589,24 +617,13 @@ def _run_study(
         config.check(num_layers)
         study.enqueue_trial(params_of(config), skip_if_exists=True)
     _record_problem(study, problem, num_layers, hardware.to_dict(), target_length)
-
-    if spec.reuse_states and problem.image is None and evaluator.states is None:
-        diff = evaluator.enable_state_reuse()
-        study.set_user_attr("state_reuse_check", {"max_abs_logit_diff": diff})
-        if progress:
-            progress(f"state reuse checked (max abs logit difference {diff:.1e})")
-    if study.user_attrs.get("full_run"):
-        evaluator.restore_full_run(study.user_attrs["full_run"])
-    if "full_accuracy" not in study.user_attrs:
-        study.set_user_attr("full_accuracy", evaluator.full_accuracy())
-        study.set_user_attr("workload", evaluator.workload.to_dict())
-        study.set_user_attr("latency_points", [list(p) for p in evaluator.latency_points()])
-        _store_full_run(study, evaluator)
-
     done = _count(study, TrialState.COMPLETE)
-    budget = spec.max_trials if spec.max_trials is not None else done + spec.trials
+    budget = done + spec.add if spec.add is not None else spec.trials
+    if started is not None:
+        started(done, budget)
+    _prepare(study, evaluator, spec)
     checks = spec.confirm and not store.is_server(spec.storage) and budget > done
-    trust.record_run(study, evaluator)
+    trust.record_run(study, evaluator, began)
     if checks:
         trust.record_aa_check(study, evaluator, "start")
     if budget > done:
@@ -617,6 +634,20 @@ def _run_study(
         trust.record_aa_check(study, evaluator, "end")
     if spec.baselines:
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
-        add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration, progress=progress)
+        add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration)
     trust.finish_run(study)
     return study
+
+
+def _prepare(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec) -> None:
+    """State reuse checked and on; the full model's stored outcomes restored, or its reference measured."""
+    if spec.reuse_states and spec.problem.image is None and evaluator.states is None:
+        diff = evaluator.enable_state_reuse()
+        study.set_user_attr("state_reuse_check", {"max_abs_logit_diff": diff})
+    if study.user_attrs.get("full_run"):
+        evaluator.restore_full_run(study.user_attrs["full_run"])
+    if "full_accuracy" not in study.user_attrs:
+        study.set_user_attr("full_accuracy", evaluator.full_accuracy())
+        study.set_user_attr("workload", evaluator.workload.to_dict())
+        study.set_user_attr("latency_points", [list(p) for p in evaluator.latency_points()])
+        _store_full_run(study, evaluator)

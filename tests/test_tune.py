@@ -49,7 +49,7 @@ def test_rerunning_resumes_and_measures_nothing_twice(problem, tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
     first = run_study(StudySpec(problem=problem, trials=3, sampler="random", storage=url, seed=1))
     before = {t.number: (t.values, t.user_attrs["config"]) for t in store.completed(first)}
-    second = run_study(StudySpec(problem=problem, trials=3, sampler="random", storage=url, seed=1))
+    second = run_study(StudySpec(problem=problem, add=3, sampler="random", storage=url, seed=1))
     assert len(_configs(second)) == 6  # answers from storage and re-measures use no budget
     assert {t.number: (t.values, t.user_attrs["config"]) for t in store.completed(second) if t.number in before} == before
     measured = _configs(second)
@@ -61,7 +61,7 @@ def test_a_measured_configuration_is_answered_from_storage(problem, tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
     study = run_study(StudySpec(problem=problem, trials=3, storage=url, enqueue=(config,)))
     study.enqueue_trial(config.to_dict())  # as a sampler re-suggesting a measured point would
-    study = run_study(StudySpec(problem=problem, trials=1, storage=url))
+    study = run_study(StudySpec(problem=problem, add=1, storage=url))
     trials = [t for t in store.completed(study)
               if t.user_attrs["config"] == config.to_dict() and "remeasure_of" not in t.user_attrs]
     assert len(trials) == 2
@@ -169,7 +169,7 @@ def test_killed_study_resumes_with_nothing_lost(problem, tmp_path):
     assert len(kept) == 2
 
     time.sleep(3.5)  # past the grace period of three 1 s heartbeats
-    subprocess.run(_study_cmd(url, problem.data_dir, 1), env=env, check=True, capture_output=True, timeout=600)
+    subprocess.run(_study_cmd(url, problem.data_dir, 3), env=env, check=True, capture_output=True, timeout=600)
     resumed = optuna.load_study(study_name=killed.study_name, storage=url)
     states = {t.number: t.state for t in resumed.trials}
     assert states[2] == optuna.trial.TrialState.FAIL
@@ -188,7 +188,7 @@ def test_a_trial_that_never_beat_is_retried_and_the_budget_completes(problem, tm
     ghost = optuna.load_study(study_name=study.study_name, storage=url).ask()  # Optuna's plain storage: never beats
     assert ghost.number == 1 and study.trials[1].state == optuna.trial.TrialState.RUNNING
     time.sleep(4.5)  # past the grace period of three 1 s beats (SQLite's clock has whole seconds)
-    study = run_study(StudySpec(problem=problem, max_trials=3, storage=url, heartbeat_s=1, timeout=120))
+    study = run_study(StudySpec(problem=problem, trials=3, storage=url, heartbeat_s=1, timeout=120))
     trials = study.get_trials()
     assert len(store.completed(study)) == 3  # without the fix the ghost holds a place in the budget for ever
     assert trials[1].state == optuna.trial.TrialState.FAIL
@@ -339,3 +339,37 @@ def test_a_full_disk_is_one_line_and_leaves_the_database_intact(problem, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"] and _sha(db) == before
     study = store.load_study(store.open_storage(f"sqlite:///{db}", heartbeat=None), None)
     assert len(store.completed(study)) == 2
+
+
+def test_a_study_reports_its_phases_and_work_to_a_listener(problem, tmp_path):
+    """The full model's reference, each trial's latency pairs and accuracy rounds, the checks: phases with counts."""
+    from poptune import progress
+
+    class Record:
+        def __init__(self):
+            self.stack, self.seen, self.done = [], [], {}
+
+        def start(self, label, unit, total):
+            self.stack.append(label)
+            self.seen.append(" > ".join(self.stack))
+
+        def expect(self, count):
+            pass
+
+        def advance(self, count):
+            key = " > ".join(self.stack)
+            self.done[key] = self.done.get(key, 0) + count
+
+        def end(self):
+            self.stack.pop()
+
+    record = Record()
+    with progress.listening(record):
+        run_study(StudySpec(problem=problem, trials=2, storage=f"sqlite:///{tmp_path}/s.db"))
+    seen = record.seen
+    assert "state reuse check" in seen and any(s.startswith("full model accuracy") for s in seen)
+    paper = "trial 1 (skip 2 last offset 0)"
+    assert f"{paper} > latency" in seen and f"{paper} > accuracy > round 1: 4 items per task" in seen
+    assert record.done[f"{paper} > latency"] >= 1  # timing pairs
+    assert record.done[f"{paper} > accuracy > round 1: 4 items per task"] >= 4  # scored requests
+    assert {"A/A check at start", "A/A check at end"} <= set(seen) and record.stack == []

@@ -50,7 +50,7 @@ def test_workers_get_the_parents_options_and_their_own():
     worker = _worker_argv(argv, 20)
     assert worker[1:4] == ("-m", "poptune", "study")
     assert list(worker[4:]) == ["--model", "tiny-llama", "--storage", "journal:j", "--device", "cuda",
-                                "--max-trials", "20", "--worker"]
+                                "--trials", "20", "--worker"]
 
 
 @pytest.mark.parametrize(
@@ -60,9 +60,9 @@ def test_workers_get_the_parents_options_and_their_own():
         (["--gpus", "1,1"], "names a GPU twice"),
         (["--gpus", "0,1"], "SQLite is for one"),
         (["--gpus", "0,1", "--storage", "journal:{tmp}/j.log"], "CUDA is not available"),
-        (["--trials", "3", "--max-trials", "5"], "not allowed with"),
+        (["--trials", "3", "--add", "5"], "not allowed with"),
         (["--gpus", "0,1", "--storage", "journal:{tmp}/j.log", "--trials", "0"], "`trials` must be a positive"),
-        (["--gpus", "0,1", "--storage", "journal:{tmp}/j.log", "--max-trials", "0"], "`max_trials` must be a positive"),
+        (["--gpus", "0,1", "--storage", "journal:{tmp}/j.log", "--add", "0"], "`add` must be a positive"),
     ],
 )
 def test_bad_gpus_are_one_line_exit_2(capsys, tmp_path, argv, message):

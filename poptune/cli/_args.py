@@ -9,6 +9,7 @@ from poptune.device import DTYPES
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
 from poptune.files import write_text  # noqa: F401  (the commands' one way to write a file)
+from poptune.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
 
 
 def add_model(parser: argparse.ArgumentParser) -> None:
@@ -86,28 +87,51 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                              "short question, e.g. 640x480; accuracy still comes from --tasks")
     parser.add_argument("--tasks", help=f"accuracy tasks (default: {STUDY_TASKS} with a data directory, else embedded)")
     parser.add_argument("--limit", type=int, help="items per task at most: accuracy is raced in rounds until the drop's "
-                        "interval is decided, up to this cap (default: 64)")
-    parser.add_argument("--items", type=int, default=16, help="items per task in the first round (default: 16)")
+                        f"interval is decided, up to this cap (default: the preset's; standard: {STANDARD.limit})")
+    parser.add_argument("--items", type=int, help="items per task in the first round (default: the preset's; "
+                        f"standard: {STANDARD.items})")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
     parser.add_argument("--max-drop", type=_budget, default=DEFAULT_MAX_DROP,
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): a "
                         "configuration is within it when the drop's 95%% upper bound is (an Optuna constraint)")
     parser.add_argument("--seed", type=seed, default=0)
-    add_precision(parser, repeats=3, max_pairs=20, max_seconds=3.0, stop="--repeats")
+    add_precision(parser, repeats=3, max_pairs=STANDARD.max_pairs, max_seconds=STANDARD.max_seconds, stop="--repeats",
+                  preset=True)
+
+
+def add_preset(parser: argparse.ArgumentParser) -> None:
+    """``--preset``: a study's size by name (:mod:`poptune.presets`); explicit options override it."""
+    sizes = "; ".join(f"{name}: {p.trials} configurations, {p.items}-{p.limit} items per task, at most {p.max_pairs} "
+                      f"pairs" for name, p in PRESETS.items())
+    parser.add_argument("--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET,
+                        help=f"study size (default: {DEFAULT_PRESET}): {sizes}; --trials, --items, --limit, "
+                             "--max-pairs and --max-seconds override it")
 
 
 def add_precision(parser: argparse.ArgumentParser, *, repeats: int, max_pairs: int, max_seconds: float,
-                  stop: str) -> None:
-    """The timing pairs of a measurement: at least ``--repeats``, then on until ``--precision``, within caps."""
+                  stop: str, preset: bool = False) -> None:
+    """The timing pairs of a measurement: at least ``--repeats``, then on until ``--precision``, within caps
+    (with ``preset``, the caps default to the preset's, ``max_pairs`` and ``max_seconds`` being standard's)."""
+    origin = "the preset's; standard: " if preset else ""
     parser.add_argument("--repeats", type=int, default=repeats,
                         help=f"least measured/full timing pairs (default: {repeats})")
     parser.add_argument("--precision", type=float, default=0.02,
                         help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
                              f"(default: 0.02; 0: stop at {stop})")
-    parser.add_argument("--max-pairs", type=int, default=max_pairs,
-                        help=f"most timing pairs per measurement (default: {max_pairs})")
-    parser.add_argument("--max-seconds", type=float, default=max_seconds,
-                        help=f"most seconds per measurement while chasing --precision (default: {max_seconds:g})")
+    parser.add_argument("--max-pairs", type=int, default=None if preset else max_pairs,
+                        help=f"most timing pairs per measurement (default: {origin}{max_pairs})")
+    parser.add_argument("--max-seconds", type=float, default=None if preset else max_seconds,
+                        help=f"most seconds per measurement while chasing --precision (default: {origin}{max_seconds:g})")
+
+
+def preset_of(args: argparse.Namespace) -> Preset:
+    """The preset of ``args`` with the options given explicitly in its place."""
+    from dataclasses import replace
+
+    chosen = PRESETS[getattr(args, "preset", None) or DEFAULT_PRESET]
+    given = {"trials": getattr(args, "trials", None), "items": args.items, "limit": args.limit,
+             "max_pairs": args.max_pairs, "max_seconds": args.max_seconds}
+    return replace(chosen, **{k: v for k, v in given.items() if v is not None})
 
 
 def problem(args: argparse.Namespace) -> Any:
@@ -122,7 +146,7 @@ def problem(args: argparse.Namespace) -> Any:
     real = [t for t in tasks if t not in EMBEDDED]
     if directory is not None and real:
         check_data(directory, real)
-    limit = args.limit if args.limit is not None else 64
+    size = preset_of(args)
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes
@@ -135,10 +159,10 @@ def problem(args: argparse.Namespace) -> Any:
         check_takes_images(args.model)
         image = str(sizes[0])
     return TuningProblem(
-        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths or "512", "--lengths")), limit=limit,
+        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths or "512", "--lengths")), limit=size.limit,
         image=image, data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
-        dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=args.items,
-        precision=args.precision or None, max_pairs=max(args.max_pairs, args.repeats), max_seconds=args.max_seconds,
+        dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=size.items,
+        precision=args.precision or None, max_pairs=max(size.max_pairs, args.repeats), max_seconds=size.max_seconds,
     )
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
-from poptune.files import safe_name
 
-from ._args import add_calibration, add_model, add_problem, calibration_spec, check_output_path, method_list
+from ._args import add_calibration, add_model, add_preset, add_problem, calibration_spec, check_output_path, method_list
+from ._args import preset_of
 from ._args import problem as problem_of, write_text
 
 
@@ -19,13 +19,16 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("study", help="search POP configurations for this model on this machine (Optuna)")
     add_model(parser)
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--trials", type=int, help="measured configurations to add to the study now (default: 12)")
-    budget.add_argument("--max-trials", type=int, help="instead, the study's total of completed trials: workers "
-                        "sharing a study (several machines) stop together once it holds this many")
+    budget.add_argument("--trials", type=int, help="the study's total of measured configurations (default: the "
+                        "preset's; standard: 12): the same command run again finishes at once, and workers sharing "
+                        "a study stop together once it holds this many")
+    budget.add_argument("--max-trials", type=int, dest="trials", help=argparse.SUPPRESS)  # its former name
+    budget.add_argument("--add", type=int, help="measure this many configurations more than the study holds")
     parser.add_argument("--gpus", help="start one worker process per GPU of this host (e.g. 0,1,2,3), each pinned "
                         "with CUDA_VISIBLE_DEVICES; needs --storage journal:PATH or a database server")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # started by --gpus: no report
     parser.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
+    add_preset(parser)
     add_problem(parser)
     parser.add_argument("--sampler", choices=("tpe", "nsga2", "random", "grid"), default="tpe")
     parser.add_argument("--storage", help="storage URL: sqlite:///PATH (default: sqlite:///studies/poptune.db; one "
@@ -67,41 +70,16 @@ def register(sub: Any) -> None:
     envs.set_defaults(run=run_envs)
 
 
-def _front_table(rows: list[Any]) -> str:
-    lines = [f"{'trial':>5}  {'skip':>4}  {'boundary':<9}  {'offset':>6}  {'objective ms':>12}  {'speedup [95% CI]':>24}  "
-             f"{'pairs':>5}  {'ideal':>6}  {'accuracy':>8}  {'drop [95% CI]':>22}  {'items':>5}"]
-    for r in rows:
-        interval = f"[{r.speedup_lo:.3f}, {r.speedup_hi:.3f}]" if r.speedup_lo is not None else "[no interval]"
-        ideal = f"{r.ideal:>5.2f}x" if r.ideal is not None else f"{'':>6}"
-        drop = f"{r.drop:+6.2f}" + (f" [{r.drop_lo:+6.2f}, {r.drop_hi:+6.2f}]" if r.drop_hi is not None else "")
-        lines.append(f"{r.trial:>5}  {r.skip:>4}  {r.boundary:<9}  {r.offset:>6}  {r.prefill_ms:>12.1f}  "
-                     f"{r.speedup:>6.3f}x {interval:>16}{'*' if r.confirmed else ' '}  {r.pairs or '':>5}  {ideal}  "
-                     f"{100 * r.accuracy:>7.2f}%  {drop:>22}  {r.items or '':>5}")
-    lines.append("objective ms: the study's reference full-model TTFT over the speedup; accuracy: the full model's "
-                 "on the reference items minus the paired drop (points, full - POP)")
-    if any(r.confirmed for r in rows):
-        lines.append("*: figures of the confirmation pass (the front's configurations re-timed together)")
-    return "\n".join(lines)
-
-
-def _plot_path(storage: str | None, study_name: str) -> Path:
+def _report_folder(storage: str | None) -> Path:
+    """Where a study's summary and plot go: beside its SQLite or journal file, else ``studies/``."""
     from poptune.store import DEFAULT_STORAGE
 
     url = storage or DEFAULT_STORAGE
-    folder = Path(url.removeprefix("sqlite:///")).parent if url.startswith("sqlite:///") else Path("studies")
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///").split("?", 1)[0]).parent
     if url.startswith("journal:"):
-        folder = Path(url.removeprefix("journal:")).parent
-    return folder / f"{safe_name(study_name)}.pareto.png"
-
-
-def write_front_plot(study: Any, path: Path) -> Path:
-    from poptune import store
-    from poptune.plots import pareto_plot
-
-    label = lambda r: f"{r.skip}/{r.boundary}/{r.offset}"  # noqa: E731
-    points = [(t.user_attrs["speedup"], 100 * t.values[1], "") for t in store.completed(study)]
-    front = [(r.speedup, 100 * r.accuracy, label(r)) for r in store.front(study)]
-    return pareto_plot(points, front, path, title=f"{study.study_name}: POP configurations (skip/boundary/offset)")
+        return Path(url.removeprefix("journal:")).parent
+    return Path("studies")
 
 
 def _enqueued(text: str | None) -> tuple[Any, ...]:
@@ -146,12 +124,87 @@ def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
 def _spec(args: argparse.Namespace, problem: Any) -> Any:
     from poptune.tune import StudySpec
 
-    trials = 12 if args.trials is None else args.trials  # `--trials 0` only adds baselines, never the default
-    return StudySpec(problem=problem, trials=trials, max_trials=args.max_trials, timeout=args.timeout,
+    return StudySpec(problem=problem, trials=preset_of(args).trials, add=args.add, timeout=args.timeout,
                      sampler=args.sampler, storage=args.storage, study=args.study, seed=args.seed,
                      heartbeat_s=args.heartbeat, enqueue=_enqueued(args.enqueue) + _importance_proposal(args),
                      baselines=method_list(args.baselines), calibration=calibration_spec(args),
                      baseline_ratios=_ratios(args.baseline_ratios), confirm=not args.no_confirm)
+
+
+class _Bars:
+    """A study's progress (:class:`poptune.progress.Listener`): one bar of measured configurations, whose ETA
+    counts measured trials only, and one bar of the phase at work (the full model's reference, a trial's
+    latency pairs and accuracy rounds, the checks), with its items or pairs so far."""
+
+    def __init__(self, disable: bool) -> None:
+        self.disable = disable
+        self.trials: Any = None
+        self.phase: Any = None
+        self.stack: list[list[Any]] = []
+        self.seconds: list[float] = []
+        self.opened = False  # stays so when the study held its trials already (nothing measured)
+
+    def open(self, done: int, budget: int) -> None:
+        from tqdm import tqdm
+
+        self.opened = True
+        self.trials = tqdm(total=budget, initial=min(done, budget), desc="configurations measured", position=0,
+                           bar_format="{desc}: {n_fmt}/{total_fmt} |{bar:16}| {elapsed}{postfix}", disable=self.disable)
+        self.phase = tqdm(total=None, position=1, leave=False, disable=self.disable,
+                          bar_format="  {desc}: {n_fmt}/{total_fmt} {unit} [{elapsed}]")
+
+    def write(self, line: str) -> None:
+        (self.trials.write if self.trials is not None else print)(line)
+
+    def measured(self, seconds: float, best: str) -> None:
+        """A measured trial finished: count it, and say the ETA from measured trials' mean duration."""
+        self.seconds.append(seconds)
+        self.trials.update(1)
+        left = self.trials.total - self.trials.n
+        mean = sum(self.seconds) / len(self.seconds)
+        eta = f", ETA {_minutes(mean * left)} ({_minutes(mean)} per measured trial)" if left > 0 else ""
+        self.trials.set_postfix_str(f"{best}{eta}", refresh=True)
+
+    def start(self, label: str, unit: str, total: int | None) -> None:
+        self.stack.append([label, unit, total, 0])
+        self._show(restart=True)
+
+    def expect(self, count: int) -> None:
+        if self.stack:
+            self.stack[-1][2] = (self.stack[-1][2] or 0) + count
+            self._show()
+
+    def advance(self, count: int) -> None:
+        if self.stack:
+            self.stack[-1][3] += count
+            if self.phase is not None:
+                self.phase.update(count)
+
+    def end(self) -> None:
+        if self.stack:
+            self.stack.pop()
+        self._show()
+
+    def _show(self, restart: bool = False) -> None:
+        """The phase bar shows the innermost open phase, under its parents' labels."""
+        if self.phase is None:
+            return
+        label, unit, total, done = self.stack[-1] if self.stack else ("", "", None, 0)
+        if restart:
+            self.phase.start_t = self.phase._time()  # elapsed counts from the phase's start
+        self.phase.total, self.phase.n, self.phase.unit = total, done, unit + "s" if unit else ""
+        self.phase.set_description_str(" > ".join(entry[0] for entry in self.stack), refresh=False)
+        self.phase.refresh()
+
+    def close(self) -> None:
+        for bar in (self.phase, self.trials):
+            if bar is not None:
+                bar.close()
+        self.phase = self.trials = None
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 def run_study(args: argparse.Namespace) -> int:
@@ -160,52 +213,41 @@ def run_study(args: argparse.Namespace) -> int:
     spec = _spec(args, problem_of(args))
 
     import optuna
-    from tqdm import tqdm
 
-    from poptune import store
-    from poptune.tune import run_study as run
-
+    from poptune import progress, store
     from poptune.models import resolve_model
+    from poptune.tune import run_study as run
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     resolve_model(spec.problem.model)  # bad input fails before the model loads and the storage
     store.check_storage(spec.storage)
-    # The bar opens once every check has passed (`started`), so that an error is the first line on stderr.
-    bars: list[Any] = []
+    bars = _Bars(disable=args.worker)
 
-    def start() -> None:
-        bars.append(tqdm(total=None if spec.max_trials else spec.trials, desc="study", unit="trial",
-                         disable=args.worker))
-
-    def progress(study: Any, trial: Any) -> None:
+    def finished(study: Any, trial: Any) -> None:
         if trial.state != optuna.trial.TrialState.COMPLETE:
             return
-        bars[0].write(trial_line(trial))
-        if "reused_from" in trial.user_attrs:
-            return  # the bar counts measured configurations, as the budget does
-        bars[0].update(1)
-        rows = [r for r in store.front(study) if r.feasible]
-        if rows:
-            best = max(rows, key=lambda r: r.speedup if r.drop <= (spec.problem.max_drop or 1.0) else 0)
-            bars[0].set_postfix_str(f"best {best.speedup:.2f}x at drop {best.drop:+.2f} ({best.skip}/{best.boundary})")
+        bars.write(trial_line(trial))
+        if {"reused_from", "remeasure_of"} & set(trial.user_attrs):
+            return  # the bar and its ETA count measured configurations, as the budget does
+        rows = [r for r in store.front(study) if r.skip]
+        best = max(rows, key=lambda r: r.speedup, default=None)
+        label = f"fastest on the front {best.speedup:.2f}x ({best.skip}/{best.boundary}/{best.offset})" if best else ""
+        seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
+        bars.measured(seconds, label)
 
     from poptune.interrupt import interruptible
 
     try:
-        with interruptible():  # the report too: a signal there still ends with the one summary line
-            study = run(spec, callbacks=[progress], progress=lambda label: bars and bars[0].set_postfix_str(label),
-                        started=start)
-            for bar in bars:
-                bar.close()
+        with interruptible(), progress.listening(bars):  # a signal in the report too ends with the summary line
+            study = run(spec, callbacks=[finished], started=bars.open)
+            bars.close()
             if not args.worker:
-                _report(study, spec.storage)
+                _report(study, spec, complete_already=not bars.opened)
     except KeyboardInterrupt as e:  # SIGINT or SIGTERM: the running trial is failed already
-        for bar in bars:
-            bar.close()
+        bars.close()
         return _interrupted(e, spec)
     finally:
-        for bar in bars:
-            bar.close()
+        bars.close()
     return 0
 
 
@@ -257,15 +299,24 @@ def _studies(spec: Any) -> list[Any]:
     return [optuna.load_study(study_name=name, storage=storage)] if name in store.study_names(storage) else []
 
 
-def _report(study: Any, storage: str | None) -> None:
-    from poptune import store
+def _report(study: Any, spec: Any, *, complete_already: bool) -> None:
+    """The study's closing report: what it holds, the front with the reference rows, the null checks, and the
+    summary and plot written beside its storage."""
+    from poptune import report, store
 
     trials = store.completed(study)
     measured = [t for t in trials if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]
-    noisy = [t.number for t in measured if t.user_attrs.get("noisy")]
+    if complete_already:
+        print(f"study {study.study_name} holds its {len(measured)} measured configurations (--trials {spec.trials}): "
+              "nothing to measure; `--add N` measures N more")
+    budget = study.user_attrs.get("problem", {}).get("max_drop")
     print(f"study {study.study_name}: {len(measured)} measured configurations ({len(trials)} completed trials with "
-          "answers from storage and re-measures); Pareto front:")
-    print(_front_table(store.front(study)))
+          "answers from storage and re-measures); Pareto front"
+          + (f" within the budget (drop's 95% upper bound <= {budget:g} points):" if budget is not None else ":"))
+    rows = store.front(study)
+    print(report.front_table(rows, report.references(study, rows),
+                             reference_ms=study.user_attrs.get("reference_prefill_ms")))
+    noisy = [t.number for t in measured if t.user_attrs.get("noisy")]
     if noisy:
         print(f"noisy trials (a null check failed; left off the front, measured again): {noisy}")
     for check in study.user_attrs.get("null_checks", [])[-2:]:
@@ -279,12 +330,12 @@ def _report(study: Any, storage: str | None) -> None:
             a = t.user_attrs
             print(f"  {a['method']:<13} ratio {a['details']['ratio']:.3f}  {a['speedup']:.3f}x  "
                   f"accuracy {100 * a['accuracy_mean']:.2f}%  drop {a['drop_points']:+.2f}")
-    path = write_front_plot(study, _plot_path(storage, study.study_name))
-    print(f"plot: {path}")
+    summary, plot = report.write_report(study, _report_folder(spec.storage))
+    print(f"summary: {summary}\nplot: {plot}")
 
 
 #: Options a ``--gpus`` parent sets itself for each worker (dropped from the command line it hands on).
-_PARENT_OPTIONS = ("--gpus", "--trials", "--max-trials", "--device")
+_PARENT_OPTIONS = ("--gpus", "--trials", "--max-trials", "--add", "--device")
 
 
 def _worker_argv(argv: list[str], budget: int) -> tuple[str, ...]:
@@ -300,8 +351,7 @@ def _worker_argv(argv: list[str], budget: int) -> tuple[str, ...]:
             skip_value = "=" not in token
             continue
         kept.append(token)
-    return (sys.executable, "-m", "poptune", "study", *kept, "--device", "cuda", "--max-trials", str(budget),
-            "--worker")
+    return (sys.executable, "-m", "poptune", "study", *kept, "--device", "cuda", "--trials", str(budget), "--worker")
 
 
 def _run_workers(args: argparse.Namespace) -> int:
@@ -322,40 +372,45 @@ def _run_workers(args: argparse.Namespace) -> int:
     if args.baselines:
         raise ConfigError("`--baselines` with `--gpus` would measure them in every worker: run the workers, then "
                           "`poptune study ... --trials 0 --baselines ...` once")
-    spec = _spec(args, problem_of(args))  # a bad --trials or --max-trials: one line, before any worker
+    spec = _spec(args, problem_of(args))  # a bad --trials or --add: one line, before any worker
     check_gpus(gpus)
     study_problem = replace(problem_of(args), device="cuda")
     storage = store.open_storage(args.storage, heartbeat=None)
     model = resolve_model(study_problem.model).name
     names = {g: args.study or store.study_name(model, fingerprint(f"cuda:{g}").hardware_id) for g in gpus}
     budgets: dict[str, int] = {}
-    for name in set(names.values()):  # one study per GPU kind; each grows by --trials
+    for name in set(names.values()):  # one study per GPU kind, each to --trials (or grown by --add)
         done = 0
         if name in store.study_names(storage):
             done = len(store.completed(optuna.load_study(study_name=name, storage=storage)))
-        budgets[name] = args.max_trials if args.max_trials is not None else done + spec.trials
+        budgets[name] = done + spec.add if spec.add is not None else spec.trials
     workers = [WorkerCommand(_worker_argv(args.argv, budgets[names[g]]), g) for g in gpus]
     print(f"poptune: {len(workers)} workers on GPUs {args.gpus}, study {', '.join(sorted(budgets))}")
     code = supervise(workers)
     if code:
         return code
     for name in sorted(budgets):
-        _report(store.load_study(storage, name), args.storage)
+        _report(store.load_study(storage, name), spec, complete_already=False)
     return 0
 
 
 def run_pareto(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from poptune import store
+    from poptune import report, store
 
     study = store.load_study(store.open_reader(args.storage), args.study)
     rows = store.front(study)
+    refs = report.references(study, rows)
     if args.json:
-        print(json.dumps({"study": study.study_name, "front": [asdict(r) for r in rows]}, indent=2))
+        print(json.dumps({"study": study.study_name, "front": [asdict(r) for r in rows],
+                          "references": [{"name": r.name, "status": r.status, "row": asdict(r.row) if r.row else None}
+                                         for r in refs]}, indent=2))
     else:
-        print(f"study {study.study_name}: Pareto front")
-        print(_front_table(rows))
+        budget = study.user_attrs.get("problem", {}).get("max_drop")
+        print(f"study {study.study_name}: Pareto front"
+              + (f" within the budget (drop's 95% upper bound <= {budget:g} points)" if budget is not None else ""))
+        print(report.front_table(rows, refs, reference_ms=study.user_attrs.get("reference_prefill_ms")))
     return 0
 
 

@@ -14,9 +14,9 @@ The model loads once, on first use. Both halves follow the problem's workload
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from poptune import progress
 from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
 from poptune.env.problem import Measurement, TuningProblem
@@ -41,7 +41,9 @@ class ConfigEvaluator:
         full_accuracy: Ignored unless no full run is given: an old study's per-task accuracy (no outcomes).
         full_run: The full model's run stored with a resumed study (:meth:`TaskRun.to_dict`).
         model: An already loaded ``(model, tokenizer)`` (for tests; default: load ``problem.model``).
-        progress: Called with a short label as accuracy rounds finish.
+
+    Its work is reported in phases (:mod:`poptune.progress`): the full model's accuracy, a configuration's
+    latency (timing pairs) and accuracy (racing rounds, scored requests).
     """
 
     def __init__(
@@ -51,7 +53,6 @@ class ConfigEvaluator:
         full_accuracy: dict[str, float] | None = None,
         full_run: dict[str, Any] | None = None,
         model: tuple[Any, Any] | None = None,
-        progress: Callable[[str], None] | None = None,
     ) -> None:
         from poptune.evaluate.suite import TaskRun
 
@@ -61,7 +62,6 @@ class ConfigEvaluator:
         self._legacy_full = dict(full_accuracy) if full_accuracy and not full_run else None
         self._workload: Workload | None = None
         self._image_length: int | None = None
-        self.progress = progress
         self.states: PrefixStates | None = None  # see enable_state_reuse
 
     @property
@@ -148,7 +148,8 @@ class ConfigEvaluator:
         length = max(n for n, _ in self.latency_points())
         ids = prompt_batch(self.tokenizer, length, 1, device=self.model.device)["input_ids"]
         config = PopConfig(skip=round(self.num_layers / 3))  # the paper's rule
-        diff = verify(self.model, ids, config, PrefixStates(max_bytes=max_bytes))
+        with progress.phase("state reuse check"):
+            diff = verify(self.model, ids, config, PrefixStates(max_bytes=max_bytes))
         self.states = PrefixStates(max_bytes=max_bytes)
         return diff
 
@@ -162,7 +163,8 @@ class ConfigEvaluator:
         missing = {t: self.workload.order[t][have.get(t, 0) : n] for t, n in counts.items()}
         missing = {t: v for t, v in missing.items() if v}
         if missing:
-            part = self._score(PopConfig(skip=0), missing)
+            with progress.phase(f"full model accuracy ({sum(map(len, missing.values()))} items)", unit="request"):
+                part = self._score(PopConfig(skip=0), missing)
             for task in self.problem.tasks:  # a task already covered gets an empty part
                 part.items.setdefault(task, [])
                 part.outcomes.setdefault(task, [])
@@ -238,7 +240,8 @@ class ConfigEvaluator:
         p = self.problem
         with applied(self.model, transform):
             config.check(self.num_layers)
-        bench, weights = self._latency(config, transform)
+        with progress.phase("latency", unit="pair"):
+            bench, weights = self._latency(config, transform)
         if config.skip == 0 and transform is None:  # the full model: no drop, by definition
             run = self.full_run()
             drop = paired_drop(run.outcomes, run.outcomes)
@@ -247,10 +250,17 @@ class ConfigEvaluator:
                 with applied(self.model, transform):
                     return self._score(config, items, reuse=transform is None)
 
-            result = race(self.workload, p.racing(), score=score, full=self.full_run, max_drop=p.max_drop,
-                          seed=p.seed, progress=self.progress)
+            with progress.phase("accuracy", unit="round"):
+                result = race(self.workload, p.racing(), score=score, full=self.full_run, max_drop=p.max_drop,
+                              seed=p.seed)
             run, drop = result.run, result.drop
         full = self._full.head(run.counts) if self._full else run
+        check = bench.null_check
+        if check is not None and config.skip == 0 and transform is None:  # its pairs are an A/A check
+            from poptune.measure.nullcheck import figures
+
+            longest = bench.rows[-1]
+            check.aa, check.length = figures(longest.prefill), longest.length
         return Measurement(
             config=config,
             method=method,
@@ -267,7 +277,7 @@ class ConfigEvaluator:
             drop=drop.to_dict(),
             reference_accuracy=self.reference_accuracy(),
             outcomes=run.outcomes,
-            null_check=bench.null_check.to_dict() if bench.null_check else {},
+            null_check=check.to_dict() if check else {},
             provenance=bench.provenance,
         )
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError, MeasurementError
+from poptune.presets import STANDARD
 
 if TYPE_CHECKING:
     from poptune.evaluate.racing import RacingPolicy
@@ -57,7 +58,7 @@ class TuningProblem:
     tasks: tuple[str, ...] = ("passkey", "kv_recall")
     lengths: tuple[int, ...] = (512,)
     target_length: int | None = None
-    limit: int | None = 64
+    limit: int | None = STANDARD.limit
     data_dir: str | None = None
     max_drop: float | None = None
     device: str = "cpu"
@@ -66,13 +67,13 @@ class TuningProblem:
     batch_size: int = 1
     repeats: int = 3
     precision: float | None = 0.02
-    max_pairs: int = 20
-    max_seconds: float = 3.0
+    max_pairs: int = STANDARD.max_pairs
+    max_seconds: float = STANDARD.max_seconds
     decode_tokens: int = 4
     seed: int = 0
     eval_batch_size: int = 8
     image: str | None = None
-    items_start: int = 16
+    items_start: int = STANDARD.items
     halfwidth: float = 2.0
     latency_points: int = 2
 

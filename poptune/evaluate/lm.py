@@ -20,6 +20,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
 
+from poptune import progress
 from poptune.engine import PopConfig, apply_pop
 from poptune.errors import ConfigError
 from poptune.evaluate.scoring import score_continuations
@@ -103,6 +104,15 @@ class PopLM(HFLM):
     def get_model_info(self) -> dict:
         return {**super().get_model_info(), "pop_config": self.pop_config.to_dict()}
 
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        progress.expect(len(requests))  # advanced per generated batch (:meth:`_model_generate`)
+        return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
+    def _model_generate(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
+        out = super()._model_generate(context, max_length, stop, **generation_kwargs)
+        progress.advance(int(context.shape[0]))
+        return out
+
     def _loglikelihood_tokens(
         self,
         requests: list[tuple[tuple[str, str], list[int], list[int]]],
@@ -120,6 +130,7 @@ class PopLM(HFLM):
         batch = int(override_bs or self.batch_size)
         results: list[tuple[float, bool] | None] = [None] * len(requests)
         pad_id = self.tokenizer.pad_token_id
+        progress.expect(len(requests))
         with tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="POP loglikelihood") as bar:
             for start in range(0, len(contexts), batch):
                 members = [i for ctx in contexts[start : start + batch] for i in by_context[ctx]]
@@ -134,6 +145,7 @@ class PopLM(HFLM):
                     if requests[i][0] is not None:
                         self.cache_hook.add_partial("loglikelihood", requests[i][0], answer)
                 bar.update(len(members))
+                progress.advance(len(members))
         return results  # type: ignore[return-value]
 
     def _truncate(self, context: list[int], continuation: list[int]) -> tuple[list[int], list[int]]:

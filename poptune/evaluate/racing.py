@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from poptune import progress
 from poptune.errors import ConfigError
 from poptune.evaluate.paired import PairedDrop
 from poptune.evaluate.suite import TaskRun, drop_of
@@ -101,7 +102,6 @@ def race(
     full: Callable[[dict[str, int]], TaskRun],
     max_drop: float | None,
     seed: int = 0,
-    progress: Callable[[str], None] | None = None,
 ) -> RaceResult:
     """Score rounds of the workload's items with ``score`` until the drop is decided (module docstring).
 
@@ -113,7 +113,8 @@ def race(
             missing).
         max_drop: The accuracy budget in points, or None.
         seed: Seed of the bootstrap.
-        progress: Called with a short label after each round.
+
+    Each round is a phase of :mod:`poptune.progress`.
     """
     run: TaskRun | None = None
     drop: PairedDrop | None = None
@@ -125,12 +126,12 @@ def race(
         new = {t: v for t, v in new.items() if v}
         if not new:
             break  # every task is exhausted before the cap
-        reference = full(wanted)  # first: the full model's prefill of an item is what a reused state replays
-        run = extend_run(run, _complete(score(new), run, workload))
+        with progress.phase(f"round {number}: {count} items per task", unit="request"):
+            reference = full(wanted)  # first: the full model's prefill of an item is what a reused state replays
+            run = extend_run(run, _complete(score(new), run, workload))
         drop = drop_of(reference, run, seed=seed)
         done = number
-        if progress:
-            progress(f"round {number}: {sum(len(v) for v in run.items.values())} items, drop {drop}")
+        progress.advance()
         verdict = _decide(drop, max_drop, policy)
         if verdict is not None:
             return RaceResult(run, drop, number, verdict)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from poptune import progress
 from poptune.engine import PopConfig, apply_pop, remove_pop
 from poptune.errors import ConfigError
 from poptune.evaluate.fidelity import FidelityResult, FidelitySpec, fidelity_pairs, generated_text, measure_fidelity
@@ -247,8 +248,9 @@ def _lm_eval_scores(model: Any, tokenizer: Any, config: PopConfig, tasks: Sequen
     lm = PopLM(pretrained=model, tokenizer=tokenizer, skip=config.skip, boundary=config.boundary,
                offset=config.offset, layers=config.layers, batch_size=spec.batch_size)
     try:
-        out = lm_eval.evaluator.evaluate(lm, task_dict, samples=samples, bootstrap_iters=0, log_samples=True,
-                                         verbosity="WARNING")
+        with progress.others_hushed():  # a study's bars count the requests instead
+            out = lm_eval.evaluator.evaluate(lm, task_dict, samples=samples, bootstrap_iters=0, log_samples=True,
+                                             verbosity="WARNING")
     finally:
         remove_pop(model)
     scores, outcomes = {}, {}

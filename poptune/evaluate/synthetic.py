@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .. import progress
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -438,10 +439,12 @@ def run_synthetic(
     lengths = [_token_count(tokenizer, item.prompt) for item in items]
     order = sorted(range(len(items)), key=lambda i: lengths[i])
     outputs: dict[int, str] = {}
+    progress.expect(len(items))
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
         texts = _generate(model, tokenizer, [items[i].prompt for i in batch], max_new_tokens)
         outputs.update(zip(batch, texts))
+        progress.advance(len(batch))
 
     records = tuple(
         {

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from poptune import progress
 from poptune.device import resolve_device
 from poptune.errors import ConfigError
 from poptune.measure.records import ORDERS, LatencyRecord, PairRecord, percentile
@@ -227,6 +228,7 @@ def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> _Rounds
         for index in (range(len(fns)) if order == "ab" else reversed(range(len(fns)))):
             pending[index].append(_call(fns[index], timer))
         rounds += 1
+        progress.advance()  # one pair (outside the timed calls)
         elapsed = timer.now_ns() - start
         if rounds < least or elapsed < min_ns:
             continue

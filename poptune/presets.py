@@ -1,0 +1,42 @@
+"""Study sizes by name: how many configurations, items and timing pairs a study spends.
+
+``standard`` is the default and the library's defaults (:class:`~poptune.env.problem.TuningProblem`,
+:class:`~poptune.tune.StudySpec`) are its values; an option given explicitly overrides its preset's value.
+The README gives each preset's measured duration on this project's 2-core CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "STANDARD"]
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A study's size.
+
+    Attributes:
+        trials: Measured configurations (the study's total).
+        items: Items per task in the first racing round.
+        limit: Items per task at most (the racing cap).
+        max_pairs: Most POP/full timing pairs per latency measurement and length.
+        max_seconds: Most seconds per latency measurement and length while chasing the precision.
+    """
+
+    trials: int
+    items: int
+    limit: int
+    max_pairs: int
+    max_seconds: float
+
+
+STANDARD = Preset(trials=12, items=16, limit=64, max_pairs=20, max_seconds=3.0)
+
+PRESETS: dict[str, Preset] = {
+    "quick": Preset(trials=6, items=8, limit=32, max_pairs=10, max_seconds=2.0),
+    "standard": STANDARD,
+    "thorough": Preset(trials=24, items=32, limit=128, max_pairs=40, max_seconds=6.0),
+}
+
+DEFAULT_PRESET = "standard"

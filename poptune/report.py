@@ -1,0 +1,228 @@
+"""What a study tells its user: the front within its budget, two reference rows, a summary file and a plot.
+
+The reference rows are always shown, on the front or not: the full model (speedup 1 by definition, its
+accuracy the reference) and the paper's rule (skip the last third, ``last``), each with why it is or is not on
+the front. :func:`write_report` writes the Markdown summary and the plot side by side (``<study>.md``,
+``<study>.pareto.png``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from poptune import store
+from poptune.engine import PopConfig
+from poptune.files import safe_name, write_text
+from poptune.store import FrontRow
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["Reference", "references", "front_table", "summary_markdown", "front_plot", "write_report"]
+
+#: What the embedded tasks are (the real tasks are named by their lm-eval names).
+_TASKS = {"passkey": "synthetic passkey retrieval", "kv_recall": "synthetic key-value recall"}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A reference configuration of a study: its stored row (None if not measured) and where it stands."""
+
+    name: str
+    config: PopConfig
+    row: FrontRow | None
+    status: str
+
+
+def _label(row: FrontRow) -> str:
+    return "full model" if row.skip == 0 else f"{row.skip}/{row.boundary}/{row.offset}"
+
+
+def _trial_of(study: "optuna.Study", config: PopConfig) -> "optuna.trial.FrozenTrial | None":
+    """The trial that stands for ``config``: its confirmed one, else its last trusted one, else its first."""
+    confirmed = study.user_attrs.get("confirmation", {}).get("trials", {})
+    trials = [t for t in store.completed(study) if "reused_from" not in t.user_attrs
+              and PopConfig.from_dict(t.user_attrs["config"]) == config]
+    for pick in ([t for t in trials if str(t.number) in confirmed], [t for t in trials if not t.user_attrs.get("noisy")]):
+        if pick:
+            return pick[-1]
+    return trials[0] if trials else None
+
+
+def references(study: "optuna.Study", front: list[FrontRow] | None = None) -> list[Reference]:
+    """The full model and the paper's rule, each with its row and whether (and why not) it is on the front."""
+    from poptune.tune import paper_default
+
+    front = store.front(study) if front is None else front
+    confirmed = study.user_attrs.get("confirmation", {}).get("trials", {})
+    budget = study.user_attrs.get("problem", {}).get("max_drop")
+    out = []
+    for name, config in (("full model", PopConfig(skip=0)),
+                         ("paper's rule", paper_default(int(study.user_attrs["num_layers"])))):
+        trial = _trial_of(study, config)
+        if trial is None:
+            out.append(Reference(name, config, None, "not measured in this study"))
+            continue
+        mine = confirmed.get(str(trial.number))
+        row = FrontRow.from_trial(trial, mine, study.user_attrs.get("reference_prefill_ms"))
+        out.append(Reference(name, config, row, _status(row, trial, mine, front, budget)))
+    return out
+
+
+def _status(row: FrontRow, trial: Any, confirmed: dict[str, Any] | None, front: list[FrontRow],
+            budget: float | None) -> str:
+    if any(r.trial == row.trial for r in front):
+        return "on the front"
+    if not row.feasible and budget is not None:
+        return (f"off the front: drop's 95% upper bound {row.drop_hi if row.drop_hi is not None else row.drop:+.2f}"
+                f" > budget {budget:.2f} points")
+    if (confirmed or {}).get("above_ideal") or (confirmed is None and trial.user_attrs.get("noisy")):
+        return "off the front: a null check failed (noisy measurement)"
+    better = [r for r in front if r.prefill_ms <= row.prefill_ms and r.accuracy >= row.accuracy]
+    if better:
+        return f"off the front: trial {better[0].trial} ({_label(better[0])}) is as fast and as accurate or better"
+    return "off the front"
+
+
+_COLUMNS = ("trial", "configuration", "speedup [95% CI]", "pairs", "ideal", "TTFT ms", "full ms", "objective ms",
+            "accuracy", "drop [95% CI]", "items")
+
+
+def _cells(row: FrontRow) -> list[str]:
+    interval = f" [{row.speedup_lo:.3f}, {row.speedup_hi:.3f}]" if row.speedup_lo is not None else ""
+    drop = f"{row.drop:+.2f}" + (f" [{row.drop_lo:+.2f}, {row.drop_hi:+.2f}]" if row.drop_hi is not None else "")
+    ms = lambda v: f"{v:.1f}" if v is not None else ""  # noqa: E731
+    return [str(row.trial), _label(row), f"{row.speedup:.3f}x{interval}{'*' if row.confirmed else ''}",
+            str(row.pairs or ""), f"{row.ideal:.2f}x" if row.ideal is not None else "", ms(row.ttft_ms),
+            ms(row.full_ttft_ms), ms(row.prefill_ms), f"{100 * row.accuracy:.2f}%", drop, str(row.items or "")]
+
+
+def _notes(rows: list[FrontRow], reference_ms: float | None) -> list[str]:
+    notes = ["TTFT ms / full ms: the configuration's and its paired full model's p50 time to first token as the trial "
+             "measured them (expected over the workload's prompt lengths); objective ms: "
+             + (f"the study's reference full-model TTFT ({reference_ms:.1f} ms) " if reference_ms else "the study's "
+                "reference full-model TTFT ")
+             + "over the speedup, what ranks trials however busy the machine was; accuracy: the full model's on the "
+             "reference items minus the paired drop (points, full - POP)"]
+    if any(r.confirmed for r in rows):
+        notes.append("*: figures of the confirmation pass (the front's configurations re-timed together)")
+    return notes
+
+
+def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_ms: float | None = None,
+                markdown: bool = False) -> str:
+    """The front and the reference rows as a fixed-width table (or Markdown), with what each column means."""
+    body = [_cells(r) for r in rows]
+    extra = [(ref, _cells(ref.row)) for ref in refs if ref.row is not None]
+    notes = _notes(rows + [ref.row for ref, _ in extra], reference_ms)
+    if markdown:
+        lines = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        if refs:
+            lines += ["", "| reference | " + " | ".join(_COLUMNS) + " | status |", "|" + "---|" * (len(_COLUMNS) + 2)]
+            lines += [f"| {ref.name} | " + " | ".join(cells) + f" | {ref.status} |" for ref, cells in extra]
+            lines += [f"| {ref.name} | " + " | ".join([""] * len(_COLUMNS)) + f" | {ref.status} |"
+                      for ref in refs if ref.row is None]
+        return "\n".join(lines + [""] + [f"- {n}" for n in notes])
+    widths = [max([len(c)] + [len(cells[i]) for cells in body + [c for _, c in extra]])
+              for i, c in enumerate(_COLUMNS)]
+    fmt = lambda cells: "  ".join(c.rjust(w) if i not in (1,) else c.ljust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    lines = [fmt(list(_COLUMNS))] + [fmt(cells) for cells in body]
+    if refs:
+        lines.append("references:")
+        lines += [f"{fmt(cells)}  {ref.name}: {ref.status}" for ref, cells in extra]
+        lines += [f"  {ref.name}: {ref.status}" for ref in refs if ref.row is None]
+    return "\n".join(lines + notes)
+
+
+def _plot_point(row: FrontRow) -> Any:
+    from poptune.plots import PlotPoint
+
+    drop_range = None
+    if row.drop_lo is not None and row.drop_hi is not None:  # accuracy = reference - drop: the ends swap
+        base = 100 * row.accuracy + row.drop
+        drop_range = (base - row.drop_hi, base - row.drop_lo)
+    speed_range = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None else None
+    return PlotPoint(row.speedup, 100 * row.accuracy, _label(row), speed_range, drop_range)
+
+
+def front_plot(study: "optuna.Study", path: str | Path) -> Path:
+    """The study's plot: every trial, the front (error bars, step line), the references and the budget."""
+    from poptune.plots import pareto_plot
+
+    rows = store.front(study)
+    refs = references(study, rows)
+    points = [(t.user_attrs["speedup"], 100 * t.values[1], "") for t in store.completed(study)]
+    marked = {r.name if r.row.skip == 0 else f"{r.name} ({_label(r.row)})": replace(_plot_point(r.row), label="")
+              for r in refs if r.row is not None}  # named in the legend, not labelled beside the point
+    budget = None
+    limit = study.user_attrs.get("problem", {}).get("max_drop")
+    full = refs[0].row
+    if limit is not None and full is not None:
+        budget = (100 * full.accuracy - limit, f"budget: drop <= {limit:g} points at 95% (lower bar above the line)")
+    return pareto_plot(points, [_plot_point(r) for r in rows], path, references=marked, budget=budget,
+                       title=f"{study.study_name}: POP configurations (skip/boundary/offset)")
+
+
+def _duration(run: dict[str, Any]) -> str:
+    if not run.get("started") or not run.get("finished"):
+        return "unfinished or not recorded"
+    seconds = (_dt.datetime.fromisoformat(run["finished"]) - _dt.datetime.fromisoformat(run["started"])).total_seconds()
+    return f"{run['started']} to {run['finished']} ({int(seconds // 60)} min {int(seconds % 60)} s)"
+
+
+def _workload_lines(study: "optuna.Study") -> list[str]:
+    attrs = study.user_attrs
+    problem = attrs.get("problem", {})
+    tasks = ", ".join(f"`{t}` ({_TASKS[t]})" if t in _TASKS else f"`{t}`" for t in problem.get("tasks", []))
+    points = ", ".join(f"{n} tokens ({100 * w:.0f}%)" for n, w in attrs.get("latency_points", []))
+    return [f"- workload: {tasks}; items raced from {problem.get('items_start')} to {problem.get('limit')} per task "
+            f"in a fixed order; time to first token timed at {points or problem.get('lengths')} of the scored prompts",
+            f"- timing: interleaved POP/full pairs, at least {problem.get('repeats')}, until +-"
+            f"{100 * (problem.get('precision') or 0):.0f}% or {problem.get('max_pairs')} pairs / "
+            f"{problem.get('max_seconds')} s per length"]
+
+
+def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
+    """The study's summary: what it measured and for how long, its front, the references, the null checks."""
+    attrs = study.user_attrs
+    rows = store.front(study)
+    refs = references(study, rows)
+    budget = attrs.get("problem", {}).get("max_drop")
+    trials = store.completed(study)
+    measured = [t for t in trials if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]
+    lines = [f"# Study {study.study_name}", "",
+             f"- model: {attrs.get('model')} (weights {str(attrs.get('weights_fingerprint', ''))[:12]}), "
+             f"{attrs.get('num_layers')} layers; hardware: {attrs.get('hardware', {}).get('hardware_id')}",
+             *_workload_lines(study),
+             f"- accuracy budget: " + (f"drop's 95% upper bound <= {budget:g} points" if budget is not None else "none"),
+             f"- {len(measured)} configurations measured ({len(trials)} completed trials with answers from storage "
+             "and re-measures)"]
+    for i, run in enumerate(attrs.get("runs", []), 1):
+        argv = run.get("command") or []
+        command = "poptune " + " ".join(argv[1:]) if argv else "not recorded"
+        lines.append(f"- run {i}: {_duration(run)}; `{command}`; load {run.get('load_start')} -> {run.get('load_end')}")
+    if "state_reuse_check" in attrs:
+        lines.append(f"- state reuse check: max abs logit difference {attrs['state_reuse_check']['max_abs_logit_diff']:.1e}")
+    lines += ["", "## Front" + (" (within the budget)" if budget is not None else ""), "",
+              front_table(rows, refs, reference_ms=attrs.get("reference_prefill_ms"), markdown=True), "",
+              "## Null checks (full model against itself)", ""]
+    for check in attrs.get("null_checks", []):
+        lines.append(f"- A/A at {check['when']} ({check['date']}): {check['speedup']:.3f} [{check['lo']:.3f}, "
+                     f"{check['hi']:.3f}], {check['pairs']} pairs: {'TOO NOISY' if check['noisy'] else 'ok'}")
+    if plot:
+        lines += ["", f"![speedup vs accuracy]({plot})"]
+    return "\n".join(lines)
+
+
+def write_report(study: "optuna.Study", folder: str | Path) -> tuple[Path, Path]:
+    """Write ``<study>.pareto.png`` and ``<study>.md`` (which shows the plot) in ``folder``; returns both."""
+    base = Path(folder) / safe_name(study.study_name)
+    png = front_plot(study, base.with_name(base.name + ".pareto.png"))
+    md = base.with_name(base.name + ".md")
+    write_text(str(md), summary_markdown(study, plot=png.name))
+    return md, png

@@ -1,0 +1,119 @@
+"""What a study tells its user: the front within its budget, the reference rows, the summary file and the plot.
+A synthetic evaluator stands in for the model (see ``test_trust``)."""
+
+from __future__ import annotations
+
+import re
+
+import optuna
+import pytest
+
+from poptune import report, store
+from poptune.env import TuningProblem
+from poptune.plots import PlotPoint, attainment_steps, place_labels, pyplot
+from poptune.tune import StudySpec, run_study
+
+from .fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _study(tmp_path, max_drop: float | None, trials: int = 8):
+    problem = TuningProblem(model="tiny-llama", tasks=("piqa",), lengths=(16,), decode_tokens=8, max_drop=max_drop)
+    spec = StudySpec(problem=problem, trials=trials, sampler="grid", storage=f"sqlite:///{tmp_path}/s.db")
+    return run_study(spec, evaluator=FakeEvaluator(problem))
+
+
+def test_the_front_keeps_to_the_budget_and_the_references_say_why(tmp_path):
+    # The synthetic drop is about 1 point per skipped layer: within 1.5 points only skip 1 (and the full model).
+    study = _study(tmp_path, max_drop=1.5)
+    rows = store.front(study)
+    assert rows and all(r.drop <= 1.5 for r in rows) and {r.skip for r in rows} <= {0, 1}
+    full, paper = report.references(study, rows)
+    assert (full.name, full.row.skip) == ("full model", 0) and abs(full.row.drop) < 0.1
+    assert full.status == "on the front" or full.status.startswith("off the front: trial")
+    assert (paper.name, paper.row.skip, paper.row.boundary) == ("paper's rule", 2, "last")
+    assert re.fullmatch(r"off the front: drop's 95% upper bound \+2\.\d\d > budget 1\.50 points", paper.status)
+    table = report.front_table(rows, [full, paper], reference_ms=100.0)
+    header = table.splitlines()[0]
+    assert "TTFT ms" in header and "full ms" in header and "objective ms" in header
+    assert "references:" in table and "paper's rule: off the front: drop's 95% upper bound" in table
+
+
+def test_without_a_budget_the_front_shows_every_trade_off(tmp_path):
+    rows = store.front(_study(tmp_path, max_drop=None))
+    assert max(r.drop for r in rows) > 1.5  # deeper skips are faster: on the front when nothing bounds the drop
+
+
+def test_the_summary_and_the_plot_are_written_side_by_side(tmp_path):
+    study = _study(tmp_path, max_drop=1.5)
+    md, png = report.write_report(study, tmp_path)
+    text = md.read_text()
+    assert png.exists() and png.stat().st_size > 10_000 and md.parent == png.parent
+    assert text.startswith(f"# Study {study.study_name}")
+    assert "## Front (within the budget)" in text and "| paper's rule |" in text and "| full model |" in text
+    assert "- accuracy budget: drop's 95% upper bound <= 1.5 points" in text
+    assert "- run 1: " in text and " min " in text  # the run's duration
+    assert f"![speedup vs accuracy]({png.name})" in text
+
+
+def test_the_attainment_line_steps_down_at_each_front_point():
+    points = [(1.0, 80.0), (1.4, 76.0), (1.2, 78.0), (1.1, 70.0)]  # (1.1, 70) is dominated by (1.2, 78)
+    assert attainment_steps(points) == [(1.0, 80.0), (1.0, 78.0), (1.2, 78.0), (1.2, 76.0), (1.4, 76.0)]
+    assert attainment_steps([(1.3, 75.0)]) == [(1.3, 75.0)]
+    assert attainment_steps([]) == []
+
+
+def test_labels_of_crowded_points_do_not_overlap():
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4, 3))
+    points = [PlotPoint(1.0 + 0.002 * i, 70.0 - 0.01 * i, f"{i}/window-16/2") for i in range(5)]
+    ax.scatter([p.x for p in points], [p.y for p in points])
+    ax.set_xlim(0.9, 2.0)
+    ax.set_ylim(0.0, 100.0)  # the five points within a few pixels of each other
+    notes = place_labels(ax, points)
+    boxes = [n.get_window_extent(fig.canvas.get_renderer()) for n in notes]
+    assert len(notes) == 5
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    plt.close(fig)
+
+
+def test_the_same_study_again_finishes_at_once_and_add_grows_it(tmp_path, monkeypatch):
+    study = _study(tmp_path, max_drop=None, trials=4)
+    measured = lambda s: [t for t in store.completed(s) if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]  # noqa: E731
+    assert len(measured(study)) == 4
+
+    def no_model(problem):
+        raise AssertionError("a study that holds its trials must not load the model")
+
+    monkeypatch.setattr("poptune.tune.ConfigEvaluator", no_model)
+    spec = StudySpec(problem=TuningProblem.from_dict(study.user_attrs["problem"]), trials=4, sampler="grid",
+                     storage=f"sqlite:///{tmp_path}/s.db")
+    again = run_study(spec)
+    assert len(measured(again)) == 4 and len(again.trials) == len(study.trials)
+    grown = run_study(StudySpec(problem=spec.problem, add=2, sampler="grid", storage=spec.storage),
+                      evaluator=FakeEvaluator(spec.problem))
+    assert len(measured(grown)) == 6
+
+
+@pytest.mark.parametrize("argv, expected", [
+    ([], (12, 16, 64, 20, 3.0)),
+    (["--preset", "quick"], (6, 8, 32, 10, 2.0)),
+    (["--preset", "thorough", "--items", "4", "--trials", "30"], (30, 4, 128, 40, 6.0)),
+])
+def test_presets_size_a_study_and_explicit_options_win(argv, expected):
+    import argparse
+
+    from poptune.cli._args import add_preset, add_problem, preset_of
+    from poptune.presets import STANDARD
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int)
+    add_preset(parser)
+    add_problem(parser)
+    p = preset_of(parser.parse_args(argv))
+    assert (p.trials, p.items, p.limit, p.max_pairs, p.max_seconds) == expected
+    default = TuningProblem()
+    assert (default.items_start, default.limit, default.max_pairs, default.max_seconds) == (
+        STANDARD.items, STANDARD.limit, STANDARD.max_pairs, STANDARD.max_seconds)
+    assert StudySpec(problem=default).trials == STANDARD.trials
