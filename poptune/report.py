@@ -21,7 +21,7 @@ from poptune.store import FrontRow
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["Reference", "references", "front_table", "summary_markdown", "front_plot", "write_report"]
+__all__ = ["Reference", "references", "undecided", "front_table", "summary_markdown", "front_plot", "write_report"]
 
 #: What the embedded tasks are (the real tasks are named by their lm-eval names).
 _TASKS = {"passkey": "synthetic passkey retrieval", "kv_recall": "synthetic key-value recall"}
@@ -76,15 +76,38 @@ def _status(row: FrontRow, trial: Any, confirmed: dict[str, Any] | None, front: 
             budget: float | None) -> str:
     if any(r.trial == row.trial for r in front):
         return "on the front"
+    reasons = []
     if not row.feasible and budget is not None:
-        return (f"off the front: drop's 95% upper bound {row.drop_hi if row.drop_hi is not None else row.drop:+.2f}"
-                f" > budget {budget:.2f} points")
+        upper = row.drop_hi if row.drop_hi is not None else row.drop
+        reasons.append(f"drop's 95% upper bound {upper:+.2f} > budget {budget:.2f} points")
     if (confirmed or {}).get("above_ideal") or (confirmed is None and trial.user_attrs.get("noisy")):
-        return "off the front: a null check failed (noisy measurement)"
+        reasons.append("a null check failed on its timing (noisy)")
     better = [r for r in front if r.prefill_ms <= row.prefill_ms and r.accuracy >= row.accuracy]
-    if better:
-        return f"off the front: trial {better[0].trial} ({_label(better[0])}) is as fast and as accurate or better"
-    return "off the front"
+    if better and not reasons:
+        reasons.append(f"trial {better[0].trial} ({_label(better[0])}) is as fast and as accurate or better")
+    return "off the front" + (": " + "; ".join(reasons) if reasons else "")
+
+
+def undecided(study: "optuna.Study") -> list[FrontRow]:
+    """Configurations faster than the full model whose drop interval straddles the budget at the item cap: more
+    items (``--limit``) would decide them. Fastest first."""
+    budget = study.user_attrs.get("problem", {}).get("max_drop")
+    if budget is None:
+        return []
+    rows = [FrontRow.from_trial(t) for t in store.completed(study)
+            if not {"reused_from", "remeasure_of"} & set(t.user_attrs) and t.user_attrs.get("drop")]
+    return sorted((r for r in rows if r.skip and r.speedup > 1 and r.drop_lo is not None
+                   and r.drop_lo <= budget < r.drop_hi), key=lambda r: -r.speedup)
+
+
+def undecided_line(rows: list[FrontRow], budget: float | None) -> str:
+    """One line naming the undecided configurations, or nothing."""
+    if not rows:
+        return ""
+    named = "; ".join(f"{_label(r)} {r.speedup:.2f}x, drop {r.drop:+.2f} [{r.drop_lo:+.2f}, {r.drop_hi:+.2f}] on "
+                      f"{r.items} items" for r in rows)
+    return (f"undecided at the item cap (the drop's interval contains the budget of {budget:g} points; a larger "
+            f"--limit would decide them): {named}")
 
 
 _COLUMNS = ("trial", "configuration", "speedup [95% CI]", "pairs", "ideal", "TTFT ms", "full ms", "objective ms",
@@ -210,6 +233,7 @@ def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
         lines.append(f"- state reuse check: max abs logit difference {attrs['state_reuse_check']['max_abs_logit_diff']:.1e}")
     lines += ["", "## Front" + (" (within the budget)" if budget is not None else ""), "",
               front_table(rows, refs, reference_ms=attrs.get("reference_prefill_ms"), markdown=True), "",
+              *([f"- {line}", ""] if (line := undecided_line(undecided(study), budget)) else []),
               "## Null checks (full model against itself)", ""]
     for check in attrs.get("null_checks", []):
         lines.append(f"- A/A at {check['when']} ({check['date']}): {check['speedup']:.3f} [{check['lo']:.3f}, "

@@ -4,7 +4,7 @@
   dtype, threads, load at start and end) to the study attribute ``runs``.
 - :func:`record_aa_check` times the full model against itself at the target prompt (an A/A pair) and appends
   the figures to the study attribute ``null_checks`` (each run does so at its start and its end).
-- :func:`remeasure_noisy` measures again each configuration whose every trial is marked ``noisy`` (see
+- :func:`remeasure_noisy` times again each configuration whose every trial is marked ``noisy`` (see
   :mod:`poptune.measure.nullcheck`); the new measurement is a trial of its own with ``remeasure_of``.
 - :func:`confirm_front` re-times the front's configurations together, round by round (each round times every
   configuration once, so load that comes and goes hits them alike), with more pairs than a trial; the figures
@@ -114,10 +114,12 @@ def _add_trial(study: "optuna.Study", config: PopConfig, num_layers: int, values
 
 
 def remeasure_noisy(study: "optuna.Study", evaluator: "ConfigEvaluator", *, attempts: int = 2) -> list[int]:
-    """Measure again every configuration all of whose trials are ``noisy``, up to ``attempts`` times each.
+    """Time again every configuration all of whose trials are ``noisy``, up to ``attempts`` times each (its
+    accuracy is kept: the items' outcomes do not depend on the machine's load).
 
     Returns the numbers of the trials measured again.
     """
+    from poptune.env.problem import Measurement
     from poptune.tune import _outcome
 
     num_layers = evaluator.num_layers
@@ -131,8 +133,8 @@ def remeasure_noisy(study: "optuna.Study", evaluator: "ConfigEvaluator", *, atte
     reference = float(study.user_attrs["reference_prefill_ms"]) if noisy else 0.0
     for config, number in noisy.items():
         for _ in range(attempts):
-            with progress.phase(f"re-measure of trial {number} (a null check failed)", unit="step"):
-                measurement = evaluator.evaluate(config)
+            with progress.phase(f"re-timing trial {number} (a null check failed)", unit="step"):
+                measurement = evaluator.retime(Measurement.from_info(study.trials[number].user_attrs))
             values, info, constraint = _outcome(measurement, measurement.info(), evaluator.problem, reference)
             info.update(noisy=measurement.noisy, remeasure_of=number)
             _add_trial(study, config, num_layers, values, info, constraint)

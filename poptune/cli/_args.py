@@ -87,7 +87,8 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                              "short question, e.g. 640x480; accuracy still comes from --tasks")
     parser.add_argument("--tasks", help=f"accuracy tasks (default: {STUDY_TASKS} with a data directory, else embedded)")
     parser.add_argument("--limit", type=int, help="items per task at most: accuracy is raced in rounds until the drop's "
-                        f"interval is decided, up to this cap (default: the preset's; standard: {STANDARD.limit})")
+                        f"interval is decided, up to this cap (default: the preset's; standard: {STANDARD.limit}, "
+                        f"{STANDARD.long_limit} on the long-prompt pack)")
     parser.add_argument("--items", type=int, help="items per task in the first round (default: the preset's; "
                         f"standard: {STANDARD.items})")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
@@ -147,6 +148,8 @@ def problem(args: argparse.Namespace) -> Any:
     if directory is not None and real:
         check_data(directory, real)
     size = preset_of(args)
+    long_pack = all(t.startswith("longctx") for t in tasks)  # a preset's own, lower cap (args.limit wins)
+    limit = size.long_limit if long_pack and args.limit is None else size.limit
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes
@@ -159,7 +162,7 @@ def problem(args: argparse.Namespace) -> Any:
         check_takes_images(args.model)
         image = str(sizes[0])
     return TuningProblem(
-        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths or "512", "--lengths")), limit=size.limit,
+        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths or "512", "--lengths")), limit=limit,
         image=image, data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
         dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=size.items,
         precision=args.precision or None, max_pairs=max(size.max_pairs, args.repeats), max_seconds=size.max_seconds,

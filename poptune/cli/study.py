@@ -316,6 +316,9 @@ def _report(study: Any, spec: Any, *, complete_already: bool) -> None:
     rows = store.front(study)
     print(report.front_table(rows, report.references(study, rows),
                              reference_ms=study.user_attrs.get("reference_prefill_ms")))
+    line = report.undecided_line(report.undecided(study), study.user_attrs.get("problem", {}).get("max_drop"))
+    if line:
+        print(line)
     noisy = [t.number for t in measured if t.user_attrs.get("noisy")]
     if noisy:
         print(f"noisy trials (a null check failed; left off the front, measured again): {noisy}")

@@ -14,6 +14,7 @@ The model loads once, on first use. Both halves follow the problem's workload
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress
@@ -240,8 +241,7 @@ class ConfigEvaluator:
         p = self.problem
         with applied(self.model, transform):
             config.check(self.num_layers)
-        with progress.phase("latency", unit="pair"):
-            bench, weights = self._latency(config, transform)
+        timed = self._timed(config, transform)
         if config.skip == 0 and transform is None:  # the full model: no drop, by definition
             run = self.full_run()
             drop = paired_drop(run.outcomes, run.outcomes)
@@ -255,31 +255,39 @@ class ConfigEvaluator:
                               seed=p.seed)
             run, drop = result.run, result.drop
         full = self._full.head(run.counts) if self._full else run
+        return Measurement(
+            config=config,
+            method=method,
+            details=dict(details or {}),
+            target_length=self.target_length,
+            accuracy=run.primary(),
+            full_accuracy=full.primary(),
+            items=run.counts,
+            drop=drop.to_dict(),
+            reference_accuracy=self.reference_accuracy(),
+            outcomes=run.outcomes,
+            **timed,
+        )
+
+    def retime(self, measurement: Measurement) -> Measurement:
+        """``measurement`` with its latency timed again (a POP configuration's; its accuracy kept: the items'
+        outcomes do not depend on how busy the machine was)."""
+        return replace(measurement, **self._timed(measurement.config, None))
+
+    def _timed(self, config: PopConfig, transform: Transform | None) -> dict[str, Any]:
+        """The latency fields of a :class:`Measurement` of ``config``, timed now."""
+        with progress.phase("latency", unit="pair"):
+            bench, weights = self._latency(config, transform)
         check = bench.null_check
         if check is not None and config.skip == 0 and transform is None:  # its pairs are an A/A check
             from poptune.measure.nullcheck import figures
 
             longest = bench.rows[-1]
             check.aa, check.length = figures(longest.prefill), longest.length
-        return Measurement(
-            config=config,
-            method=method,
-            details=dict(details or {}),
-            latency={row.length: row.summary() for row in bench.rows},
-            target_length=self.target_length,
-            accuracy=run.primary(),
-            full_accuracy=full.primary(),
-            energy_j=bench.telemetry.get("energy_j"),
-            hardware=bench.hardware.to_dict(),
-            versions=bench.versions,
-            items=run.counts,
-            latency_weights=weights,
-            drop=drop.to_dict(),
-            reference_accuracy=self.reference_accuracy(),
-            outcomes=run.outcomes,
-            null_check=check.to_dict() if check else {},
-            provenance=bench.provenance,
-        )
+        return dict(latency={row.length: row.summary() for row in bench.rows}, latency_weights=weights,
+                    energy_j=bench.telemetry.get("energy_j"), hardware=bench.hardware.to_dict(),
+                    versions=bench.versions, null_check=check.to_dict() if check else {},
+                    provenance=bench.provenance)
 
     def evaluate_baseline(self, baseline: "Baseline") -> Measurement:
         """Measure a baseline exactly as a POP configuration: same prompts, lengths, tasks and timer."""
