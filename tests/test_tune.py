@@ -288,7 +288,7 @@ def test_out_of_memory_fails_one_trial_and_is_not_measured_again(problem, tmp_pa
     assert len(failed) == 1 and failed[0].user_attrs["config"] == bad.to_dict()
     assert failed[0].user_attrs["fail_reason"].startswith("OutOfMemoryError: CUDA out of memory")
     study.enqueue_trial(bad.to_dict())  # suggested again
-    study = run_study(StudySpec(problem=problem, trials=1, storage=url))
+    study = run_study(StudySpec(problem=problem, add=1, storage=url))
     again = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL][-1]
     assert again.user_attrs["fail_reason"].startswith(f"failed before in trial {failed[0].number}: OutOfMemoryError")
     assert measured.count(bad) == 1
