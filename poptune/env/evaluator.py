@@ -251,6 +251,7 @@ class ConfigEvaluator:
                           seed=p.seed, progress=self.progress)
             run, drop = result.run, result.drop
         full = self._full.head(run.counts) if self._full else run
+        target = next(row for row in bench.rows if row.length == self.target_length).energy_figures()
         return Measurement(
             config=config,
             method=method,
@@ -259,7 +260,8 @@ class ConfigEvaluator:
             target_length=self.target_length,
             accuracy=run.primary(),
             full_accuracy=full.primary(),
-            energy_j=bench.telemetry.get("energy_j"),
+            energy_j=target["energy_pop_j"],
+            energy_reason=target["energy_reason"],
             hardware=bench.hardware.to_dict(),
             versions=bench.versions,
             items=run.counts,
