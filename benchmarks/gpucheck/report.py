@@ -65,7 +65,7 @@ _HEAD = ("| model | prompt | batch | full ms | POP ms | speedup [95% CI] | ideal
 
 def _table_row(r: dict[str, Any]) -> str:
     prompt = f"{r['image']} ({r['length']} tok)" if r["image"] else str(r["length"])
-    clocks = f"{_fmt(r['sm_clock_mhz_min'], 'd')}-{_fmt(r['sm_clock_mhz_max'], 'd')}"
+    clocks = "-" if r["sm_clock_mhz_min"] is None else f"{r['sm_clock_mhz_min']}-{r['sm_clock_mhz_max']}"
     label = "launch-bound" if r.get("launch_bound") else ("compute" if r.get("launch_bound") is False else "-")
     return (f"| {r['model']} | {prompt} | {r['batch']} | {r['full_ms']:.2f} | {r['pop_ms']:.2f} | "
             f"{r['speedup']:.3f}x [{r['speedup_lo']:.3f}, {r['speedup_hi']:.3f}] | {r['ideal']:.3f}x | "
