@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from poptune.measure import RepeatPolicy
 from poptune.models.vision import ImageSize
 
-__all__ = ["AA_TOLERANCE", "Case", "DECODE_TOLERANCE", "IDEAL_SLACK", "LAUNCH_BOUND_BUSY", "Plan", "TARGET",
+__all__ = ["AA_TOLERANCE", "Case", "DECODE_TOLERANCE", "IDEAL_SLACK", "LAUNCH_BOUND_BUSY", "Plan", "TARGET", "Target",
            "full_plan", "tiny_plan"]
 
 #: A/A (full against full) may read 1 +- this before the check fails.
