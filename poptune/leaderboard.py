@@ -50,6 +50,8 @@ class Entry:
     note: str = ""
     interval: dict[int, tuple[float, float]] = field(default_factory=dict)
     noisy: bool = False
+    energy: tuple[float | None, float | None] = (None, None)  # joules per prefill at the target length: POP, full
+    energy_reason: str | None = "not measured (a trial stored before energy blocks)"
     drop_interval: tuple[float, float] | None = None
     items: int | None = None
 
@@ -88,6 +90,8 @@ def _entry(trial: "optuna.trial.FrozenTrial", num_layers: int, note: str = "",
         accuracy=dict(a["accuracy"]), accuracy_mean=float(a["accuracy_mean"]), drop=float(a["drop_points"]), note=note,
         interval={k: (v["speedup_lo"], v["speedup_hi"]) for k, v in latency.items() if v.get("speedup_lo") is not None},
         noisy=bool(a.get("noisy")),
+        energy=(row.get("energy_pop_j"), row.get("energy_full_j")),
+        energy_reason=row["energy_reason"] if "energy_pop_j" in row else Entry.energy_reason,
         drop_interval=(a["drop"]["lo"], a["drop"]["hi"]) if a.get("drop") else None,
         items=sum(a["items"].values()) if a.get("items") else None,
     )
@@ -148,6 +152,11 @@ def _speedup_cell(entry: Entry, length: int, target: int) -> str:
     return cell + _flag(entry, length, target)
 
 
+def _joules(energy: tuple[float | None, float | None]) -> str:
+    pop, full = energy
+    return "-" if pop is None or full is None else f"{pop:.3g}/{full:.3g}"
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
@@ -178,7 +187,8 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
     target = _target(study, lengths)
     tasks = list(problem["tasks"])
     head = (["method", "configuration"] + [f"speedup@{n}" for n in lengths] + [f"ideal@{target}", "decode speedup"]
-            + tasks + ["mean", "drop [95% CI]", "items", f"POP at >= speedup@{target}", "trial"])
+            + tasks + ["mean", "drop [95% CI]", "items", f"J/prefill@{target} POP/full", f"POP at >= speedup@{target}",
+                       "trial"])
     md = [f"# Methods on {study.study_name}", "",
           "POP (prefill-only pruning, this study's Pareto front) against structured-pruning baselines, measured by "
           "the same evaluator: the same prompts, lengths, timer (measured/full pairs interleaved in one process, "
@@ -188,7 +198,7 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
           "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(head[:-4] + ["drop", "drop_lo", "drop_hi", "items", "pop_at_speedup_accuracy", "trial"])
+    writer.writerow(head[:-5] + ["drop", "drop_lo", "drop_hi", "items", head[-3], "pop_at_speedup_accuracy", "trial"])
     for e in rows:
         versus = ""
         csv_versus: Any = ""
@@ -205,16 +215,20 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
             [name, e.label] + [_speedup_cell(e, n, target) for n in lengths] + [f"{e.ideal:.2f}x",
              _fmt(e.decode_speedup, ".3f") + ("x" if e.decode_speedup else "")]
             + [f"{100 * e.accuracy[t]:.2f}" for t in tasks] + [f"{100 * e.accuracy_mean:.2f}", e.drop_cell,
-                                                              str(e.items or ""), versus, str(e.trial)]) + " |")
+                                                              str(e.items or ""), _joules(e.energy), versus,
+                                                              str(e.trial)]) + " |")
         writer.writerow([e.method, e.label] + [round(e.speedup[n], 5) for n in lengths] + [round(e.ideal, 5),
                         round(e.decode_speedup, 5) if e.decode_speedup else ""]
                         + [round(100 * e.accuracy[t], 4) for t in tasks]
                         + [round(100 * e.accuracy_mean, 4), round(e.drop, 4)]
                         + ([round(v, 4) for v in e.drop_interval] if e.drop_interval else ["", ""])
-                        + [e.items or "", csv_versus, e.trial])
+                        + [e.items or "", _joules(e.energy), csv_versus, e.trial])
     if any(_flag(e, target, target) for e in rows):
         md += ["", f"{_IMPLAUSIBLE} measured speedup more than {_SLACK:.0%} above the FLOPs ideal: the machine was "
                "busy with other work during that measurement, so its pairs were perturbed; read it as noise."]
+    reasons = sorted({e.energy_reason for e in rows if e.energy_reason})
+    if reasons:
+        md += ["", f"J/prefill (NVML energy block per side, the whole batch): '-' where not measured: {'; '.join(reasons)}."]
     md += ["", f"![speedup vs accuracy]({plot})", ""] + _provenance(study, command)
     return "\n".join(md), buf.getvalue()
 

@@ -24,6 +24,13 @@ def register(sub: Any) -> None:
     parser.add_argument("--order", choices=("alternate", "random", "fixed"), default="alternate",
                         help="pair order: A-B then B-A in turn (default), seeded random, or POP first always")
     parser.add_argument("--no-null-check", action="store_true", help="skip the A/A (full against full) pair")
+    parser.add_argument("--graphs", action="store_true",
+                        help="time each side's prefill as a replayed CUDA graph, so a small model's rows time its "
+                             "kernels, not Python dispatch (CUDA only; decode stays eager; a prefill that cannot be "
+                             "captured is timed eagerly and its row says why)")
+    parser.add_argument("--energy-seconds", type=float, default=1.0,
+                        help="per row and side, an energy block of at least this long for joules per prefill "
+                             "(0: none; else >= 1; needs NVML, else the row says why) (default: 1)")
     parser.add_argument("--json", metavar="PATH", help="also write the result, with the hardware record, as JSON")
     parser.set_defaults(run=run)
 
@@ -49,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
                             max_repeats=max(args.max_pairs, args.repeats), precision=args.precision or None,
                             max_seconds=args.max_seconds, order=args.order),
         null_check=not args.no_null_check,
+        graphs=args.graphs,
+        energy_seconds=args.energy_seconds,
     )
     if args.json:
         check_output_path(args.json)
@@ -82,11 +91,22 @@ def run(args: argparse.Namespace) -> int:
     print("speedup: median of per-pair full/POP prefill ratios (pairs alternate POP-full, full-POP), 95% bootstrap "
           "interval over pairs; ideal: from FLOPs" + (" (the vision encoder counted on both sides)" if images else "")
           + f"; {result.ideal_assumption}; '!': above the ideal by more than the interval")
+    _print_timing(result)
     _print_null_check(result)
     if args.json:
         write_text(args.json, result.to_json())
         print(f"wrote {args.json}")
     return 0
+
+
+def _print_timing(result: Any) -> None:
+    """Why energy per prefill is missing, and where CUDA graphs were asked for but did not apply (once each)."""
+    energy = {row.energy_figures()["energy_reason"] for row in result.rows} - {None}
+    graphs = {row.timing["reason"] for row in result.rows if row.timing and row.timing["reason"]}
+    for note in sorted(energy):
+        print(f"energy per prefill: {note}")
+    for note in sorted(graphs):
+        print(f"CUDA graphs: {note}")
 
 
 def _print_null_check(result: Any) -> None:

@@ -284,8 +284,10 @@ class ConfigEvaluator:
 
             longest = bench.rows[-1]
             check.aa, check.length = figures(longest.prefill), longest.length
+        target = next(row for row in bench.rows if row.length == self.target_length).energy_figures()
         return dict(latency={row.length: row.summary() for row in bench.rows}, latency_weights=weights,
-                    energy_j=bench.telemetry.get("energy_j"), hardware=bench.hardware.to_dict(),
+                    energy_j=target["energy_pop_j"], energy_reason=target["energy_reason"],
+                    hardware=bench.hardware.to_dict(),
                     versions=bench.versions, null_check=check.to_dict() if check else {},
                     provenance=bench.provenance)
 

@@ -193,7 +193,9 @@ class Measurement:
             round); the accuracy objective is this minus the drop, comparable across trials that scored
             different numbers of items.
         outcomes: Per task, the configuration's primary metric on each item scored, in the workload's order.
-        energy_j: NVML energy over the timed runs, where available.
+        energy_j: POP's joules per prefill at the target length (its NVML energy block), where measured;
+            ``energy_reason`` says why not otherwise. Every length's figures, the full model's too, are in
+            ``latency``.
         hardware: The hardware record; ``versions``: software versions.
         details: For a baseline: its ratio, removed layers, scores and calibration.
         null_check: :meth:`poptune.measure.nullcheck.NullCheck.to_dict` of the measurement (decode POP/full
@@ -207,6 +209,7 @@ class Measurement:
     full_accuracy: dict[str, float]
     method: str = "pop"
     energy_j: float | None = None
+    energy_reason: str | None = None
     hardware: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     items: dict[str, int] = field(default_factory=dict)
@@ -313,6 +316,7 @@ class Measurement:
             "drop": self.drop,
             "outcomes": {t: [round(v, 4) for v in vs] for t, vs in self.outcomes.items()},
             "energy_j": self.energy_j,
+            "energy_reason": self.energy_reason,
             "items": self.items,
             "hardware": self.hardware,
             "versions": self.versions,
@@ -332,6 +336,7 @@ class Measurement:
             full_accuracy=dict(info["full_accuracy"]),
             method=info.get("method", "pop"),
             energy_j=info.get("energy_j"),
+            energy_reason=info.get("energy_reason"),
             hardware=info.get("hardware", {}),
             versions=info.get("versions", {}),
             items=info.get("items", {}),

@@ -1,6 +1,9 @@
 """Measurement: the one timer and repeat loop, latency records, hardware fingerprints and NVML telemetry."""
 
-from poptune.measure.hardware import HardwareRecord, Telemetry, TelemetryResult, decode_clock_reasons, fingerprint
+from poptune.measure.energy import EnergyReading, energy_per_call
+from poptune.measure.hardware import HardwareRecord, fingerprint
+from poptune.measure.nvml import NvmlDevice, decode_clock_reasons
+from poptune.measure.telemetry import Sampler, Telemetry, TelemetryResult, nvml_device
 from poptune.measure.timer import (
     LatencyRecord,
     PairRecord,
@@ -13,17 +16,22 @@ from poptune.measure.timer import (
 )
 
 __all__ = [
+    "EnergyReading",
     "HardwareRecord",
     "LatencyRecord",
+    "NvmlDevice",
     "PairRecord",
     "RepeatPolicy",
+    "Sampler",
     "Staged",
     "Telemetry",
     "TelemetryResult",
     "Timer",
     "decode_clock_reasons",
+    "energy_per_call",
     "fingerprint",
     "measure",
     "measure_pair",
+    "nvml_device",
     "percentile",
 ]

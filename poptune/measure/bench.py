@@ -8,15 +8,17 @@ drift in clocks or load hits both alike; the speedup is the median of per-pair r
 interval, and pairs continue until that interval is +-2% of it (within caps). The ideal ratio from FLOPs
 (:mod:`poptune.measure.flops`) is reported beside the measured one. Null checks
 (:mod:`poptune.measure.nullcheck`) say whether the machine was quiet enough to trust the figures.
+
+On a GPU each row also records NVML telemetry sampled through it, each side's joules per prefill from an
+energy block of its own, and, with ``graphs``, prefills timed as replayed CUDA graphs (records:
+:mod:`poptune.measure.benchrecord`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import platform
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,256 +26,21 @@ import torch
 from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
+from poptune.measure.benchrecord import DEFAULT_POLICY, BenchResult, BenchRow, BenchSpec, versions
+from poptune.measure.energy import energy_per_call
 from poptune.measure.flops import assumption, prefill_flops, vision_flops
-from poptune.measure.hardware import HardwareRecord, Telemetry, fingerprint
-from poptune.measure.nullcheck import NullCheck, above_ideal, figures
-from poptune.measure.provenance import load_average, provenance
-from poptune.measure.stats import MIN_BOOTSTRAP
+from poptune.measure.graphs import DECODE_EAGER, capture
+from poptune.measure.hardware import fingerprint
+from poptune.measure.nullcheck import NullCheck, figures
+from poptune.measure.nvml import NvmlDevice
 from poptune.measure.prefill import decode, prefill
 from poptune.measure.prompts import image_prompt_batch, prompt_batch
+from poptune.measure.provenance import load_average, provenance
+from poptune.measure.telemetry import Sampler, Telemetry, nvml_device
+from poptune.measure.timer import LatencyRecord, PairRecord, Staged, Timer, measure_pair
 from poptune.models.vision import ImageSize, encoder_patches, image_token_counts, kept_rope_state, require_vision
-from poptune.measure.timer import LatencyRecord, PairRecord, RepeatPolicy, Staged, Timer, measure_pair
 
 __all__ = ["DEFAULT_POLICY", "BenchSpec", "BenchRow", "BenchResult", "run_bench", "versions"]
-
-#: ``poptune bench``'s rule: at least 5 pairs and 1 s, then on until the interval is +-2% (60 pairs, 20 s at most).
-DEFAULT_POLICY = RepeatPolicy(warmup=1, min_repeats=5, min_seconds=1.0, max_repeats=60, precision=0.02,
-                              max_seconds=20.0)
-
-
-def versions() -> dict[str, str]:
-    """Versions of what produced a measurement, for provenance."""
-    import transformers
-
-    from poptune import __version__
-
-    return {
-        "poptune": __version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-    }
-
-
-@dataclass(frozen=True)
-class BenchSpec:
-    """What to time.
-
-    Attributes:
-        lengths: Prompt lengths in tokens (text prompts).
-        batch_size: Prompts per forward.
-        decode_tokens: New tokens per decode measurement (0 = prefill only); latency is per token.
-        policy: Repeats per measurement (each repeat is one POP/full pair) and when to stop.
-        null_check: Also time an A/A pair (full against full) at the first length (see
-            :mod:`poptune.measure.nullcheck`).
-        images: Image resolutions; when given, each row is a prompt of one image of that size and a short
-            question (a vision-language model only) and ``lengths`` are not timed.
-    """
-
-    lengths: tuple[int, ...] = (128, 512, 2048)
-    batch_size: int = 1
-    decode_tokens: int = 16
-    policy: RepeatPolicy = field(default_factory=lambda: DEFAULT_POLICY)
-    images: tuple[ImageSize, ...] = ()
-    null_check: bool = True
-
-    def __post_init__(self) -> None:
-        if any(not isinstance(size, ImageSize) for size in self.images):
-            raise ConfigError(f"`images` must be ImageSize values, got {list(self.images)}")
-        if not self.lengths:
-            raise ConfigError("`lengths` must name at least one prompt length")
-        bad = [n for n in self.lengths if isinstance(n, bool) or not isinstance(n, int) or n < 2]
-        if bad:
-            raise ConfigError(f"prompt lengths must be integers >= 2, got {bad}")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ConfigError(f"`batch_size` must be an integer >= 1, got {self.batch_size!r}")
-        if not isinstance(self.decode_tokens, int) or self.decode_tokens < 0:
-            raise ConfigError(f"`decode_tokens` must be an integer >= 0, got {self.decode_tokens!r}")
-
-
-@dataclass
-class BenchRow:
-    """One prompt: prefill pair, ideal ratio, and (optionally) decode per-token latency pair.
-
-    ``length`` is the prompt's length in tokens; an image prompt also records its ``image`` size and how many
-    of those tokens are ``image_tokens``.
-    """
-
-    length: int
-    prefill: PairRecord  # a = POP, b = full model
-    ideal: float
-    decode: PairRecord | None = None
-    image: str | None = None
-    image_tokens: int | None = None
-
-    @property
-    def speedup(self) -> float:
-        return self.prefill.speedup
-
-    @property
-    def above_ideal(self) -> bool:
-        """Whether the prefill speedup is above the FLOPs ideal by more than its interval (from 3 pairs on)."""
-        return self.prefill.count >= MIN_BOOTSTRAP and above_ideal(self.prefill.speedup_ci[0], self.ideal)
-
-    def summary(self) -> dict[str, float | None]:
-        """The headline figures: p50 latencies in ms, speedup with its 95% interval and pair count, ideal,
-        decode latencies and decode POP/full ratio (identical work: 1 on a quiet machine) with its interval."""
-        lo, hi = self.prefill.speedup_ci
-        figures: dict[str, float | None] = {
-            "full_ms": self.prefill.b.p50,
-            "pop_ms": self.prefill.a.p50,
-            "speedup": self.speedup,
-            "speedup_lo": lo,
-            "speedup_hi": hi,
-            "pairs": self.prefill.count,
-            "ideal": self.ideal,
-            "above_ideal": self.above_ideal,
-            "decode_full_ms_per_token": self.decode.b.p50 if self.decode else None,
-            "decode_pop_ms_per_token": self.decode.a.p50 if self.decode else None,
-        }
-        if self.decode is not None:
-            dlo, dhi = self.decode.speedup_ci
-            figures.update(decode_speedup=self.decode.speedup, decode_speedup_lo=dlo, decode_speedup_hi=dhi,
-                           decode_pairs=self.decode.count)
-        if self.image_tokens is not None:
-            figures["image_tokens"] = self.image_tokens
-        return figures
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "length": self.length,
-            "image": self.image,
-            **self.summary(),
-            "prefill": self.prefill.to_dict(),
-            "decode": self.decode.to_dict() if self.decode else None,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "BenchRow":
-        decode = data.get("decode")
-        return cls(
-            length=int(data["length"]),
-            prefill=PairRecord.from_dict(data["prefill"]),
-            ideal=float(data["ideal"]),
-            decode=PairRecord.from_dict(decode) if decode else None,
-            image=data.get("image"),
-            image_tokens=data.get("image_tokens"),
-        )
-
-
-@dataclass
-class BenchResult:
-    """A whole ``poptune bench`` run, with what it ran on."""
-
-    model: str
-    config: PopConfig
-    spec: BenchSpec
-    rows: list[BenchRow]
-    hardware: HardwareRecord
-    telemetry: dict[str, Any]
-    versions: dict[str, str]
-    date: str
-    dtype: str
-    ideal_method: str = "flops"
-    transform: dict[str, Any] | None = None
-    null_check: NullCheck | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
-    ideal_assumption: str | None = None
-
-    @property
-    def noisy(self) -> bool:
-        """Whether a null check failed: the machine was too noisy to trust these speedups."""
-        return self.null_check is not None and self.null_check.noisy
-
-    def imprecise(self) -> dict[str, float]:
-        """Measurements whose interval stayed wider than the policy's precision (caps hit): label -> half-width."""
-        target = self.spec.policy.precision
-        if target is None:
-            return {}
-        wide = {}
-        for row in self.rows:
-            for kind, pair in (("prefill", row.prefill), ("decode", row.decode)):
-                if pair is not None and pair.half_width > target:
-                    wide[f"{kind} {row.image or row.length}"] = pair.half_width
-        return wide
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "config": self.config.to_dict(),
-            "transform": self.transform,
-            "dtype": self.dtype,
-            "lengths": list(self.spec.lengths),
-            "images": [str(size) for size in self.spec.images],
-            "batch_size": self.spec.batch_size,
-            "decode_tokens": self.spec.decode_tokens,
-            "policy": self.spec.policy.to_dict(),
-            "ideal_method": self.ideal_method,
-            "ideal_assumption": self.ideal_assumption,
-            "null_check": self.null_check.to_dict() if self.null_check else None,
-            "noisy": self.noisy,
-            "imprecise": self.imprecise(),
-            "provenance": self.provenance,
-            "rows": [row.to_dict() for row in self.rows],
-            "hardware": self.hardware.to_dict(),
-            "telemetry": self.telemetry,
-            "versions": self.versions,
-            "date": self.date,
-        }
-
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "BenchResult":
-        spec = BenchSpec(
-            lengths=tuple(data["lengths"]),
-            batch_size=data["batch_size"],
-            decode_tokens=data["decode_tokens"],
-            policy=RepeatPolicy.from_dict(data["policy"]),
-            images=tuple(ImageSize.parse(text) for text in data.get("images", [])),
-            null_check=data.get("null_check") is not None,
-        )
-        return cls(
-            model=data["model"],
-            config=PopConfig.from_dict(data["config"]),
-            spec=spec,
-            rows=[BenchRow.from_dict(row) for row in data["rows"]],
-            hardware=HardwareRecord.from_dict(data["hardware"]),
-            telemetry=data["telemetry"],
-            versions=data["versions"],
-            date=data["date"],
-            dtype=data["dtype"],
-            ideal_method=data.get("ideal_method", "flops"),
-            transform=data.get("transform"),
-            null_check=NullCheck.from_dict(data["null_check"]) if data.get("null_check") else None,
-            provenance=data.get("provenance", {}),
-            ideal_assumption=data.get("ideal_assumption"),
-        )
-
-    def table(self) -> str:
-        """The result as a fixed-width text table (prompts as rows; image prompts lead with size and tokens)."""
-        images = bool(self.spec.images)
-        header = f"{'image':>9}  {'img tok':>7}  " if images else ""
-        header += f"{'length':>7}  {'full ms':>9}  {'POP ms':>9}  {'speedup [95% CI]':>23}  {'pairs':>5}  {'ideal':>6}"
-        if self.spec.decode_tokens:
-            header += f"  {'decode full':>11}  {'decode POP':>10}  {'decode POP/full [CI]':>22}"
-        lines = [header]
-        for row in self.rows:
-            line = f"{row.image:>9}  {row.image_tokens:>7}  " if images else ""
-            lo, hi = row.prefill.speedup_ci
-            line += (
-                f"{row.length:>7}  {row.prefill.b.p50:>9.1f}  {row.prefill.a.p50:>9.1f}  "
-                f"{row.speedup:>6.3f}x [{lo:.3f}, {hi:.3f}]  {row.prefill.count:>5}  {row.ideal:>5.2f}x"
-                + (" !" if row.above_ideal else "")
-            )
-            if row.decode is not None:
-                dlo, dhi = row.decode.speedup_ci
-                line += (f"  {row.decode.b.p50:>8.2f} ms  {row.decode.a.p50:>7.2f} ms  "
-                         f"{row.decode.speedup:>5.3f} [{dlo:.3f}, {dhi:.3f}]")
-            lines.append(line)
-        return "\n".join(lines)
-
 
 @dataclass
 class _PromptRow:
@@ -307,37 +74,76 @@ def _per_token(pair: PairRecord, steps: int) -> PairRecord:
     return PairRecord(a=scale(pair.a), b=scale(pair.b))
 
 
-def _measure_row(model: Any, prompt: _PromptRow, config: PopConfig, spec: BenchSpec, timer: Timer,
-                 transform: Transform | None, progress: Callable[[str], None] | None, label: str) -> BenchRow:
-    """Time one prompt: the prefill pair, the decode pair (per token) and the ideal ratio."""
-    decoder = decoder_of(model)
-    inputs, steps = prompt.inputs, spec.decode_tokens
+@dataclass
+class _Row:
+    """What every row of one run shares: the model, configuration, spec and the measuring tools."""
 
-    def measured_prefill() -> Any:
+    model: Any
+    config: PopConfig
+    spec: BenchSpec
+    timer: Timer
+    gpu: NvmlDevice
+    transform: Transform | None
+    progress: Callable[[str], None] | None
+
+
+def _sides(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """The two prefill calls of a row: POP (with the baseline's transform) and the full model."""
+    model, config, transform = run.model, run.config, run.transform
+
+    def measured() -> Any:
         with applied(model, transform):
             return prefill(model, inputs, config)
 
-    def measured_decode(out: Any) -> None:
-        with applied(model, transform):
-            decode(model, out, inputs, steps)
+    return measured, lambda: prefill(model, inputs, None)
 
-    prefill_pair = measure_pair(measured_prefill, lambda: prefill(model, inputs, None), timer=timer,
-                                policy=spec.policy)
-    if progress:
-        progress(f"prefill {label}")
-    decode_pair = None
-    if steps:
-        full = Staged(lambda: prefill(model, inputs, None), lambda out: decode(model, out, inputs, steps))
-        decode_pair = _per_token(measure_pair(Staged(measured_prefill, measured_decode), full, timer=timer,
-                                              policy=spec.policy), steps)
-        if progress:
-            progress(f"decode {label}")
+
+def _prefill_pair(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[PairRecord, dict[str, Any], dict[str, Any]]:
+    """The row's prefill pair, how it was timed, and each side's energy block."""
+    pop, full = _sides(run, inputs)
+    timing: dict[str, Any] = {"mode": "eager", "reason": None, "decode": DECODE_EAGER}
+    if run.spec.graphs:
+        graphed = [capture(pop, run.timer.device), capture(full, run.timer.device)]
+        if all(g.graph is not None for g in graphed):  # both sides alike, or the ratio mixes two timings
+            pop, full = graphed[0].call, graphed[1].call
+            timing["mode"] = "cuda-graph"
+        else:
+            timing["reason"] = next(g.reason for g in graphed if g.reason)
+    pair = measure_pair(pop, full, timer=run.timer, policy=run.spec.policy)
+    seconds = run.spec.energy_seconds
+    energy = {"pop": energy_per_call(pop, gpu=run.gpu, timer=run.timer, min_seconds=seconds).to_dict(),
+              "full": energy_per_call(full, gpu=run.gpu, timer=run.timer, min_seconds=seconds).to_dict()}
+    return pair, timing, energy
+
+
+def _measure_row(run: _Row, prompt: _PromptRow, label: str) -> BenchRow:
+    """Time one prompt: the prefill pair, the decode pair (per token) and the ideal ratio, with telemetry."""
+    model, transform, inputs, steps = run.model, run.transform, prompt.inputs, run.spec.decode_tokens
+    with Sampler(run.gpu) as sampler:
+        prefill_pair, timing, energy = _prefill_pair(run, inputs)
+        if run.progress:
+            run.progress(f"prefill {label}")
+        decode_pair = None
+        if steps:
+            pop, _ = _sides(run, inputs)
+
+            def measured_decode(out: Any) -> None:
+                with applied(model, transform):
+                    decode(model, out, inputs, steps)
+
+            full = Staged(lambda: prefill(model, inputs, None), lambda out: decode(model, out, inputs, steps))
+            decode_pair = _per_token(measure_pair(Staged(pop, measured_decode), full, timer=run.timer,
+                                                  policy=run.spec.policy), steps)
+            if run.progress:
+                run.progress(f"decode {label}")
+    decoder = decoder_of(model)
     attention = getattr(decoder.config, "_attn_implementation", None)
     full_flops = prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, attention=attention)
     with applied(model, transform):  # a removal changes the config's depth and layer types
-        ideal = full_flops / (prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, config,
+        ideal = full_flops / (prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, run.config,
                                                                  attention=attention))
-    return BenchRow(prompt.length, prefill_pair, ideal, decode_pair, prompt.image, prompt.image_tokens)
+    return BenchRow(prompt.length, prefill_pair, ideal, decode_pair, prompt.image, prompt.image_tokens,
+                    telemetry=sampler.summary(), energy=energy, timing=timing)
 
 
 def _null_check(model: Any, prompt: _PromptRow, rows: list[BenchRow], spec: BenchSpec, timer: Timer) -> NullCheck:
@@ -350,6 +156,22 @@ def _null_check(model: Any, prompt: _PromptRow, rows: list[BenchRow], spec: Benc
     return NullCheck(length=prompt.length, aa=aa,
                      decode={row.length: figures(row.decode) for row in rows if row.decode is not None},
                      above_ideal=[row.length for row in rows if row.above_ideal])
+
+
+def _check(model: Any, config: PopConfig, spec: BenchSpec, model_name: str, transform: Transform | None) -> None:
+    """Refuses a run that cannot be made: a configuration or lengths the model has not, graphs on CPU."""
+    decoder = decoder_of(model)
+    with applied(model, transform):
+        config.check(len(decoder.layers))
+    if spec.images:
+        require_vision(model, model_name)
+    limit = getattr(decoder.config, "max_position_embeddings", None)
+    too_long = [n for n in spec.lengths if limit and n + spec.decode_tokens > limit]
+    if too_long and not spec.images:
+        raise ConfigError(f"prompt lengths {too_long} exceed this model's {limit} positions")
+    device = next(model.parameters()).device
+    if spec.graphs and device.type != "cuda":
+        raise ConfigError(f"`graphs` (CUDA graph timing) needs a model on a CUDA device, this one is on {device}")
 
 
 @torch.inference_mode()
@@ -370,51 +192,38 @@ def run_bench(
         model: A loaded model (POP is applied per call and removed after; the model is left plain).
         tokenizer: Its tokenizer, for real token ids.
         config: The POP configuration.
-        spec: Lengths or image sizes, batch size, decode tokens, repeat policy and null check.
+        spec: Lengths or image sizes, batch size, decode tokens, repeat policy, null check, graphs, energy.
         model_name: Recorded as is.
         progress: Called with a short label after each measurement (for a progress bar).
         transform: A baseline's model change (layers removed, sparse weights), applied around every call of
             the measured side -- prefill and decode -- and undone for the full model's calls.
         weights: ``pretrained`` or ``random`` as loaded, for the provenance record.
     """
+    _check(model, config, spec, model_name, transform)
     decoder = decoder_of(model)
-    with applied(model, transform):
-        config.check(len(decoder.layers))
-    if spec.images:
-        require_vision(model, model_name)
     limit = getattr(decoder.config, "max_position_embeddings", None)
-    too_long = [n for n in spec.lengths if limit and n + spec.decode_tokens > limit]
-    if too_long and not spec.images:
-        raise ConfigError(f"prompt lengths {too_long} exceed this model's {limit} positions")
-
     device = next(model.parameters()).device
-    timer = Timer(device)
     hardware = fingerprint(device)
     record = provenance(model, model_name=model_name, weights=weights)
     rows, prompts = [], []
-    with Telemetry(hardware) as telemetry, kept_rope_state(model):
+    with Telemetry(hardware) as telemetry, nvml_device(hardware) as gpu, kept_rope_state(model):
+        run = _Row(model, config, spec, Timer(device), gpu, transform, progress)
         for item in spec.images or spec.lengths:
             prompt = _prompt_row(model, tokenizer, item, spec.batch_size, device)
             if limit and prompt.length + spec.decode_tokens > limit:
                 raise ConfigError(f"the {item} image prompt ({prompt.length} tokens) exceeds this model's {limit} positions")
             prompts.append(prompt)
-            rows.append(_measure_row(model, prompt, config, spec, timer, transform, progress, str(item)))
-        check = _null_check(model, prompts[0], rows, spec, timer)
+            rows.append(_measure_row(run, prompt, str(item)))
+        check = _null_check(model, prompts[0], rows, spec, run.timer)
         if progress and spec.null_check:
             progress("A/A check")
     record["load_end"] = load_average()
     return BenchResult(
-        model=model_name,
-        config=config,
-        spec=spec,
-        rows=rows,
-        hardware=hardware,
-        telemetry=telemetry.result().to_dict(),
-        versions=versions(),
+        model=model_name, config=config, spec=spec, rows=rows, hardware=hardware,
+        telemetry=telemetry.result().to_dict(), versions=versions(),
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         transform=transform.describe() if transform is not None else None,
-        null_check=check,
-        provenance=record,
+        null_check=check, provenance=record,
         ideal_assumption=assumption(getattr(decoder.config, "_attn_implementation", None)),
     )

@@ -50,7 +50,7 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 class RepeatPolicy:
     """How often to call a function (or a pair) when timing it: the one stopping rule of poptune.
 
-    After ``warmup`` untimed rounds, timed rounds continue until ``min_repeats`` rounds were made, ``min_seconds``
+    After ``warmup`` untimed rounds (and on until ``warmup_seconds`` passed, so a GPU's clocks ramp up), timed rounds continue until ``min_repeats`` rounds were made, ``min_seconds``
     of host wall-clock time passed since the first timed round and, with ``precision``, the 95% interval of the
     median (of per-pair ratios for a pair; of latencies for one function) is no wider than ``+-precision``
     of it -- but never beyond ``max_repeats`` rounds or ``max_seconds``. On CUDA the wall clock counts host
@@ -58,6 +58,7 @@ class RepeatPolicy:
 
     Attributes:
         warmup: Untimed rounds first (compilation, caches, clock ramp-up).
+        warmup_seconds: Least wall-clock time of the untimed rounds, device synchronised (0: rounds only).
         min_repeats: Fewest timed rounds.
         min_seconds: Least wall-clock time of the timed loop, in seconds.
         max_repeats: Most timed rounds; wins over every other condition.
@@ -77,15 +78,16 @@ class RepeatPolicy:
     order: str = "alternate"
     seed: int = 0
     confidence: float = 0.95
+    warmup_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         _check_int("warmup", self.warmup, 0)
         _check_int("min_repeats", self.min_repeats, 1)
         _check_int("max_repeats", self.max_repeats, self.min_repeats)
         _check_int("seed", self.seed, 0)
-        for name in ("min_seconds", "max_seconds", "precision"):
+        for name in ("min_seconds", "warmup_seconds", "max_seconds", "precision"):
             value = getattr(self, name)
-            if value is None and name != "min_seconds":
+            if value is None and name not in ("min_seconds", "warmup_seconds"):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"`{name}` must be a finite number, got {value!r}")
@@ -210,9 +212,14 @@ class _Rounds:
 def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> _Rounds:
     """Runs the one repeat loop: warm-up rounds, then timed rounds (a pair's order per ``policy.order``)."""
     orders = _orders(policy, policy.max_repeats)
-    for i in range(policy.warmup):
+    warm_ns = policy.warmup_seconds * 1e9
+    warm_start, i = timer.now_ns() if warm_ns else 0, 0
+    while i < policy.warmup or (warm_ns and timer.now_ns() - warm_start < warm_ns):
         for fn in fns if orders[i % len(orders)] == "ab" else fns[::-1]:
             _call(fn, timer)
+        if policy.warmup_seconds:
+            timer.synchronize()  # the GPU's time, not the host's run-ahead, is what warms its clocks
+        i += 1
     timer.synchronize()  # so the timed loop's wall clock does not start with warm-up work still queued
     pending: list[list[object]] = [[] for _ in fns]
     min_ns = policy.min_seconds * 1e9

@@ -27,7 +27,7 @@ from typing import Any
 
 from poptune.errors import ModelNotFoundError
 
-__all__ = ["embedded_model_dir"]
+__all__ = ["built_model_dir", "embedded_model_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,12 @@ def embedded_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> pathl
         if _is_complete(target):
             return target
         return _build_and_publish(root, target, _build_from_gguf)
+
+
+def built_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> pathlib.Path | None:
+    """The embedded model's directory if its cache is already built, else None (never builds it)."""
+    target = _cache_root(cache_dir) / _MODEL_DIR_NAME
+    return target if _is_complete(target) else None
 
 
 def _is_complete(model_dir: pathlib.Path) -> bool:

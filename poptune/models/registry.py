@@ -233,11 +233,20 @@ def _tiny_tokenizer() -> Any:
 
 
 def _tokenizer_for_random(spec: ModelSpec) -> Any:
-    """The real tokenizer where one is at hand (Gemma-3 shares the embedded one), else byte-level ids."""
-    if spec.name.startswith("gemma-3"):
-        from .embedded import embedded_model_dir
+    """The real tokenizer where one is at hand, else byte-level ids (token values do not change latency).
 
-        return _load_tokenizer(str(embedded_model_dir()), spec)
+    Gemma-3 shares the embedded model's tokenizer, but only once its cache is built: random weights never
+    build the embedded checkpoint (about 100 s of CPU before anything reaches the GPU).
+    """
+    if spec.name.startswith("gemma-3"):
+        from .embedded import built_model_dir
+
+        directory = built_model_dir()
+        if directory is not None:
+            return _load_tokenizer(str(directory), spec)
+        log.warning("the embedded Gemma-3 cache is not built: using byte-level token ids for %s (fine for "
+                    "latency; random weights build no checkpoint)", spec.name)
+        return _tiny_tokenizer()
     try:
         directory = spec.path if spec.source == "local" else _pretrained_dir(spec)
         return _load_tokenizer(directory, spec)

@@ -123,3 +123,26 @@ def test_intervals_wider_than_the_precision_target_are_listed(tiny):
     result = run_bench(model, tok, PopConfig(skip=3), BenchSpec(lengths=(16,), decode_tokens=0, policy=policy,
                                                                 null_check=False), model_name="tiny-gemma3")
     assert set(result.imprecise()) == {"prefill 16"} and json.loads(result.to_json())["imprecise"]
+
+
+def test_rows_carry_energy_and_telemetry_or_why_not(tiny):
+    model, tok = tiny
+    result = run_bench(model, tok, PopConfig(skip=3), BenchSpec(lengths=(16,), decode_tokens=0, policy=FAST,
+                                                                null_check=False), model_name="tiny-gemma3")
+    figures = result.rows[0].summary()
+    assert figures["energy_pop_j"] is None and figures["energy_full_j"] is None
+    assert figures["energy_reason"] == "CPU device: no NVML telemetry"
+    assert figures["telemetry_reason"] == "CPU device: no NVML telemetry" and figures["timing"] == "eager"
+    data = json.loads(result.to_json())
+    assert data["energy_seconds"] == 1.0 and data["graphs"] is False
+    assert data["rows"][0]["energy"]["full"]["reason"] == "CPU device: no NVML telemetry"
+    assert BenchResult.from_dict(data).to_json() == result.to_json()
+
+
+def test_cuda_graph_timing_is_refused_on_cpu(tiny):
+    model, tok = tiny
+    with pytest.raises(ConfigError, match="`graphs` .* needs a model on a CUDA device, this one is on cpu"):
+        run_bench(model, tok, PopConfig(skip=3), BenchSpec(lengths=(16,), graphs=True, policy=FAST),
+                  model_name="tiny-gemma3")
+    with pytest.raises(ConfigError, match=r"`energy_seconds` must be 0 \(off\) or >= 1, got 0.5"):
+        BenchSpec(energy_seconds=0.5)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
-import types
-from types import SimpleNamespace
 
 import pynvml
 import pytest
@@ -14,97 +11,7 @@ import torch
 from poptune.errors import ConfigError, DeviceError
 from poptune.measure import HardwareRecord, Telemetry, decode_clock_reasons, fingerprint
 
-UUID_A100 = "11111111-aaaa-bbbb-cccc-000000000001"
-UUID_H200 = "22222222-aaaa-bbbb-cccc-000000000002"
-
-
-class FakeNVML(types.ModuleType):
-    """A stand-in ``pynvml`` with GPUs in PCI order; names in ``unsupported`` raise NotSupported."""
-
-    def __init__(self, gpus: list[dict], unsupported: tuple[str, ...] = (), init_error: type | None = None):
-        super().__init__("pynvml")
-        for name in dir(pynvml):
-            if name.startswith(("NVMLError", "NVML_")):
-                setattr(self, name, getattr(pynvml, name))
-        self.gpus, self.unsupported, self.init_error = gpus, set(unsupported), init_error
-        self.inits = self.shutdowns = 0
-        self.energy_mj = 1_000_000
-
-    def _check(self, name: str) -> None:
-        if name in self.unsupported:
-            raise pynvml.NVMLError_NotSupported()
-
-    def nvmlInit(self) -> None:
-        if self.init_error is not None:
-            raise self.init_error()
-        self.inits += 1
-
-    def nvmlShutdown(self) -> None:
-        self.shutdowns += 1
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, k: int) -> dict:
-        return self.gpus[k]
-
-    def nvmlDeviceGetUUID(self, h: dict) -> bytes:
-        return ("GPU-" + h["uuid"]).encode()  # nvidia-ml-py returns bytes here
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        return "570.86.15"
-
-    def nvmlSystemGetCudaDriverVersion(self) -> int:
-        return 12080
-
-    def nvmlDeviceGetMaxClockInfo(self, h: dict, kind: int) -> int:
-        return h["max_sm"] if kind == pynvml.NVML_CLOCK_SM else 2619
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, h: dict) -> int:
-        return h["limit_mw"]
-
-    def nvmlDeviceGetClockInfo(self, h: dict, kind: int) -> int:
-        return 1755 if kind == pynvml.NVML_CLOCK_SM else 2619
-
-    def nvmlDeviceGetPowerUsage(self, h: dict) -> int:
-        return 350_500
-
-    def nvmlDeviceGetTemperature(self, h: dict, sensor: int) -> int:
-        return 41
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h: dict) -> int:
-        self._check("nvmlDeviceGetCurrentClocksEventReasons")
-        return 0x4
-
-    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: dict) -> int:
-        return 0x1
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, h: dict) -> int:
-        self._check("nvmlDeviceGetTotalEnergyConsumption")
-        self.energy_mj += 5500
-        return self.energy_mj
-
-
-GPUS = [
-    {"uuid": UUID_A100, "max_sm": 1410, "limit_mw": 400_000},
-    {"uuid": UUID_H200, "max_sm": 1980, "limit_mw": 700_000},
-]
-
-
-@pytest.fixture
-def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Torch sees one GPU (as with CUDA_VISIBLE_DEVICES=1): the H200, second in PCI order."""
-    props = SimpleNamespace(name="NVIDIA H200", total_memory=150 * 2**30, major=9, minor=0,
-                            multi_processor_count=132, uuid=UUID_H200)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
-
-
-def install(monkeypatch: pytest.MonkeyPatch, nv: FakeNVML) -> FakeNVML:
-    monkeypatch.setitem(sys.modules, "pynvml", nv)
-    return nv
+UUID_H200 = "22222222-aaaa-bbbb-cccc-000000000002"  # the fake GPU torch sees (conftest.py)
 
 
 def test_real_cpu_fingerprint() -> None:
@@ -129,8 +36,8 @@ def test_decode_clock_reasons() -> None:
     assert decode_clock_reasons(0x1001) == ["gpu_idle", "unknown_0x1000"]
 
 
-def test_fingerprint_matches_torch_device_to_nvml_by_uuid(monkeypatch: pytest.MonkeyPatch, fake_cuda: None) -> None:
-    nv = install(monkeypatch, FakeNVML(GPUS))
+def test_fingerprint_matches_torch_device_to_nvml_by_uuid(monkeypatch: pytest.MonkeyPatch, fake_cuda: None, install_nvml) -> None:
+    nv = install_nvml()
     rec = fingerprint("cuda")
     assert (rec.kind, rec.cuda_index, rec.nvml_index) == ("cuda", 0, 1)
     assert rec.uuid == UUID_H200 and rec.hardware_id == "nvidia-h200"
@@ -143,8 +50,8 @@ def test_fingerprint_matches_torch_device_to_nvml_by_uuid(monkeypatch: pytest.Mo
 
 
 @pytest.mark.parametrize("error", [pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded])
-def test_nvml_init_failure_never_raises(monkeypatch: pytest.MonkeyPatch, fake_cuda: None, error: type) -> None:
-    nv = install(monkeypatch, FakeNVML(GPUS, init_error=error))
+def test_nvml_init_failure_never_raises(monkeypatch: pytest.MonkeyPatch, fake_cuda: None, install_nvml, error: type) -> None:
+    nv = install_nvml(init_error=error)
     rec = fingerprint("cuda:0")
     assert rec.name == "NVIDIA H200" and rec.nvml_index is None and rec.power_limit_w is None
     assert any(f"NVML unavailable ({error.__name__})" in n for n in rec.notes)
@@ -156,9 +63,9 @@ def test_nvml_init_failure_never_raises(monkeypatch: pytest.MonkeyPatch, fake_cu
     assert nv.shutdowns == 0
 
 
-def test_unsupported_queries_leave_fields_empty(monkeypatch: pytest.MonkeyPatch, fake_cuda: None) -> None:
+def test_unsupported_queries_leave_fields_empty(monkeypatch: pytest.MonkeyPatch, fake_cuda: None, install_nvml) -> None:
     unsupported = ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetCurrentClocksEventReasons")
-    nv = install(monkeypatch, FakeNVML(GPUS, unsupported=unsupported))
+    nv = install_nvml(unsupported=unsupported)
     with Telemetry("cuda:0") as tel:
         pass
     res = tel.result()
@@ -169,8 +76,8 @@ def test_unsupported_queries_leave_fields_empty(monkeypatch: pytest.MonkeyPatch,
     assert nv.inits == nv.shutdowns == 1
 
 
-def test_telemetry_reads_energy_and_reasons(monkeypatch: pytest.MonkeyPatch, fake_cuda: None) -> None:
-    nv = install(monkeypatch, FakeNVML(GPUS))
+def test_telemetry_reads_energy_and_reasons(monkeypatch: pytest.MonkeyPatch, fake_cuda: None, install_nvml) -> None:
+    nv = install_nvml()
     with Telemetry(fingerprint("cuda:0")) as tel:
         pass
     res = tel.result()
@@ -181,8 +88,8 @@ def test_telemetry_reads_energy_and_reasons(monkeypatch: pytest.MonkeyPatch, fak
     assert nv.inits == nv.shutdowns == 2  # once for the fingerprint, once for the block
 
 
-def test_telemetry_without_a_matching_uuid(monkeypatch: pytest.MonkeyPatch, fake_cuda: None) -> None:
-    install(monkeypatch, FakeNVML(GPUS[:1]))
+def test_telemetry_without_a_matching_uuid(monkeypatch: pytest.MonkeyPatch, fake_cuda: None, install_nvml) -> None:
+    install_nvml(gpus=1)
     with Telemetry("cuda") as tel:
         pass
     assert tel.result().power_w_before is None
@@ -202,9 +109,9 @@ def test_telemetry_on_cpu_returns_none_fields() -> None:
 
 
 def test_telemetry_lets_block_errors_through_and_shuts_nvml_down(
-    monkeypatch: pytest.MonkeyPatch, fake_cuda: None
+    monkeypatch: pytest.MonkeyPatch, fake_cuda: None, install_nvml
 ) -> None:
-    nv = install(monkeypatch, FakeNVML(GPUS))
+    nv = install_nvml()
     with pytest.raises(ValueError), Telemetry("cuda:0"):
         raise ValueError("boom")
     assert nv.inits == nv.shutdowns == 1

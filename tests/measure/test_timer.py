@@ -85,6 +85,15 @@ def test_measure_records_each_call() -> None:
     assert rec.values_ms == pytest.approx([5.0, 1.0, 3.0, 2.0])
 
 
+def test_warm_up_lasts_its_least_time_as_well_as_its_rounds() -> None:
+    clock = FakeClock()
+    durations = iter([300.0, 300.0, 300.0, 300.0, 5.0, 1.0])  # 4 warm-up calls reach 1 s; 2 were asked for
+
+    rec = measure(lambda: clock.advance_ms(next(durations)), timer=Timer("cpu", clock=clock),
+                  policy=RepeatPolicy(warmup=2, warmup_seconds=1.0, min_repeats=2, min_seconds=0.0))
+    assert rec.values_ms == pytest.approx([5.0, 1.0])
+
+
 def test_measure_pair_interleaves_and_takes_median_of_ratios() -> None:
     clock = FakeClock()
     log: list[str] = []

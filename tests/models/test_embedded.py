@@ -215,3 +215,19 @@ def test_a_second_process_waits_for_the_build_instead_of_repeating_it(tmp_path: 
     assert embedded_model_dir(tmp_path) == tmp_path / "gemma-3-270m"
     thread.join()
     assert done.is_set() and builds == []  # waited for the other build instead of running its own
+
+
+def test_random_weights_build_no_checkpoint(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--weights random`` for gemma-3 never builds the embedded cache: it is for latency, on any device."""
+    from poptune import load_model
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("random weights must not build the embedded checkpoint")
+
+    monkeypatch.setenv("POPTUNE_CACHE", str(tmp_path))
+    monkeypatch.setattr(embedded, "_build_and_publish", refuse)
+    monkeypatch.setattr(embedded, "_build_from_gguf", refuse)
+    model, tokenizer = load_model("gemma-3", weights="random", dtype="bfloat16")
+    assert model.config.num_hidden_layers == 18 and str(model.dtype) == "torch.bfloat16"
+    assert tokenizer("It is a truth")["input_ids"]  # byte-level ids until the cache exists
+    assert list(tmp_path.iterdir()) == []  # nothing written to the cache, not even its lock file

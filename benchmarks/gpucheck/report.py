@@ -1,0 +1,122 @@
+"""The check's records: every result as JSON, the summary as Markdown, and the loud FAIL lines.
+
+Written after every stage, so a check stopped by its time limit still leaves what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpucheck.plan import AA_TOLERANCE, DECODE_TOLERANCE, IDEAL_SLACK, TARGET, Plan
+from gpucheck.preflight import Check
+
+__all__ = ["Report", "failures"]
+
+
+def _fmt(value: Any, spec: str, unit: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"
+
+
+def _row_failures(row: dict[str, Any]) -> list[str]:
+    where = f"{row['model']} {row['image'] or row['length']} b{row['batch']}"
+    lines = []
+    if row["speedup"] > row["ideal"] * IDEAL_SLACK:
+        lines.append(f"FAIL ideal: {where} measured {row['speedup']:.3f}x > ideal {row['ideal']:.3f}x x {IDEAL_SLACK}")
+    if row.get("throttled"):
+        lines.append(f"FAIL throttle: {where} clock event reasons {', '.join(row['clock_reasons'])}")
+    return lines
+
+
+def failures(data: dict[str, Any]) -> list[str]:
+    """The FAIL lines of a report's data: preflight, null checks, rows, scores and stages that broke."""
+    lines = [Check(**c).line() for c in data["preflight"] if c["status"] == "FAIL"]
+    null = data.get("null_checks")
+    if null:
+        for key, tolerance, label in (("aa", AA_TOLERANCE, "A/A"), ("decode", DECODE_TOLERANCE, "decode")):
+            ratio = null[key]["speedup"]
+            if abs(ratio - 1) > tolerance:
+                lines.append(f"FAIL {label}: {ratio:.4f} at {null['length']} tokens, off 1 by more than {tolerance:.0%}")
+    for row in data["rows"]:
+        lines += _row_failures(row)
+    scores = data.get("scores") or {}
+    if scores.get("status") == "FAIL":
+        lines.append(f"FAIL scores: max |GPU - CPU| {scores['max_abs_diff']:.2e} > {scores['tolerance']:.0e}")
+    lines += [f"FAIL stage {name}: {error}" for name, error in data["errors"].items()]
+    return lines
+
+
+def _target(data: dict[str, Any]) -> str | None:
+    row = next((r for r in data["rows"] if (r["model"], r["length"], r["batch"], r["image"])
+                == (TARGET.model, TARGET.length, TARGET.batch, None)), None)
+    if row is None:
+        return None
+    met = row["speedup"] >= TARGET.speedup and row["of_ideal"] >= TARGET.of_ideal
+    return (f"{'PASS' if met else 'TARGET MISSED'} target: {TARGET.model} @{TARGET.length} b{TARGET.batch} "
+            f"{row['speedup']:.3f}x (>= {TARGET.speedup}), {row['of_ideal']:.2f} of ideal {row['ideal']:.3f}x "
+            f"(>= {TARGET.of_ideal})")
+
+
+_HEAD = ("| model | prompt | batch | full ms | POP ms | speedup [95% CI] | ideal | meas/ideal | J/prefill full | "
+         "J/prefill POP | SM MHz min-max | W max | °C max | throttle | kernels | GPU busy | label |")
+
+
+def _table_row(r: dict[str, Any]) -> str:
+    prompt = f"{r['image']} ({r['length']} tok)" if r["image"] else str(r["length"])
+    clocks = "-" if r["sm_clock_mhz_min"] is None else f"{r['sm_clock_mhz_min']}-{r['sm_clock_mhz_max']}"
+    label = "launch-bound" if r.get("launch_bound") else ("compute" if r.get("launch_bound") is False else "-")
+    return (f"| {r['model']} | {prompt} | {r['batch']} | {r['full_ms']:.2f} | {r['pop_ms']:.2f} | "
+            f"{r['speedup']:.3f}x [{r['speedup_lo']:.3f}, {r['speedup_hi']:.3f}] | {r['ideal']:.3f}x | "
+            f"{r['of_ideal']:.2f} | {_fmt(r['energy_full_j'], '.3g', ' J')} | {_fmt(r['energy_pop_j'], '.3g', ' J')} | "
+            f"{clocks} | {_fmt(r['power_w_max'], '.0f')} | {_fmt(r['temperature_c_max'], 'd')} | "
+            f"{', '.join(r['clock_reasons'] or []) or '-'} | {_fmt(r['kernels'], 'd')} | {_fmt(r['busy'], '.0%')} | "
+            f"{label} |")
+
+
+@dataclass
+class Report:
+    """Everything the check found; :meth:`write` puts it in ``out`` as ``gpu-check.json`` and ``gpu-check.md``."""
+
+    out: Path
+    plan: Plan
+    device: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.data = {"tiny": self.plan.tiny, "device": self.device, "hardware": None, "preflight": [],
+                     "null_checks": None, "rows": [], "profiles": {}, "scores": None, "benches": [], "errors": {},
+                     "skipped": {}, "seconds": {}}
+
+    def lines(self) -> list[str]:
+        """The summary's status lines: preflight, null checks, scores, skipped stages, target and FAIL lines."""
+        d = self.data
+        lines = [Check(**c).line() for c in d["preflight"] if c["status"] != "FAIL"]
+        null = d["null_checks"]
+        if null:
+            lines.append(f"A/A {null['model']} @{null['length']}: {null['aa']['speedup']:.4f} "
+                         f"[{null['aa']['lo']:.4f}, {null['aa']['hi']:.4f}], {null['aa']['pairs']} pairs")
+            lines.append(f"decode POP/full {null['model']} @{null['length']}: {null['decode']['speedup']:.4f} "
+                         f"[{null['decode']['lo']:.4f}, {null['decode']['hi']:.4f}], {null['decode']['pairs']} pairs")
+        scores = d["scores"]
+        if scores and scores["status"] != "FAIL":
+            detail = (f"{scores['model']} skip {scores['skip']}, {scores['items']} items, max |GPU - CPU| "
+                      f"{scores['max_abs_diff']:.2e}" if scores["status"] == "PASS" else scores["reason"])
+            lines.append(f"{scores['status']} scores: {detail}")
+        lines += [f"SKIP {name}: {why}" for name, why in d["skipped"].items()]
+        target = _target(d)
+        return lines + ([target] if target else []) + failures(d)
+
+    def markdown(self) -> str:
+        hw = self.data["hardware"] or {}
+        head = [f"# GPU check ({'tiny, ' if self.plan.tiny else ''}{hw.get('name', self.device)})", "",
+                f"Device {self.device}; driver {hw.get('driver_version')}; torch {hw.get('torch_version')}; "
+                f"seconds per stage {json.dumps(self.data['seconds'])}.", "", "```"]
+        table = [_HEAD, "|" + "---|" * _HEAD.count(" | ") + "---|"] + [_table_row(r) for r in self.data["rows"]]
+        return "\n".join(head + self.lines() + ["```", ""] + table) + "\n"
+
+    def write(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "gpu-check.json").write_text(json.dumps(self.data, indent=1, default=str) + "\n")
+        (self.out / "gpu-check.md").write_text(self.markdown())
