@@ -9,6 +9,7 @@ silent. Phases nest: a listener sees the innermost one's label below its parents
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -74,12 +75,20 @@ def advance(count: int = 1) -> None:
 
 
 @contextlib.contextmanager
-def others_hushed() -> Iterator[None]:
+def others_hushed(*loggers: str) -> Iterator[None]:
     """Within, while a listener shows progress: what other libraries write to ``sys.stderr`` (lm-eval's own
-    progress bars) is dropped, so it does not tear the listener's bars. Without a listener, nothing changes;
-    errors still raise."""
+    progress bars) is dropped and the named ``loggers`` say only errors, so they do not tear the listener's
+    bars. Without a listener, nothing changes; errors still raise."""
     if _listener.get() is None:
         yield
         return
-    with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
-        yield
+    quieted = [logging.getLogger(name) for name in loggers]
+    levels = [logger.level for logger in quieted]
+    for logger in quieted:
+        logger.setLevel(logging.ERROR)
+    try:
+        with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):
+            yield
+    finally:
+        for logger, level in zip(quieted, levels):
+            logger.setLevel(level)

@@ -1,7 +1,7 @@
 """What a study tells its user: the front within its budget, two reference rows, a summary file and a plot.
 
-The reference rows are always shown, on the front or not: the full model (speedup 1 by definition, its
-accuracy the reference) and the paper's rule (skip the last third, ``last``), each with why it is or is not on
+The reference rows are always shown, on the front or not: the full model (its accuracy is the reference; its
+trial times it against itself, an A/A check whose speedup is 1 up to noise) and the paper's rule (skip the last third, ``last``), each with why it is or is not on
 the front. :func:`write_report` writes the Markdown summary and the plot side by side (``<study>.md``,
 ``<study>.pareto.png``).
 """
@@ -219,7 +219,7 @@ def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
     trials = store.completed(study)
     measured = [t for t in trials if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]
     lines = [f"# Study {study.study_name}", "",
-             f"- model: {attrs.get('model')} (weights {str(attrs.get('weights_fingerprint', ''))[:12]}), "
+             f"- model: {attrs.get('model')} (weights {str(attrs.get('weights_fingerprint', ''))[:24]}), "
              f"{attrs.get('num_layers')} layers; hardware: {attrs.get('hardware', {}).get('hardware_id')}",
              *_workload_lines(study),
              f"- accuracy budget: " + (f"drop's 95% upper bound <= {budget:g} points" if budget is not None else "none"),

@@ -162,8 +162,8 @@ class _Bars:
         self.trials.update(1)
         left = self.trials.total - self.trials.n
         mean = sum(self.seconds) / len(self.seconds)
-        eta = f", ETA {_minutes(mean * left)} ({_minutes(mean)} per measured trial)" if left > 0 else ""
-        self.trials.set_postfix_str(f"{best}{eta}", refresh=True)
+        eta = f"ETA {_minutes(mean * left)} ({_minutes(mean)} per measured trial)" if left > 0 else ""
+        self.trials.set_postfix_str(", ".join(part for part in (best, eta) if part), refresh=True)
 
     def start(self, label: str, unit: str, total: int | None) -> None:
         self.stack.append([label, unit, total, 0])
@@ -189,11 +189,11 @@ class _Bars:
         """The phase bar shows the innermost open phase, under its parents' labels."""
         if self.phase is None:
             return
-        label, unit, total, done = self.stack[-1] if self.stack else ("", "", None, 0)
+        _, unit, total, done = self.stack[-1] if self.stack else ("", "step", None, 0)
         if restart:
             self.phase.start_t = self.phase._time()  # elapsed counts from the phase's start
         self.phase.total, self.phase.n, self.phase.unit = total, done, unit + "s" if unit else ""
-        self.phase.set_description_str(" > ".join(entry[0] for entry in self.stack), refresh=False)
+        self.phase.set_description_str(" > ".join(entry[0] for entry in self.stack) or "between phases", refresh=False)
         self.phase.refresh()
 
     def close(self) -> None:

@@ -245,10 +245,11 @@ def _lm_eval_scores(model: Any, tokenizer: Any, config: PopConfig, tasks: Sequen
         samples = {name: list(spec.samples[name]) for name in tasks}
     else:
         samples = {name: item_indices(len(task.eval_docs), spec.limit) for name, task in task_dict["tasks"].items()}
-    lm = PopLM(pretrained=model, tokenizer=tokenizer, skip=config.skip, boundary=config.boundary,
-               offset=config.offset, layers=config.layers, batch_size=spec.batch_size)
+    with progress.others_hushed("lm_eval"):  # a study's bars count the requests instead, without lm-eval's notices
+        lm = PopLM(pretrained=model, tokenizer=tokenizer, skip=config.skip, boundary=config.boundary,
+                   offset=config.offset, layers=config.layers, batch_size=spec.batch_size)
     try:
-        with progress.others_hushed():  # a study's bars count the requests instead
+        with progress.others_hushed("lm_eval"):
             out = lm_eval.evaluator.evaluate(lm, task_dict, samples=samples, bootstrap_iters=0, log_samples=True,
                                              verbosity="WARNING")
     finally:
