@@ -30,6 +30,7 @@ from poptune.measure.nullcheck import NullCheck, above_ideal, figures
 from poptune.measure.provenance import load_average, provenance
 from poptune.measure.stats import MIN_BOOTSTRAP
 from poptune.measure.prefill import decode, prefill
+from poptune.segments import chunk_bounds
 from poptune.measure.prompts import image_prompt_batch, prompt_batch
 from poptune.models.vision import ImageSize, encoder_patches, image_token_counts, kept_rope_state, require_vision
 from poptune.measure.timer import LatencyRecord, PairRecord, RepeatPolicy, Staged, Timer, measure_pair
@@ -68,6 +69,8 @@ class BenchSpec:
             :mod:`poptune.measure.nullcheck`).
         images: Image resolutions; when given, each row is a prompt of one image of that size and a short
             question (a vision-language model only) and ``lengths`` are not timed.
+        prefill_chunk: Prefill in chunks of this many tokens, POP and the full model alike (None: whole
+            prompts; text prompts only), see :mod:`poptune.segments`.
     """
 
     lengths: tuple[int, ...] = (128, 512, 2048)
@@ -76,6 +79,7 @@ class BenchSpec:
     policy: RepeatPolicy = field(default_factory=lambda: DEFAULT_POLICY)
     images: tuple[ImageSize, ...] = ()
     null_check: bool = True
+    prefill_chunk: int | None = None
 
     def __post_init__(self) -> None:
         if any(not isinstance(size, ImageSize) for size in self.images):
@@ -89,6 +93,9 @@ class BenchSpec:
             raise ConfigError(f"`batch_size` must be an integer >= 1, got {self.batch_size!r}")
         if not isinstance(self.decode_tokens, int) or self.decode_tokens < 0:
             raise ConfigError(f"`decode_tokens` must be an integer >= 0, got {self.decode_tokens!r}")
+        chunk_bounds(2, self.prefill_chunk)  # validates it
+        if self.prefill_chunk is not None and self.images:
+            raise ConfigError("`prefill_chunk` applies to text prompts only: image prompts are prefilled whole")
 
 
 @dataclass
@@ -207,6 +214,7 @@ class BenchResult:
             "images": [str(size) for size in self.spec.images],
             "batch_size": self.spec.batch_size,
             "decode_tokens": self.spec.decode_tokens,
+            "prefill_chunk": self.spec.prefill_chunk,
             "policy": self.spec.policy.to_dict(),
             "ideal_method": self.ideal_method,
             "ideal_assumption": self.ideal_assumption,
@@ -233,6 +241,7 @@ class BenchResult:
             policy=RepeatPolicy.from_dict(data["policy"]),
             images=tuple(ImageSize.parse(text) for text in data.get("images", [])),
             null_check=data.get("null_check") is not None,
+            prefill_chunk=data.get("prefill_chunk"),
         )
         return cls(
             model=data["model"],
@@ -311,23 +320,23 @@ def _measure_row(model: Any, prompt: _PromptRow, config: PopConfig, spec: BenchS
                  transform: Transform | None, progress: Callable[[str], None] | None, label: str) -> BenchRow:
     """Time one prompt: the prefill pair, the decode pair (per token) and the ideal ratio."""
     decoder = decoder_of(model)
-    inputs, steps = prompt.inputs, spec.decode_tokens
+    inputs, steps, chunk = prompt.inputs, spec.decode_tokens, spec.prefill_chunk
 
     def measured_prefill() -> Any:
         with applied(model, transform):
-            return prefill(model, inputs, config)
+            return prefill(model, inputs, config, chunk)
 
     def measured_decode(out: Any) -> None:
         with applied(model, transform):
             decode(model, out, inputs, steps)
 
-    prefill_pair = measure_pair(measured_prefill, lambda: prefill(model, inputs, None), timer=timer,
+    prefill_pair = measure_pair(measured_prefill, lambda: prefill(model, inputs, None, chunk), timer=timer,
                                 policy=spec.policy)
     if progress:
         progress(f"prefill {label}")
     decode_pair = None
     if steps:
-        full = Staged(lambda: prefill(model, inputs, None), lambda out: decode(model, out, inputs, steps))
+        full = Staged(lambda: prefill(model, inputs, None, chunk), lambda out: decode(model, out, inputs, steps))
         decode_pair = _per_token(measure_pair(Staged(measured_prefill, measured_decode), full, timer=timer,
                                               policy=spec.policy), steps)
         if progress:
@@ -345,8 +354,11 @@ def _null_check(model: Any, prompt: _PromptRow, rows: list[BenchRow], spec: Benc
     aa = None
     if spec.null_check:
         inputs = prompt.inputs
-        aa = figures(measure_pair(lambda: prefill(model, inputs, None), lambda: prefill(model, inputs, None),
-                                  timer=timer, policy=spec.policy))
+
+        def full() -> Any:
+            return prefill(model, inputs, None, spec.prefill_chunk)
+
+        aa = figures(measure_pair(full, full, timer=timer, policy=spec.policy))
     return NullCheck(length=prompt.length, aa=aa,
                      decode={row.length: figures(row.decode) for row in rows if row.decode is not None},
                      above_ideal=[row.length for row in rows if row.above_ideal])
