@@ -1,11 +1,12 @@
 """poptune: benchmark and auto-tuning suite for Prefill-Only Pruning (POP) of LLMs and VLMs."""
 
 from .baselines import Baseline, CalibrationSpec, LayerRemoval, build_baseline
-from .engine import BOUNDARIES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop
+from .engine import BOUNDARIES, STAGES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop, stage
 from .errors import (
     ConfigError,
     DataError,
     DeviceError,
+    InputError,
     MeasurementError,
     ModelNotFoundError,
     PoptuneError,
@@ -13,6 +14,7 @@ from .errors import (
 )
 from .export import load_config
 from .models import ImageSize, ModelSpec, image_prompt, load_model, model_names, resolve_model, synthetic_image
+from .segments import chunk_bounds, prefill_prompt
 
 __version__ = "0.1.0"
 
@@ -24,6 +26,7 @@ __all__ = [
     "DataError",
     "DeviceError",
     "ImageSize",
+    "InputError",
     "LayerRemoval",
     "MeasurementError",
     "ModelNotFoundError",
@@ -31,15 +34,19 @@ __all__ = [
     "PopConfig",
     "PopHandle",
     "PoptuneError",
+    "STAGES",
     "UnsupportedModelError",
     "apply_pop",
     "build_baseline",
+    "chunk_bounds",
     "get_pop_config",
     "image_prompt",
     "load_config",
     "load_model",
     "model_names",
+    "prefill_prompt",
     "remove_pop",
     "resolve_model",
+    "stage",
     "synthetic_image",
 ]

@@ -6,18 +6,26 @@ through its own input norm, K/V projections, key norm and RoPE, applied to the h
 block, so that decode can attend to every layer. With boundary handling the last prompt token(s) run through
 the full model, as a first decode step, so the first generated token sees full depth.
 
-The engine hooks the decoder (the module that owns ``layers``) of a loaded model. After :func:`apply_pop`,
-ordinary ``model(...)`` and ``model.generate(...)`` use POP: a forward over an empty cache with more than one
-new token is a prefill. It is one pass over the prompt in which every layer of the skipped block
+The engine wraps the forward of the decoder (the module that owns ``layers``) of a loaded model. After
+:func:`apply_pop`, ordinary ``model(...)`` and ``model.generate(...)`` use POP. A forward is one of three stages:
 
-1. writes the K/V of the first ``N - W`` (pruned) prompt tokens through its own projections and passes their
-   hidden states through unchanged (no attention, no FFN), and
-2. runs in full for the last ``W`` (boundary) tokens, which attend to those K/V and their own.
+- a **prompt** segment: over an empty cache (a new prompt, whatever its length), or several new tokens over a
+  non-empty one (a later turn of a conversation, on top of the earlier turns' cache). The boundary rule applies;
+- a **chunk**: a segment inside a prompt fed in chunks, declared with :func:`stage` (see :mod:`poptune.segments`):
+  no boundary, every token pruned;
+- **decode**: one new token over a cache (or a forward declared so, e.g. a continuation scored at once): the
+  untouched model.
 
-Layers outside the block run as usual, so the boundary tokens see the full model. Every later forward
-(decode) is the untouched model. The output of a POP prefill holds hidden states (and so logits) only for the
-positions that ran at full depth: the boundary window, or the last prompt position when ``boundary="none"``;
-the pruned positions never reach the LM head.
+A segment of ``N`` tokens with ``W`` boundary tokens is one pass in which every layer of the skipped block
+
+1. writes the K/V of the first ``N - W`` (pruned) tokens through its own projections and passes their hidden
+   states through unchanged (no attention, no FFN), and
+2. runs in full for the last ``W`` (boundary) tokens, which attend to the cache, those K/V and their own.
+
+Layers outside the block run as usual, so the boundary tokens see the full model (see :mod:`poptune.block`). The
+output of a segment holds hidden states (and so logits) only for the positions that ran at full depth: the
+boundary window, the last prompt position when ``boundary="none"``, none for a chunk; the pruned positions never
+reach the LM head. Prompts must be left-padded (right padding is refused).
 
 Image prompts (``Qwen3VLForConditionalGeneration``, ``Gemma3ForConditionalGeneration`` with ``pixel_values``)
 need nothing of their own: the vision encoder runs as usual in the model's forward, which merges the image
@@ -45,18 +53,22 @@ merged image+text sequence, and:
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
-import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, UnsupportedModelError
+from .block import mask_layout, skipping
+from .errors import ConfigError, InputError, UnsupportedModelError
+from .patching import Patch
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["BOUNDARIES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config", "decoder_of"]
+__all__ = ["BOUNDARIES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config", "decoder_of",
+           "stage"]
 
 #: The boundary rules the tuner searches; ``window-<W>`` for any positive W is accepted too.
 BOUNDARIES: tuple[str, ...] = ("none", "last", "window-4", "window-16", "window-64")
@@ -72,6 +84,9 @@ _SUPPORTED_DECODERS: dict[str, str] = {
 }
 
 _STATE_ATTR = "_poptune_pop"
+
+#: What a forward of a model with POP can be (see :func:`stage`).
+STAGES: tuple[str, ...] = ("prompt", "chunk", "decode")
 
 
 @dataclass(frozen=True)
@@ -175,13 +190,17 @@ class _PopState:
     config: PopConfig
     decoder: "nn.Module"
     skipped: "range | tuple[int, ...]"
+    patch: Patch | None = None
+    stage: str | None = None  # set by stage(); None: told by the token count
 
 
 class PopHandle:
-    """Returned by :func:`apply_pop`; use it as a context manager to remove POP on exit."""
+    """Returned by :func:`apply_pop`; as a context manager it restores, on exit, the configuration the model had
+    before (none: POP is removed)."""
 
-    def __init__(self, model: "nn.Module") -> None:
+    def __init__(self, model: "nn.Module", previous: PopConfig | None = None) -> None:
         self.model = model
+        self.previous = previous
 
     @property
     def config(self) -> PopConfig:
@@ -194,7 +213,10 @@ class PopHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        remove_pop(self.model)
+        if self.previous is None:
+            remove_pop(self.model)
+        else:
+            apply_pop(self.model, self.previous)
 
 
 def decoder_of(model: "nn.Module") -> "nn.Module":
@@ -216,37 +238,41 @@ def decoder_of(model: "nn.Module") -> "nn.Module":
 def apply_pop(model: "nn.Module", config: PopConfig) -> PopHandle:
     """Make ``model`` run POP prefill with ``config``; decode stays the unmodified model.
 
-    Applying again replaces the configuration. The returned handle removes POP when used as a context
-    manager::
+    Applying again replaces the configuration. The returned handle, used as a context manager, restores the
+    previous one (or removes POP) on exit::
 
         with apply_pop(model, PopConfig(skip=6)):
             out = model.generate(**inputs)
 
+    The decoder's forward is wrapped, not replaced: a forward already set on it (an instance attribute,
+    accelerate's ``device_map`` or offload hooks) keeps running, and :func:`remove_pop` restores it.
+
     Raises:
-        UnsupportedModelError: the architecture is not one the engine knows.
+        UnsupportedModelError: the architecture or its attention implementation is not one the engine knows.
         ConfigError: the configuration does not fit the model's depth.
     """
     if not isinstance(config, PopConfig):
         raise ConfigError(f"apply_pop needs a PopConfig, got {type(config).__name__}")
     decoder = decoder_of(model)
     skipped = config.skipped_layers(len(decoder.layers))
-    state = _PopState(config=config, decoder=decoder, skipped=skipped)
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        return _pop_forward(state, *args, **kwargs)
-
-    decoder.forward = forward  # instance attribute: shadows the class's forward until remove_pop
-    setattr(model, _STATE_ATTR, state)
-    return PopHandle(model)
+    mask_layout(decoder.config)  # an attention implementation POP cannot mask is refused before anything changes
+    state = getattr(model, _STATE_ATTR, None)
+    previous = state.config if state is not None else None
+    if state is None:
+        state = _PopState(config=config, decoder=decoder, skipped=skipped)
+        state.patch = Patch(decoder, lambda inner: functools.partial(_pop_forward, state, inner))
+        setattr(model, _STATE_ATTR, state)
+    else:
+        state.config, state.skipped = config, skipped
+    return PopHandle(model, previous)
 
 
 def remove_pop(model: "nn.Module") -> None:
-    """Restore the plain model. A model without POP is left as it is."""
+    """Restore the plain model (and any forward the decoder had before). A model without POP is left as it is."""
     state = getattr(model, _STATE_ATTR, None)
     if state is None:
         return
-    if "forward" in vars(state.decoder):
-        del state.decoder.forward
+    state.patch.undo()
     delattr(model, _STATE_ATTR)
 
 
@@ -256,12 +282,35 @@ def get_pop_config(model: "nn.Module") -> PopConfig | None:
     return state.config if state is not None else None
 
 
+@contextlib.contextmanager
+def stage(model: "nn.Module", kind: str) -> Iterator[None]:
+    """Declare what the forwards of ``model`` inside the block are, whatever their token count.
+
+    ``"prompt"``: prefill segments that end a prompt (the boundary rule applies); ``"chunk"``: prefill segments
+    inside a prompt (no boundary: every token is pruned, no position yields logits); ``"decode"``: the full
+    model (e.g. a continuation scored at once). Outside, a forward over an empty cache is a prompt, and over a
+    non-empty one, a single token is decode and several are a prompt. A no-op for a model without POP.
+    """
+    if kind not in STAGES:
+        raise ConfigError(f"`kind` must be one of {', '.join(STAGES)}, got {kind!r}")
+    state = getattr(model, _STATE_ATTR, None)
+    if state is None:
+        yield
+        return
+    previous, state.stage = state.stage, kind
+    try:
+        yield
+    finally:
+        state.stage = previous
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The stage-aware forward
 
 
 def _pop_forward(
     state: _PopState,
+    inner: Any,
     input_ids: "torch.Tensor | None" = None,
     attention_mask: Any = None,
     position_ids: "torch.Tensor | None" = None,
@@ -270,6 +319,7 @@ def _pop_forward(
     use_cache: bool | None = None,
     **kwargs: Any,
 ) -> Any:
+    """The decoder's forward under POP; ``inner`` is the decoder's forward it wraps."""
     decoder = state.decoder
     if cache is None:
         cache = kwargs.pop("past_key_values", None)
@@ -278,127 +328,44 @@ def _pop_forward(
     tokens = input_ids if input_ids is not None else inputs_embeds
     n = tokens.shape[1] if tokens is not None else 0
     past = cache.get_seq_length() if cache is not None else 0
-    pruned = n - state.config.boundary_width
-    prefix = getattr(decoder, "_poptune_prefix_states", None)  # see poptune.prefix
-    if state.config.skip == 0 or n <= 1 or past > 0 or pruned <= 0:
-        # Decode, a one-token prompt, or a prompt inside the boundary window: the unmodified model.
-        recording = prefix.recording(decoder, inputs) if prefix is not None and n > 1 and past == 0 \
-            else contextlib.nullcontext()
+    kind = state.stage or ("decode" if n == 1 and past > 0 else "prompt")
+    pruned = n if kind == "chunk" else n - state.config.boundary_width
+    # Prefix states (see poptune.prefix) are whole prompts from position 0: segments over a cache never use them.
+    prefix = getattr(decoder, "_poptune_prefix_states", None) if past == 0 else None
+    if state.config.skip == 0 or kind == "decode" or pruned <= 0:
+        # Decode, or a segment inside the boundary window: the unmodified model.
+        recording = prefix.recording(decoder, inputs) if prefix is not None and n > 1 else contextlib.nullcontext()
         with recording:
-            return type(decoder).forward(decoder, cache=cache, use_cache=use_cache, **inputs)
+            return inner(cache=cache, use_cache=use_cache, **inputs)
 
     from transformers import DynamicCache
 
+    layout = mask_layout(decoder.config)
+    _check_left_padded(attention_mask, n)
     if use_cache is None:
         use_cache = decoder.config.use_cache
-    if cache is None:  # the boundary tokens attend to the skipped layers' prompt K/V through a cache
+    if cache is None:  # the boundary tokens attend to the skipped layers' K/V through a cache
         cache = DynamicCache(config=decoder.config)
     replaying = prefix.replaying(decoder, inputs, min(state.skipped)) if prefix is not None \
         else contextlib.nullcontext()
-    with _skipping(decoder, state.skipped, pruned), replaying:
-        out = type(decoder).forward(decoder, cache=cache, use_cache=True, **inputs)
-    # Only positions that ran at full depth yield logits: (B, N, C) -> (B, W, C), or (B, 1, C) for "none".
-    out.last_hidden_state = out.last_hidden_state[:, pruned:] if pruned < n else out.last_hidden_state[:, -1:]
+    with skipping(decoder, state.skipped, pruned, layout), replaying:
+        out = inner(cache=cache, use_cache=True, **inputs)
+    # Only positions that ran at full depth yield logits: (B, N, C) -> (B, N - P, C); with boundary "none", the
+    # prompt's last (pruned) position, which predicts the first token; a chunk, none.
+    everything_pruned = pruned == n and kind == "prompt"
+    out.last_hidden_state = out.last_hidden_state[:, -1:] if everything_pruned else out.last_hidden_state[:, pruned:]
     if not use_cache:
         out.cache = None
     return out
 
 
-@contextlib.contextmanager
-def _skipping(decoder: "nn.Module", skipped: "range | tuple[int, ...]", pruned: int) -> Iterator[None]:
-    """Within the block, layers write the pruned tokens' K/V only and run in full for the boundary tokens."""
-    layers = [decoder.layers[i] for i in skipped]
-    for layer in layers:
-        layer.forward = _skipped_layer_forward(layer, pruned)
-    try:
-        yield
-    finally:
-        for layer in layers:
-            del layer.forward
-
-
-def _skipped_layer_forward(layer: "nn.Module", pruned: int) -> Any:
-    """One prefill through a skipped layer, all prompt tokens at once.
-
-    Tokens ``[0, pruned)`` pass through unchanged and write their K/V through the layer's own projections
-    (POP's independent K/V). Tokens ``[pruned, N)`` -- the boundary -- run the whole layer, attending to those
-    K/V and to their own: exactly what a separate boundary pass over the cache would compute, without paying
-    a second forward over the model.
-    """
-
-    def forward(
-        hidden_states: "torch.Tensor",  # (B, N, C)
-        *,
-        attention_mask: Any = None,
-        position_embeddings: Any = None,
-        cache: Any = None,
-        **kwargs: Any,
-    ) -> "torch.Tensor":
-        import torch
-
-        cos, sin = position_embeddings  # (B, N, D) each
-        _write_prompt_kv(layer, hidden_states[:, :pruned], (cos[:, :pruned], sin[:, :pruned]), cache)
-        n = hidden_states.shape[1]
-        if pruned == n:
-            return hidden_states
-        position_ids = kwargs.pop("position_ids", None)
-        if isinstance(position_ids, torch.Tensor):
-            kwargs["position_ids"] = position_ids[..., pruned:]
-        boundary = type(layer).forward(
-            layer,
-            hidden_states[:, pruned:],  # (B, W, C)
-            attention_mask=_boundary_mask(attention_mask, cache, layer, pruned, n, hidden_states.device),
-            position_embeddings=(cos[:, pruned:], sin[:, pruned:]),
-            cache=cache,
-            **kwargs,
-        )
-        return torch.cat([hidden_states[:, :pruned], boundary], dim=1)
-
-    return forward
-
-
-def _boundary_mask(mask: Any, cache: Any, layer: "nn.Module", start: int, stop: int, device: Any) -> Any:
-    """The attention mask of the boundary queries ``[start, stop)`` over the keys the cache will return.
-
-    The model built ``mask`` for the whole prompt, (B, 1, N, N) over absolute positions. The boundary queries
-    need its rows ``[start, stop)`` and the columns the cache holds for this layer once their own K/V are
-    added: all positions for full attention, the last ``window - 1`` pruned ones and the boundary for a
-    sliding-window layer. Without a mask (SDPA's causal shortcut: no padding) one query may see every key; a
-    window of several queries needs an explicit bottom-right-aligned causal mask.
-    """
-    import torch
-
-    layer_idx = layer.self_attn.layer_idx
-    kv_length, kv_offset = cache.get_mask_sizes(stop - start, layer_idx)
-    if isinstance(mask, torch.Tensor):
-        return mask[..., start:stop, kv_offset : kv_offset + kv_length]  # (B, 1, W, KV)
-    if mask is not None:
-        raise UnsupportedModelError(f"POP cannot slice an attention mask of type {type(mask).__name__}")
-    if stop - start == 1:
-        return None
-    query = torch.arange(start, stop, device=device).unsqueeze(1)  # (W, 1) absolute positions
-    key = torch.arange(kv_offset, kv_offset + kv_length, device=device).unsqueeze(0)  # (1, KV)
-    allowed = key <= query
-    window = getattr(layer.self_attn, "sliding_window", None)
-    if window:
-        allowed &= query - key < window
-    return allowed[None, None]  # (1, 1, W, KV)
-
-
-def _write_prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_embeddings: Any, cache: Any) -> None:
-    """Independent K/V projection of a skipped layer: k = RoPE(k_norm(W_K LN(x))), v = W_V LN(x)."""
-    attn = layer.self_attn
-    normed = layer.input_layernorm(hidden_states)  # (B, P, C)
-    shape = (*normed.shape[:-1], -1, attn.head_dim)
-    keys = attn.k_proj(normed).view(shape)  # (B, P, H_kv, D)
-    k_norm = getattr(attn, "k_norm", None)
-    if k_norm is not None:
-        keys = k_norm(keys)
-    keys = keys.transpose(1, 2)  # (B, H_kv, P, D)
-    values = attn.v_proj(normed).view(shape).transpose(1, 2)  # (B, H_kv, P, D)
-    cos, sin = position_embeddings
-    # The architecture's own RoPE (Gemma-3 local vs global bases, Qwen3-VL's interleaved mRoPE are already
-    # folded into cos/sin by the model's rotary embedding for this layer).
-    rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
-    _, keys = rope(keys, keys, cos, sin)
-    cache.update(keys, values, attn.layer_idx)
+def _check_left_padded(mask: Any, n: int) -> None:
+    """Refuse a segment whose 2-D attention mask has padding after a real token: the boundary is the last
+    tokens of every row, which right padding would fill with pads."""
+    if mask is None or not hasattr(mask, "ndim") or mask.ndim != 2:
+        return
+    new = mask[:, -n:].bool()  # (B, N)
+    if bool((new[:, :-1] & ~new[:, 1:]).any()):
+        rows = sorted({int(r) for r in (new[:, :-1] & ~new[:, 1:]).nonzero()[:, 0]})
+        raise InputError(f"POP needs left-padded prompts, but row(s) {rows} have padding after a token (right "
+                         "padding): set the tokenizer's padding_side to 'left'")

@@ -11,6 +11,7 @@ __all__ = [
     "ConfigError",
     "ModelNotFoundError",
     "UnsupportedModelError",
+    "InputError",
     "DeviceError",
     "DataError",
     "MeasurementError",
@@ -32,6 +33,10 @@ class ModelNotFoundError(PoptuneError, LookupError):
 
 class UnsupportedModelError(PoptuneError, TypeError):
     """The model's architecture is not one the POP engine knows how to run."""
+
+
+class InputError(PoptuneError, ValueError):
+    """Inputs the POP engine cannot run as given (e.g. a right-padded prompt, or images fed in chunks)."""
 
 
 class DeviceError(PoptuneError, RuntimeError):

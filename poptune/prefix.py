@@ -140,19 +140,16 @@ class PrefixStates:
             return
         import torch
 
+        from poptune.patching import Patch
+
         states = torch.stack([self._rows[k][: start + 1] for k in keys], dim=1)  # (start + 1, B, T, C)
-        layers = [decoder.layers[i] for i in range(start)]
-        saved = [vars(layer).get("forward") for layer in layers]
-        for i, layer in enumerate(layers):
-            layer.forward = _replay_forward(layer, states[i], states[i + 1])
+        patches = [Patch(decoder.layers[i], lambda _, i=i: _replay_forward(decoder.layers[i], states[i], states[i + 1]))
+                   for i in range(start)]
         try:
             yield True
         finally:
-            for layer, forward in zip(layers, saved):
-                if forward is None:
-                    del layer.forward
-                else:
-                    layer.forward = forward
+            for patch in reversed(patches):
+                patch.undo()
         self.replayed += len(keys)
 
 
@@ -161,9 +158,9 @@ def _replay_forward(layer: "nn.Module", inputs: "torch.Tensor", outputs: "torch.
 
     def forward(hidden_states: "torch.Tensor", *, position_embeddings: Any = None, cache: Any = None,
                 **kwargs: Any) -> "torch.Tensor":
-        from poptune.engine import _write_prompt_kv
+        from poptune.block import write_prompt_kv
 
-        _write_prompt_kv(layer, inputs.to(hidden_states.dtype), position_embeddings, cache)  # (B, T, C)
+        write_prompt_kv(layer, inputs.to(hidden_states.dtype), position_embeddings, cache)  # (B, T, C)
         return outputs.to(hidden_states.dtype)
 
     return forward

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import poptune.block as block
 import poptune.engine as engine
 from poptune import ConfigError, PopConfig, UnsupportedModelError, apply_pop, get_pop_config, remove_pop
 
@@ -119,7 +120,7 @@ def test_exact_kv_reproduces_the_full_model(arch, monkeypatch):
         n = hidden_states.shape[1]
         cache.update(exact.layers[idx].keys[:, :, :n], exact.layers[idx].values[:, :, :n], idx)
 
-    monkeypatch.setattr(engine, "_write_prompt_kv", write_exact)
+    monkeypatch.setattr(block, "write_prompt_kv", write_exact)
     with apply_pop(model, PopConfig(skip=3)):
         pop, _ = _prefill_and_decode(model, inputs)
     for a, b in zip(full, pop):
@@ -349,14 +350,14 @@ def test_window_through_a_bidirectional_image_uses_the_image_mask(shared, monkey
             pop = model(**inputs).logits
         torch.testing.assert_close(pop, full, rtol=1e-4, atol=1e-5)
 
-        exact_mask = engine._boundary_mask
+        exact_mask = block._boundary_mask
 
         def causal(mask, *args):
             sliced = exact_mask(mask, *args)  # (B, 1, W, KV) bool, bottom-right aligned
             w, kv = sliced.shape[-2:]
             return sliced & torch.ones(w, kv, dtype=torch.bool).tril(kv - w)
 
-        monkeypatch.setattr(engine, "_boundary_mask", causal)
+        monkeypatch.setattr(block, "_boundary_mask", causal)
         with apply_pop(model, config):
             causal_pop = model(**inputs).logits
     image_rows = slice(0, 3)  # the window's first three positions are image tokens
@@ -381,7 +382,7 @@ def test_images_exact_kv_reproduces_the_full_model(vlm, boundary, monkeypatch):
         n = hidden_states.shape[1]
         cache.update(exact.layers[idx].keys[:, :, :n], exact.layers[idx].values[:, :, :n], idx)
 
-    monkeypatch.setattr(engine, "_write_prompt_kv", write_exact)
+    monkeypatch.setattr(block, "write_prompt_kv", write_exact)
     with apply_pop(model, config), torch.no_grad():
         pop = model(**inputs).logits
     torch.testing.assert_close(pop, full, rtol=1e-4, atol=1e-5)
@@ -416,7 +417,7 @@ def test_deepstack_features_reach_the_skipped_layers(shared):
         for i in range(3):  # indices 0-1 as placeholders so that layer 2 lands at its own index
             expected.update(cache.layers[i].keys, cache.layers[i].values, i)
         expected.layers[2] = type(expected.layers[2])()
-        engine._write_prompt_kv(layers[2], x, seen["pe"], expected)
+        block.write_prompt_kv(layers[2], x, seen["pe"], expected)
         return expected.layers[2].keys
 
     torch.testing.assert_close(cache.layers[2].keys, keys_from(with_injection), rtol=1e-4, atol=1e-5)
@@ -457,3 +458,39 @@ def test_gemma_with_a_third_skipped_writes_fluent_text(gemma):
     words = text.split()
     assert len(words) >= 10 and all(w.strip(".,;:'\"()").isalpha() for w in words[:10]), text
     assert nll < 2.0, (text, nll)  # nats per token under the full model (measured: 0.98; skip=17 without boundary: 2.84)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Stages and inputs
+
+
+@torch.no_grad()
+def test_boundary_none_prunes_a_one_token_prompt_alone_as_in_a_batch(arch):
+    """A forward over an empty cache is a prompt whatever its length: a row's score does not depend on its batch."""
+    model, tok = arch
+    longer = tok([PROMPT[:20]], return_tensors="pt")["input_ids"]  # (1, L)
+    one = longer[:, -1:]  # a one-token prompt
+    ids = torch.cat([torch.cat([torch.full_like(longer[:, 1:], tok.pad_token_id), one], dim=1), longer])
+    mask = torch.ones_like(ids)
+    mask[0, :-1] = 0  # the one-token row, left-padded beside the longer one
+    full = model(input_ids=one).logits[:, -1]
+    with apply_pop(model, PopConfig(skip=3, boundary="none")):
+        alone = model(input_ids=one).logits[:, -1]
+        together = model(input_ids=ids, attention_mask=mask).logits[:1, -1]
+    torch.testing.assert_close(together, alone, rtol=1e-4, atol=1e-4)  # the bug it guards against: 0.09-0.2 nats
+    assert not torch.allclose(alone, full, atol=1e-3)  # pruned, not the full model
+
+
+def test_right_padding_is_refused(shared):
+    from poptune import InputError
+
+    model, tok = shared("tiny-llama")
+    tok.padding_side = "right"
+    try:
+        inputs = tok(["a longer prompt than the other", "short"], return_tensors="pt", padding=True)
+    finally:
+        tok.padding_side = "left"
+    with apply_pop(model, PopConfig(skip=2)), pytest.raises(InputError, match=r"left-padded prompts.*row\(s\) \[1\]"):
+        model(**inputs)
+    with torch.no_grad():
+        model(**inputs)  # the plain model is not POP's to police

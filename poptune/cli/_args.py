@@ -27,6 +27,20 @@ def add_pop(parser: argparse.ArgumentParser, *, skip_required: bool = True) -> N
     group.add_argument("--offset", type=int, default=0, help="final layers kept even in prefill (default: 0)")
 
 
+def add_prefill_chunk(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prefill-chunk", type=int, metavar="N",
+                        help="prefill prompts in chunks of N tokens, as serving engines do, POP and the full model "
+                             "alike (default: whole prompts)")
+
+
+def prefill_chunk(args: argparse.Namespace) -> int | None:
+    """``--prefill-chunk``, validated."""
+    from poptune.segments import chunk_bounds
+
+    chunk_bounds(2, args.prefill_chunk)
+    return args.prefill_chunk
+
+
 def pop_config(args: argparse.Namespace) -> PopConfig:
     return PopConfig(skip=args.skip, boundary=args.boundary, offset=args.offset)
 

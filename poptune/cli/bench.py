@@ -6,7 +6,17 @@ import argparse
 from typing import Any
 
 
-from ._args import add_model, add_pop, add_precision, check_output_path, int_list, pop_config, write_text
+from ._args import (
+    add_model,
+    add_pop,
+    add_precision,
+    add_prefill_chunk,
+    check_output_path,
+    int_list,
+    pop_config,
+    prefill_chunk,
+    write_text,
+)
 
 
 def register(sub: Any) -> None:
@@ -19,6 +29,7 @@ def register(sub: Any) -> None:
                              "question, e.g. 640x480,1280x720,2560x1440")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--decode-tokens", type=int, default=16, help="new tokens per decode measurement (0: none)")
+    add_prefill_chunk(parser)
     add_precision(parser, repeats=5, max_pairs=60, max_seconds=20.0, stop="--repeats and --min-seconds")
     parser.add_argument("--min-seconds", type=float, default=1.0, help="least time per measurement (default: 1)")
     parser.add_argument("--order", choices=("alternate", "random", "fixed"), default="alternate",
@@ -58,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         null_check=not args.no_null_check,
         graphs=args.graphs,
         energy_seconds=args.energy_seconds,
+        prefill_chunk=prefill_chunk(args),
     )
     if args.json:
         check_output_path(args.json)
@@ -80,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
                            weights=args.weights)
 
     hw = result.hardware
-    print(f"{args.model} [{config}] on {hw.hardware_id} ({result.dtype}, batch {spec.batch_size})")
+    chunked = f", prefill in chunks of {spec.prefill_chunk} tokens" if spec.prefill_chunk else ""
+    print(f"{args.model} [{config}] on {hw.hardware_id} ({result.dtype}, batch {spec.batch_size}{chunked})")
     if images:
         from poptune.measure.prompts import IMAGE_QUESTION
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ._args import add_model, add_pop, check_output_path, pop_config, write_text
+from ._args import add_model, add_pop, add_prefill_chunk, check_output_path, pop_config, prefill_chunk, write_text
 
 
 def register(sub: Any) -> None:
@@ -22,6 +22,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--limit", type=int, help="items per task, evenly spaced over the set (same items every run)")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
     parser.add_argument("--batch-size", type=int, default=8, help="contexts prefilled together (default: 8)")
+    add_prefill_chunk(parser)
     parser.add_argument("--fidelity-pairs", type=int, default=8, help="text pairs for fidelity, 0 to skip (default: 8)")
     parser.add_argument("--json", metavar="PATH", help="also write the result as JSON")
     parser.set_defaults(run=run)
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         limit=args.limit,
         batch_size=args.batch_size,
         fidelity=FidelitySpec(pairs=args.fidelity_pairs) if args.fidelity_pairs else None,
+        prefill_chunk=prefill_chunk(args),
     )
     if args.json:
         check_output_path(args.json)
@@ -63,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
         result = run_eval(model, tokenizer, config, spec, progress=progress)
 
-    print(f"{args.model} [{config}]" + (f", {args.limit} items per task" if args.limit else ""))
+    print(f"{args.model} [{config}]" + (f", {args.limit} items per task" if args.limit else "")
+          + (f", prefill in chunks of {spec.prefill_chunk} tokens" if spec.prefill_chunk else ""))
     print(result.table())
     if result.fidelity is not None:
         f = result.fidelity

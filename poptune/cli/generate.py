@@ -1,7 +1,9 @@
 """``poptune generate``: a demo of one configuration: its greedy text and time to first token beside the full model's.
 
 Without ``--prompt`` the prompt is :func:`poptune.measure.prompts.demo_prompt` (about 1,000 Gemma-3 tokens), long
-enough for prefill, which POP shortens, to dominate the time to first token.
+enough for prefill, which POP shortens, to dominate the time to first token. Each ``--follow-up`` is a later turn
+of the conversation: its text is appended after the model's answer and prefilled on top of the conversation's
+cache -- with POP, as a prompt -- and answered; each model carries on its own conversation.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-from ._args import add_model, add_pop, pop_config
+from ._args import add_model, add_pop, add_prefill_chunk, pop_config, prefill_chunk
 
 #: Below this many prompt tokens the output says why little or no speedup shows.
 SHORT_PROMPT = 256
@@ -31,6 +33,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--prompt", help="the prompt (default: a built-in passage of about 1,000 tokens and a "
                                          "question: the first chapter of Pride and Prejudice)")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="greedy tokens for each model (default: 32)")
+    parser.add_argument("--follow-up", action="append", default=[], metavar="TEXT",
+                        help="a later turn, asked after the answer on top of the conversation's cache (repeatable), "
+                             "e.g. --follow-up 'Who says it?'")
+    add_prefill_chunk(parser)
     parser.set_defaults(run=run)
 
 
@@ -39,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("`--prompt` must not be empty")
     if args.max_new_tokens < 1:
         raise ConfigError(f"`--max-new-tokens` must be >= 1, got {args.max_new_tokens}")
+    if any(not text.strip() for text in args.follow_up):
+        raise ConfigError("`--follow-up` must not be empty")
+    chunk = prefill_chunk(args)
     if args.config:
         if args.skip is not None:
             raise ConfigError("give --skip (and --boundary, --offset) or --config, not both")
@@ -61,44 +70,66 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
     inputs = tokenizer([args.prompt or demo_prompt()], return_tensors="pt").to(model.device)
-    pop_ids = greedy(model, inputs, config, args.max_new_tokens)
-    full_ids = greedy(model, inputs, None, args.max_new_tokens)
+    turns = [tokenizer(["\n\n" + text], add_special_tokens=False, return_tensors="pt")["input_ids"].to(model.device)
+             for text in args.follow_up]
+    pop_answers = converse(model, inputs, turns, config, args.max_new_tokens, chunk)
+    full_answers = converse(model, inputs, turns, None, args.max_new_tokens, chunk)
     # Timed like the generation it stands for: no autograd graph is recorded during the prefill.
     with torch.inference_mode():
         pair = measure_pair(
-            lambda: prefill(model, inputs, config),
-            lambda: prefill(model, inputs, None),
+            lambda: prefill(model, inputs, config, chunk),
+            lambda: prefill(model, inputs, None, chunk),
             timer=Timer(model.device),
             policy=RepeatPolicy(warmup=1, min_repeats=5, min_seconds=0.5),
         )
     length = inputs["input_ids"].shape[1]
     source = "your prompt" if args.prompt else "built-in demo: Pride and Prejudice, chapter 1, and a question"
-    print(f"prompt: {length} tokens ({source})")
-    print(f"POP [{config}]: {tokenizer.decode(pop_ids, skip_special_tokens=True)!r}")
-    print(f"full model: {tokenizer.decode(full_ids, skip_special_tokens=True)!r}")
-    print(f"the two agree on their first {_agreeing(pop_ids, full_ids)} tokens (POP generated {len(pop_ids)}, "
-          f"the full model {len(full_ids)}, at most {args.max_new_tokens} each)")
+    chunked = f", prefilled in chunks of {chunk} tokens" if chunk else ""
+    print(f"prompt: {length} tokens ({source}{chunked})")
+    _print_answers(tokenizer, config, pop_answers[0], full_answers[0], args.max_new_tokens)
     print(ttft_line(pair, length))
     if length < SHORT_PROMPT:
         print(SHORT_NOTE)
+    for i, (text, turn) in enumerate(zip(args.follow_up, turns), start=1):
+        print(f"follow-up {i}: {text!r} ({turn.shape[1]} tokens, prefilled on top of the conversation's cache)")
+        _print_answers(tokenizer, config, pop_answers[i], full_answers[i], args.max_new_tokens)
     return 0
 
 
-def greedy(model: Any, inputs: Any, config: Any, max_new_tokens: int) -> list[int]:
-    """The greedy continuation's token ids, with POP in prefill if ``config`` is given, the plain model otherwise."""
+def _print_answers(tokenizer: Any, config: Any, pop_ids: list[int], full_ids: list[int], most: int) -> None:
+    print(f"POP [{config}]: {tokenizer.decode(pop_ids, skip_special_tokens=True)!r}")
+    print(f"full model: {tokenizer.decode(full_ids, skip_special_tokens=True)!r}")
+    print(f"the two agree on their first {_agreeing(pop_ids, full_ids)} tokens (POP generated {len(pop_ids)}, "
+          f"the full model {len(full_ids)}, at most {most} each)")
+
+
+def converse(model: Any, inputs: Any, turns: list[Any], config: Any, max_new_tokens: int,
+             chunk: int | None = None) -> list[list[int]]:
+    """Greedy answers to the prompt and to each later turn (token ids (1, M) appended after the answer before).
+
+    With ``config``, POP prefills the prompt (in chunks of ``chunk`` tokens if given) and each turn on top of the
+    conversation's cache; decode is the full model. Without, the plain model.
+    """
     import torch
 
     from poptune.engine import apply_pop, remove_pop
+    from poptune.segments import generate
 
+    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, return_dict_in_generate=True)
     if config is not None:
         apply_pop(model, config)
     try:
         with torch.inference_mode():
-            output = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+            out = generate(model, inputs, chunk=chunk, **kwargs)
+            answers = [out.sequences[0, inputs["input_ids"].shape[1] :].tolist()]
+            for turn in turns:
+                ids = torch.cat([out.sequences, turn], dim=1)  # (1, conversation so far + turn)
+                out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), cache=out.cache, **kwargs)
+                answers.append(out.sequences[0, ids.shape[1] :].tolist())
     finally:
         if config is not None:
             remove_pop(model)
-    return output[0, inputs["input_ids"].shape[1] :].tolist()
+    return answers
 
 
 def _agreeing(a: list[int], b: list[int]) -> int:

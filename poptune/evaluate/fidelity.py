@@ -126,18 +126,20 @@ def measure_fidelity(
     *,
     batch_size: int = 4,
     source: str = "",
+    prefill_chunk: int | None = None,
 ) -> FidelityResult:
-    """Compare POP with ``config`` to the full model on ``pairs``; the model is left without POP."""
+    """Compare POP with ``config`` to the full model on ``pairs`` (contexts prefilled in chunks of
+    ``prefill_chunk`` tokens if given); the model is left without POP."""
     fulls, pops, continuations = [], [], []
     pad_id = tokenizer.pad_token_id
     for start in range(0, len(pairs), batch_size):
         chunk = pairs[start : start + batch_size]
         contexts, conts = [c for c, _ in chunk], [c for _, c in chunk]
         remove_pop(model)
-        fulls += continuation_logprobs(model, contexts, conts, pad_id=pad_id)
+        fulls += continuation_logprobs(model, contexts, conts, pad_id=pad_id, prefill_chunk=prefill_chunk)
         apply_pop(model, config)
         try:
-            pops += continuation_logprobs(model, contexts, conts, pad_id=pad_id)
+            pops += continuation_logprobs(model, contexts, conts, pad_id=pad_id, prefill_chunk=prefill_chunk)
         finally:
             remove_pop(model)
         continuations += conts

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from poptune.engine import PopConfig, apply_pop, remove_pop
+from poptune.engine import PopConfig, apply_pop, remove_pop, stage
 from poptune.evaluate.fidelity import FidelityResult, summarise
 from poptune.models.vision import ImageSize, decode_position_ids, image_prompt, kept_rope_state, synthetic_image
 
@@ -28,7 +28,9 @@ def _continuation_logprobs(model: Any, prompt: dict[str, torch.Tensor], continua
     tail = continuation[:, :-1]  # (1, m - 1): each predicts the next
     mask = torch.cat([prompt["attention_mask"], torch.ones_like(tail)], dim=1)
     positions = decode_position_ids(model, prompt, mask, new=tail.shape[1])
-    rest = model(input_ids=tail, attention_mask=mask, position_ids=positions, cache=out.cache, use_cache=True).logits
+    with stage(model, "decode"):
+        rest = model(input_ids=tail, attention_mask=mask, position_ids=positions, cache=out.cache,
+                     use_cache=True).logits
     return torch.cat([first, torch.log_softmax(rest[0].float(), dim=-1)], dim=0)
 
 

@@ -5,7 +5,8 @@ rule, and context/continuation split), so with ``skip=0`` the scores equal plain
 how a loglikelihood request is scored: the context is a *prompt* -- prefilled with POP under the configured
 boundary rule -- and the continuation is scored at full depth from that cache, as decode would see it
 (:mod:`poptune.evaluate.scoring`). Requests sharing a context share one prefill. ``generate_until`` uses POP
-generation through ``model.generate``.
+generation through ``model.generate``. POP is applied to the model only while ``PopLM`` scores or generates: a
+model passed in is handed back as it was.
 
 lm-eval 0.4 has no plugin discovery for models: importing this module registers ``poptune`` with its
 registry, and ``python -m poptune.evaluate.harness ...`` is ``lm_eval ...`` with it registered.
@@ -21,9 +22,10 @@ from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
 
 from poptune import progress
-from poptune.engine import PopConfig, apply_pop
+from poptune.engine import PopConfig, apply_pop, decoder_of
 from poptune.errors import ConfigError
 from poptune.evaluate.scoring import score_continuations
+from poptune.segments import chunk_bounds, generate
 
 __all__ = ["PopLM"]
 
@@ -40,6 +42,7 @@ class PopLM(HFLM):
             final block; ``skip`` then defaults to its size.
         device, dtype, weights: As :func:`poptune.load_model` (ignored for a loaded model).
         batch_size: Contexts prefilled together (left-padded).
+        prefill_chunk: Prefill contexts in chunks of this many tokens (None: whole); generation too.
         **kwargs: Passed to ``HFLM`` (``max_length``, ``add_bos_token``, ...).
 
     Example:
@@ -59,6 +62,7 @@ class PopLM(HFLM):
         weights: str = "pretrained",
         batch_size: int | str = 8,
         tokenizer: Any = None,
+        prefill_chunk: int | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(layers, str):  # lm-eval's --model_args splits on commas: layers are dash-separated there
@@ -75,9 +79,11 @@ class PopLM(HFLM):
             raise ConfigError("PopLM needs `tokenizer` when given a loaded model")
         if batch_size == "auto":
             raise ConfigError("PopLM batches contexts itself: give `batch_size` as an integer")
+        chunk_bounds(2, prefill_chunk)  # validates it
         super().__init__(pretrained=pretrained, tokenizer=tokenizer, batch_size=int(batch_size), **kwargs)
-        apply_pop(self.model, config)
+        config.check(len(decoder_of(self.model).layers))  # refused before any request, not at the first
         self.pop_config = config
+        self.prefill_chunk = prefill_chunk
 
     @property
     def config_tag(self) -> str:
@@ -109,7 +115,21 @@ class PopLM(HFLM):
         return super().generate_until(requests, disable_tqdm=disable_tqdm)
 
     def _model_generate(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
-        out = super()._model_generate(context, max_length, stop, **generation_kwargs)
+        """HFLM's generation -- greedy unless the task samples -- with POP applied for the call and the prompt
+        prefilled in chunks of ``prefill_chunk`` tokens if given."""
+        from lm_eval.models.utils_hf import stop_sequences_criteria
+
+        attention_mask = generation_kwargs.pop("attention_mask", None)
+        temperature = generation_kwargs.pop("temperature", 0.0)
+        if temperature == 0.0 and generation_kwargs.get("do_sample") is None:
+            generation_kwargs["do_sample"] = False
+        if not (temperature == 0.0 and generation_kwargs.get("do_sample") is False):
+            generation_kwargs["temperature"] = temperature
+        stopping = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
+        with apply_pop(self.model, self.pop_config):
+            out = generate(self.model, {"input_ids": context, "attention_mask": attention_mask},
+                           chunk=self.prefill_chunk, max_length=max_length, stopping_criteria=stopping,
+                           pad_token_id=self.tokenizer.pad_token_id, use_cache=True, **generation_kwargs)
         progress.advance(int(context.shape[0]))
         return out
 
@@ -134,12 +154,14 @@ class PopLM(HFLM):
         with tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="POP loglikelihood") as bar:
             for start in range(0, len(contexts), batch):
                 members = [i for ctx in contexts[start : start + batch] for i in by_context[ctx]]
-                scores = score_continuations(
-                    self.model,
-                    [prepared[i][0] for i in members],
-                    [prepared[i][1] for i in members],
-                    pad_id=pad_id,
-                )
+                with apply_pop(self.model, self.pop_config):
+                    scores = score_continuations(
+                        self.model,
+                        [prepared[i][0] for i in members],
+                        [prepared[i][1] for i in members],
+                        pad_id=pad_id,
+                        prefill_chunk=self.prefill_chunk,
+                    )
                 for i, answer in zip(members, scores):
                     results[i] = answer
                     if requests[i][0] is not None:

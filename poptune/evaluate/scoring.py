@@ -15,6 +15,10 @@ from typing import Any
 
 import torch
 
+from poptune.engine import stage
+from poptune.models.vision import decode_position_ids
+from poptune.segments import prefill_prompt
+
 __all__ = ["score_continuations", "continuation_logprobs", "iter_logprobs"]
 
 # Continuation positions per batched forward; bounds the (rows, positions, vocab) logits tensor.
@@ -46,13 +50,19 @@ def _take_rows(cache: Any, index: torch.Tensor) -> Any:
 
 @torch.inference_mode()  # torch wraps each step of a generator in the mode, not the consumer's code
 def iter_logprobs(
-    model: Any, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], *, pad_id: int
+    model: Any,
+    contexts: Sequence[Sequence[int]],
+    continuations: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    prefill_chunk: int | None = None,
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """Yield ``(i, logp)`` for each pair i as soon as it is scored (pairs come out of order).
 
     ``logp`` is a float32 tensor (len(continuation), V): row j is the distribution the model gives
     continuation token j after the context and continuation[:j]. Equal contexts are prefilled once, in one
-    left-padded batch. Consume each tensor before asking for the next chunk to keep memory bounded.
+    left-padded batch (in chunks of ``prefill_chunk`` tokens if given); the continuations are decode, at full
+    depth. Consume each tensor before asking for the next chunk to keep memory bounded.
     """
     unique: dict[tuple[int, ...], int] = {}
     for ctx in contexts:
@@ -60,7 +70,7 @@ def iter_logprobs(
     keys = list(unique)
     device = next(model.parameters()).device
     ids, mask = _left_pad(keys, pad_id, device)
-    out = model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
+    out = prefill_prompt(model, {"input_ids": ids, "attention_mask": mask}, chunk=prefill_chunk)
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # (B, V)
     longer = []
     for i, (ctx, cont) in enumerate(zip(contexts, continuations)):
@@ -84,12 +94,12 @@ def iter_logprobs(
             tail = continuations[i][:-1]
             cont_ids[r, : len(tail)] = torch.tensor(tail, dtype=torch.long, device=device)
             cont_mask[r, : len(tail)] = 1  # right padding: real tokens never attend to it
-        logits = model(
-            input_ids=cont_ids,
-            attention_mask=torch.cat([mask.index_select(0, index), cont_mask], dim=1),
-            cache=cache,
-            use_cache=True,
-        ).logits  # (rows, width, V)
+        full_mask = torch.cat([mask.index_select(0, index), cont_mask], dim=1)  # (rows, n + width)
+        # Explicit positions: Qwen3-VL would otherwise apply the mRoPE offset an earlier image prompt left.
+        positions = decode_position_ids(model, {}, full_mask, new=width)
+        with stage(model, "decode"):
+            logits = model(input_ids=cont_ids, attention_mask=full_mask, position_ids=positions, cache=cache,
+                           use_cache=True).logits  # (rows, width, V)
         logp = torch.log_softmax(logits.float(), dim=-1)
         for r, i in enumerate(chunk):
             n = len(continuations[i])
@@ -97,17 +107,27 @@ def iter_logprobs(
 
 
 def continuation_logprobs(
-    model: Any, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], *, pad_id: int
+    model: Any,
+    contexts: Sequence[Sequence[int]],
+    continuations: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    prefill_chunk: int | None = None,
 ) -> list[torch.Tensor]:
     """:func:`iter_logprobs` collected in request order (holds every (n, V) tensor: keep batches small)."""
     results: list[torch.Tensor | None] = [None] * len(contexts)
-    for i, logp in iter_logprobs(model, contexts, continuations, pad_id=pad_id):
+    for i, logp in iter_logprobs(model, contexts, continuations, pad_id=pad_id, prefill_chunk=prefill_chunk):
         results[i] = logp
     return results  # type: ignore[return-value]
 
 
 def score_continuations(
-    model: Any, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]], *, pad_id: int
+    model: Any,
+    contexts: Sequence[Sequence[int]],
+    continuations: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    prefill_chunk: int | None = None,
 ) -> list[tuple[float, bool]]:
     """lm-eval's ``(log-likelihood, is_greedy)`` of each continuation given its context.
 
@@ -116,9 +136,10 @@ def score_continuations(
         contexts: Token ids of each context (non-empty).
         continuations: Token ids of each continuation (non-empty).
         pad_id: Padding token id.
+        prefill_chunk: Prefill the contexts in chunks of this many tokens (None: whole).
     """
     scored: list[tuple[float, bool] | None] = [None] * len(contexts)
-    for i, logp in iter_logprobs(model, contexts, continuations, pad_id=pad_id):
+    for i, logp in iter_logprobs(model, contexts, continuations, pad_id=pad_id, prefill_chunk=prefill_chunk):
         target = torch.tensor(continuations[i], device=logp.device)
         picked = logp.gather(1, target.unsqueeze(1)).squeeze(1)
         scored[i] = (float(picked.sum()), bool((logp.argmax(dim=-1) == target).all()))

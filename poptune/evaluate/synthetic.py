@@ -408,6 +408,7 @@ def run_synthetic(
     *,
     max_new_tokens: int = 8,
     batch_size: int = 1,
+    prefill_chunk: int | None = None,
 ) -> SyntheticResult:
     """Greedy-generate a continuation of every item's prompt and score it.
 
@@ -421,6 +422,7 @@ def run_synthetic(
         items: From :func:`passkey_items`, :func:`kv_recall_items` or built by hand.
         max_new_tokens: Tokens generated per item; the answer must be the first number among them.
         batch_size: Prompts per ``generate`` call.
+        prefill_chunk: Prefill each prompt in chunks of this many tokens (None: whole).
 
     Returns:
         The per-item records with accuracies per task and cell.
@@ -442,7 +444,7 @@ def run_synthetic(
     progress.expect(len(items))
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
-        texts = _generate(model, tokenizer, [items[i].prompt for i in batch], max_new_tokens)
+        texts = _generate(model, tokenizer, [items[i].prompt for i in batch], max_new_tokens, prefill_chunk)
         outputs.update(zip(batch, texts))
         progress.advance(len(batch))
 
@@ -460,15 +462,21 @@ def run_synthetic(
 
 
 def _generate(
-    model: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase", prompts: list[str], max_new_tokens: int
+    model: "PreTrainedModel",
+    tokenizer: "PreTrainedTokenizerBase",
+    prompts: list[str],
+    max_new_tokens: int,
+    prefill_chunk: int | None,
 ) -> list[str]:
     import torch
+
+    from poptune.segments import generate
 
     inputs = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with torch.no_grad():
-        out = model.generate(
-            **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id
+        out = generate(
+            model, inputs, chunk=prefill_chunk, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id
         )  # (B, N + T)
     new = out[:, inputs["input_ids"].shape[1] :]  # (B, T)
     return tokenizer.batch_decode(new, skip_special_tokens=True)

@@ -89,13 +89,13 @@ class _Row:
 
 def _sides(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """The two prefill calls of a row: POP (with the baseline's transform) and the full model."""
-    model, config, transform = run.model, run.config, run.transform
+    model, config, transform, chunk = run.model, run.config, run.transform, run.spec.prefill_chunk
 
     def measured() -> Any:
         with applied(model, transform):
-            return prefill(model, inputs, config)
+            return prefill(model, inputs, config, chunk)
 
-    return measured, lambda: prefill(model, inputs, None)
+    return measured, lambda: prefill(model, inputs, None, chunk)
 
 
 def _prefill_pair(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[PairRecord, dict[str, Any], dict[str, Any]]:
@@ -131,7 +131,8 @@ def _measure_row(run: _Row, prompt: _PromptRow, label: str) -> BenchRow:
                 with applied(model, transform):
                     decode(model, out, inputs, steps)
 
-            full = Staged(lambda: prefill(model, inputs, None), lambda out: decode(model, out, inputs, steps))
+            _, whole = _sides(run, inputs)
+            full = Staged(whole, lambda out: decode(model, out, inputs, steps))
             decode_pair = _per_token(measure_pair(Staged(pop, measured_decode), full, timer=run.timer,
                                                   policy=run.spec.policy), steps)
             if run.progress:
@@ -151,8 +152,11 @@ def _null_check(model: Any, prompt: _PromptRow, rows: list[BenchRow], spec: Benc
     aa = None
     if spec.null_check:
         inputs = prompt.inputs
-        aa = figures(measure_pair(lambda: prefill(model, inputs, None), lambda: prefill(model, inputs, None),
-                                  timer=timer, policy=spec.policy))
+
+        def full() -> Any:
+            return prefill(model, inputs, None, spec.prefill_chunk)
+
+        aa = figures(measure_pair(full, full, timer=timer, policy=spec.policy))
     return NullCheck(length=prompt.length, aa=aa,
                      decode={row.length: figures(row.decode) for row in rows if row.decode is not None},
                      above_ideal=[row.length for row in rows if row.above_ideal])

@@ -26,6 +26,7 @@ from poptune.measure.records import PairRecord
 from poptune.measure.stats import MIN_BOOTSTRAP
 from poptune.measure.timer import RepeatPolicy
 from poptune.models.vision import ImageSize
+from poptune.segments import chunk_bounds
 
 __all__ = ["DEFAULT_POLICY", "BenchSpec", "BenchRow", "BenchResult", "versions"]
 
@@ -69,6 +70,8 @@ class BenchSpec:
             :mod:`poptune.measure.graphs` for where it applies).
         energy_seconds: Length of each side's energy block per row (0: none; else at least 1 s; without
             NVML no block runs and the row says why).
+        prefill_chunk: Prefill in chunks of this many tokens, POP and the full model alike (None: whole
+            prompts; text prompts only), see :mod:`poptune.segments`.
     """
 
     lengths: tuple[int, ...] = (128, 512, 2048)
@@ -79,6 +82,7 @@ class BenchSpec:
     null_check: bool = True
     graphs: bool = False
     energy_seconds: float = MIN_BLOCK_SECONDS
+    prefill_chunk: int | None = None
 
     def __post_init__(self) -> None:
         check_block_seconds(self.energy_seconds)
@@ -95,6 +99,9 @@ class BenchSpec:
             raise ConfigError(f"`batch_size` must be an integer >= 1, got {self.batch_size!r}")
         if not isinstance(self.decode_tokens, int) or self.decode_tokens < 0:
             raise ConfigError(f"`decode_tokens` must be an integer >= 0, got {self.decode_tokens!r}")
+        chunk_bounds(2, self.prefill_chunk)  # validates it
+        if self.prefill_chunk is not None and self.images:
+            raise ConfigError("`prefill_chunk` applies to text prompts only: image prompts are prefilled whole")
 
 
 @dataclass
@@ -248,6 +255,7 @@ class BenchResult:
             "images": [str(size) for size in self.spec.images],
             "batch_size": self.spec.batch_size,
             "decode_tokens": self.spec.decode_tokens,
+            "prefill_chunk": self.spec.prefill_chunk,
             "graphs": self.spec.graphs,
             "energy_seconds": self.spec.energy_seconds,
             "policy": self.spec.policy.to_dict(),
@@ -276,6 +284,7 @@ class BenchResult:
             policy=RepeatPolicy.from_dict(data["policy"]),
             images=tuple(ImageSize.parse(text) for text in data.get("images", [])),
             null_check=data.get("null_check") is not None,
+            prefill_chunk=data.get("prefill_chunk"),
             graphs=bool(data.get("graphs", False)),
             energy_seconds=data.get("energy_seconds", 0.0),
         )

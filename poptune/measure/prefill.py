@@ -8,12 +8,14 @@ from typing import Any
 import torch
 
 from poptune.engine import PopConfig, apply_pop, remove_pop
+from poptune.segments import prefill_prompt
 
 __all__ = ["prefill", "decode"]
 
 
-def prefill(model: Any, inputs: Mapping[str, torch.Tensor], config: PopConfig | None) -> Any:
-    """One prefill of ``inputs``, with POP if ``config`` is given, the plain model otherwise.
+def prefill(model: Any, inputs: Mapping[str, torch.Tensor], config: PopConfig | None, chunk: int | None = None) -> Any:
+    """One prefill of ``inputs``, with POP if ``config`` is given, the plain model otherwise; in chunks of
+    ``chunk`` tokens if given (see :mod:`poptune.segments`).
 
     POP is applied for the call and removed after, so calls for several configurations can be interleaved
     on one model. Only the last position's logits are computed, as ``generate`` does, so the full model is
@@ -22,7 +24,7 @@ def prefill(model: Any, inputs: Mapping[str, torch.Tensor], config: PopConfig | 
     if config is not None:
         apply_pop(model, config)
     try:
-        return model(**inputs, use_cache=True, logits_to_keep=1)
+        return prefill_prompt(model, inputs, chunk=chunk)
     finally:
         if config is not None:
             remove_pop(model)

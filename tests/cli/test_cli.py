@@ -56,6 +56,15 @@ def test_bench_with_images_reports_image_tokens_per_resolution(capsys, tmp_path)
     assert all(row["length"] > row["image_tokens"] and row["speedup"] > 0 for row in rows.values())
 
 
+def test_bench_in_chunks(capsys, tmp_path):
+    path = tmp_path / "bench.json"
+    code, out, _ = _run(capsys, "bench", "--model", "tiny-llama", "--skip", "2", "--lengths", "24", "--repeats", "3",
+                        "--min-seconds", "0", "--decode-tokens", "0", "--max-pairs", "3", "--no-null-check",
+                        "--prefill-chunk", "8", "--json", str(path))
+    assert code == 0 and "prefill in chunks of 8 tokens" in out.splitlines()[0]
+    assert json.loads(path.read_text())["prefill_chunk"] == 8
+
+
 def test_generate_prints_both_continuations_and_ttft(capsys):
     code, out, _ = _run(capsys, "generate", "--model", "tiny-qwen3", "--skip", "2", "--prompt", "Hello", "--max-new-tokens", "3")
     assert code == 0
@@ -71,6 +80,35 @@ def test_generate_prints_both_continuations_and_ttft(capsys):
                         r"full model [\d.]+ ms; speedup [\d.]+x \(median of the \1 per-pair ratios, "
                         r"range [\d.]+-[\d.]+\)", lines[4])
     assert lines[5] == SHORT_NOTE  # a few-token prompt: says why no speedup shows
+
+
+def test_generate_a_two_turn_conversation_in_chunks(capsys):
+    code, out, _ = _run(capsys, "generate", "--model", "tiny-llama", "--skip", "2", "--prompt", "Once upon a time, "
+                        "in a land far away,", "--follow-up", "And then?", "--max-new-tokens", "3", "--prefill-chunk", "8")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].endswith("(your prompt, prefilled in chunks of 8 tokens)")
+    turn = lines.index("follow-up 1: 'And then?' (11 tokens, prefilled on top of the conversation's cache)")
+    assert lines[turn + 1].startswith("POP [skip=2") and lines[turn + 2].startswith("full model: ")
+    assert lines[turn + 3].startswith("the two agree on their first ")
+
+
+def test_generate_follow_up_answers_are_the_models_own(capsys):
+    """The full model's second answer is what it generates itself on the two-turn conversation."""
+    import torch
+
+    model, tok = load_model("tiny-llama")
+    first = tok(["Hello there"], return_tensors="pt")
+    with torch.no_grad():
+        answer = model.generate(**first, max_new_tokens=3, do_sample=False)
+        follow = tok(["\n\nWhy?"], add_special_tokens=False, return_tensors="pt")["input_ids"]
+        ids = torch.cat([answer, follow], dim=1)
+        second = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=3,
+                                do_sample=False)[0, ids.shape[1]:]
+    code, out, _ = _run(capsys, "generate", "--model", "tiny-llama", "--skip", "0", "--prompt", "Hello there",
+                        "--follow-up", "Why?", "--max-new-tokens", "3")
+    assert code == 0
+    assert f"full model: {tok.decode(second, skip_special_tokens=True)!r}" in out.split("follow-up 1:")[1]
 
 
 def test_generate_without_prompt_runs_the_long_demo(capsys):
@@ -139,6 +177,12 @@ def test_generate_times_prefill_without_autograd(capsys, monkeypatch):
         (["generate", "--model", "tiny-llama", "--skip", "1", "--max-new-tokens", "0"], "must be >= 1, got 0"),
         (["generate", "--model", "tiny-llama"], "give --skip"),
         (["generate", "--model", "tiny-llama", "--skip", "9"], "`skip` must be in [0, 5]"),
+        (["generate", "--model", "tiny-llama", "--skip", "1", "--follow-up", " "], "`--follow-up` must not be empty"),
+        (["generate", "--model", "tiny-llama", "--skip", "1", "--prefill-chunk", "0"], "`prefill_chunk` must be"),
+        (["bench", "--model", "tiny-llama", "--skip", "1", "--prefill-chunk", "-4"], "`prefill_chunk` must be"),
+        (["bench", "--model", "tiny-qwen3-vl", "--skip", "1", "--image", "64x48", "--prefill-chunk", "8"],
+         "text prompts only"),
+        (["eval", "--model", "tiny-llama", "--skip", "1", "--prefill-chunk", "0"], "`prefill_chunk` must be"),
     ],
 )
 def test_user_errors_are_one_line_exit_2(capsys, tmp_path, argv, message):

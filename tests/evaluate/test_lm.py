@@ -141,3 +141,33 @@ def test_registered_with_lm_eval():
     from lm_eval.api.registry import get_model
 
     assert get_model("poptune") is PopLM
+
+
+def test_the_model_passed_in_is_handed_back_as_it_was(tiny):
+    """POP is applied only while PopLM scores or generates: the caller's model keeps its own state."""
+    from poptune import get_pop_config
+
+    model, tok = tiny
+    lm = PopLM(pretrained=model, tokenizer=tok, skip=3, boundary="none", batch_size=2)
+    assert get_pop_config(model) is None
+    lm.loglikelihood(_requests(), disable_tqdm=True)
+    assert get_pop_config(model) is None
+    with apply_pop(model, PopConfig(skip=1)):  # a configuration of the caller's own survives PopLM's
+        lm.loglikelihood(_requests()[:2], disable_tqdm=True)
+        assert get_pop_config(model) == PopConfig(skip=1)
+
+
+def test_prefill_chunk_scores_and_generates_the_same(tiny):
+    model, tok = tiny
+    request = Instance(request_type="generate_until", doc={}, idx=0,
+                       arguments=("Once upon a time there was", {"until": ["\n\n"], "do_sample": False}))
+    results = []
+    for chunk in (None, 3):
+        lm = PopLM(pretrained=model, tokenizer=tok, skip=3, boundary="window-4", batch_size=2, max_gen_toks=4,
+                   prefill_chunk=chunk)
+        results.append((lm.loglikelihood(_requests(), disable_tqdm=True), lm.generate_until([request], True)))
+    (whole, text), (chunked, chunked_text) = results
+    _close(chunked, whole, tol=1e-5)
+    assert chunked_text == text
+    with pytest.raises(ConfigError, match="`prefill_chunk` must be an integer >= 1"):
+        PopLM(pretrained=model, tokenizer=tok, skip=1, prefill_chunk=0)

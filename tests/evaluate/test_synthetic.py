@@ -224,7 +224,7 @@ def test_run_synthetic_scores_a_known_answer(tiny_llama, monkeypatch) -> None:
     model, tokenizer = tiny_llama
     items = kv_recall_items(tokenizer, num_pairs=(2,), per_cell=2)
     answers = {i.prompt: f" {i.answer}." for i in items[:1]}
-    monkeypatch.setattr(synthetic, "_generate", lambda m, t, prompts, n: [answers.get(p, " 0") for p in prompts])
+    monkeypatch.setattr(synthetic, "_generate", lambda m, t, prompts, n, chunk: [answers.get(p, " 0") for p in prompts])
     result = run_synthetic(model, tokenizer, items)
     assert [r["correct"] for r in result.records] == [True, False]
     assert result.accuracy == {"kv_recall": 0.5} and result.breakdown("kv_recall") == {"num_pairs=2": 0.5}
