@@ -45,8 +45,10 @@ def run(argv: list[str], cwd: Path) -> tuple[int, str]:
 
 
 def _lines(stderr: str) -> str:
-    """stderr without progress-bar redraws."""
-    lines = [line for line in stderr.replace("\r", "\n").splitlines() if line.strip() and not line.startswith("study:")]
+    """stderr without the progress bars (the study's bar and its indented phase bar, with their redraws)."""
+    text = stderr.replace("\x1b[A", "").replace("\r", "\n")
+    lines = [line for line in text.splitlines() if line.strip() and not line[0].isspace()
+             and not line.startswith("configurations measured:")]
     return "\n".join(lines)
 
 
@@ -178,7 +180,7 @@ def full_disk_fault(folder: Path) -> dict:
         finally:
             os.close(fd)
         started = time.monotonic()
-        code, err = run(argv, folder)
+        code, err = run([*STUDY, "--add", "1", "--storage", f"sqlite:///{db}"], folder)  # a trial to write
         seconds = time.monotonic() - started
         (disk / "filler").unlink()
         after = completed_values(db)

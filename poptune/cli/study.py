@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +149,11 @@ class _Bars:
         from tqdm import tqdm
 
         self.opened = True
+        if self.disable:  # a worker started by --gpus: no bars
+            return
         self.trials = tqdm(total=budget, initial=min(done, budget), desc="configurations measured", position=0,
-                           bar_format="{desc}: {n_fmt}/{total_fmt} |{bar:16}| {elapsed}{postfix}", disable=self.disable)
-        self.phase = tqdm(total=None, position=1, leave=False, disable=self.disable,
+                           bar_format="{desc}: {n_fmt}/{total_fmt} |{bar:16}| {elapsed}{postfix}")
+        self.phase = tqdm(total=None, position=1, leave=False,
                           bar_format="  {desc}: {n_fmt}/{total_fmt} {unit} [{elapsed}]")
 
     def write(self, line: str) -> None:
@@ -159,6 +162,8 @@ class _Bars:
     def measured(self, seconds: float, best: str) -> None:
         """A measured trial finished: count it, and say the ETA from measured trials' mean duration."""
         self.seconds.append(seconds)
+        if self.trials is None:
+            return
         self.trials.update(1)
         left = self.trials.total - self.trials.n
         mean = sum(self.seconds) / len(self.seconds)
@@ -191,7 +196,7 @@ class _Bars:
             return
         _, unit, total, done = self.stack[-1] if self.stack else ("", "step", None, 0)
         if restart:
-            self.phase.start_t = self.phase._time()  # elapsed counts from the phase's start
+            self.phase.start_t = time.time()  # elapsed counts from the phase's start (tqdm's clock)
         self.phase.total, self.phase.n, self.phase.unit = total, done, unit + "s" if unit else ""
         self.phase.set_description_str(" > ".join(entry[0] for entry in self.stack) or "between phases", refresh=False)
         self.phase.refresh()
