@@ -117,7 +117,7 @@ def remeasure_noisy(study: "optuna.Study", evaluator: "ConfigEvaluator", *, atte
     """Time again every configuration all of whose trials are ``noisy``, up to ``attempts`` times each (its
     accuracy is kept: the items' outcomes do not depend on the machine's load).
 
-    Returns the numbers of the trials measured again.
+    Returns the numbers of the trials timed again.
     """
     from poptune.env.problem import Measurement
     from poptune.tune import _outcome

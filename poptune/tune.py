@@ -16,7 +16,8 @@ Trust in the latency (:mod:`poptune.measure.nullcheck`): each trial's pairs run 
 is +-2% (within the problem's caps); each study run times an A/A pair (full against full) at its start and end
 (study attribute ``null_checks``). A trial whose decode pairs (identical work) exclude 1 +- 3%, or whose
 speedup is above the FLOPs ideal by more than its interval, is marked ``noisy``, left out of the front, and
-measured again at the end of the run (a new trial with ``remeasure_of``). Then a confirmation pass re-times the
+timed again at the end of the run, its accuracy kept (a new trial with ``remeasure_of``); the full model's own
+trial is an A/A pair and is checked the same way. Then a confirmation pass re-times the
 front's configurations together, interleaved round by round, with more pairs; the front is recomputed from
 those figures (study attribute ``confirmation``, read by :func:`poptune.store.front`).
 
@@ -102,7 +103,7 @@ class StudySpec:
         calibration: Calibration text of the baselines.
         reuse_states: Replay the layers before the skipped block from the full model's stored states when
             scoring accuracy (:mod:`poptune.prefix`; checked against the plain prefill at the start).
-        confirm: After this run's trials, re-measure noisy trials, run the confirmation pass and time the A/A
+        confirm: After this run's trials, re-time noisy trials, run the confirmation pass and time the A/A
             pairs (:mod:`poptune.trust`); workers sharing a server storage leave it to a later single run.
     """
 
@@ -333,7 +334,7 @@ def _objective(
             _store_full_run(study, evaluator)
         reference = _reference_ms(study, trial.number, measurement, num_layers)
         values, info, constraint = _outcome(measurement, info, problem, reference)
-        info["noisy"] = measurement.noisy  # not ranked; measured again at the end of the run
+        info["noisy"] = measurement.noisy  # not ranked; timed again at the end of the run
         if constraint is not None:
             trial.set_constraint("max_drop", constraint)
         for key, value in info.items():
