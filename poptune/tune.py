@@ -68,8 +68,8 @@ if TYPE_CHECKING:
     import optuna
 
 __all__ = [
-    "SAMPLERS", "StudySpec", "run_study", "make_sampler", "paper_default", "add_baselines", "front_ratios",
-    "check_enqueue",
+    "SAMPLERS", "StudySpec", "run_study", "study_name_of", "make_sampler", "paper_default", "add_baselines",
+    "front_ratios", "check_enqueue",
 ]
 
 log = logging.getLogger(__name__)
@@ -546,7 +546,8 @@ def run_study(
         return _run_study(spec, held, evaluator=evaluator, callbacks=callbacks, started=started)
 
 
-def _study_name(spec: StudySpec) -> str:
+def study_name_of(spec: StudySpec) -> str:
+    """The study ``spec`` runs: ``spec.study``, else ``<model>@<hardware-id>`` of this machine."""
     from poptune.measure.hardware import fingerprint
     from poptune.models import resolve_model
 
@@ -566,7 +567,7 @@ def _complete_already(spec: StudySpec) -> "optuna.Study | None":
         storage = store.open_reader(spec.storage)
     except ConfigError:  # no database yet
         return None
-    name = _study_name(spec)
+    name = study_name_of(spec)
     if name not in store.study_names(storage):
         return None
     study = optuna.load_study(study_name=name, storage=storage)
@@ -607,7 +608,7 @@ def _run_study(
     if not locked:
         held.enter_context(store.sole_sqlite_worker(spec.storage))
     hardware = fingerprint(problem.device)
-    name = _study_name(spec)
+    name = study_name_of(spec)
     if name in store.study_names(storage):
         _check_problem(optuna.load_study(study_name=name, storage=storage), problem)
     study, created = _open_study(spec, storage, name, num_layers)

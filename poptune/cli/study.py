@@ -296,11 +296,9 @@ def _studies(spec: Any) -> list[Any]:
         storage = store.open_reader(spec.storage)
     except ConfigError:
         return []  # interrupted before the database was made
-    from poptune.measure.hardware import fingerprint
-    from poptune.models import resolve_model
+    from poptune.tune import study_name_of
 
-    name = spec.study or store.study_name(resolve_model(spec.problem.model).name,
-                                          fingerprint(spec.problem.device).hardware_id)
+    name = study_name_of(spec)
     return [optuna.load_study(study_name=name, storage=storage)] if name in store.study_names(storage) else []
 
 
