@@ -59,6 +59,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--name", default="sweep")
     parser.add_argument("--no-reuse", action="store_true", help="no prefix-state reuse")
+    parser.add_argument("--max-state-gib", type=float, default=12.0, help="memory for replayed states (GiB)")
+    parser.add_argument("--note", default="", help="a paragraph written under the table")
     parser.add_argument("--out", default=str(ROOT / "leaderboards"))
     args = parser.parse_args()
 
@@ -72,7 +74,7 @@ def main() -> None:
     if not args.no_reuse:
         from poptune.measure.prompts import prompt_batch
 
-        states = PrefixStates(max_bytes=12 << 30)
+        states = PrefixStates(max_bytes=int(args.max_state_gib * 2**30))
         verify(model, prompt_batch(tokenizer, 1024, 1)["input_ids"], PopConfig(6), PrefixStates())
     rows, runs = [], []
     for config in [PopConfig(0), *_parse(args.configs)]:
@@ -87,7 +89,11 @@ def main() -> None:
                      "drop": mean.to_dict(), "task_drops": {t: d.to_dict() for t, d in drops.items()}})
         print(f"{config}: " + ", ".join(f"{t} {_fmt(t, run)} ({drops[t]})" for t in tasks)
               + f"; mean drop {mean} ({seconds:.0f} s)", flush=True)
+        _write(args, tasks, rows, runs, states)  # after every configuration: a long sweep keeps what it has
 
+
+def _write(args, tasks, rows, runs, states) -> None:
+    """The sweep's Markdown table and JSON rows so far."""
     command = "python benchmarks/accuracy_sweep.py " + shlex.join(sys.argv[1:])
     higher = [t for t in tasks if PRIMARY_METRIC[t] not in LOWER_IS_BETTER]
     lines = [
@@ -110,6 +116,8 @@ def main() -> None:
         mean = "" if c["skip"] == 0 else _ci(row["drop"])
         lines.append(f"| {c['skip']} | {c['boundary']} | {c['offset']} | " + " | ".join(cells) + f" | {mean} |")
     hw = fingerprint("cpu")
+    if args.note:
+        lines += ["", args.note]
     lines += ["", "## Provenance", "", f"- command: `{command.strip()}`",
               f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
               f"- hardware: {hw.name} ({hw.hardware_id})",
