@@ -170,7 +170,7 @@ def main() -> int:
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` too: stop the workers and the server
 
-    from poptune.pgserver import LocalPostgres
+    from poptune.testing.pgserver import LocalPostgres
 
     with tempfile.TemporaryDirectory(prefix="poptune-dist-") as tmp:
         server = None

@@ -1,7 +1,7 @@
 """Benchmark: how fast each sampler finds the best configuration, on the replay of a fully enumerated grid.
 
 1. ``--build``: run a grid study (every configuration measured once, for real) into ``--storage``.
-2. Then :func:`poptune.env.tuner_bench.tuner_efficiency`: for each sampler and seed an in-memory Optuna
+2. Then :func:`poptune.tune.replay.tuner_efficiency`: for each sampler and seed an in-memory Optuna
    study asks configurations, the replay environment answers them from the stored grid (no model); the best
    within-budget speedup after 8, 16 and 32 trials, the hypervolume of the front found, and whether the
    grid's fastest within-budget configuration was among the first 16 trials. (``poptune leaderboard`` writes
@@ -29,11 +29,11 @@ import optuna
 from poptune import store
 from poptune.engine import BOUNDARIES
 from poptune.env import ReplayEnv, TuningProblem
-from poptune.env.problem import MAX_OFFSET
-from poptune.env.tuner_bench import CHECKPOINTS, tuner_efficiency
+from poptune.tune.problem import MAX_OFFSET
+from poptune.tune.replay import CHECKPOINTS, tuner_efficiency
 from poptune.evaluate.taskpack import data_dir
 from poptune.files import safe_name
-from poptune.tune import StudySpec, run_study
+from poptune.tune.study import StudySpec, run_study
 
 ROOT = Path(__file__).resolve().parents[1]
 

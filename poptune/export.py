@@ -26,7 +26,7 @@ def best_within_budget(study: Any, max_drop: float) -> Any:
     """The fastest Pareto-optimal POP trial whose accuracy drop is at most ``max_drop`` points at 95%.
 
     A trial with a paired interval is within the budget when the interval's upper end is; an old trial
-    without one, when its point estimate is. The front is :func:`poptune.store.front`'s: trials marked noisy
+    without one, when its point estimate is. The front is :func:`poptune.store.studies.front`'s: trials marked noisy
     and configurations confirmed above their FLOPs ideal are not on it; confirmed figures replace a trial's own.
     """
     if max_drop < 0:

@@ -99,7 +99,7 @@ def _entry(trial: "optuna.trial.FrozenTrial", num_layers: int, note: str = "",
 
 def entries(study: "optuna.Study") -> list[Entry]:
     """The rows of a study's leaderboard: full model, POP's front and paper rule, then baselines by method."""
-    from poptune.tune import paper_default
+    from poptune.tune.study import paper_default
 
     num_layers = int(study.user_attrs["num_layers"])
     pop = store.completed(study)
@@ -264,7 +264,7 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
     import optuna
 
     from poptune.env.pop_env import ReplayEnv
-    from poptune.env.tuner_bench import CHECKPOINTS, covers_grid, tuner_efficiency
+    from poptune.tune.replay import CHECKPOINTS, covers_grid, tuner_efficiency
 
     out = Path(out_dir)
     if not out.is_dir():

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from poptune import store
 from poptune.engine import PopConfig
 from poptune.files import safe_name, write_text
-from poptune.store import FrontRow
+from poptune.store.studies import FrontRow
 
 if TYPE_CHECKING:
     import optuna
@@ -54,7 +54,7 @@ def _trial_of(study: "optuna.Study", config: PopConfig) -> "optuna.trial.FrozenT
 
 def references(study: "optuna.Study", front: list[FrontRow] | None = None) -> list[Reference]:
     """The full model and the paper's rule, each with its row and whether (and why not) it is on the front."""
-    from poptune.tune import paper_default
+    from poptune.tune.study import paper_default
 
     front = store.front(study) if front is None else front
     confirmed = study.user_attrs.get("confirmation", {}).get("trials", {})

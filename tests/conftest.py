@@ -86,7 +86,7 @@ def gemma():
 @pytest.fixture(scope="session")
 def postgres():
     """A throwaway PostgreSQL server on loopback for the session (skips, saying why, where none can start)."""
-    from poptune.pgserver import LocalPostgres, PostgresUnavailable
+    from poptune.testing.pgserver import LocalPostgres, PostgresUnavailable
 
     server = LocalPostgres()
     try:

@@ -11,7 +11,7 @@ from poptune import ConfigError, apply_pop, get_pop_config, load_model, store
 from poptune.cli import main
 from poptune.env import TuningProblem
 from poptune.export import export_config, load_config
-from poptune.tune import StudySpec, run_study
+from poptune.tune.study import StudySpec, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

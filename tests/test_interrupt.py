@@ -10,7 +10,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from poptune.interrupt import INTERRUPTED, Interrupted, exit_code, interruptible, marking_interrupted
+from poptune.tune.interrupt import INTERRUPTED, Interrupted, exit_code, interruptible, marking_interrupted
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from poptune import store
-from poptune.storages import SharedJournalStorage, SharedRDBStorage
+from poptune.store.shared import SharedJournalStorage, SharedRDBStorage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
@@ -78,7 +78,7 @@ def test_calls_during_a_server_restart_are_retried(postgres, postgres_url, caplo
     storage = store.open_storage(postgres_url, heartbeat=1)
     study = optuna.create_study(storage=storage, study_name="s")
     restart = threading.Thread(target=postgres.restart)
-    with caplog.at_level(logging.WARNING, logger="poptune.storages"):
+    with caplog.at_level(logging.WARNING, logger="poptune.store.shared"):
         restart.start()
         written = 0
         while restart.is_alive() or written < 5:

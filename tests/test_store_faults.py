@@ -13,7 +13,7 @@ import sqlalchemy.exc
 
 from poptune import ConfigError, store
 from poptune.errors import StorageError
-from poptune.storages import SharedRDBStorage, is_permanent_sqlite, is_transient
+from poptune.store.shared import SharedRDBStorage, is_permanent_sqlite, is_transient
 
 
 def test_a_journal_on_a_file_that_is_not_one_is_refused_untouched(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 from poptune import ConfigError, PopConfig, store
 from poptune.cli import main
 from poptune.env import TuningProblem
-from poptune.tune import StudySpec, paper_default, run_study
+from poptune.tune.study import StudySpec, paper_default, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -257,7 +257,7 @@ def test_image_study_input_errors_are_one_line_exit_2(capsys, tmp_path, argv, me
 
 def _failing_evaluate(monkeypatch, bad, make_error):
     """Make measuring ``bad`` fail with ``make_error(measurement)``; returns the list of configurations measured."""
-    from poptune.env.evaluator import ConfigEvaluator
+    from poptune.tune.evaluator import ConfigEvaluator
 
     measured, original = [], ConfigEvaluator.evaluate
 

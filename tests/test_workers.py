@@ -8,7 +8,7 @@ import pytest
 
 from poptune.cli import main
 from poptune.cli.study import _worker_argv
-from poptune.workers import WorkerCommand, parse_gpus, supervise
+from poptune.tune.workers import WorkerCommand, parse_gpus, supervise
 
 # Appends its CUDA_VISIBLE_DEVICES to a file; kills itself with SIGKILL the first time if asked to.
 _WORKER = """

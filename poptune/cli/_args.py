@@ -9,7 +9,7 @@ from poptune.device import DTYPES
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
 from poptune.files import write_text  # noqa: F401  (the commands' one way to write a file)
-from poptune.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
+from poptune.tune.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
 
 
 def add_model(parser: argparse.ArgumentParser) -> None:
@@ -115,7 +115,7 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
 
 
 def add_preset(parser: argparse.ArgumentParser) -> None:
-    """``--preset``: a study's size by name (:mod:`poptune.presets`); explicit options override it."""
+    """``--preset``: a study's size by name (:mod:`poptune.tune.presets`); explicit options override it."""
     sizes = "; ".join(f"{name}: {p.trials} configurations, {p.items}-{p.limit} items per task, at most {p.max_pairs} "
                       f"pairs" for name, p in PRESETS.items())
     parser.add_argument("--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET,
@@ -150,8 +150,8 @@ def preset_of(args: argparse.Namespace) -> Preset:
 
 
 def problem(args: argparse.Namespace) -> Any:
-    """The :class:`~poptune.env.problem.TuningProblem` of :func:`add_problem`'s options (data checked now)."""
-    from poptune.env.problem import TuningProblem
+    """The :class:`~poptune.tune.problem.TuningProblem` of :func:`add_problem`'s options (data checked now)."""
+    from poptune.tune.problem import TuningProblem
     from poptune.evaluate.suite import EMBEDDED, resolve_tasks
     from poptune.evaluate.taskpack import check_data, data_dir
 

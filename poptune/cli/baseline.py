@@ -51,7 +51,7 @@ def _tables(info: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from poptune.baselines.methods import build_baseline, check_ratio
-    from poptune.env.evaluator import ConfigEvaluator
+    from poptune.tune.evaluator import ConfigEvaluator
 
     spec = problem(args)
     calib = calibration_spec(args)

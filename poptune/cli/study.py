@@ -73,7 +73,7 @@ def register(sub: Any) -> None:
 
 def _report_folder(storage: str | None) -> Path:
     """Where a study's summary and plot go: beside its SQLite or journal file, else ``studies/``."""
-    from poptune.store import DEFAULT_STORAGE
+    from poptune.store.studies import DEFAULT_STORAGE
 
     url = storage or DEFAULT_STORAGE
     if url.startswith("sqlite:///"):
@@ -123,7 +123,7 @@ def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
 
 
 def _spec(args: argparse.Namespace, problem: Any) -> Any:
-    from poptune.tune import StudySpec
+    from poptune.tune.study import StudySpec
 
     return StudySpec(problem=problem, trials=preset_of(args).trials, add=args.add, timeout=args.timeout,
                      sampler=args.sampler, storage=args.storage, study=args.study, seed=args.seed,
@@ -221,7 +221,7 @@ def run_study(args: argparse.Namespace) -> int:
 
     from poptune import progress, store
     from poptune.models import resolve_model
-    from poptune.tune import run_study as run
+    from poptune.tune.study import run_study as run
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     resolve_model(spec.problem.model)  # bad input fails before the model loads and the storage
@@ -240,7 +240,7 @@ def run_study(args: argparse.Namespace) -> int:
         seconds = (trial.datetime_complete - trial.datetime_start).total_seconds()
         bars.measured(seconds, label)
 
-    from poptune.interrupt import interruptible
+    from poptune.tune.interrupt import interruptible
 
     try:
         with interruptible(), progress.listening(bars):  # a signal in the report too ends with the summary line
@@ -276,7 +276,7 @@ def _interrupted(error: BaseException, spec: Any) -> int:
     import sys
 
     from poptune import store
-    from poptune.interrupt import exit_code
+    from poptune.tune.interrupt import exit_code
 
     try:
         stored = sum(len(store.completed(s, method=None)) for s in _studies(spec))
@@ -296,7 +296,7 @@ def _studies(spec: Any) -> list[Any]:
         storage = store.open_reader(spec.storage)
     except ConfigError:
         return []  # interrupted before the database was made
-    from poptune.tune import study_name_of
+    from poptune.tune.study import study_name_of
 
     name = study_name_of(spec)
     return [optuna.load_study(study_name=name, storage=storage)] if name in store.study_names(storage) else []
@@ -369,7 +369,7 @@ def _run_workers(args: argparse.Namespace) -> int:
     from poptune import store
     from poptune.measure.hardware import fingerprint
     from poptune.models import resolve_model
-    from poptune.workers import WorkerCommand, check_gpus, parse_gpus, supervise
+    from poptune.tune.workers import WorkerCommand, check_gpus, parse_gpus, supervise
 
     gpus = parse_gpus(args.gpus)
     if not store.is_server(args.storage):

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import gymnasium
 
-from poptune.env.evaluator import ConfigEvaluator
+from poptune.tune.evaluator import ConfigEvaluator
 from poptune.env.pop_env import PopEnv, ReplayEnv
-from poptune.env.problem import Measurement, TuningProblem, config_from_action, reward
+from poptune.tune.problem import Measurement, TuningProblem, config_from_action, reward
 
 __all__ = [
     "ConfigEvaluator",

@@ -2,7 +2,7 @@
 
 Both are one-step (contextual-bandit) environments: ``reset`` gives a fixed observation describing the
 problem, ``step(action)`` measures (or looks up) one configuration and ends the episode (``terminated=True``).
-The reward is :func:`poptune.env.problem.reward`; ``info`` holds every objective and sub-measurement.
+The reward is :func:`poptune.tune.problem.reward`; ``info`` holds every objective and sub-measurement.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 from gymnasium import spaces
 
 from poptune.engine import BOUNDARIES
-from poptune.env.evaluator import ConfigEvaluator
-from poptune.env.problem import MAX_OFFSET, Measurement, TuningProblem, config_from_action, reward
+from poptune.tune.evaluator import ConfigEvaluator
+from poptune.tune.problem import MAX_OFFSET, Measurement, TuningProblem, config_from_action, reward
 from poptune.errors import ConfigError
 
 __all__ = ["PopEnv", "ReplayEnv"]
@@ -120,7 +120,7 @@ class ReplayEnv(_OneStepEnv):
     """Answers ``step`` from a stored study, without a model: tuners compared on CPU in seconds.
 
     Args:
-        storage: A storage URL (see :mod:`poptune.store`).
+        storage: A storage URL (see :mod:`poptune.store.studies`).
         study: The study name (default: the storage's only study).
         max_drop: The reward's accuracy budget (default: the study's own).
 
@@ -128,7 +128,7 @@ class ReplayEnv(_OneStepEnv):
     (grid) study answers every action. ``action_space.sample()`` draws only measured configurations. Configurations
     are read from what each trial measured (its ``config``), so studies made with the older, aliased search space
     replay the same. The Gym action space keeps ``skip``/``boundary``/``offset`` with ``skip`` clipped
-    (:func:`config_from_action`); Optuna studies use the one-to-one space of :mod:`poptune.env.space`.
+    (:func:`config_from_action`); Optuna studies use the one-to-one space of :mod:`poptune.tune.space`.
     """
 
     def __init__(self, storage: str | None = None, study: str | None = None, *, max_drop: float | None = None) -> None:

@@ -11,7 +11,7 @@ from poptune import store
 from poptune.baselines import CalibrationSpec
 from poptune.cli import main
 from poptune.env import ConfigEvaluator, TuningProblem
-from poptune.tune import StudySpec, add_baselines, front_ratios, run_study
+from poptune.tune.study import StudySpec, add_baselines, front_ratios, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

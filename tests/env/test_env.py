@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 import poptune.env
 from poptune import ConfigError, PopConfig, store
 from poptune.env import Measurement, PopEnv, ReplayEnv, TuningProblem, config_from_action, reward
-from poptune.tune import StudySpec, run_study
+from poptune.tune.study import StudySpec, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

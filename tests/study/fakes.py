@@ -93,5 +93,5 @@ def quiet_timing(monkeypatch):
         calls.append(config)
         return {16: (pair([true(config) * (1 + 0.001 * (i % 3 - 1)) for i in range(pairs)]), ideal(config))}
 
-    monkeypatch.setattr("poptune.trust._time", timed)
+    monkeypatch.setattr("poptune.tune.trust._time", timed)
     return calls

@@ -11,7 +11,7 @@ import pytest
 from poptune import report, store
 from poptune.env import TuningProblem
 from poptune.plots import PlotPoint, attainment_steps, place_labels, pyplot
-from poptune.tune import StudySpec, run_study
+from poptune.tune.study import StudySpec, run_study
 
 from .fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse)
 
@@ -86,7 +86,7 @@ def test_the_same_study_again_finishes_at_once_and_add_grows_it(tmp_path, monkey
     def no_model(problem):
         raise AssertionError("a study that holds its trials must not load the model")
 
-    monkeypatch.setattr("poptune.tune.ConfigEvaluator", no_model)
+    monkeypatch.setattr("poptune.tune.study.ConfigEvaluator", no_model)
     spec = StudySpec(problem=TuningProblem.from_dict(study.user_attrs["problem"]), trials=4, sampler="grid",
                      storage=f"sqlite:///{tmp_path}/s.db")
     again = run_study(spec)
@@ -105,7 +105,7 @@ def test_presets_size_a_study_and_explicit_options_win(argv, expected):
     import argparse
 
     from poptune.cli._args import add_preset, add_problem, preset_of
-    from poptune.presets import STANDARD
+    from poptune.tune.presets import STANDARD
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--trials", type=int)

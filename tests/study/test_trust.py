@@ -8,8 +8,8 @@ import pytest
 
 from poptune import PopConfig, store
 from poptune.env import TuningProblem
-from poptune.env.space import all_configs, config_of_trial, params_of
-from poptune.tune import StudySpec, run_study
+from poptune.tune.space import all_configs, config_of_trial, params_of
+from poptune.tune.study import StudySpec, run_study
 
 from .fakes import LAYERS, FakeEvaluator, ideal, pair, problem, quiet_timing  # noqa: F401  (fixtures)
 
@@ -84,7 +84,7 @@ def test_a_configuration_confirmed_above_its_ideal_leaves_the_front(problem, tmp
     def too_fast(evaluator, config, pairs, warmup, lengths=None):
         return {16: (pair([3.0 if config.skip else 1.0] * pairs), ideal(config))}
 
-    monkeypatch.setattr("poptune.trust._time", too_fast)
+    monkeypatch.setattr("poptune.tune.trust._time", too_fast)
     study = run_study(StudySpec(problem=problem, trials=5, sampler="random", storage=f"sqlite:///{tmp_path}/s.db"),
                       evaluator=FakeEvaluator(problem))
     above = {int(n) for n, f in study.user_attrs["confirmation"]["trials"].items() if f["above_ideal"]}
@@ -98,7 +98,7 @@ def _old_study(url: str) -> None:
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
     from poptune.engine import BOUNDARIES
-    from poptune.tune import _outcome
+    from poptune.tune.study import _outcome
 
     problem = TuningProblem(model="tiny-llama", tasks=("piqa",), lengths=(16,), decode_tokens=8)
     study = optuna.create_study(study_name="old", storage=url, directions=["minimize", "maximize"])

@@ -6,7 +6,7 @@ journal file that several processes on one host may share. The tuner writes thro
 replay environment, export and leaderboards only read.
 
 Several workers share a study through the storage (PostgreSQL across machines, a journal file on one host);
-:mod:`poptune.storages` adds what they need beyond Optuna's own storages: retries across a database restart,
+:mod:`poptune.store.shared` adds what they need beyond Optuna's own storages: retries across a database restart,
 heartbeats from a trial's first moment, heartbeats for the journal file.
 
 A database is never modified unless it already is an Optuna database (or does not exist yet): pointing poptune
@@ -120,7 +120,7 @@ def open_storage(
             heartbeats is failed, and retried up to :data:`MAX_RETRY` times, by the next worker that starts a
             trial.
         retry_s: Seconds a database call is retried while the server is unreachable (see
-            :mod:`poptune.storages`).
+            :mod:`poptune.store.shared`).
 
     Raises:
         ConfigError: a malformed URL, an unreadable file or one that is not an Optuna database, a server that
@@ -160,11 +160,11 @@ def open_storage(
         retry_s = min(retry_s, SQLITE_BUSY_S)  # only a busy (locked) database is retried, and briefly
     from sqlalchemy.exc import IntegrityError, ProgrammingError
 
-    from poptune.storages import SharedRDBStorage
+    from poptune.store.shared import SharedRDBStorage
 
     if retry is not None:
         beat["heartbeat_stale_trial_callback"] = retry
-    from poptune.storages import is_transient
+    from poptune.store.shared import is_transient
 
     started, races = time.monotonic(), 0
     try:
@@ -312,7 +312,7 @@ def _open_journal(url: str, beat: dict[str, Any], retry: Any) -> "optuna.storage
     _check_journal_file(path)
     from optuna.storages.journal import JournalFileBackend
 
-    from poptune.storages import SharedJournalStorage
+    from poptune.store.shared import SharedJournalStorage
 
     try:
         return SharedJournalStorage(JournalFileBackend(str(path)), stale_trial_callback=retry, **beat)

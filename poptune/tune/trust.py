@@ -9,7 +9,7 @@
 - :func:`confirm_front` re-times the front's configurations together, round by round (each round times every
   configuration once, so load that comes and goes hits them alike), with more pairs than a trial; the figures
   go to the study attribute ``confirmation`` (Optuna does not let a finished trial's attributes change), which
-  :func:`poptune.store.front` reads: the front is recomputed from them.
+  :func:`poptune.store.studies.front` reads: the front is recomputed from them.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
 from poptune.engine import PopConfig
-from poptune.env.space import config_of_trial, distributions_of, params_of
+from poptune.tune.space import config_of_trial, distributions_of, params_of
 from poptune.measure.nullcheck import above_ideal, noisy_reasons
 
 if TYPE_CHECKING:
     import optuna
 
-    from poptune.env.evaluator import ConfigEvaluator
+    from poptune.tune.evaluator import ConfigEvaluator
     from poptune.measure.records import PairRecord
 
 __all__ = ["CONFIRM_ROUNDS", "CONFIRM_PAIRS", "now", "record_run", "finish_run", "record_aa_check", "remeasure_noisy",
@@ -119,8 +119,8 @@ def remeasure_noisy(study: "optuna.Study", evaluator: "ConfigEvaluator", *, atte
 
     Returns the numbers of the trials timed again.
     """
-    from poptune.env.problem import Measurement
-    from poptune.tune import _outcome
+    from poptune.tune.problem import Measurement
+    from poptune.tune.study import _outcome
 
     num_layers = evaluator.num_layers
     trials = store.completed(study)
@@ -178,7 +178,7 @@ def confirm_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rounds
 def _confirm(evaluator: "ConfigEvaluator", configs: dict[int, PopConfig], rounds: int, pairs: int,
              warmup: bool) -> dict[str, Any]:
     """Confirmed figures of ``configs`` (trial number: configuration), timed round by round."""
-    from poptune.env.problem import weighted_ratio
+    from poptune.tune.problem import weighted_ratio
 
     # A weighted workload's lengths with their weights, else the problem's target prompt (text or image) alone.
     weights = dict(evaluator.latency_points()) if evaluator.problem.weighted else {}

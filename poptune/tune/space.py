@@ -13,7 +13,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import BOUNDARIES, PopConfig
-from poptune.env.problem import MAX_OFFSET, config_from_action
+from poptune.tune.problem import MAX_OFFSET, config_from_action
 
 if TYPE_CHECKING:
     import optuna

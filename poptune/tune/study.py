@@ -4,7 +4,7 @@ Two objectives: minimise POP's prefill latency at the target prompt length, maxi
 latency objective is the study's reference full-model latency (its first measurement) divided by the trial's
 speedup, itself the median of POP/full pairs timed side by side: comparable across trials however busy the
 machine was (raw p50 latencies are kept as trial attributes).
-Search space (:mod:`poptune.env.space`): ``skip`` in [0, L-1], 0 being the full model with no other
+Search space (:mod:`poptune.tune.space`): ``skip`` in [0, L-1], 0 being the full model with no other
 parameter; for ``skip > 0`` also ``offset`` in [0, min(2, L-1-skip)] and ``boundary`` in
 :data:`~poptune.engine.BOUNDARIES`: one point per configuration, parameters equal to what ran. The full model
 and the paper's rule (``skip = round(L/3)``, ``boundary=last``) are enqueued first. A configuration already
@@ -19,7 +19,7 @@ speedup is above the FLOPs ideal by more than its interval, is marked ``noisy``,
 timed again at the end of the run, its accuracy kept (a new trial with ``remeasure_of``); the full model's own
 trial is an A/A pair and is checked the same way. Then a confirmation pass re-times the
 front's configurations together, interleaved round by round, with more pairs; the front is recomputed from
-those figures (study attribute ``confirmation``, read by :func:`poptune.store.front`).
+those figures (study attribute ``confirmation``, read by :func:`poptune.store.studies.front`).
 
 One study per ``<model>@<hardware-id>`` in the storage; running the same command again resumes it. Several
 workers (processes, machines) may run the same study on one shared storage (PostgreSQL, a journal file):
@@ -36,12 +36,12 @@ workers (processes, machines) may run the same study on one shared storage (Post
 - **Faults.** A trial whose measurement runs out of memory or is not finite fails with its reason in the user
   attribute ``fail_reason``; the study goes on, and a configuration that failed so is not measured again (a
   re-suggestion fails at once). A killed worker's trial goes stale, is failed and retried (heartbeats, see
-  :mod:`poptune.storages`).
+  :mod:`poptune.store.shared`).
 
 Baselines (:mod:`poptune.baselines`) are measured by the same evaluator and stored in the same study as trials
 with a ``method`` user attribute and no search parameters (:func:`add_baselines`), by default at the pruning
 ratios of POP's front and the paper's rule (``skip / L``); readers filter by method
-(:func:`poptune.store.completed`), and the trial budget counts POP's trials only.
+(:func:`poptune.store.studies.completed`), and the trial budget counts POP's trials only.
 """
 
 from __future__ import annotations
@@ -53,16 +53,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from poptune import progress, store, trust
+from poptune import progress, store
 from poptune.baselines.calibration import CalibrationSpec
 from poptune.baselines.methods import METHODS, WANDA_SPARSITY
 from poptune.engine import BOUNDARIES, PopConfig
-from poptune.env.evaluator import ConfigEvaluator
-from poptune.env.problem import Measurement, TuningProblem
-from poptune.env.space import SpaceGridSampler, config_of_trial, distributions_of, params_of, suggest_config
+from poptune.tune.evaluator import ConfigEvaluator
+from poptune.tune.problem import Measurement, TuningProblem
+from poptune.tune import trust
+from poptune.tune.space import SpaceGridSampler, config_of_trial, distributions_of, params_of, suggest_config
 from poptune.errors import ConfigError, MeasurementError
-from poptune.interrupt import INTERRUPTED, marking_interrupted
-from poptune.presets import STANDARD
+from poptune.tune.interrupt import INTERRUPTED, marking_interrupted
+from poptune.tune.presets import STANDARD
 
 if TYPE_CHECKING:
     import optuna
@@ -104,7 +105,7 @@ class StudySpec:
         reuse_states: Replay the layers before the skipped block from the full model's stored states when
             scoring accuracy (:mod:`poptune.prefix`; checked against the plain prefill at the start).
         confirm: After this run's trials, re-time noisy trials, run the confirmation pass and time the A/A
-            pairs (:mod:`poptune.trust`); workers sharing a server storage leave it to a later single run.
+            pairs (:mod:`poptune.tune.trust`); workers sharing a server storage leave it to a later single run.
     """
 
     problem: TuningProblem
@@ -434,7 +435,7 @@ def check_enqueue(configs: tuple[PopConfig, ...], num_layers: int) -> None:
     Optuna would store it as a waiting trial whose parameters the sampler's distributions do not hold, and
     every later run of the study would trip over it; so it is refused before anything is written.
     """
-    from poptune.env.space import all_configs
+    from poptune.tune.space import all_configs
 
     space = set(all_configs(num_layers))
     for config in configs:
@@ -509,7 +510,7 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
 
 def _enqueue_unmeasured(study: "optuna.Study", rng: Any) -> None:
     """Enqueue a random configuration no trial of the study has (none when the space is exhausted)."""
-    from poptune.env.space import all_configs
+    from poptune.tune.space import all_configs
 
     num_layers = int(study.user_attrs["num_layers"])
     taken = {_config_of(t, num_layers) for t in study.get_trials(deepcopy=False)}

@@ -3,7 +3,7 @@
 ``poptune study --gpus 0,1,2,3 --storage URL`` starts one worker process per GPU, each pinned to its GPU with
 ``CUDA_VISIBLE_DEVICES`` (so each sees one device, ``cuda``), all on the same storage and the same budget of
 completed trials. A worker killed by a signal (the OOM killer, a preempted node, ``kill -9``) is started again,
-a few times: its trial goes stale and is retried (see :mod:`poptune.tune`). A worker that exits with an error
+a few times: its trial goes stale and is retried (see :mod:`poptune.tune.study`). A worker that exits with an error
 is not restarted.
 """
 

@@ -13,7 +13,7 @@ import warnings
 from dataclasses import dataclass
 
 from poptune.env.pop_env import ReplayEnv
-from poptune.env.space import all_configs, suggest_config
+from poptune.tune.space import all_configs, suggest_config
 
 __all__ = ["CHECKPOINTS", "TunerRow", "covers_grid", "hypervolume", "tuner_efficiency"]
 
@@ -52,7 +52,7 @@ def _history(env: ReplayEnv, sampler: str, seed: int, trials: int, max_drop: flo
     """(speedup, latency objective ms, drop, accuracy) of each trial a sampler asks for."""
     import optuna
 
-    from poptune.tune import make_sampler
+    from poptune.tune.study import make_sampler
 
     study = optuna.create_study(directions=["minimize", "maximize"],
                                 sampler=make_sampler(sampler, seed, env.num_layers))
@@ -62,7 +62,7 @@ def _history(env: ReplayEnv, sampler: str, seed: int, trials: int, max_drop: flo
         config = suggest_config(trial, env.num_layers)
         _, _, _, _, info = env.step({"skip": config.skip, "boundary": config.boundary, "offset": config.offset})
         trial.set_constraint("max_drop", info["drop_points"] - max_drop)
-        latency = reference_ms / info["speedup"]  # the study's latency objective (see poptune.tune)
+        latency = reference_ms / info["speedup"]  # the study's latency objective (see poptune.tune.study)
         history.append((info["speedup"], latency, info["drop_points"], info["accuracy_mean"]))
         return latency, info["accuracy_mean"]
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from poptune import progress
 from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
-from poptune.env.problem import Measurement, TuningProblem
+from poptune.tune.problem import Measurement, TuningProblem
 
 if TYPE_CHECKING:
     from poptune.baselines import Baseline
@@ -213,7 +213,7 @@ class ConfigEvaluator:
             policy=RepeatPolicy(warmup=1, min_repeats=p.repeats, min_seconds=0.0, precision=p.precision,
                                 max_repeats=p.max_pairs, max_seconds=p.max_seconds),
             images=(ImageSize.parse(p.image),) if p.image is not None else (),
-            null_check=False,  # the study times its A/A pairs once per run (poptune.tune)
+            null_check=False,  # the study times its A/A pairs once per run (poptune.tune.study)
         )
         bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model, transform=transform,
                           weights=p.weights)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError, MeasurementError
-from poptune.presets import STANDARD
+from poptune.tune.presets import STANDARD
 
 if TYPE_CHECKING:
     from poptune.evaluate.racing import RacingPolicy

@@ -1,10 +1,10 @@
 """Optuna storages that several worker processes can share and survive: retries and heartbeats.
 
-:func:`poptune.store.open_storage` builds these (this module imports Optuna's storage back-ends, so it is only
+:func:`poptune.store.studies.open_storage` builds these (this module imports Optuna's storage back-ends, so it is only
 imported there, when a storage is opened):
 
 - :class:`SharedRDBStorage` (PostgreSQL, MySQL, SQLite): every storage call is retried with backoff while the
-  database is unreachable (a restart, a dropped connection), for up to :data:`poptune.store.RETRY_S` seconds;
+  database is unreachable (a restart, a dropped connection), for up to :data:`poptune.store.studies.RETRY_S` seconds;
   SQLAlchemy checks a pooled connection before use, so the first call after a restart reconnects.
 - Both storages give a trial its first heartbeat the moment it starts RUNNING (created, or taken from the
   queue). Optuna's first beat comes from a thread started after ``ask`` and its stale-trial check skips a trial
@@ -147,7 +147,7 @@ class SharedRDBStorage(RDBStorage):
     """
 
     def __init__(self, url: str, *, retry_s: float, **kwargs: Any) -> None:
-        from poptune.store import public_url
+        from poptune.store.studies import public_url
 
         self.retry_s = retry_s
         self.public_url = public_url(url)
