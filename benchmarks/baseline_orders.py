@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from poptune import load_model
-from poptune.baselines import CalibrationSpec, build_baseline
+from poptune.baselines import build_baseline
+from poptune.calibration import CalibrationSpec
 from poptune.data import data_dir
 from poptune.measure.bench import versions
 from poptune.measure.hardware import fingerprint

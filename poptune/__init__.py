@@ -1,6 +1,7 @@
 """poptune: benchmark and auto-tuning suite for Prefill-Only Pruning (POP) of LLMs and VLMs."""
 
-from .baselines import Baseline, CalibrationSpec, LayerRemoval, build_baseline
+from .baselines import Baseline, LayerRemoval, build_baseline
+from .calibration import CalibrationSpec
 from .engine import BOUNDARIES, STAGES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop, stage
 from .errors import (
     ConfigError,

@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 
-from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
 from poptune.measure.benchrecord import DEFAULT_POLICY, BenchResult, BenchRow, BenchSpec, versions
@@ -39,6 +38,7 @@ from poptune.measure.provenance import load_average, provenance
 from poptune.measure.telemetry import Sampler, Telemetry, nvml_device
 from poptune.measure.timer import LatencyRecord, PairRecord, Staged, Timer, measure_pair
 from poptune.models.vision import ImageSize, encoder_patches, image_token_counts, kept_rope_state, require_vision
+from poptune.transform import Transform, applied
 
 __all__ = ["DEFAULT_POLICY", "BenchSpec", "BenchRow", "BenchResult", "run_bench", "versions"]
 

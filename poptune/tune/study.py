@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
-from poptune.baselines.calibration import CalibrationSpec
 from poptune.baselines.methods import METHODS, WANDA_SPARSITY
+from poptune.calibration import CalibrationSpec
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.tune.evaluator import ConfigEvaluator
 from poptune.tune.problem import Measurement, TuningProblem
