@@ -392,8 +392,8 @@ def compute_importance(
     """
     import torch
 
-    from .measure.bench import versions
     from .measure.hardware import fingerprint
+    from .measure.provenance import versions
 
     if get_pop_config(model) is not None:
         raise ConfigError("remove POP from the model first: the importance analysis measures the full model")

@@ -172,7 +172,7 @@ def _record_problem(
     if "problem" not in study.user_attrs:
         import optuna
 
-        from poptune.measure.bench import versions
+        from poptune.measure.provenance import versions
         from poptune.models import resolve_model, weights_fingerprint
 
         with warnings.catch_warnings():
