@@ -2,9 +2,9 @@
 
 Recorded in every bench JSON and every study: the versions of poptune (from the installed package's metadata),
 torch, transformers and Python (:func:`versions`), the command line, the git commit (when the package sits in
-a git checkout), the weights' source and fingerprint, the attention implementation, dtype,
-torch's thread counts, the OpenMP/MKL variables, and the load average when the work started and ended (a
-load well above the cores means other work shared the machine, whatever the intervals say).
+a git checkout), the weights' source and fingerprint, the attention implementation, dtype, torch's thread
+counts, the OpenMP/MKL variables, and the load average when the work started and ended (a load well above the
+cores means other work shared the machine, whatever the intervals say).
 """
 
 from __future__ import annotations
