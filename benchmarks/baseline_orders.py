@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 
 from poptune import load_model
-from poptune.baselines import CalibrationSpec, build_baseline
+from poptune.baselines import build_baseline
+from poptune.calibration import CalibrationSpec
 from poptune.data import data_dir
-from poptune.measure.bench import versions
 from poptune.measure.hardware import fingerprint
+from poptune.measure.provenance import versions
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("shortgpt", "sleb", "angular", "laco")

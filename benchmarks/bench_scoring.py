@@ -28,8 +28,8 @@ from poptune import load_model
 from poptune.evaluate.lm import PopLM
 from poptune.evaluate.suite import item_indices
 from poptune.evaluate.taskpack import data_dir, get_task_dict
-from poptune.measure.bench import versions
 from poptune.measure.hardware import fingerprint
+from poptune.measure.provenance import versions
 
 ROOT = Path(__file__).resolve().parents[1]
 

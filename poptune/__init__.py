@@ -1,52 +1,77 @@
-"""poptune: benchmark and auto-tuning suite for Prefill-Only Pruning (POP) of LLMs and VLMs."""
+"""poptune: benchmark and auto-tuning suite for Prefill-Only Pruning (POP) of LLMs and VLMs.
 
-from .baselines import Baseline, CalibrationSpec, LayerRemoval, build_baseline
-from .engine import BOUNDARIES, STAGES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop, stage
-from .errors import (
-    ConfigError,
-    DataError,
-    DeviceError,
-    InputError,
-    MeasurementError,
-    ModelNotFoundError,
-    PoptuneError,
-    UnsupportedModelError,
-)
-from .export import load_config
-from .models import ImageSize, ModelSpec, image_prompt, load_model, model_names, resolve_model, synthetic_image
-from .segments import chunk_bounds, prefill_prompt
+The public API is what this module exports (:data:`__all__`): the POP engine, model loading, the baselines,
+the errors, and the product's three jobs -- :func:`run_bench` (POP's speed against the full model),
+:func:`run_eval` (its accuracy) and :func:`run_study` (the search for the best configuration). Every name is
+imported on first use (module ``__getattr__``), so ``import poptune`` and ``poptune --help`` load neither torch
+nor optuna. Inside the package, code imports the defining module, never these names (``tests/test_layers.py``).
+"""
 
-__version__ = "0.1.0"
+from __future__ import annotations
 
-__all__ = [
-    "BOUNDARIES",
-    "Baseline",
-    "CalibrationSpec",
-    "ConfigError",
-    "DataError",
-    "DeviceError",
-    "ImageSize",
-    "InputError",
-    "LayerRemoval",
-    "MeasurementError",
-    "ModelNotFoundError",
-    "ModelSpec",
-    "PopConfig",
-    "PopHandle",
-    "PoptuneError",
-    "STAGES",
-    "UnsupportedModelError",
-    "apply_pop",
-    "build_baseline",
-    "chunk_bounds",
-    "get_pop_config",
-    "image_prompt",
-    "load_config",
-    "load_model",
-    "model_names",
-    "prefill_prompt",
-    "remove_pop",
-    "resolve_model",
-    "stage",
-    "synthetic_image",
-]
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+#: Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(["Baseline", "LayerRemoval", "build_baseline"], "poptune.baselines"),
+    "CalibrationSpec": "poptune.calibration",
+    **dict.fromkeys(["BOUNDARIES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "get_pop_config", "remove_pop",
+                     "stage"], "poptune.engine"),
+    **dict.fromkeys(["ConfigError", "DataError", "DeviceError", "InputError", "MeasurementError",
+                     "ModelNotFoundError", "PoptuneError", "StorageError", "UnsupportedModelError"], "poptune.errors"),
+    "load_config": "poptune.export",
+    **dict.fromkeys(["ImageSize", "ModelSpec", "image_prompt", "load_model", "model_names", "resolve_model",
+                     "synthetic_image"], "poptune.models"),
+    **dict.fromkeys(["chunk_bounds", "prefill_prompt"], "poptune.segments"),
+    **dict.fromkeys(["BenchSpec", "run_bench"], "poptune.measure.bench"),
+    **dict.fromkeys(["EvalSpec", "run_eval"], "poptune.evaluate.suite"),
+    **dict.fromkeys(["StudySpec", "run_study"], "poptune.tune.study"),
+    "TuningProblem": "poptune.tune.problem",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
+    from poptune.baselines import Baseline, LayerRemoval, build_baseline
+    from poptune.calibration import CalibrationSpec
+    from poptune.engine import BOUNDARIES, STAGES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop, stage
+    from poptune.errors import (
+        ConfigError, DataError, DeviceError, InputError, MeasurementError, ModelNotFoundError, PoptuneError,
+        StorageError, UnsupportedModelError,
+    )
+    from poptune.evaluate.suite import EvalSpec, run_eval
+    from poptune.export import load_config
+    from poptune.measure.bench import BenchSpec, run_bench
+    from poptune.models import ImageSize, ModelSpec, image_prompt, load_model, model_names, resolve_model
+    from poptune.models import synthetic_image
+    from poptune.segments import chunk_bounds, prefill_prompt
+    from poptune.tune.problem import TuningProblem
+    from poptune.tune.study import StudySpec, run_study
+
+    __version__: str
+
+
+def _version() -> str:
+    """The installed distribution's version (package metadata); ``unknown`` where poptune is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("poptune")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value = _version()
+    elif name in _EXPORTS:
+        value = getattr(import_module(_EXPORTS[name]), name)
+    else:
+        raise AttributeError(f"module 'poptune' has no attribute {name!r}")
+    globals()[name] = value  # once imported, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -47,8 +47,12 @@ class DataError(PoptuneError, FileNotFoundError):
     """An evaluation data file is missing or not in the expected format."""
 
 
-class MeasurementError(ConfigError):
-    """A measurement came out unusable (NaN or inf): the trial fails, nothing of it is stored as a result."""
+class MeasurementError(PoptuneError, RuntimeError):
+    """A measurement came out unusable (NaN or inf, or a check it relies on failed).
+
+    A study fails that trial only and stores nothing of it as a result; elsewhere it is a one-line user error
+    like any other. It is not a :class:`ConfigError`: the configuration was valid, the run was not.
+    """
 
 
 class StorageError(PoptuneError, OSError):

@@ -40,8 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .data import data_dir as resolve_data_dir
-from .data import wikitext_path
+from .calibration import calibration_text, sample_tokens
 from .engine import PopConfig, decoder_of, get_pop_config
 from .errors import ConfigError, DataError, UnsupportedModelError
 
@@ -55,17 +54,14 @@ __all__ = [
     "virtual_gates",
     "decode_loss",
     "gate_gradients",
-    "sample_continuations",
     "sample_with_gradients",
-    "calibration_file",
-    "calibration_prompts",
     "compute_importance",
     "propose_block",
     "load_importance",
     "importance_plot",
 ]
 
-#: Environment variable naming the data directory when none is passed (shared with the evaluation commands).
+#: The format tag of an importance file.
 _FORMAT = "poptune-importance/1"
 
 
@@ -325,7 +321,7 @@ def sample_with_gradients(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample continuations and take the gate gradients of their loss, with one pass over the prompt.
 
-    Equal to :func:`sample_continuations` followed by :func:`gate_gradients` (same tokens for the same generator
+    Equal to :func:`~poptune.calibration.sample_continuations` followed by :func:`gate_gradients` (same tokens for the same generator
     state), without encoding the prompt a second time: the gated prompt pass keeps its K/V, in the graph, for
     the gated pass over the continuation; the tokens are sampled in between from a snapshot of that cache.
 
@@ -341,7 +337,7 @@ def sample_with_gradients(
             out = model(input_ids=prompts, use_cache=True, logits_to_keep=1)  # logits (B, 1, V): predict c_0
         cache, logits = out.cache, [out.logits]
         with torch.no_grad(), _cache_restored(cache, prompt_tokens):
-            continuation = _sample(model, out.logits.detach(), cache, new_tokens, generator)  # (B, M)
+            continuation = sample_tokens(model, out.logits.detach(), cache, new_tokens, generator)  # (B, M)
         if new_tokens > 1:
             with virtual_gates(model, gates, 0):  # every position of this pass is a decode position
                 logits.append(model(input_ids=continuation[:, :-1], cache=cache, use_cache=True).logits)
@@ -371,95 +367,6 @@ def _cache_restored(cache: Any, length: int) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Calibration data
-
-
-def sample_continuations(
-    model: nn.Module, prompts: torch.Tensor, new_tokens: int, *, generator: torch.Generator
-) -> torch.Tensor:
-    """Extend each prompt by ``new_tokens`` tokens sampled from the model (temperature 1, no truncation).
-
-    Args:
-        prompts: (B, N) token ids, no padding.
-        generator: On the model's device; makes the samples reproducible.
-
-    Returns:
-        (B, N + new_tokens) token ids.
-    """
-    import torch
-
-    with torch.inference_mode():
-        out = model(input_ids=prompts, use_cache=True, logits_to_keep=1)
-        continuation = _sample(model, out.logits, out.cache, new_tokens, generator)
-    return torch.cat([prompts, continuation], dim=1)
-
-
-def _sample(
-    model: nn.Module, logits: torch.Tensor, cache: Any, new_tokens: int, generator: torch.Generator
-) -> torch.Tensor:
-    """(B, 1, V) logits of the first new token and the prompt's cache -> (B, M) tokens sampled at temperature 1."""
-    import torch
-
-    tokens = []
-    for step in range(new_tokens):
-        probs = torch.softmax(logits[:, -1].float(), dim=-1)  # (B, V)
-        tokens.append(torch.multinomial(probs, 1, generator=generator))  # (B, 1)
-        if step + 1 < new_tokens:
-            logits = model(input_ids=tokens[-1], cache=cache, use_cache=True, logits_to_keep=1).logits
-    return torch.cat(tokens, dim=1)
-
-
-def calibration_file(data_dir: str | os.PathLike[str] | None) -> Path | None:
-    """``wikitext-2/test.txt`` under ``data_dir`` (else ``$POPTUNE_DATA``), None if neither is set.
-
-    Raises:
-        DataError: the directory does not hold the file.
-    """
-    directory = resolve_data_dir(data_dir)
-    return None if directory is None else wikitext_path(directory)
-
-
-def calibration_prompts(
-    model: nn.Module,
-    tokenizer: Any,
-    spec: ImportanceSpec,
-    *,
-    data_dir: str | os.PathLike[str] | None = None,
-    generator: torch.Generator,
-) -> tuple[torch.Tensor, str]:
-    """``spec.samples`` prompts of ``spec.prompt_tokens`` tokens each, and where they came from.
-
-    With a data directory (``data_dir``, else ``$POPTUNE_DATA``): windows of ``wikitext-2/test.txt`` at evenly
-    spaced offsets, each after a BOS token. Without one: text sampled from the model after BOS.
-
-    Returns:
-        ``(prompts (S, N), source)``.
-
-    Raises:
-        DataError: a data directory without the file, or a text too short for one prompt.
-    """
-    import torch
-
-    device = next(model.parameters()).device
-    bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    path = calibration_file(data_dir)
-    if path is None:
-        start = torch.full((spec.samples, 1), bos, dtype=torch.long, device=device)
-        rows = [sample_continuations(model, start[i : i + spec.batch_size], spec.prompt_tokens - 1,
-                                     generator=generator) for i in range(0, spec.samples, spec.batch_size)]
-        return torch.cat(rows), "generated by the model (sampled after BOS)"
-    ids = tokenizer(path.read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
-    head = [bos] if tokenizer.bos_token_id is not None else []
-    body = spec.prompt_tokens - len(head)
-    if len(ids) < body:
-        raise DataError(f"{path} has {len(ids)} tokens, fewer than one prompt needs ({body})")
-    last = len(ids) - body
-    starts = [round(i * last / max(spec.samples - 1, 1)) for i in range(spec.samples)]
-    rows = [head + ids[s : s + body] for s in starts]
-    return torch.tensor(rows, dtype=torch.long, device=device), str(path)
-
-
-# --------------------------------------------------------------------------------------------------------------
 # The analysis
 
 
@@ -481,12 +388,12 @@ def compute_importance(
         progress: Called with the number of samples finished after each batch.
 
     Raises:
-        ConfigError: POP is applied; DataError: see :func:`calibration_prompts`.
+        ConfigError: POP is applied; DataError: see :func:`~poptune.calibration.calibration_text`.
     """
     import torch
 
-    from .measure.bench import versions
     from .measure.hardware import fingerprint
+    from .measure.provenance import versions
 
     if get_pop_config(model) is not None:
         raise ConfigError("remove POP from the model first: the importance analysis measures the full model")
@@ -494,7 +401,8 @@ def compute_importance(
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(spec.seed)
     began = time.perf_counter()
-    prompts, source = calibration_prompts(model, tokenizer, spec, data_dir=data_dir, generator=generator)
+    prompts, source = calibration_text(model, tokenizer, samples=spec.samples, length=spec.prompt_tokens,
+                                       batch_size=spec.batch_size, data_dir=data_dir, sampler=generator)
     squares = torch.zeros(num_layers, 2, dtype=torch.float64)
     loss_sum = 0.0
     for first in range(0, spec.samples, spec.batch_size):

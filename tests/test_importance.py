@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from poptune import ConfigError, DataError, PopConfig, apply_pop, load_model
+from poptune.calibration import sample_continuations
 from poptune.cli import main
 from poptune.engine import decoder_of
 from poptune.importance import (
@@ -18,7 +19,6 @@ from poptune.importance import (
     gate_gradients,
     load_importance,
     propose_block,
-    sample_continuations,
     sample_with_gradients,
     virtual_gates,
 )

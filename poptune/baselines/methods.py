@@ -28,12 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from poptune.baselines.calibration import Calibration, CalibrationSpec, calibration, calibration_nll
-from poptune.baselines.calibration import residual_stream
 from poptune.baselines.scores import angular_distances, block_influence, wanda_prune
-from poptune.baselines.surgery import LayerRemoval, SparseWeights, Transform
+from poptune.baselines.surgery import LayerRemoval, SparseWeights
+from poptune.calibration import Calibration, CalibrationSpec, calibration, calibration_nll, residual_stream
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
+from poptune.transform import Transform
 
 if TYPE_CHECKING:
     from torch import nn

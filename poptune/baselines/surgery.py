@@ -1,7 +1,8 @@
 """Reversible model surgery for the structured-pruning baselines: removing (or merging) layers, sparse weights.
 
-A transform is applied for the duration of a ``with transform.applied(model):`` block and undone after, so one
-loaded model serves the full model, POP and every baseline, interleaved call by call as the timer needs.
+Both are transforms (:class:`poptune.transform.Transform`): applied for the duration of a
+``with transform.applied(model):`` block and undone after, so one loaded model serves the full model, POP and
+every baseline, interleaved call by call as the timer needs.
 
 Removing layers keeps the model consistent for the cache and the attention masks: the kept layers are
 renumbered (``layer_idx`` of each layer and its attention, which index the KV cache), and the decoder config's
@@ -19,23 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from poptune.engine import decoder_of
 from poptune.errors import ConfigError
+from poptune.transform import Transform
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["Transform", "LayerRemoval", "SparseWeights"]
-
-
-class Transform:
-    """A reversible change to a model: ``with t.applied(model): ...``."""
-
-    def applied(self, model: "nn.Module") -> contextlib.AbstractContextManager[None]:  # pragma: no cover
-        raise NotImplementedError
-
-    def describe(self) -> dict[str, Any]:  # pragma: no cover
-        """What the transform does, JSON-serialisable (stored with the measurement)."""
-        raise NotImplementedError
+__all__ = ["LayerRemoval", "SparseWeights"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -128,7 +119,3 @@ class SparseWeights(Transform):
             for name, data in originals.items():
                 params[name].data = data
 
-
-def applied(model: "nn.Module", transform: Transform | None) -> contextlib.AbstractContextManager[None]:
-    """``transform.applied(model)``, or nothing for None."""
-    return contextlib.nullcontext() if transform is None else transform.applied(model)

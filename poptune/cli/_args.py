@@ -191,9 +191,8 @@ def add_calibration(parser: argparse.ArgumentParser) -> None:
 
 
 def calibration_spec(args: argparse.Namespace) -> Any:
-    from poptune.baselines import CalibrationSpec
+    from poptune.calibration import CalibrationSpec, calibration_file
     from poptune.evaluate.taskpack import data_dir
-    from poptune.importance import calibration_file
 
     directory = data_dir(args.data_dir)
     calibration_file(directory)  # a data directory without WikiText-2 fails now, not after the search

@@ -49,7 +49,8 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poptune.importance import ImportanceSpec, calibration_file
+    from poptune.calibration import calibration_file
+    from poptune.importance import ImportanceSpec
 
     spec = ImportanceSpec(samples=args.samples, prompt_tokens=args.length, new_tokens=args.new_tokens,
                           batch_size=args.batch_size, seed=args.seed)

@@ -22,6 +22,7 @@ from poptune.errors import ConfigError
 from poptune.evaluate.fidelity import FidelityResult, FidelitySpec, fidelity_pairs, generated_text, measure_fidelity
 from poptune.evaluate.fidelity import wikitext
 from poptune.evaluate.paired import PairedDrop, paired_drop
+from poptune.evaluate.synthetic import EMBEDDED, run_synthetic
 from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
 from poptune.segments import chunk_bounds
 
@@ -31,9 +32,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: The synthetic task group that runs without any data.
-EMBEDDED = ("passkey", "kv_recall")
 
 #: The metric each task's accuracy is read from: length-normalised where lm-eval reports it (the usual
 #: convention for HellaSwag and ARC), plain accuracy otherwise.
@@ -267,7 +265,6 @@ def _lm_eval_scores(model: Any, tokenizer: Any, config: PopConfig, tasks: Sequen
 
 def _synthetic_scores(model: Any, tokenizer: Any, config: PopConfig | None, tasks: Sequence[str],
                       spec: EvalSpec) -> TaskRun:
-    from poptune.evaluate.synthetic import run_synthetic
     from poptune.evaluate.workload import synthetic_pool
 
     chosen: dict[str, list[int]] = {}

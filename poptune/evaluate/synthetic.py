@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
+    "EMBEDDED",
     "MAX_PAIRS",
     "SyntheticItem",
     "SyntheticResult",
@@ -42,6 +43,8 @@ __all__ = [
 
 PASSKEY = "passkey"
 KV_RECALL = "kv_recall"
+#: The synthetic task group that runs without any data (``--tasks embedded``).
+EMBEDDED = (PASSKEY, KV_RECALL)
 
 # LongLoRA's passkey_retrivial.py, after Mohtashami & Jaggi (2023), "Landmark Attention".
 _PASSKEY_TASK = (

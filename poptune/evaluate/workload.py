@@ -142,7 +142,7 @@ def build_workload(
     """
     import numpy as np
 
-    from poptune.evaluate.suite import EMBEDDED
+    from poptune.evaluate.synthetic import EMBEDDED
 
     if cap is not None and cap < 1:
         raise ConfigError(f"a workload needs at least one item per task, got a cap of {cap}")

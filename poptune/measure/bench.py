@@ -23,10 +23,9 @@ from typing import Any
 
 import torch
 
-from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
-from poptune.measure.benchrecord import DEFAULT_POLICY, BenchResult, BenchRow, BenchSpec, versions
+from poptune.measure.benchrecord import DEFAULT_POLICY, BenchResult, BenchRow, BenchSpec
 from poptune.measure.energy import energy_per_call
 from poptune.measure.flops import assumption, prefill_flops, vision_flops
 from poptune.measure.graphs import DECODE_EAGER, capture
@@ -35,12 +34,13 @@ from poptune.measure.nullcheck import NullCheck, figures
 from poptune.measure.nvml import NvmlDevice
 from poptune.measure.prefill import decode, prefill
 from poptune.measure.prompts import image_prompt_batch, prompt_batch
-from poptune.measure.provenance import load_average, provenance
+from poptune.measure.provenance import load_average, provenance, versions
 from poptune.measure.telemetry import Sampler, Telemetry, nvml_device
 from poptune.measure.timer import LatencyRecord, PairRecord, Staged, Timer, measure_pair
 from poptune.models.vision import ImageSize, encoder_patches, image_token_counts, kept_rope_state, require_vision
+from poptune.transform import Transform, applied
 
-__all__ = ["DEFAULT_POLICY", "BenchSpec", "BenchRow", "BenchResult", "run_bench", "versions"]
+__all__ = ["DEFAULT_POLICY", "BenchSpec", "BenchRow", "BenchResult", "run_bench"]
 
 @dataclass
 class _PromptRow:

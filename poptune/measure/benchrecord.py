@@ -10,7 +10,6 @@ through JSON.
 from __future__ import annotations
 
 import json
-import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ from poptune.measure.timer import RepeatPolicy
 from poptune.models.vision import ImageSize
 from poptune.segments import chunk_bounds
 
-__all__ = ["DEFAULT_POLICY", "BenchSpec", "BenchRow", "BenchResult", "versions"]
+__all__ = ["DEFAULT_POLICY", "BenchSpec", "BenchRow", "BenchResult"]
 
 
 def _joules(value: float | None) -> str:
@@ -37,20 +36,6 @@ def _joules(value: float | None) -> str:
 #: ``poptune bench``'s rule: at least 5 pairs and 1 s, then on until the interval is +-2% (60 pairs, 20 s at most).
 DEFAULT_POLICY = RepeatPolicy(warmup=1, min_repeats=5, min_seconds=1.0, max_repeats=60, precision=0.02,
                               max_seconds=20.0)
-
-
-def versions() -> dict[str, str]:
-    """Versions of what produced a measurement, for provenance."""
-    import transformers
-
-    from poptune import __version__
-
-    return {
-        "poptune": __version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-    }
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,16 @@
 """Provenance of a measurement: what ran it, on which weights, under which threads and load.
 
-Recorded in every bench JSON and every study: the command line, the poptune version and git commit (when the
-package sits in a git checkout), the weights' source and fingerprint, the attention implementation, dtype,
-torch's thread counts, the OpenMP/MKL variables, and the load average when the work started and ended (a
-load well above the cores means other work shared the machine, whatever the intervals say).
+Recorded in every bench JSON and every study: the versions of poptune (from the installed package's metadata),
+torch, transformers and Python (:func:`versions`), the command line, the git commit (when the package sits in
+a git checkout), the weights' source and fingerprint, the attention implementation, dtype, torch's thread
+counts, the OpenMP/MKL variables, and the load average when the work started and ended (a load well above the
+cores means other work shared the machine, whatever the intervals say).
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +18,32 @@ from typing import Any
 
 import torch
 
-__all__ = ["THREAD_VARIABLES", "git_commit", "load_average", "provenance"]
+__all__ = ["THREAD_VARIABLES", "git_commit", "load_average", "poptune_version", "provenance", "versions"]
 
 #: Environment variables that set how many threads the math libraries use.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY", "OMP_PROC_BIND")
+
+
+def poptune_version() -> str:
+    """The installed poptune distribution's version (package metadata), or ``unknown`` where it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("poptune")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def versions() -> dict[str, str]:
+    """Versions of what produced a measurement, for provenance."""
+    import transformers
+
+    return {
+        "poptune": poptune_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def git_commit() -> str | None:
@@ -53,8 +77,6 @@ def provenance(model: Any, *, model_name: str, weights: str | None = None) -> di
         model_name: The poptune name it was loaded by.
         weights: ``pretrained`` or ``random`` as given to :func:`poptune.load_model` (None: unknown).
     """
-    from poptune import __version__
-
     config = getattr(model, "config", None)
     fingerprint = None
     if weights is not None:
@@ -66,7 +88,7 @@ def provenance(model: Any, *, model_name: str, weights: str | None = None) -> di
             fingerprint = f"unknown ({type(e).__name__})"
     return {
         "command": list(sys.argv),
-        "poptune": __version__,
+        "poptune": poptune_version(),
         "git_commit": git_commit(),
         "model": model_name,
         "weights": weights,

@@ -18,8 +18,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress
-from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
+from poptune.transform import Transform, applied
 from poptune.tune.problem import Measurement, TuningProblem
 
 if TYPE_CHECKING:

@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
-from poptune.baselines.calibration import CalibrationSpec
 from poptune.baselines.methods import METHODS, WANDA_SPARSITY
+from poptune.calibration import CalibrationSpec
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.tune.evaluator import ConfigEvaluator
 from poptune.tune.problem import Measurement, TuningProblem
@@ -172,7 +172,7 @@ def _record_problem(
     if "problem" not in study.user_attrs:
         import optuna
 
-        from poptune.measure.bench import versions
+        from poptune.measure.provenance import versions
         from poptune.models import resolve_model, weights_fingerprint
 
         with warnings.catch_warnings():

@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from poptune import store
-from poptune.baselines import CalibrationSpec
+from poptune.calibration import CalibrationSpec
 from poptune.cli import main
 from poptune.env import ConfigEvaluator, TuningProblem
 from poptune.tune.study import StudySpec, add_baselines, front_ratios, run_study

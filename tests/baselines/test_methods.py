@@ -10,9 +10,10 @@ import torch
 
 from poptune import ConfigError, PopConfig, load_model
 from poptune.baselines import (
-    METHODS, CalibrationSpec, LayerRemoval, angular_distances, calibration_nll, block_influence, build_baseline, calibration, layer_count,
-    merge_layers, residual_stream, sleb_order, wanda_prune,
+    METHODS, LayerRemoval, angular_distances, block_influence, build_baseline, layer_count, merge_layers, sleb_order,
+    wanda_prune,
 )
+from poptune.calibration import CalibrationSpec, calibration, calibration_nll, residual_stream
 from poptune.engine import decoder_of
 
 from .test_surgery import make_identity
@@ -82,22 +83,6 @@ def test_identity_layer_scores_zero_and_is_chosen(tiny, calib):
     assert by_hand[2] == pytest.approx(full, rel=1e-6)  # removing an identity layer changes nothing
     order, losses = sleb_order(model, calib, 1)
     assert order == [min(by_hand, key=by_hand.get)] and losses == [pytest.approx(min(by_hand.values()), rel=1e-6)]
-
-
-def test_calibration_is_seeded_and_recorded(tiny, eval_data):
-    model, tok = tiny
-    spec = CalibrationSpec(samples=3, length=16, seed=1, data_dir=str(eval_data))
-    one, again = calibration(model, tok, spec), calibration(model, tok, spec)
-    other = calibration(model, tok, CalibrationSpec(samples=3, length=16, seed=2, data_dir=str(eval_data)))
-    assert one.ids.shape == (3, 16) and torch.equal(one.ids, again.ids) and not torch.equal(one.ids, other.ids)
-    assert one.describe() == {"samples": 3, "length": 16, "seed": 1, "source": str(eval_data / "wikitext-2" / "test.txt")}
-
-
-def test_calibration_without_data_is_generated(tiny, monkeypatch):
-    monkeypatch.delenv("POPTUNE_DATA", raising=False)
-    model, tok = tiny
-    calib = calibration(model, tok, CalibrationSpec(samples=2, length=8, seed=0))
-    assert calib.ids.shape == (2, 8) and "generated" in calib.source
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -8,7 +8,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import poptune.env
-from poptune import ConfigError, PopConfig, store
+from poptune import ConfigError, MeasurementError, PopConfig, store
 from poptune.env import Measurement, PopEnv, ReplayEnv, TuningProblem, config_from_action, reward
 from poptune.tune.study import StudySpec, run_study
 
@@ -56,7 +56,7 @@ def test_reward_penalises_beyond_budget():
     assert reward(within, 1.0) == pytest.approx(1.5)
     assert reward(beyond, 1.0) == pytest.approx(1.5 - 0.5 * 4.0)
     assert reward(beyond, None) == pytest.approx(1.5)
-    with pytest.raises(ConfigError, match="not finite"):
+    with pytest.raises(MeasurementError, match="not finite"):
         Measurement(accuracy={"piqa": float("nan")}, **base)
 
 

@@ -1,0 +1,290 @@
+"""The house's rules, checked on the source: imports point down, no cycles, modules and functions stay small.
+
+Every module of the package is parsed with :mod:`ast` (nothing is imported). Each gets the rank of its floor
+(:data:`RANKS`, lowest first; ``docs/architecture.md`` describes the floors); a module may import modules of its
+own rank or lower only, not a sibling package of its floor (:data:`SIBLINGS`), and never the package root's
+names (the root sits above everything and imports lazily). The import graph -- module-level and
+function-level (lazy) imports alike, ``TYPE_CHECKING`` ones too -- has no cycle, between modules or between
+packages. ``from pkg import name`` counts as an import of ``pkg.name`` when that is a module, else of ``pkg``
+itself; importing a submodule is not counted as importing its parent package's ``__init__`` (Python runs it,
+but it is the submodule the code uses). Sizes count code lines only: no docstrings, comments or blank lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "poptune"
+
+#: Floors, lowest first: (rank, module or package prefix). A module takes the rank of its longest prefix.
+RANKS: tuple[tuple[int, str], ...] = (
+    (0, "poptune.errors"), (0, "poptune.files"), (0, "poptune.device"), (0, "poptune.progress"),
+    (0, "poptune.patching"), (0, "poptune.data"), (0, "poptune.plots"), (0, "poptune.transform"),
+    (0, "poptune.testing"),
+    (1, "poptune.models"),
+    (2, "poptune.engine"), (2, "poptune.block"), (2, "poptune.segments"), (2, "poptune.prefix"),
+    (3, "poptune.measure"), (3, "poptune.evaluate"),
+    (4, "poptune.calibration"), (4, "poptune.importance"), (4, "poptune.baselines"),
+    (5, "poptune.store"),
+    (6, "poptune.tune"),
+    (7, "poptune.env"),
+    (8, "poptune.report"), (8, "poptune.leaderboard"), (8, "poptune.export"),
+    (9, "poptune.cli"), (9, "poptune.__main__"),
+)
+
+#: Packages of one floor that must not import each other (siblings, not a stack).
+SIBLINGS: tuple[tuple[str, str], ...] = (("poptune.measure", "poptune.evaluate"),)
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+#: Known violations in the upper floors (store, tune, env, cli, report, leaderboard, export), rewritten on
+#: another branch when this test was written: ``(importer, imported)`` edges left out of every import check,
+#: and modules left out of the size check. TO BE EMPTIED when that work is merged; nothing below
+#: ``poptune.store`` may be listed (test_allow_lists_name_only_upper_floors).
+KNOWN_UPPER_FLOOR_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
+    ("poptune.tune.replay", "poptune.env.pop_env"),  # upward: the replay benchmark runs the Gymnasium env
+    ("poptune.store.shared", "poptune.store.studies"),  # cycle with studies -> shared (public_url)
+    ("poptune.tune.trust", "poptune.tune.study"),  # cycle with study -> trust (_outcome)
+})
+KNOWN_UPPER_FLOOR_OVERSIZE: frozenset[str] = frozenset({
+    "poptune.tune.study",  # 417 code lines
+})
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement's target, as a module of the package (or the root itself)."""
+
+    importer: str
+    target: str
+    line: int
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted((ROOT / PACKAGE).rglob("*.py"))}
+
+
+MODULES = _modules()
+
+
+def _resolve(importer: str, node: ast.ImportFrom) -> str:
+    """The absolute module ``from ... import`` names, relative levels resolved."""
+    if not node.level:
+        return node.module or ""
+    is_package = MODULES[importer].name == "__init__.py"
+    base = importer.split(".")
+    base = base[: len(base) - node.level + (1 if is_package else 0)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(name: str, path: Path) -> list[Import]:
+    """Every import of a package module in ``path``, at any depth (function bodies, ``if TYPE_CHECKING``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = _resolve(name, node)
+            targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in MODULES else module for a in node.names]
+        else:
+            continue
+        found += [Import(name, t, node.lineno) for t in dict.fromkeys(targets)
+                  if t == PACKAGE or t.startswith(PACKAGE + ".")]
+    return found
+
+
+def _rank(module: str) -> int | None:
+    matches = [(len(prefix), rank) for rank, prefix in RANKS if module == prefix or module.startswith(prefix + ".")]
+    return max(matches)[1] if matches else None
+
+
+def _sibling_of(a: str, b: str) -> bool:
+    inside = lambda m, p: m == p or m.startswith(p + ".")  # noqa: E731
+    return any(inside(a, x) and inside(b, y) or inside(a, y) and inside(b, x) for x, y in SIBLINGS)
+
+
+def _graph() -> dict[str, list[Import]]:
+    return {name: _imports(name, path) for name, path in MODULES.items() if name != PACKAGE}
+
+
+def test_every_module_has_a_rank():
+    missing = [name for name in MODULES if name != PACKAGE and _rank(name) is None]
+    assert not missing, f"modules without a floor in tests/test_layers.py RANKS (add them): {missing}"
+
+
+def test_imports_point_down():
+    bad = []
+    for importer, imports in _graph().items():
+        for imp in imports:
+            if imp.target == PACKAGE:
+                problem = "imports names from the package root (import the defining module instead)"
+            elif imp.target not in MODULES:
+                problem = "imports a module that does not exist"
+            elif (_rank(imp.target) or 0) > (_rank(importer) or 0):
+                problem = f"imports upward (rank {_rank(importer)} -> {_rank(imp.target)})"
+            elif _sibling_of(importer, imp.target):
+                problem = "imports a sibling package of its floor"
+            else:
+                continue
+            if (importer, imp.target) not in KNOWN_UPPER_FLOOR_VIOLATIONS:
+                bad.append(f"{MODULES[importer].relative_to(ROOT)}:{imp.line}: {importer} -> {imp.target}: {problem}")
+    assert not bad, "imports must point down (see docs/architecture.md):\n" + "\n".join(bad)
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (or a module importing itself), Tarjan."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in edges.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _cycle_path(component: list[str], edges: dict[str, set[str]]) -> list[str]:
+    """One concrete loop through a strongly connected component, for the message."""
+    members, start = set(component), component[0]
+    path, seen = [start], {start}
+    while True:
+        nxt = sorted(edges[path[-1]] & members)
+        if start in nxt and len(path) > 1 or nxt == [start]:
+            return path + [start]
+        step = next((n for n in nxt if n not in seen), None)
+        if step is None:  # revisit: cut the path at the first repeat
+            step = nxt[0]
+            return path[path.index(step):] + [step]
+        path.append(step)
+        seen.add(step)
+
+
+def test_no_import_cycles():
+    edges: dict[str, set[str]] = {}
+    for importer, imports in _graph().items():
+        edges[importer] = {i.target for i in imports if i.target in MODULES and i.target != PACKAGE
+                           and (importer, i.target) not in KNOWN_UPPER_FLOOR_VIOLATIONS}
+    cycles = [" -> ".join(_cycle_path(c, edges)) for c in _cycles(edges)]
+    assert not cycles, "import cycles (module-level or lazy):\n" + "\n".join(cycles)
+
+
+def _package(module: str) -> str:
+    """The floor's unit a module belongs to: ``poptune.measure.bench`` -> ``poptune.measure``."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycles_between_packages():
+    # Module by module there may be no cycle while packages still loop (a.x -> b.y, b.z -> a.w): that is the
+    # loop the layering exists to prevent, so it is checked on the packages (and top-level modules) too.
+    edges: dict[str, set[str]] = {}
+    for importer, imports in _graph().items():
+        for i in imports:
+            if i.target in MODULES and i.target != PACKAGE and (importer, i.target) not in KNOWN_UPPER_FLOOR_VIOLATIONS:
+                if _package(importer) != _package(i.target):
+                    edges.setdefault(_package(importer), set()).add(_package(i.target))
+    cycles = [" -> ".join(_cycle_path(c, edges)) for c in _cycles(edges)]
+    assert not cycles, "import cycles between packages:\n" + "\n".join(cycles)
+
+
+def test_no_module_imports_the_package_root_names():
+    # Covered by test_imports_point_down; kept apart so the failure names the rule.
+    bad = [f"{MODULES[i.importer].relative_to(ROOT)}:{i.line}" for imports in _graph().values()
+           for i in imports if i.target == PACKAGE]
+    assert not bad, "`from poptune import <name>` inside the package (import the defining module):\n" + "\n".join(bad)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Size: code lines only (no docstrings, comments or blank lines)
+
+
+def _docstring_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                lines.update(range(first.lineno, first.end_lineno + 1))
+    return lines
+
+
+def code_lines(source: str) -> set[int]:
+    """The line numbers holding code: a token other than a comment or a newline, outside docstrings."""
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENDMARKER, tokenize.ENCODING}
+    lines: set[int] = set()
+    for token in tokenize.tokenize(io.BytesIO(source.encode("utf-8")).readline):
+        if token.type not in skip:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return lines - _docstring_lines(ast.parse(source))
+
+
+def _sizes() -> tuple[dict[str, int], dict[str, int]]:
+    modules, functions = {}, {}
+    for name, path in MODULES.items():
+        source = path.read_text(encoding="utf-8")
+        lines = code_lines(source)
+        modules[name] = len(lines)
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                span = range(first, node.end_lineno + 1)
+                functions[f"{name}:{node.lineno}:{node.name}"] = len(lines.intersection(span))
+    return modules, functions
+
+
+def test_modules_and_functions_stay_small():
+    modules, functions = _sizes()
+    big = [f"{name}: {n} code lines (> {MAX_MODULE_LINES})" for name, n in modules.items()
+           if n > MAX_MODULE_LINES and name not in KNOWN_UPPER_FLOOR_OVERSIZE]
+    big += [f"{key}: {n} code lines (> {MAX_FUNCTION_LINES})" for key, n in functions.items()
+            if n > MAX_FUNCTION_LINES and key.split(":")[0] not in KNOWN_UPPER_FLOOR_OVERSIZE]
+    assert not big, "split these (docstrings, comments and blank lines not counted):\n" + "\n".join(big)
+
+
+def test_allow_lists_name_only_upper_floors():
+    upper = [importer for importer, _ in KNOWN_UPPER_FLOOR_VIOLATIONS] + list(KNOWN_UPPER_FLOOR_OVERSIZE)
+    low = [m for m in upper if (_rank(m) or 0) < 5]
+    assert not low, f"the allow-lists are for the upper floors only: {low}"
+
+
+def test_code_lines_rule():
+    source = '"""Doc.\n\nMore."""\n\nimport os  # why\n\n\ndef f(x):\n    """Doc."""\n    # note\n    return (x +\n            1)\n'
+    assert sorted(code_lines(source)) == [5, 8, 11, 12]
+
