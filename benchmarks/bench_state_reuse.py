@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from poptune import PopConfig, apply_pop, load_model
-from poptune.measure.bench import versions
+from poptune.measure.provenance import versions
 from poptune.measure.hardware import fingerprint
 from poptune.evaluate.scoring import score_continuations
 from poptune.prefix import PrefixStates
