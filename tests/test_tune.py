@@ -16,7 +16,8 @@ import pytest
 from poptune import ConfigError, PopConfig, store
 from poptune.cli import main
 from poptune.env import TuningProblem
-from poptune.tune.study import StudySpec, paper_default, run_study
+from poptune.tune.space import paper_default
+from poptune.tune.study import StudySpec, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from poptune import progress
 from poptune.baselines.surgery import Transform, applied
 from poptune.engine import PopConfig, decoder_of
-from poptune.tune.problem import Measurement, TuningProblem
+from poptune.store.measurement import Measurement
+from poptune.tune.problem import TuningProblem
 
 if TYPE_CHECKING:
     from poptune.baselines import Baseline

@@ -13,12 +13,18 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import BOUNDARIES, PopConfig
+from poptune.store.trials import stored_config
 from poptune.tune.problem import MAX_OFFSET, config_from_action
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["all_configs", "suggest_config", "params_of", "distributions_of", "config_of_trial", "SpaceGridSampler"]
+__all__ = ["paper_default", "all_configs", "suggest_config", "params_of", "distributions_of", "config_of_trial", "SpaceGridSampler"]
+
+
+def paper_default(num_layers: int) -> PopConfig:
+    """The paper's fixed rule: skip the last third of the layers in prefill, boundary handling on."""
+    return PopConfig(skip=round(num_layers / 3), boundary="last")
 
 
 def _max_offset(skip: int, num_layers: int) -> int:
@@ -65,8 +71,9 @@ def distributions_of(config: PopConfig, num_layers: int) -> dict[str, Any]:
 def config_of_trial(trial: "optuna.trial.FrozenTrial", num_layers: int) -> PopConfig | None:
     """What ``trial`` measured (its ``config`` attribute), else what its parameters name; None when its
     parameters are not all written yet (or it is not a POP trial)."""
-    if "config" in trial.user_attrs:
-        return PopConfig.from_dict(trial.user_attrs["config"])
+    stored = stored_config(trial)
+    if stored is not None:
+        return stored
     params = trial.params
     if params.get("skip") == 0:
         return PopConfig(skip=0)
