@@ -38,6 +38,21 @@ class Reference:
     status: str
 
 
+def budget_of(study: "optuna.Study") -> float | None:
+    """The study's accuracy budget in points (None: none)."""
+    return study.user_attrs.get("problem", {}).get("max_drop")
+
+
+def default_folder(storage: str | None) -> Path:
+    """Where a study's summary and plot go: beside its SQLite or journal file, else ``studies/``."""
+    url = storage or store.DEFAULT_STORAGE
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///").split("?", 1)[0]).parent
+    if url.startswith("journal:"):
+        return Path(url.removeprefix("journal:")).parent
+    return Path("studies")
+
+
 def _label(row: FrontRow) -> str:
     return "full model" if row.skip == 0 else f"{row.skip}/{row.boundary}/{row.offset}"
 
@@ -58,7 +73,7 @@ def references(study: "optuna.Study", front: list[FrontRow] | None = None) -> li
 
     front = store.front(study) if front is None else front
     confirmed = store.confirmations(study)
-    budget = study.user_attrs.get("problem", {}).get("max_drop")
+    budget = budget_of(study)
     out = []
     for name, config in (("full model", PopConfig(skip=0)),
                          ("paper's rule", paper_default(int(study.user_attrs["num_layers"])))):
@@ -91,7 +106,7 @@ def _status(row: FrontRow, trial: StoredTrial, confirmed: dict[str, Any] | None,
 def undecided(study: "optuna.Study") -> list[FrontRow]:
     """Configurations faster than the full model whose drop interval straddles the budget at the item cap: more
     items (``--limit``) would decide them. Fastest first."""
-    budget = study.user_attrs.get("problem", {}).get("max_drop")
+    budget = budget_of(study)
     if budget is None:
         return []
     rows = [FrontRow.from_trial(t) for t in map(StoredTrial.of, store.completed(study)) if t.measured and t.drop_ci]
@@ -182,7 +197,7 @@ def front_plot(study: "optuna.Study", path: str | Path) -> Path:
     marked = {r.name if r.row.skip == 0 else f"{r.name} ({_label(r.row)})": replace(_plot_point(r.row), label="")
               for r in refs if r.row is not None}  # named in the legend, not labelled beside the point
     budget = None
-    limit = study.user_attrs.get("problem", {}).get("max_drop")
+    limit = budget_of(study)
     full = refs[0].row
     if limit is not None and full is not None:
         budget = (100 * full.accuracy - limit, f"budget: drop <= {limit:g} points at 95% (lower bar above the line)")
@@ -214,7 +229,7 @@ def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
     attrs = study.user_attrs
     rows = store.front(study)
     refs = references(study, rows)
-    budget = attrs.get("problem", {}).get("max_drop")
+    budget = budget_of(study)
     trials = store.completed(study)
     measured = [t for t in map(StoredTrial.of, trials) if t.measured]
     lines = [f"# Study {study.study_name}", "",
