@@ -130,8 +130,8 @@ def _budget(text: str) -> float | None:
 def add_problem(parser: argparse.ArgumentParser) -> None:
     """What a study or a baseline measures: prompt lengths, tasks and their items, timing pairs."""
     lengths = ",".join(map(str, default_of(TuningProblem, "lengths")))
-    parser.add_argument("--lengths", help=f"prompt lengths of the synthetic passkey items (default: {lengths}); latency is "
-                        "timed at the lengths of the prompts the study scores, weighted by their share")
+    parser.add_argument("--lengths", help=f"prompt lengths of the synthetic passkey items (default: {lengths}); "
+                        "latency is timed at the lengths of the prompts the study scores, weighted by their share")
     parser.add_argument("--image", metavar="WxH",
                         help="time an image prompt instead (a vision-language model): one image of this size and a "
                              "short question, e.g. 640x480; accuracy still comes from --tasks")

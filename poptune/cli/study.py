@@ -8,9 +8,9 @@ from typing import Any
 from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
 from poptune.store.studies import HEARTBEAT_S
-from poptune.tune.study import SAMPLERS, StudySpec
+from poptune.tune.space import DEFAULT_SAMPLER, SAMPLERS
 
-from ._args import add_calibration, add_model, add_preset, add_problem, add_storage, calibration_spec, default_of
+from ._args import add_calibration, add_model, add_preset, add_problem, add_storage, calibration_spec
 from ._args import method_list, preset_of
 from ._args import problem as problem_of
 from ._bars import Bars
@@ -31,7 +31,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
     add_preset(parser)
     add_problem(parser)
-    parser.add_argument("--sampler", choices=SAMPLERS, default=default_of(StudySpec, "sampler"))
+    parser.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER)
     add_storage(parser, study="<model>@<hardware-id>")
     parser.add_argument("--heartbeat", type=int, default=HEARTBEAT_S,
                         help=f"seconds between trial heartbeats (default: {HEARTBEAT_S})")
@@ -91,7 +91,9 @@ def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
     return (propose_block(result.prefill, args.init_ratio),)
 
 
-def _spec(args: argparse.Namespace, problem: Any) -> StudySpec:
+def _spec(args: argparse.Namespace, problem: Any) -> Any:
+    from poptune.tune.study import StudySpec
+
     return StudySpec(problem=problem, trials=preset_of(args).trials, add=args.add, timeout=args.timeout,
                      sampler=args.sampler, storage=args.storage, study=args.study, seed=args.seed,
                      heartbeat_s=args.heartbeat, enqueue=_enqueued(args.enqueue) + _importance_proposal(args),

@@ -35,7 +35,8 @@ from poptune.store.urls import DEFAULT_STORAGE, is_server, public_url, study_nam
 
 __all__ = [
     "DEFAULT_STORAGE", "HEARTBEAT_S", "MAX_RETRY", "POP", "RETRY_S", "FrontRow", "Measurement", "StoredTrial",
-    "check_storage", "completed", "confirmations", "front", "is_answer", "is_pop", "is_server", "latency_objective", "load_study",
+    "check_storage", "completed", "confirmations", "front", "is_answer", "is_pop", "is_server", "latency_objective",
+    "load_study",
     "measured_table", "method_of", "open_reader", "open_storage", "pareto", "public_url", "reference_ms",
     "sole_sqlite_worker", "study_name", "study_names",
 ]

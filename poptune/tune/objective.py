@@ -27,8 +27,10 @@ from poptune.tune.space import config_of_trial, distributions_of, params_of, sug
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["POLL_S", "TrialFailed", "add_finished_trial", "count", "fail_stale", "make_objective", "outcome", "settle_reference",
-           "store_full_run"]
+__all__ = [
+    "POLL_S", "TrialFailed", "add_finished_trial", "count", "fail_stale", "make_objective", "outcome",
+    "settle_reference", "store_full_run",
+]
 
 #: Seconds between looks at the study while a worker waits for other workers' trials.
 POLL_S = 0.5
@@ -219,7 +221,9 @@ def add_finished_trial(study: "optuna.Study", values: tuple[float, float], info:
     from optuna.samplers._base import _CONSTRAINTS_KEY
 
     system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
-    space = {} if config is None else {"params": params_of(config), "distributions": distributions_of(config, num_layers)}
+    space = {}
+    if config is not None:
+        space = {"params": params_of(config), "distributions": distributions_of(config, num_layers)}
     with warnings.catch_warnings():  # Optuna warns that heartbeats serve `optimize`: this trial has none
         warnings.simplefilter("ignore", UserWarning)
         study.add_trial(optuna.trial.create_trial(**space, values=list(values), user_attrs=info, system_attrs=system))

@@ -18,7 +18,7 @@ from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.store.measurement import Measurement
 from poptune.tune.problem import TuningProblem
-from poptune.tune.space import all_configs, suggest_config
+from poptune.tune.space import all_configs, make_sampler, suggest_config
 
 if TYPE_CHECKING:
     import optuna
@@ -91,8 +91,6 @@ def _history(replay: Replay, sampler: str, seed: int, trials: int, max_drop: flo
              reference_ms: float) -> list[tuple[float, float, float, float]]:
     """(speedup, latency objective ms, drop, accuracy) of each trial a sampler asks for."""
     import optuna
-
-    from poptune.tune.study import make_sampler
 
     study = optuna.create_study(directions=["minimize", "maximize"],
                                 sampler=make_sampler(sampler, seed, replay.num_layers))

@@ -19,7 +19,15 @@ from poptune.tune.problem import MAX_OFFSET, config_from_action
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["paper_default", "all_configs", "suggest_config", "params_of", "distributions_of", "config_of_trial", "SpaceGridSampler"]
+__all__ = [
+    "DEFAULT_SAMPLER", "SAMPLERS", "SpaceGridSampler", "all_configs", "config_of_trial", "distributions_of",
+    "make_sampler", "paper_default", "params_of", "suggest_config",
+]
+
+
+#: The samplers a study may use; the first is the default.
+SAMPLERS = ("tpe", "nsga2", "random", "grid")
+DEFAULT_SAMPLER = SAMPLERS[0]
 
 
 def paper_default(num_layers: int) -> PopConfig:
@@ -112,3 +120,16 @@ def SpaceGridSampler(num_layers: int, seed: int) -> "optuna.samplers.BaseSampler
             return self._pick(study, trial)[param_name]
 
     return _Grid()
+
+
+def make_sampler(name: str, seed: int, num_layers: int) -> "optuna.samplers.BaseSampler":
+    """A seeded sampler; the accuracy budget reaches TPE and NSGA-II through ``trial.set_constraint``."""
+    import optuna
+
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return SpaceGridSampler(num_layers, seed)

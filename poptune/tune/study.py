@@ -66,7 +66,7 @@ from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
 from poptune.tune.presets import STANDARD
 from poptune.tune.problem import TuningProblem
-from poptune.tune.space import SpaceGridSampler, all_configs, paper_default, params_of
+from poptune.tune.space import DEFAULT_SAMPLER, SAMPLERS, all_configs, make_sampler, paper_default, params_of
 
 if TYPE_CHECKING:
     import optuna
@@ -77,9 +77,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-SAMPLERS = ("tpe", "nsga2", "random", "grid")
-
 
 @dataclass(frozen=True)
 class StudySpec:
@@ -110,7 +107,7 @@ class StudySpec:
     trials: int = STANDARD.trials
     add: int | None = None
     timeout: float | None = None
-    sampler: str = "tpe"
+    sampler: str = DEFAULT_SAMPLER
     storage: str | None = None
     study: str | None = None
     seed: int = 0
@@ -138,19 +135,6 @@ class StudySpec:
             raise ConfigError(f"`heartbeat_s` must be a positive integer, got {self.heartbeat_s!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"`sampler` must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
-
-
-def make_sampler(name: str, seed: int, num_layers: int) -> "optuna.samplers.BaseSampler":
-    """A seeded sampler; the accuracy budget reaches TPE and NSGA-II through ``trial.set_constraint``."""
-    import optuna
-
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    return SpaceGridSampler(num_layers, seed)
 
 
 def _check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
@@ -382,7 +366,14 @@ def _run_study(
     if checks:
         trust.record_aa_check(study, evaluator, "start")
     if budget > done:
-        _work(study, marking_interrupted(study, make_objective(study, evaluator, problem, budget)), spec, budget, callbacks)
+        _work(study, marking_interrupted(study, make_objective(study, evaluator, problem, budget)), spec, budget,
+              callbacks)
+    _finish(study, evaluator, spec, checks)
+    return study
+
+
+def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, checks: bool) -> None:
+    """After the trials: the trust checks (re-measures, confirmation, the closing A/A), the baselines, the run's end."""
     if checks:
         trust.remeasure_noisy(study, evaluator)
         trust.confirm_front(study, evaluator)
@@ -391,7 +382,6 @@ def _run_study(
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
         add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration)
     trust.finish_run(study)
-    return study
 
 
 def _prepare(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec) -> None:
