@@ -113,7 +113,7 @@ def _completed(url: str) -> int:
     if not studies:
         return 0
     trials = store.completed(store.load_study(storage, studies[0].study_name))
-    return sum("reused_from" not in t.user_attrs for t in trials)
+    return sum(not store.is_answer(t) for t in trials)
 
 
 def summarise(url: str) -> dict:
@@ -126,8 +126,8 @@ def summarise(url: str) -> dict:
     trials = study.get_trials(deepcopy=False)
     states = Counter(t.state.name for t in trials)
     completed = store.completed(study)
-    measured = Counter(json.dumps(t.user_attrs["config"], sort_keys=True) for t in completed
-                       if "reused_from" not in t.user_attrs)
+    measured = Counter(json.dumps(t.config.to_dict(), sort_keys=True) for t in map(store.StoredTrial.of, completed)
+                       if t.reused_from is None)
     incomplete = [t.number for t in completed
                   if set(ATTRIBUTES) - set(t.user_attrs) or not all(math.isfinite(v) for v in t.values)]
     failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]

@@ -202,7 +202,7 @@ def read_only_output_fault(folder: Path) -> dict:
     try:
         started = time.monotonic()
         code, err = run(["bench", "--model", "tiny-llama", "--skip", "1", "--lengths", "16", "--repeats", "1",
-                         "--json", f"{out}/b.json"], folder)
+                         "--out", f"{out}/b.json"], folder)
         return dict(exit=code, line=err.splitlines()[0] if err else "", seconds=time.monotonic() - started,
                     lost="nothing measured, nothing written")
     finally:
@@ -216,7 +216,7 @@ FAULTS = {
     "SIGTERM mid-trial, then the same command": lambda d: signal_fault(d, signal.SIGTERM),
     "two processes on one SQLite study": two_processes_fault,
     "full disk (1 MiB tmpfs) on resume": full_disk_fault,
-    "read-only output folder (bench --json)": read_only_output_fault,
+    "read-only output folder (bench --out)": read_only_output_fault,
 }
 
 

@@ -28,9 +28,8 @@ import optuna
 
 from poptune import store
 from poptune.engine import BOUNDARIES
-from poptune.env import ReplayEnv, TuningProblem
-from poptune.tune.problem import MAX_OFFSET
-from poptune.tune.replay import CHECKPOINTS, tuner_efficiency
+from poptune.tune.problem import MAX_OFFSET, TuningProblem
+from poptune.tune.replay import CHECKPOINTS, Replay, tuner_efficiency
 from poptune.evaluate.taskpack import data_dir
 from poptune.files import safe_name
 from poptune.tune.study import StudySpec, run_study
@@ -73,11 +72,11 @@ def main() -> None:
         run_study(StudySpec(problem=problem, trials=raw + 8, sampler="grid", storage=args.storage), evaluator=evaluator)
         print(f"grid study built: {grid} distinct configurations, {raw} raw points")
 
-    env = ReplayEnv(args.storage, max_drop=args.max_drop)
+    study = store.load_study(store.open_reader(args.storage), None)  # the storage, opened once
+    env = Replay.of(study)
     configs = list(env.table.values())
     feasible = [m for m in configs if m.drop_points <= args.max_drop]
-    reference_ms = store.load_study(store.open_storage(args.storage, heartbeat=None), None).user_attrs[
-        "reference_prefill_ms"]
+    reference_ms = store.reference_ms(study)
     target = max(feasible, key=lambda m: m.speedup)
     rows = tuner_efficiency(env, reference_ms, max_drop=args.max_drop, samplers=tuple(args.samplers.split(",")),
                             seeds=args.seeds)
@@ -98,7 +97,7 @@ def main() -> None:
                      + f" | {row.hits}/{row.seeds} | {row.hypervolume:.1f} |")
         print(lines[-1], flush=True)
     command = "python benchmarks/tuner_replay.py " + shlex.join(sys.argv[1:])
-    hw = store.load_study(store.open_storage(args.storage, heartbeat=None), None).user_attrs.get("hardware", {})
+    hw = study.user_attrs.get("hardware", {})
     lines += ["", "## Provenance", "", f"- command: `{command.strip()}`",
               f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
               f"- grid measured on: {hw.get('hardware_id')}; replay needs no model", ""]

@@ -16,6 +16,7 @@ from typing import Any
 from poptune import store
 from poptune.engine import PopConfig
 from poptune.errors import ConfigError
+from poptune.store.trials import StoredTrial
 
 __all__ = ["FORMAT", "export_config", "load_config", "best_within_budget"]
 
@@ -26,7 +27,7 @@ def best_within_budget(study: Any, max_drop: float) -> Any:
     """The fastest Pareto-optimal POP trial whose accuracy drop is at most ``max_drop`` points at 95%.
 
     A trial with a paired interval is within the budget when the interval's upper end is; an old trial
-    without one, when its point estimate is. The front is :func:`poptune.store.studies.front`'s: trials marked noisy
+    without one, when its point estimate is. The front is :func:`poptune.store.front.front`'s: trials marked noisy
     and configurations confirmed above their FLOPs ideal are not on it; confirmed figures replace a trial's own.
     """
     if max_drop < 0:
@@ -47,7 +48,7 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
         if resolve_model(model).name != attrs.get("model"):
             raise ConfigError(f"study {study.study_name!r} is of model {attrs.get('model')!r}, not {model!r}")
     row = best_within_budget(study, max_drop)
-    trial = study.trials[row.trial]
+    trial = StoredTrial.of(study.trials[row.trial])
     return {
         "format": FORMAT,
         "model": {"name": attrs["model"], "weights_fingerprint": attrs.get("weights_fingerprint")},
@@ -66,10 +67,10 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "drop_ci": [row.drop_lo, row.drop_hi] if row.drop_hi is not None else None,
             "items": row.items,
             "max_drop": max_drop,
-            "target_length": trial.user_attrs["target_length"],
-            "latency": trial.user_attrs["latency"],
-            "accuracy_per_task": trial.user_attrs["accuracy"],
-            "full_accuracy_per_task": trial.user_attrs["full_accuracy"],
+            "target_length": trial.target_length,
+            "latency": trial.latency,
+            "accuracy_per_task": trial.accuracy,
+            "full_accuracy_per_task": trial.full_accuracy,
         },
         "provenance": {
             "storage": store.public_url(storage),
@@ -77,7 +78,7 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "trial": row.trial,
             "problem": attrs["problem"],
             "versions": attrs.get("versions"),
-            "measurement": trial.user_attrs.get("provenance"),
+            "measurement": trial.provenance,
             "null_checks": attrs.get("null_checks"),
             "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         },

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from poptune import store
 from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
+from poptune.store.trials import StoredTrial
 
 if TYPE_CHECKING:
     import optuna
@@ -62,24 +63,22 @@ class Entry:
         return f"{self.drop:+.2f}{lo_hi}"
 
 
-def _entry(trial: "optuna.trial.FrozenTrial", num_layers: int, note: str = "",
-           confirmed: dict[str, Any] | None = None) -> Entry:
-    a = trial.user_attrs
-    method, config, details = a.get("method", "pop"), a["config"], a.get("details", {})
-    target = str(a["target_length"])
-    row = a["latency"][target]
+def _entry(trial: StoredTrial, num_layers: int, note: str = "", confirmed: dict[str, Any] | None = None) -> Entry:
+    method, config, details = trial.method, trial.config, trial.details
+    target = str(trial.target_length)
+    row = trial.latency[target]
     full_decode, decode = row.get("decode_full_ms_per_token"), row.get("decode_pop_ms_per_token")
-    if method == "pop" and config["skip"] == 0:
+    if method == "pop" and config.skip == 0:
         method, label, ratio = "full", "full model", 0.0
     elif method == "pop":
-        label, ratio = f"skip {config['skip']}, {config['boundary']}, offset {config['offset']}", config["skip"] / num_layers
+        label, ratio = f"skip {config.skip}, {config.boundary}, offset {config.offset}", config.skip / num_layers
     elif method == "wanda":
         label, ratio = f"{100 * details['ratio']:.0f}% unstructured", details["ratio"]
     else:
         removed = details.get("removed", [])
         verb = "skipped in prefill" if method == "shortgpt-gen" else "removed"
         label, ratio = f"{len(removed)} {verb}: {','.join(map(str, removed))}", len(removed) / num_layers
-    latency = {int(k): dict(v) for k, v in a["latency"].items()}
+    latency = {int(k): dict(v) for k, v in trial.latency.items()}
     if confirmed:  # the confirmation pass's figures at the target length
         latency[int(target)].update({k: confirmed[k] for k in ("speedup", "speedup_lo", "speedup_hi")})
     return Entry(
@@ -87,37 +86,35 @@ def _entry(trial: "optuna.trial.FrozenTrial", num_layers: int, note: str = "",
         speedup={k: float(v["speedup"]) for k, v in sorted(latency.items())},
         ideal=float(row["ideal"]),
         decode_speedup=row.get("decode_speedup") or (full_decode / decode if full_decode and decode else None),
-        accuracy=dict(a["accuracy"]), accuracy_mean=float(a["accuracy_mean"]), drop=float(a["drop_points"]), note=note,
+        accuracy=dict(trial.accuracy), accuracy_mean=float(trial.accuracy_mean), drop=float(trial.drop_points), note=note,
         interval={k: (v["speedup_lo"], v["speedup_hi"]) for k, v in latency.items() if v.get("speedup_lo") is not None},
-        noisy=bool(a.get("noisy")),
+        noisy=trial.noisy,
         energy=(row.get("energy_pop_j"), row.get("energy_full_j")),
         energy_reason=row["energy_reason"] if "energy_pop_j" in row else Entry.energy_reason,
-        drop_interval=(a["drop"]["lo"], a["drop"]["hi"]) if a.get("drop") else None,
-        items=sum(a["items"].values()) if a.get("items") else None,
+        drop_interval=trial.drop_ci,
+        items=trial.items,
     )
 
 
 def entries(study: "optuna.Study") -> list[Entry]:
     """The rows of a study's leaderboard: full model, POP's front and paper rule, then baselines by method."""
-    from poptune.tune.study import paper_default
+    from poptune.tune.space import paper_default
 
     num_layers = int(study.user_attrs["num_layers"])
-    pop = store.completed(study)
+    trials = [StoredTrial.of(t) for t in store.completed(study, method=None)]
     front = {row.trial for row in store.front(study)}
-    confirmed = study.user_attrs.get("confirmation", {}).get("trials", {})
-    paper = paper_default(num_layers).to_dict()
+    confirmed = store.confirmations(study)
+    paper = paper_default(num_layers)
     rows: dict[tuple, Entry] = {}
-    for trial in pop:
-        config = trial.user_attrs["config"]
-        is_paper = config == paper
-        if trial.number in front or config["skip"] == 0 or is_paper:
+    for trial in (t for t in trials if t.is_pop):
+        is_paper = trial.config == paper
+        if trial.number in front or trial.config.skip == 0 or is_paper:
             note = " ".join(n for n, on in (("front", trial.number in front), ("paper rule", is_paper)) if on)
             entry = _entry(trial, num_layers, note, confirmed.get(str(trial.number)))
             rows.setdefault((entry.method, entry.label), entry)  # a configuration answered again: once
-    for trial in store.completed(study, method=None):
-        if trial.user_attrs.get("method", "pop") != "pop":
-            entry = _entry(trial, num_layers)
-            rows.setdefault((entry.method, entry.label), entry)
+    for trial in (t for t in trials if not t.is_pop):
+        entry = _entry(trial, num_layers)
+        rows.setdefault((entry.method, entry.label), entry)
     rank = {m: i for i, m in enumerate(_ORDER)}
     return sorted(rows.values(), key=lambda e: (rank.get(e.method, len(rank)), e.ratio, e.trial))
 
@@ -244,7 +241,7 @@ def _plot(study: "optuna.Study", rows: list[Entry], path: Path) -> Path:
     from poptune.plots import pareto_plot
 
     target = _target(study, sorted(rows[0].speedup) if rows else [])
-    points = [(t.user_attrs["speedup"], 100 * t.values[1], "") for t in store.completed(study)]
+    points = [(t.speedup, 100 * t.values[1], "") for t in map(StoredTrial.of, store.completed(study))]
     front = [(e.speedup[target], 100 * e.accuracy_mean, e.label.replace(", offset ", "/o").replace("skip ", ""))
              for e in rows if "front" in e.note]
     series: dict[str, list[tuple[float, float, str]]] = {}
@@ -263,8 +260,7 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
     """
     import optuna
 
-    from poptune.env.pop_env import ReplayEnv
-    from poptune.tune.replay import CHECKPOINTS, covers_grid, tuner_efficiency
+    from poptune.tune.replay import CHECKPOINTS, Replay, covers_grid, tuner_efficiency
 
     out = Path(out_dir)
     if not out.is_dir():
@@ -287,13 +283,13 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
         write_text(f"{base}.md", md.rstrip("\n"))
         write_text(f"{base}.csv", table.rstrip("\n"))
         written += [Path(f"{base}.md"), Path(f"{base}.csv"), _plot(study, rows, Path(f"{base}.png"))]
-        env = ReplayEnv(storage, study.study_name)
-        if not covers_grid(env):
+        replay = Replay.of(study)
+        if not covers_grid(replay):
             continue
-        budget = env.max_drop if env.max_drop is not None else 1.0
-        tuner = tuner_efficiency(env, float(study.user_attrs["reference_prefill_ms"]), max_drop=budget, seeds=seeds)
+        budget = replay.max_drop if replay.max_drop is not None else 1.0
+        tuner = tuner_efficiency(replay, float(store.reference_ms(study)), max_drop=budget, seeds=seeds)
         lines = [f"# Tuner efficiency on the replay of {study.study_name}", "",
-                 f"Every configuration of the search space was measured ({len(env.table)}); samplers ask, the replay "
+                 f"Every configuration of the search space was measured ({len(replay.table)}); samplers ask, the replay "
                  f"answers. Budget {budget} points. Each cell: median over seeds of the best within-budget speedup "
                  "after N trials; hit@16 = seeds whose first 16 trials found the fastest within-budget configuration; "
                  "HV = hypervolume of (latency objective in ms, accuracy) after 32 trials.", "",

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from poptune import store
 from poptune.engine import PopConfig
 from poptune.files import safe_name, write_text
-from poptune.store.studies import FrontRow
+from poptune.store.front import FrontRow
+from poptune.store.trials import StoredTrial
 
 if TYPE_CHECKING:
     import optuna
@@ -37,16 +38,30 @@ class Reference:
     status: str
 
 
+def budget_of(study: "optuna.Study") -> float | None:
+    """The study's accuracy budget in points (None: none)."""
+    return study.user_attrs.get("problem", {}).get("max_drop")
+
+
+def default_folder(storage: str | None) -> Path:
+    """Where a study's summary and plot go: beside its SQLite or journal file, else ``studies/``."""
+    url = storage or store.DEFAULT_STORAGE
+    if url.startswith("sqlite:///"):
+        return Path(url.removeprefix("sqlite:///").split("?", 1)[0]).parent
+    if url.startswith("journal:"):
+        return Path(url.removeprefix("journal:")).parent
+    return Path("studies")
+
+
 def _label(row: FrontRow) -> str:
     return "full model" if row.skip == 0 else f"{row.skip}/{row.boundary}/{row.offset}"
 
 
-def _trial_of(study: "optuna.Study", config: PopConfig) -> "optuna.trial.FrozenTrial | None":
+def _trial_of(study: "optuna.Study", config: PopConfig) -> StoredTrial | None:
     """The trial that stands for ``config``: its confirmed one, else its last trusted one, else its first."""
-    confirmed = study.user_attrs.get("confirmation", {}).get("trials", {})
-    trials = [t for t in store.completed(study) if "reused_from" not in t.user_attrs
-              and PopConfig.from_dict(t.user_attrs["config"]) == config]
-    for pick in ([t for t in trials if str(t.number) in confirmed], [t for t in trials if not t.user_attrs.get("noisy")]):
+    confirmed = store.confirmations(study)
+    trials = [t for t in map(StoredTrial.of, store.completed(study)) if t.reused_from is None and t.config == config]
+    for pick in ([t for t in trials if str(t.number) in confirmed], [t for t in trials if not t.noisy]):
         if pick:
             return pick[-1]
     return trials[0] if trials else None
@@ -54,11 +69,11 @@ def _trial_of(study: "optuna.Study", config: PopConfig) -> "optuna.trial.FrozenT
 
 def references(study: "optuna.Study", front: list[FrontRow] | None = None) -> list[Reference]:
     """The full model and the paper's rule, each with its row and whether (and why not) it is on the front."""
-    from poptune.tune.study import paper_default
+    from poptune.tune.space import paper_default
 
     front = store.front(study) if front is None else front
-    confirmed = study.user_attrs.get("confirmation", {}).get("trials", {})
-    budget = study.user_attrs.get("problem", {}).get("max_drop")
+    confirmed = store.confirmations(study)
+    budget = budget_of(study)
     out = []
     for name, config in (("full model", PopConfig(skip=0)),
                          ("paper's rule", paper_default(int(study.user_attrs["num_layers"])))):
@@ -67,12 +82,12 @@ def references(study: "optuna.Study", front: list[FrontRow] | None = None) -> li
             out.append(Reference(name, config, None, "not measured in this study"))
             continue
         mine = confirmed.get(str(trial.number))
-        row = FrontRow.from_trial(trial, mine, study.user_attrs.get("reference_prefill_ms"))
+        row = FrontRow.from_trial(trial, mine, store.reference_ms(study))
         out.append(Reference(name, config, row, _status(row, trial, mine, front, budget)))
     return out
 
 
-def _status(row: FrontRow, trial: Any, confirmed: dict[str, Any] | None, front: list[FrontRow],
+def _status(row: FrontRow, trial: StoredTrial, confirmed: dict[str, Any] | None, front: list[FrontRow],
             budget: float | None) -> str:
     if any(r.trial == row.trial for r in front):
         return "on the front"
@@ -80,7 +95,7 @@ def _status(row: FrontRow, trial: Any, confirmed: dict[str, Any] | None, front: 
     if not row.feasible and budget is not None:
         upper = row.drop_hi if row.drop_hi is not None else row.drop
         reasons.append(f"drop's 95% upper bound {upper:+.2f} > budget {budget:.2f} points")
-    if (confirmed or {}).get("above_ideal") or (confirmed is None and trial.user_attrs.get("noisy")):
+    if (confirmed or {}).get("above_ideal") or (confirmed is None and trial.noisy):
         reasons.append("a null check failed on its timing (noisy)")
     better = [r for r in front if r.prefill_ms <= row.prefill_ms and r.accuracy >= row.accuracy]
     if better and not reasons:
@@ -91,11 +106,10 @@ def _status(row: FrontRow, trial: Any, confirmed: dict[str, Any] | None, front: 
 def undecided(study: "optuna.Study") -> list[FrontRow]:
     """Configurations faster than the full model whose drop interval straddles the budget at the item cap: more
     items (``--limit``) would decide them. Fastest first."""
-    budget = study.user_attrs.get("problem", {}).get("max_drop")
+    budget = budget_of(study)
     if budget is None:
         return []
-    rows = [FrontRow.from_trial(t) for t in store.completed(study)
-            if not {"reused_from", "remeasure_of"} & set(t.user_attrs) and t.user_attrs.get("drop")]
+    rows = [FrontRow.from_trial(t) for t in map(StoredTrial.of, store.completed(study)) if t.measured and t.drop_ci]
     return sorted((r for r in rows if r.skip and r.speedup > 1 and r.drop_lo is not None
                    and r.drop_lo <= budget < r.drop_hi), key=lambda r: -r.speedup)
 
@@ -179,11 +193,11 @@ def front_plot(study: "optuna.Study", path: str | Path) -> Path:
 
     rows = store.front(study)
     refs = references(study, rows)
-    points = [(t.user_attrs["speedup"], 100 * t.values[1], "") for t in store.completed(study)]
+    points = [(t.speedup, 100 * t.values[1], "") for t in map(StoredTrial.of, store.completed(study))]
     marked = {r.name if r.row.skip == 0 else f"{r.name} ({_label(r.row)})": replace(_plot_point(r.row), label="")
               for r in refs if r.row is not None}  # named in the legend, not labelled beside the point
     budget = None
-    limit = study.user_attrs.get("problem", {}).get("max_drop")
+    limit = budget_of(study)
     full = refs[0].row
     if limit is not None and full is not None:
         budget = (100 * full.accuracy - limit, f"budget: drop <= {limit:g} points at 95% (lower bar above the line)")
@@ -215,9 +229,9 @@ def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
     attrs = study.user_attrs
     rows = store.front(study)
     refs = references(study, rows)
-    budget = attrs.get("problem", {}).get("max_drop")
+    budget = budget_of(study)
     trials = store.completed(study)
-    measured = [t for t in trials if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]
+    measured = [t for t in map(StoredTrial.of, trials) if t.measured]
     lines = [f"# Study {study.study_name}", "",
              f"- model: {attrs.get('model')} (weights {str(attrs.get('weights_fingerprint', ''))[:24]}), "
              f"{attrs.get('num_layers')} layers; hardware: {attrs.get('hardware', {}).get('hardware_id')}",
@@ -232,7 +246,7 @@ def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
     if "state_reuse_check" in attrs:
         lines.append(f"- state reuse check: max abs logit difference {attrs['state_reuse_check']['max_abs_logit_diff']:.1e}")
     lines += ["", "## Front" + (" (within the budget)" if budget is not None else ""), "",
-              front_table(rows, refs, reference_ms=attrs.get("reference_prefill_ms"), markdown=True), "",
+              front_table(rows, refs, reference_ms=store.reference_ms(study), markdown=True), "",
               *([f"- {line}", ""] if (line := undecided_line(undecided(study), budget)) else []),
               "## Null checks (full model against itself)", ""]
     for check in attrs.get("null_checks", []):

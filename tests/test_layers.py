@@ -43,18 +43,6 @@ SIBLINGS: tuple[tuple[str, str], ...] = (("poptune.measure", "poptune.evaluate")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
-#: Known violations in the upper floors (store, tune, env, cli, report, leaderboard, export), rewritten on
-#: another branch when this test was written: ``(importer, imported)`` edges left out of every import check,
-#: and modules left out of the size check. TO BE EMPTIED when that work is merged; nothing below
-#: ``poptune.store`` may be listed (test_allow_lists_name_only_upper_floors).
-KNOWN_UPPER_FLOOR_VIOLATIONS: frozenset[tuple[str, str]] = frozenset({
-    ("poptune.tune.replay", "poptune.env.pop_env"),  # upward: the replay benchmark runs the Gymnasium env
-    ("poptune.store.shared", "poptune.store.studies"),  # cycle with studies -> shared (public_url)
-    ("poptune.tune.trust", "poptune.tune.study"),  # cycle with study -> trust (_outcome)
-})
-KNOWN_UPPER_FLOOR_OVERSIZE: frozenset[str] = frozenset({
-    "poptune.tune.study",  # 417 code lines
-})
 
 
 @dataclass(frozen=True)
@@ -139,8 +127,7 @@ def test_imports_point_down():
                 problem = "imports a sibling package of its floor"
             else:
                 continue
-            if (importer, imp.target) not in KNOWN_UPPER_FLOOR_VIOLATIONS:
-                bad.append(f"{MODULES[importer].relative_to(ROOT)}:{imp.line}: {importer} -> {imp.target}: {problem}")
+            bad.append(f"{MODULES[importer].relative_to(ROOT)}:{imp.line}: {importer} -> {imp.target}: {problem}")
     assert not bad, "imports must point down (see docs/architecture.md):\n" + "\n".join(bad)
 
 
@@ -199,7 +186,7 @@ def test_no_import_cycles():
     edges: dict[str, set[str]] = {}
     for importer, imports in _graph().items():
         edges[importer] = {i.target for i in imports if i.target in MODULES and i.target != PACKAGE
-                           and (importer, i.target) not in KNOWN_UPPER_FLOOR_VIOLATIONS}
+                          }
     cycles = [" -> ".join(_cycle_path(c, edges)) for c in _cycles(edges)]
     assert not cycles, "import cycles (module-level or lazy):\n" + "\n".join(cycles)
 
@@ -215,7 +202,7 @@ def test_no_import_cycles_between_packages():
     edges: dict[str, set[str]] = {}
     for importer, imports in _graph().items():
         for i in imports:
-            if i.target in MODULES and i.target != PACKAGE and (importer, i.target) not in KNOWN_UPPER_FLOOR_VIOLATIONS:
+            if i.target in MODULES and i.target != PACKAGE:
                 if _package(importer) != _package(i.target):
                     edges.setdefault(_package(importer), set()).add(_package(i.target))
     cycles = [" -> ".join(_cycle_path(c, edges)) for c in _cycles(edges)]
@@ -272,16 +259,10 @@ def _sizes() -> tuple[dict[str, int], dict[str, int]]:
 def test_modules_and_functions_stay_small():
     modules, functions = _sizes()
     big = [f"{name}: {n} code lines (> {MAX_MODULE_LINES})" for name, n in modules.items()
-           if n > MAX_MODULE_LINES and name not in KNOWN_UPPER_FLOOR_OVERSIZE]
+           if n > MAX_MODULE_LINES]
     big += [f"{key}: {n} code lines (> {MAX_FUNCTION_LINES})" for key, n in functions.items()
-            if n > MAX_FUNCTION_LINES and key.split(":")[0] not in KNOWN_UPPER_FLOOR_OVERSIZE]
+            if n > MAX_FUNCTION_LINES]
     assert not big, "split these (docstrings, comments and blank lines not counted):\n" + "\n".join(big)
-
-
-def test_allow_lists_name_only_upper_floors():
-    upper = [importer for importer, _ in KNOWN_UPPER_FLOOR_VIOLATIONS] + list(KNOWN_UPPER_FLOOR_OVERSIZE)
-    low = [m for m in upper if (_rank(m) or 0) < 5]
-    assert not low, f"the allow-lists are for the upper floors only: {low}"
 
 
 def test_code_lines_rule():

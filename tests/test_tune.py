@@ -16,14 +16,15 @@ import pytest
 from poptune import ConfigError, PopConfig, store
 from poptune.cli import main
 from poptune.env import TuningProblem
-from poptune.tune.study import StudySpec, paper_default, run_study
+from poptune.tune.space import paper_default
+from poptune.tune.study import StudySpec, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 @pytest.fixture
 def problem(eval_data):
-    return TuningProblem(model="tiny-llama", tasks=("piqa",), limit=4, data_dir=str(eval_data), lengths=(16,),
+    return TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), limit=4, data_dir=str(eval_data), lengths=(16,),
                          repeats=1, decode_tokens=0, precision=None)  # the stopping rule: test_timer
 
 
@@ -224,7 +225,7 @@ def test_an_image_study_tunes_for_its_image_prompt(tmp_path):
     """`--image` makes the timed prompt one image and a question; the study stores it and its token count."""
     from poptune.models.vision import ImageSize
 
-    problem = TuningProblem(model="tiny-qwen3-vl", tasks=("passkey",), limit=2, lengths=(16,), repeats=1,
+    problem = TuningProblem(model="tiny-qwen3-vl", max_drop=None, tasks=("passkey",), limit=2, lengths=(16,), repeats=1,
                             decode_tokens=0, image="64x48")
     study = run_study(StudySpec(problem=problem, trials=2, storage=f"sqlite:///{tmp_path}/s.db"))
     assert study.user_attrs["problem"]["image"] == "64x48"

@@ -82,3 +82,20 @@ def test_bad_gpus_are_one_line_exit_2(capsys, tmp_path, argv, message):
 
 def test_parse_gpus():
     assert parse_gpus("0, 2,3") == [0, 2, 3]
+
+
+def test_study_budgets_name_each_gpus_study_and_grow_it_by_add(tmp_path):
+    import optuna
+
+    from poptune import store
+    from poptune.tune.workers import study_budgets
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    storage = store.open_storage(url, heartbeat=None)
+    study = optuna.create_study(study_name="shared", storage=storage, directions=["minimize", "maximize"])
+    study.add_trial(optuna.trial.create_trial(values=[1.0, 0.5], user_attrs={"config": {"skip": 0, "boundary": "last",
+                                                                                        "offset": 0}}))
+    names, budgets = study_budgets(storage, [0, 1], model="tiny-llama", study="shared", trials=12, add=None)
+    assert names == {0: "shared", 1: "shared"} and budgets == {"shared": 12}
+    assert study_budgets(storage, [0], model="tiny-llama", study="shared", trials=12, add=3)[1] == {"shared": 4}
+    assert study_budgets(storage, [0], model="tiny-llama", study="new", trials=12, add=3)[1] == {"new": 3}

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 from poptune.errors import PoptuneError
 
-from . import baseline, bench, eval, generate, importance, leaderboard, study
+from . import baseline, bench, envs, eval, export, generate, importance, leaderboard, pareto, study
 
 __all__ = ["main"]
 
-_COMMANDS = (generate, bench, eval, study, baseline, leaderboard, importance)
+_COMMANDS = (generate, bench, eval, study, pareto, export, envs, baseline, leaderboard, importance)
 
 
 def version() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from typing import Any
 
 from poptune.device import DTYPES
@@ -10,6 +11,48 @@ from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
 from poptune.files import write_text  # noqa: F401  (the commands' one way to write a file)
 from poptune.tune.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
+from poptune.tune.problem import DEFAULT_MAX_DROP, STUDY_TASKS, TuningProblem
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The library's default of dataclass ``cls``'s field ``name``: the one place a command's default comes from."""
+    return next(f.default for f in fields(cls) if f.name == name)
+
+
+def add_output(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--json`` (print ``what`` as JSON on stdout instead of the table) and ``--out PATH`` (write it as JSON),
+    the same in every command."""
+    parser.add_argument("--json", nargs="?", const=True, default=False, action=_JsonFlag,
+                        help=f"print {what} as JSON on stdout instead of the table")
+    parser.add_argument("--out", metavar="PATH", help=f"write {what} as JSON to PATH")
+
+
+class _JsonFlag(argparse.Action):
+    """``--json`` takes no value; an old-style ``--json PATH`` is refused in one line naming ``--out``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if values is not True:
+            parser.error(f"`--json` takes no file (it prints JSON on stdout): use `--out {values}` to write one")
+        setattr(namespace, self.dest, True)
+
+
+def emit(args: argparse.Namespace, table: str, data: str) -> None:
+    """A command's result: ``data`` (JSON text) to ``--out`` if given; then the table, or ``data`` with ``--json``."""
+    if args.out:
+        write_text(args.out, data)
+    print(data if args.json else table)
+    if args.out and not args.json:
+        print(f"wrote {args.out}")
+
+
+def add_storage(parser: argparse.ArgumentParser, *, study: str | None = "the storage's only study") -> None:
+    """``--storage URL`` and (unless ``study`` is None) ``--study NAME``, the same in every command."""
+    parser.add_argument("--storage", metavar="URL", help="storage URL: sqlite:///PATH (default: "
+                        "sqlite:///studies/poptune.db), journal:PATH (several processes on one host), "
+                        "postgresql://USER@HOST/DB (several machines)")
+    if study is not None:
+        parser.add_argument("--study", metavar="NAME", help=f"study name (default: {study})")
 
 
 def add_model(parser: argparse.ArgumentParser) -> None:
@@ -74,14 +117,6 @@ def seed(text: str) -> int:
     return value
 
 
-#: A study's tasks with a data directory: long real prompts, where prefill (and so POP) matters.
-STUDY_TASKS = "longctx_squad,longctx_qasper"
-
-
-#: A study's accuracy budget in points unless `--max-drop` says otherwise.
-DEFAULT_MAX_DROP = 2.0
-
-
 def _budget(text: str) -> float | None:
     """``--max-drop``: points, or ``none`` for no budget."""
     if text.strip().lower() == "none":
@@ -94,12 +129,14 @@ def _budget(text: str) -> float | None:
 
 def add_problem(parser: argparse.ArgumentParser) -> None:
     """What a study or a baseline measures: prompt lengths, tasks and their items, timing pairs."""
-    parser.add_argument("--lengths", help="prompt lengths of the synthetic passkey items (default: 512); latency is "
-                        "timed at the lengths of the prompts the study scores, weighted by their share")
+    lengths = ",".join(map(str, default_of(TuningProblem, "lengths")))
+    parser.add_argument("--lengths", help=f"prompt lengths of the synthetic passkey items (default: {lengths}); "
+                        "latency is timed at the lengths of the prompts the study scores, weighted by their share")
     parser.add_argument("--image", metavar="WxH",
                         help="time an image prompt instead (a vision-language model): one image of this size and a "
                              "short question, e.g. 640x480; accuracy still comes from --tasks")
-    parser.add_argument("--tasks", help=f"accuracy tasks (default: {STUDY_TASKS} with a data directory, else embedded)")
+    parser.add_argument("--tasks", help=f"accuracy tasks (default: {','.join(STUDY_TASKS)} with a data directory, else "
+                        "embedded)")
     parser.add_argument("--limit", type=int, help="items per task at most: accuracy is raced in rounds until the drop's "
                         f"interval is decided, up to this cap (default: the preset's; standard: {STANDARD.limit}, "
                         f"{STANDARD.long_limit} on the long-prompt pack)")
@@ -109,9 +146,9 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-drop", type=_budget, default=DEFAULT_MAX_DROP,
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): a "
                         "configuration is within it when the drop's 95%% upper bound is (an Optuna constraint)")
-    parser.add_argument("--seed", type=seed, default=0)
-    add_precision(parser, repeats=3, max_pairs=STANDARD.max_pairs, max_seconds=STANDARD.max_seconds, stop="--repeats",
-                  preset=True)
+    parser.add_argument("--seed", type=seed, default=default_of(TuningProblem, "seed"))
+    add_precision(parser, repeats=default_of(TuningProblem, "repeats"), max_pairs=STANDARD.max_pairs,
+                  max_seconds=STANDARD.max_seconds, stop="--repeats", preset=True)
 
 
 def add_preset(parser: argparse.ArgumentParser) -> None:
@@ -130,9 +167,10 @@ def add_precision(parser: argparse.ArgumentParser, *, repeats: int, max_pairs: i
     origin = "the preset's; standard: " if preset else ""
     parser.add_argument("--repeats", type=int, default=repeats,
                         help=f"least measured/full timing pairs (default: {repeats})")
-    parser.add_argument("--precision", type=float, default=0.02,
+    precision = default_of(TuningProblem, "precision")
+    parser.add_argument("--precision", type=float, default=precision,
                         help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
-                             f"(default: 0.02; 0: stop at {stop})")
+                             f"(default: {precision}; 0: stop at {stop})")
     parser.add_argument("--max-pairs", type=int, default=None if preset else max_pairs,
                         help=f"most timing pairs per measurement (default: {origin}{max_pairs})")
     parser.add_argument("--max-seconds", type=float, default=None if preset else max_seconds,
@@ -151,19 +189,17 @@ def preset_of(args: argparse.Namespace) -> Preset:
 
 def problem(args: argparse.Namespace) -> Any:
     """The :class:`~poptune.tune.problem.TuningProblem` of :func:`add_problem`'s options (data checked now)."""
-    from poptune.tune.problem import TuningProblem
     from poptune.evaluate.suite import EMBEDDED, resolve_tasks
+    from poptune.tune.problem import default_tasks
     from poptune.evaluate.taskpack import check_data, data_dir
 
     directory = data_dir(args.data_dir)
-    default = STUDY_TASKS if directory is not None else None
-    tasks = resolve_tasks(args.tasks or default, directory)
+    tasks = resolve_tasks(args.tasks, directory) if args.tasks else default_tasks(directory is not None)
     real = [t for t in tasks if t not in EMBEDDED]
     if directory is not None and real:
         check_data(directory, real)
     size = preset_of(args)
-    long_pack = all(t.startswith("longctx") for t in tasks)  # a preset's own, lower cap (args.limit wins)
-    limit = size.long_limit if long_pack and args.limit is None else size.limit
+    limit = size.limit if args.limit is not None else size.limit_for(tasks)  # an explicit --limit wins
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes
@@ -176,7 +212,8 @@ def problem(args: argparse.Namespace) -> Any:
         check_takes_images(args.model)
         image = str(sizes[0])
     return TuningProblem(
-        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths or "512", "--lengths")), limit=limit,
+        model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths, "--lengths")) if args.lengths
+        else default_of(TuningProblem, "lengths"), limit=limit,
         image=image, data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
         dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=size.items,
         precision=args.precision or None, max_pairs=max(size.max_pairs, args.repeats), max_seconds=size.max_seconds,
@@ -184,10 +221,13 @@ def problem(args: argparse.Namespace) -> Any:
 
 
 def add_calibration(parser: argparse.ArgumentParser) -> None:
+    from poptune.calibration import CalibrationSpec
+
+    samples, length, seed_ = (default_of(CalibrationSpec, name) for name in ("samples", "length", "seed"))
     group = parser.add_argument_group("baseline calibration (WikiText-2 from the data directory, else generated)")
-    group.add_argument("--calibration-samples", type=int, default=8, help="sequences (default: 8)")
-    group.add_argument("--calibration-length", type=int, default=128, help="tokens per sequence (default: 128)")
-    group.add_argument("--calibration-seed", type=seed, default=0, help="seed of the windows (default: 0)")
+    group.add_argument("--calibration-samples", type=int, default=samples, help=f"sequences (default: {samples})")
+    group.add_argument("--calibration-length", type=int, default=length, help=f"tokens per sequence (default: {length})")
+    group.add_argument("--calibration-seed", type=seed, default=seed_, help=f"seed of the windows (default: {seed_})")
 
 
 def calibration_spec(args: argparse.Namespace) -> Any:

@@ -8,10 +8,12 @@ from typing import Any
 
 from ._args import (
     add_model,
+    add_output,
     add_pop,
     add_precision,
     add_prefill_chunk,
     check_output_path,
+    emit,
     int_list,
     pop_config,
     prefill_chunk,
@@ -42,7 +44,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--energy-seconds", type=float, default=1.0,
                         help="per row and side, an energy block of at least this long for joules per prefill "
                              "(0: none; else >= 1; needs NVML, else the row says why) (default: 1)")
-    parser.add_argument("--json", metavar="PATH", help="also write the result, with the hardware record, as JSON")
+    add_output(parser, "the result, with the hardware record,")
     parser.set_defaults(run=run)
 
 
@@ -71,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
         energy_seconds=args.energy_seconds,
         prefill_chunk=prefill_chunk(args),
     )
-    if args.json:
-        check_output_path(args.json)
+    if args.out:
+        check_output_path(args.out)
 
     from tqdm import tqdm
 
@@ -91,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
         result = run_bench(model, tokenizer, config, spec, model_name=args.model, progress=progress,
                            weights=args.weights)
 
+    if args.json:
+        emit(args, "", result.to_json())
+        return 0
     hw = result.hardware
     chunked = f", prefill in chunks of {spec.prefill_chunk} tokens" if spec.prefill_chunk else ""
     print(f"{args.model} [{config}] on {hw.hardware_id} ({result.dtype}, batch {spec.batch_size}{chunked})")
@@ -106,9 +111,9 @@ def run(args: argparse.Namespace) -> int:
           + f"; {result.ideal_assumption}; '!': above the ideal by more than the interval")
     _print_timing(result)
     _print_null_check(result)
-    if args.json:
-        write_text(args.json, result.to_json())
-        print(f"wrote {args.json}")
+    if args.out:
+        write_text(args.out, result.to_json())
+        print(f"wrote {args.out}")
     return 0
 
 

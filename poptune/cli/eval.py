@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from ._args import add_model, add_pop, add_prefill_chunk, check_output_path, pop_config, prefill_chunk, write_text
+from ._args import add_model, add_output, add_pop, add_prefill_chunk, check_output_path, emit, pop_config, prefill_chunk
+from ._args import write_text
 
 
 def register(sub: Any) -> None:
@@ -24,7 +25,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="contexts prefilled together (default: 8)")
     add_prefill_chunk(parser)
     parser.add_argument("--fidelity-pairs", type=int, default=8, help="text pairs for fidelity, 0 to skip (default: 8)")
-    parser.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    add_output(parser, "the result")
     parser.set_defaults(run=run)
 
 
@@ -46,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
         fidelity=FidelitySpec(pairs=args.fidelity_pairs) if args.fidelity_pairs else None,
         prefill_chunk=prefill_chunk(args),
     )
-    if args.json:
-        check_output_path(args.json)
+    if args.out:
+        check_output_path(args.out)
 
     from tqdm import tqdm
 
@@ -65,6 +66,10 @@ def run(args: argparse.Namespace) -> int:
 
         result = run_eval(model, tokenizer, config, spec, progress=progress)
 
+    data = json.dumps({"model": args.model, **result.to_dict()}, indent=2)
+    if args.json:
+        emit(args, "", data)
+        return 0
     print(f"{args.model} [{config}]" + (f", {args.limit} items per task" if args.limit else "")
           + (f", prefill in chunks of {spec.prefill_chunk} tokens" if spec.prefill_chunk else ""))
     print(result.table())
@@ -75,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             f"(ppl {f.ppl_full:.2f} / {f.ppl_pop:.2f}), top-1 agreement {100 * f.top1_agreement:.1f}%, "
             f"KL(full||POP) {f.kl:.4f} nats"
         )
-    if args.json:
-        write_text(args.json, json.dumps({"model": args.model, **result.to_dict()}, indent=2))
-        print(f"wrote {args.json}")
+    if args.out:
+        write_text(args.out, data)
+        print(f"wrote {args.out}")
     return 0

@@ -6,10 +6,12 @@ import argparse
 import shlex
 from typing import Any
 
+from ._args import add_storage
+
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("leaderboard", help="regenerate leaderboards/ (POP vs baselines, tuners) from studies")
-    parser.add_argument("--storage", help="storage URL (default: sqlite:///studies/poptune.db)")
+    add_storage(parser, study=None)  # every study of the storage
     parser.add_argument("--out", default="leaderboards", help="output folder (default: leaderboards)")
     parser.add_argument("--seeds", type=int, default=10, help="seeds per sampler in the tuner tables (default: 10)")
     parser.set_defaults(run=run)

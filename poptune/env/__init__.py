@@ -17,7 +17,8 @@ import gymnasium
 
 from poptune.tune.evaluator import ConfigEvaluator
 from poptune.env.pop_env import PopEnv, ReplayEnv
-from poptune.tune.problem import Measurement, TuningProblem, config_from_action, reward
+from poptune.store.measurement import Measurement
+from poptune.tune.problem import TuningProblem, config_from_action, reward
 
 __all__ = [
     "ConfigEvaluator",

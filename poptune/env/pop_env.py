@@ -16,7 +16,8 @@ from gymnasium import spaces
 
 from poptune.engine import BOUNDARIES
 from poptune.tune.evaluator import ConfigEvaluator
-from poptune.tune.problem import MAX_OFFSET, Measurement, TuningProblem, config_from_action, reward
+from poptune.store.measurement import Measurement
+from poptune.tune.problem import MAX_OFFSET, TuningProblem, config_from_action, reward
 from poptune.errors import ConfigError
 
 __all__ = ["PopEnv", "ReplayEnv"]
@@ -134,15 +135,14 @@ class ReplayEnv(_OneStepEnv):
     def __init__(self, storage: str | None = None, study: str | None = None, *, max_drop: float | None = None) -> None:
         from poptune import store
 
+        from poptune.tune.replay import Replay
+
         loaded = store.load_study(store.open_reader(storage), study)
+        self._replay = Replay.of(loaded)
         self.study_name = loaded.study_name
         problem = TuningProblem.from_dict(loaded.user_attrs["problem"])
-        self.table: dict[Any, Measurement] = {}
-        # A trial marked noisy answers only where no trusted measurement of its configuration exists.
-        for trial in sorted(store.completed(loaded), key=lambda t: bool(t.user_attrs.get("noisy"))):
-            measurement = Measurement.from_info(trial.user_attrs)
-            self.table.setdefault(measurement.config, measurement)
-        num_layers = int(loaded.user_attrs["num_layers"])
+        self.table: dict[Any, Measurement] = self._replay.table  # trusted measurements first
+        num_layers = self._replay.num_layers
         # An image problem's prompt length is known from its measurements, not from the problem.
         target = next(iter(self.table.values())).target_length if self.table else problem.target
         super().__init__(num_layers, target, problem.max_drop if max_drop is None else max_drop)
@@ -151,6 +151,4 @@ class ReplayEnv(_OneStepEnv):
         self.action_space = _MeasuredActions(num_layers, actions)
 
     def _measure(self, config: Any) -> Measurement:
-        if config not in self.table:
-            raise ConfigError(f"the study {self.study_name!r} holds no measurement of {config}")
-        return self.table[config]
+        return self._replay.answer(config)

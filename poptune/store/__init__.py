@@ -1,30 +1,42 @@
 """Stored studies: Optuna storages opened by URL, and what a study's trials say.
 
-- :mod:`~poptune.store.studies`: the one place that opens storages and reads studies, trials and fronts.
+- :mod:`~poptune.store.urls`: storage URLs (the default, which ones processes may share, shown without passwords).
+- :mod:`~poptune.store.studies`: the one place that opens storages and loads studies.
 - :mod:`~poptune.store.shared`: storages several worker processes can share and survive (retries, heartbeats).
+- :mod:`~poptune.store.measurement`: one configuration's measurement as a study stores it.
+- :mod:`~poptune.store.trials`: the one reader of stored trials (:class:`StoredTrial`) and the latency objective.
+- :mod:`~poptune.store.front`: a study's Pareto front of POP configurations.
 """
 
+from poptune.store.front import FrontRow, front, pareto
+from poptune.store.measurement import POP, Measurement, method_of
 from poptune.store.studies import (
-    DEFAULT_STORAGE,
     HEARTBEAT_S,
     MAX_RETRY,
     RETRY_S,
-    FrontRow,
     check_storage,
-    completed,
-    front,
-    is_server,
     load_study,
     open_reader,
     open_storage,
-    pareto,
-    public_url,
     sole_sqlite_worker,
-    study_name,
     study_names,
 )
+from poptune.store.trials import (
+    StoredTrial,
+    completed,
+    confirmations,
+    is_answer,
+    is_pop,
+    latency_objective,
+    measured_table,
+    reference_ms,
+)
+from poptune.store.urls import DEFAULT_STORAGE, is_server, public_url, study_name
 
 __all__ = [
-    "DEFAULT_STORAGE", "HEARTBEAT_S", "MAX_RETRY", "RETRY_S", "FrontRow", "check_storage", "completed", "front", "is_server", "load_study",
-    "open_reader", "open_storage", "pareto", "public_url", "sole_sqlite_worker", "study_name", "study_names",
+    "DEFAULT_STORAGE", "HEARTBEAT_S", "MAX_RETRY", "POP", "RETRY_S", "FrontRow", "Measurement", "StoredTrial",
+    "check_storage", "completed", "confirmations", "front", "is_answer", "is_pop", "is_server", "latency_objective",
+    "load_study",
+    "measured_table", "method_of", "open_reader", "open_storage", "pareto", "public_url", "reference_ms",
+    "sole_sqlite_worker", "study_name", "study_names",
 ]

@@ -147,7 +147,7 @@ class SharedRDBStorage(RDBStorage):
     """
 
     def __init__(self, url: str, *, retry_s: float, **kwargs: Any) -> None:
-        from poptune.store.studies import public_url
+        from poptune.store.urls import public_url
 
         self.retry_s = retry_s
         self.public_url = public_url(url)

@@ -1,9 +1,7 @@
-"""The one place that opens Optuna storages and reads studies, trials and Pareto fronts.
+"""The one place that opens Optuna storages and loads studies (see :mod:`poptune.store.urls` for the URLs).
 
-Storage URLs: ``sqlite:///path.db`` (the default, ``studies/poptune.db``), any SQLAlchemy URL such as
-``postgresql://user@host/db`` (Optuna's RDB storage, so PostgreSQL works unchanged), and ``journal:PATH`` for a
-journal file that several processes on one host may share. The tuner writes through :func:`open_storage`; the
-replay environment, export and leaderboards only read.
+The tuner writes through :func:`open_storage` (PostgreSQL works unchanged through Optuna's RDB storage); the
+replay environment, export and leaderboards only read, through :func:`open_reader`.
 
 Several workers share a study through the storage (PostgreSQL across machines, a journal file on one host);
 :mod:`poptune.store.shared` adds what they need beyond Optuna's own storages: retries across a database restart,
@@ -23,35 +21,20 @@ import os
 import sqlite3
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from poptune.errors import ConfigError
+from poptune.store.urls import DEFAULT_STORAGE, file_of, public_url
 
 if TYPE_CHECKING:
     import optuna
 
 __all__ = [
-    "DEFAULT_STORAGE",
-    "RETRY_S",
-    "is_server",
-    "FrontRow",
-    "open_storage",
-    "open_reader",
-    "check_storage",
-    "sole_sqlite_worker",
-    "study_name",
-    "study_names",
-    "load_study",
-    "front",
-    "completed",
-    "pareto",
-    "public_url",
+    "HEARTBEAT_S", "MAX_RETRY", "RETRY_S", "check_storage", "load_study", "open_reader", "open_storage",
+    "sole_sqlite_worker", "study_names",
 ]
-
-DEFAULT_STORAGE = "sqlite:///studies/poptune.db"
 
 # Heartbeats let a resumed study fail the trials a killed process left RUNNING, then retry them (a few times:
 # a configuration that kills its worker every time is not retried forever).
@@ -67,11 +50,6 @@ SQLITE_BUSY_S = 20
 
 #: Seconds a server that refuses connections is retried when a storage is opened (a restart, not a typo).
 OPEN_RETRY_S = 15.0
-
-
-def study_name(model: str, hardware_id: str) -> str:
-    """One study per model and machine kind: ``<model>@<hardware-id>``."""
-    return f"{model}@{hardware_id}"
 
 
 def _check_sqlite_file(path: Path) -> None:
@@ -101,12 +79,6 @@ def _check_sqlite_file(path: Path) -> None:
         raise ConfigError(f"cannot read {path} as SQLite: {e}") from e
     if tables and not {"studies", "trials", "version_info"} <= tables:
         raise ConfigError(f"{path} is an SQLite database but not an Optuna one (tables: {', '.join(sorted(tables))})")
-
-
-def is_server(url: str | None) -> bool:
-    """Whether ``url`` is a storage several processes may share (a journal file or a database server)."""
-    url = url or DEFAULT_STORAGE
-    return url.startswith("journal:") or ("://" in url and not url.startswith("sqlite:"))
 
 
 def open_storage(
@@ -191,16 +163,6 @@ def open_storage(
         raise ConfigError(f"cannot open storage {public_url(url)!r}: {type(e).__name__}: {first}") from e
 
 
-def public_url(url: str | None) -> str:
-    """The storage URL (default :data:`DEFAULT_STORAGE`) without its password, for messages and provenance."""
-    url = url or DEFAULT_STORAGE
-    if "://" in url and "@" in url.split("://", 1)[1]:
-        from sqlalchemy.engine import make_url
-
-        return make_url(url).render_as_string(hide_password=True)
-    return url
-
-
 def open_reader(url: str | None = None) -> "optuna.storages.BaseStorage":
     """Open an existing storage to read (no heartbeats); a missing database file is refused, never created.
 
@@ -209,7 +171,7 @@ def open_reader(url: str | None = None) -> "optuna.storages.BaseStorage":
             :func:`open_storage` refuses.
     """
     url = url or DEFAULT_STORAGE
-    path = _file_of(url)
+    path = file_of(url)
     if path is not None and (not path.is_file() or path.stat().st_size == 0):
         raise ConfigError(f"no study database at {path}: run `poptune study` first, or name the storage with --storage")
     return open_storage(url, heartbeat=None)
@@ -222,7 +184,7 @@ def check_storage(url: str | None = None) -> None:
     database or journal); a server URL is opened, since that is the only way to know it answers.
     """
     url = url or DEFAULT_STORAGE
-    path = _file_of(url)
+    path = file_of(url)
     if path is None:
         open_storage(url, heartbeat=None)
     elif url.startswith("journal:"):
@@ -252,7 +214,7 @@ def sole_sqlite_worker(url: str | None) -> Iterator[bool]:
         ConfigError: another live process holds the study's database.
     """
     url = url or DEFAULT_STORAGE
-    path = _file_of(url)
+    path = file_of(url)
     if path is None or url.startswith("journal:") or not path.is_file():
         yield False
         return
@@ -273,15 +235,6 @@ def sole_sqlite_worker(url: str | None) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)  # releases the lock
-
-
-def _file_of(url: str) -> Path | None:
-    """The file of an SQLite or journal storage URL (None for a server)."""
-    if url.startswith("journal:"):
-        return Path(url.removeprefix("journal:"))
-    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        return Path(url.removeprefix("sqlite:///").split("?", 1)[0])
-    return None
 
 
 def _check_journal_file(path: Path) -> None:
@@ -337,137 +290,3 @@ def load_study(storage: "optuna.storages.BaseStorage", name: str | None) -> "opt
     if name not in names:
         raise ConfigError(f"no study {name!r} in this storage (studies: {', '.join(names) or 'none'})")
     return optuna.load_study(study_name=name, storage=storage)
-
-
-def completed(study: "optuna.Study", method: str | None = "pop") -> list["optuna.trial.FrozenTrial"]:
-    """Completed trials of ``method`` (default POP's own; None: every method, baselines too) in number order.
-
-    Baselines are stored in the study of their model and machine as trials with a ``method`` user attribute
-    and no search parameters; trials without the attribute are POP's.
-    """
-    import optuna
-
-    trials = sorted(study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]),
-                    key=lambda t: t.number)
-    if method is None:
-        return trials
-    return [t for t in trials if t.user_attrs.get("method", "pop") == method]
-
-
-def pareto(trials: list["optuna.trial.FrozenTrial"]) -> list["optuna.trial.FrozenTrial"]:
-    """The trials no other trial dominates on (latency objective: minimise, accuracy: maximise)."""
-
-    def dominates(a: Any, b: Any) -> bool:
-        return a.values[0] <= b.values[0] and a.values[1] >= b.values[1] and tuple(a.values) != tuple(b.values)
-
-    return [t for t in trials if not any(dominates(other, t) for other in trials)]
-
-
-@dataclass(frozen=True)
-class FrontRow:
-    """One Pareto-optimal configuration as stored (its confirmed figures where the study has them).
-
-    ``speedup_lo``/``speedup_hi``: the 95% interval of the speedup (None for trials stored before intervals);
-    ``pairs``: how many pairs it rests on; ``confirmed``: the figures come from the confirmation pass.
-    ``prefill_ms`` is the latency objective (the study's reference full-model TTFT over the speedup);
-    ``ttft_ms`` and ``full_ttft_ms`` are the raw p50 times to first token of the configuration and of its
-    paired full model as the trial measured them (expected over the workload's prompt lengths).
-    """
-
-    trial: int
-    skip: int
-    boundary: str
-    offset: int
-    method: str
-    prefill_ms: float
-    speedup: float
-    accuracy: float
-    drop: float
-    feasible: bool
-    drop_lo: float | None = None
-    drop_hi: float | None = None
-    items: int | None = None
-    speedup_lo: float | None = None
-    speedup_hi: float | None = None
-    pairs: int | None = None
-    ideal: float | None = None
-    confirmed: bool = False
-    ttft_ms: float | None = None
-    full_ttft_ms: float | None = None
-
-    @classmethod
-    def from_trial(cls, trial: "optuna.trial.FrozenTrial", confirmed: dict[str, Any] | None = None,
-                   reference_ms: float | None = None) -> "FrontRow":
-        """The row of ``trial``; with ``confirmed`` figures (and the study's reference latency) those instead."""
-        attrs = trial.user_attrs
-        config = attrs["config"]
-        target = attrs.get("latency", {}).get(str(attrs.get("target_length")), {})
-        if attrs.get("latency_weights"):  # a workload-weighted trial: its combined figures
-            ci = attrs.get("speedup_ci") or (None, None)
-            target = {"speedup": attrs["speedup"], "speedup_lo": ci[0], "speedup_hi": ci[1],
-                      "pairs": attrs.get("pairs"), "ideal": attrs.get("ideal")}
-        figures = confirmed or target
-        speedup = float(figures.get("speedup", attrs["speedup"]))
-        prefill_ms = trial.values[0]
-        if confirmed and reference_ms:
-            prefill_ms = reference_ms / speedup
-        return cls(
-            trial=trial.number,
-            skip=config["skip"],
-            boundary=config["boundary"],
-            offset=config["offset"],
-            method=attrs.get("method", "pop"),
-            prefill_ms=prefill_ms,
-            speedup=speedup,
-            accuracy=trial.values[1],
-            drop=attrs["drop_points"],
-            feasible=bool(attrs.get("feasible", True)),
-            drop_lo=(attrs.get("drop") or {}).get("lo"),
-            drop_hi=(attrs.get("drop") or {}).get("hi"),
-            items=sum(attrs["items"].values()) if attrs.get("items") else None,
-            speedup_lo=figures.get("speedup_lo"),
-            speedup_hi=figures.get("speedup_hi"),
-            pairs=figures.get("pairs"),
-            ideal=figures.get("ideal", target.get("ideal")),
-            confirmed=bool(confirmed),
-            ttft_ms=attrs.get("prefill_ms"),
-            full_ttft_ms=attrs.get("full_ms"),
-        )
-
-
-def _trusted(trial: "optuna.trial.FrozenTrial", confirmed: dict[str, Any] | None) -> bool:
-    """Not marked noisy (or confirmed since) and not confirmed above its ideal."""
-    if confirmed is not None:
-        return not confirmed.get("above_ideal")
-    return not trial.user_attrs.get("noisy")
-
-
-def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
-    """POP's Pareto front (feasible trials only when the study has an accuracy budget), fastest first.
-
-    Trials marked ``noisy`` (a failed null check, a speedup above its ideal) are left out. With ``confirmed``
-    (the default) the confirmation pass's figures (study attribute ``confirmation``) replace the trials' own and
-    the front is recomputed from them; a configuration confirmed above its ideal is left out too. A
-    configuration measured by several trials counts once: its confirmed trial, else its first trusted one.
-    """
-    figures = study.user_attrs.get("confirmation", {}).get("trials", {}) if confirmed else {}
-    reference = study.user_attrs.get("reference_prefill_ms")
-    rows: dict[tuple, FrontRow] = {}
-    for trial in completed(study):
-        if not trial.user_attrs.get("feasible", True) or "reused_from" in trial.user_attrs:
-            continue
-        mine = figures.get(str(trial.number))
-        if not _trusted(trial, mine):
-            continue
-        row = FrontRow.from_trial(trial, mine, reference)
-        key = (row.method, row.skip, row.boundary, row.offset)
-        if key not in rows or (row.confirmed and not rows[key].confirmed):
-            rows[key] = row
-    candidates = list(rows.values())
-
-    def dominates(a: FrontRow, b: FrontRow) -> bool:
-        return (a.prefill_ms <= b.prefill_ms and a.accuracy >= b.accuracy
-                and (a.prefill_ms, a.accuracy) != (b.prefill_ms, b.accuracy))
-
-    best = [r for r in candidates if not any(dominates(o, r) for o in candidates)]
-    return sorted(best, key=lambda r: (r.prefill_ms, -r.accuracy, r.trial))

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from poptune import progress
 from poptune.engine import PopConfig, decoder_of
+from poptune.store.measurement import Measurement
 from poptune.transform import Transform, applied
-from poptune.tune.problem import Measurement, TuningProblem
+from poptune.tune.problem import TuningProblem
 
 if TYPE_CHECKING:
     from poptune.baselines import Baseline

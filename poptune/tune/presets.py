@@ -34,6 +34,10 @@ class Preset:
     max_seconds: float
     long_limit: int
 
+    def limit_for(self, tasks: tuple[str, ...]) -> int:
+        """The item cap of a study of ``tasks``: :attr:`long_limit` when all are of the long-prompt pack."""
+        return self.long_limit if tasks and all(t.startswith("longctx") for t in tasks) else self.limit
+
 
 STANDARD = Preset(trials=12, items=16, limit=64, max_pairs=20, max_seconds=3.0, long_limit=32)
 

@@ -3,21 +3,38 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import BOUNDARIES, PopConfig
-from poptune.errors import ConfigError, MeasurementError
+from poptune.errors import ConfigError
+from poptune.store.measurement import Measurement
 from poptune.tune.presets import STANDARD
 
 if TYPE_CHECKING:
     from poptune.evaluate.racing import RacingPolicy
 
-__all__ = ["TuningProblem", "Measurement", "MAX_OFFSET", "config_from_action", "reward", "weighted_ratio"]
+__all__ = ["DEFAULT_MAX_DROP", "MAX_OFFSET", "STUDY_TASKS", "TuningProblem", "config_from_action", "default_tasks",
+           "reward"]
 
 #: The search space's largest offset (final layers kept in prefill).
 MAX_OFFSET = 2
+
+#: The accuracy budget in points unless a problem says otherwise (``None``: no budget).
+DEFAULT_MAX_DROP = 2.0
+
+#: A study's tasks with a data directory: long real prompts, where prefill (and so POP) matters.
+STUDY_TASKS = ("longctx_squad", "longctx_qasper")
+
+#: The tasks that need no data directory.
+EMBEDDED_TASKS = ("passkey", "kv_recall")
+
+
+def default_tasks(has_data: bool) -> tuple[str, ...]:
+    """A problem's tasks unless it names them: :data:`STUDY_TASKS` with a data directory, else the embedded ones."""
+    return STUDY_TASKS if has_data else EMBEDDED_TASKS
+
 
 #: Reward lost per accuracy point beyond the budget (see :func:`reward`).
 PENALTY_PER_POINT = 0.5
@@ -36,7 +53,8 @@ class TuningProblem:
             first, is the objective).
         limit: Items per task at most (the racing cap); ``items_start`` in the first round.
         data_dir: Where the real task files are.
-        max_drop: Accuracy budget in points for the reward and the study's constraint (None: no budget).
+        max_drop: Accuracy budget in points for the reward and the study's constraint (default
+            :data:`DEFAULT_MAX_DROP`, as the command line's; None: no budget).
         device, dtype, weights: As :func:`poptune.load_model`.
         batch_size: Prompts per timed forward.
         repeats: Least POP/full pairs per latency measurement.
@@ -55,12 +73,12 @@ class TuningProblem:
     """
 
     model: str = "gemma-3"
-    tasks: tuple[str, ...] = ("passkey", "kv_recall")
+    tasks: tuple[str, ...] = EMBEDDED_TASKS
     lengths: tuple[int, ...] = (512,)
     target_length: int | None = None
     limit: int | None = STANDARD.limit
     data_dir: str | None = None
-    max_drop: float | None = None
+    max_drop: float | None = DEFAULT_MAX_DROP
     device: str = "cpu"
     dtype: str | None = None
     weights: str = "pretrained"
@@ -169,196 +187,6 @@ def config_from_action(action: dict[str, Any], num_layers: int) -> PopConfig:
     if skip == 0:
         return PopConfig(skip=0)  # nothing skipped: boundary and offset change nothing, one full model
     return PopConfig(skip=skip, boundary=boundary, offset=offset)
-
-
-@dataclass
-class Measurement:
-    """Every objective and sub-measurement of one configuration, as a study stores it.
-
-    Attributes:
-        config: The configuration measured.
-        method: ``pop`` or a baseline's name.
-        latency: Per prompt length, :meth:`poptune.measure.bench.BenchRow.summary`: ``pop_ms``, ``full_ms``
-            (p50), ``speedup`` (median of per-pair ratios, with its interval where measured), ``ideal``, and
-            decode per-token latencies.
-        target_length: The length whose POP prefill latency is the objective (a weighted workload: its
-            longest timed length, for old readers).
-        accuracy: Primary-metric accuracy per task on the items scored, in [0, 1].
-        full_accuracy: The full model's on the same items.
-        latency_weights: Per timed length, the share of the workload's prompts it stands for (empty: the
-            objective is ``target_length`` alone).
-        drop: The paired drop against the full model with its 95% interval and items
-            (:class:`~poptune.evaluate.paired.PairedDrop` as a dict), where measured.
-        reference_accuracy: The full model's mean accuracy on the study's reference items (the first racing
-            round); the accuracy objective is this minus the drop, comparable across trials that scored
-            different numbers of items.
-        outcomes: Per task, the configuration's primary metric on each item scored, in the workload's order.
-        energy_j: POP's joules per prefill at the target length (its NVML energy block), where measured;
-            ``energy_reason`` says why not otherwise. Every length's figures, the full model's too, are in
-            ``latency``.
-        hardware: The hardware record; ``versions``: software versions.
-        details: For a baseline: its ratio, removed layers, scores and calibration.
-        null_check: :meth:`poptune.measure.nullcheck.NullCheck.to_dict` of the measurement (decode POP/full
-            pairs and the above-ideal check); ``provenance``: :func:`poptune.measure.provenance.provenance`.
-    """
-
-    config: PopConfig
-    latency: dict[int, dict[str, float | None]]
-    target_length: int
-    accuracy: dict[str, float]
-    full_accuracy: dict[str, float]
-    method: str = "pop"
-    energy_j: float | None = None
-    energy_reason: str | None = None
-    hardware: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, str] = field(default_factory=dict)
-    items: dict[str, int] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
-    latency_weights: dict[int, float] = field(default_factory=dict)
-    drop: dict[str, Any] | None = None
-    reference_accuracy: float | None = None
-    outcomes: dict[str, list[float]] = field(default_factory=dict)
-    null_check: dict[str, Any] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def noisy(self) -> bool:
-        """Whether a null check failed: the speedup is not to be ranked until measured again."""
-        return bool(self.null_check.get("noisy"))
-
-    def __post_init__(self) -> None:
-        numbers = [v for row in self.latency.values() for v in row.values() if isinstance(v, (int, float))]
-        numbers += list(self.accuracy.values()) + list(self.full_accuracy.values())
-        bad = [v for v in numbers if not math.isfinite(v)]
-        if bad:
-            raise MeasurementError(f"measurement of {self.config} is not finite ({bad[:3]}): refusing to store it")
-
-    def _weights(self) -> dict[int, float]:
-        return self.latency_weights or {self.target_length: 1.0}
-
-    @property
-    def prefill_ms(self) -> float:
-        """POP's expected time to first token over the workload (p50 per length, weighted)."""
-        return sum(w * float(self.latency[n]["pop_ms"]) for n, w in self._weights().items())  # type: ignore[arg-type]
-
-    @property
-    def full_ms(self) -> float:
-        """The full model's expected time to first token over the same prompts."""
-        return sum(w * float(self.latency[n]["full_ms"]) for n, w in self._weights().items())  # type: ignore[arg-type]
-
-    @property
-    def speedup(self) -> float:
-        """The expected-TTFT speedup: per-length paired speedups combined with weights ``w * full_ms``."""
-        return self._combine("speedup")
-
-    @property
-    def speedup_interval(self) -> tuple[float, float] | None:
-        """The speedup's 95% interval from the per-length intervals (ends combined as if fully correlated:
-        conservative), or None where a length has none."""
-        try:
-            return self._combine("speedup_lo"), self._combine("speedup_hi")
-        except (KeyError, TypeError):
-            return None
-
-    def _combine(self, key: str) -> float:
-        return weighted_ratio(self.latency, self._weights(), key)
-
-    @property
-    def accuracy_mean(self) -> float:
-        """Mean accuracy over tasks on the items scored (compare trials by :attr:`objective_accuracy`)."""
-        return sum(self.accuracy.values()) / len(self.accuracy)
-
-    @property
-    def drop_points(self) -> float:
-        """Mean accuracy drop against the full model in points (paired, where measured)."""
-        if self.drop is not None:
-            return float(self.drop["mean"])
-        full = sum(self.full_accuracy[t] for t in self.accuracy) / len(self.accuracy)
-        return 100 * (full - self.accuracy_mean)
-
-    @property
-    def drop_upper(self) -> float:
-        """The drop's 95% upper bound (the drop itself where no interval was measured)."""
-        return float(self.drop["hi"]) if self.drop is not None else self.drop_points
-
-    @property
-    def objective_accuracy(self) -> float:
-        """The accuracy objective: the reference accuracy minus the paired drop (else the plain mean)."""
-        if self.reference_accuracy is None or self.drop is None:
-            return self.accuracy_mean
-        return self.reference_accuracy - self.drop_points / 100
-
-    def objectives(self) -> tuple[float, float]:
-        """``(expected prefill ms, accuracy)``: minimise, maximise."""
-        return self.prefill_ms, self.objective_accuracy
-
-    def info(self) -> dict[str, Any]:
-        """Everything, JSON-serialisable (Gymnasium ``info``, Optuna user attributes)."""
-        interval = self.speedup_interval
-        return {
-            "method": self.method,
-            "config": self.config.to_dict(),
-            "target_length": self.target_length,
-            "prefill_ms": self.prefill_ms,
-            "full_ms": self.full_ms,
-            "speedup": self.speedup,
-            "speedup_ci": list(interval) if interval else None,
-            "ideal": self._combine("ideal"),
-            "pairs": min(int(row.get("pairs") or 0) for row in self.latency.values()) or None,
-            "latency": {str(k): v for k, v in self.latency.items()},
-            "latency_weights": {str(k): v for k, v in self.latency_weights.items()},
-            "accuracy": self.accuracy,
-            "accuracy_mean": self.accuracy_mean,
-            "objective_accuracy": self.objective_accuracy,
-            "reference_accuracy": self.reference_accuracy,
-            "full_accuracy": self.full_accuracy,
-            "drop_points": self.drop_points,
-            "drop": self.drop,
-            "outcomes": {t: [round(v, 4) for v in vs] for t, vs in self.outcomes.items()},
-            "energy_j": self.energy_j,
-            "energy_reason": self.energy_reason,
-            "items": self.items,
-            "hardware": self.hardware,
-            "versions": self.versions,
-            "details": self.details,
-            "null_check": self.null_check,
-            "noisy": self.noisy,
-            "provenance": self.provenance,
-        }
-
-    @classmethod
-    def from_info(cls, info: dict[str, Any]) -> "Measurement":
-        return cls(
-            config=PopConfig.from_dict(info["config"]),
-            latency={int(k): v for k, v in info["latency"].items()},
-            target_length=int(info["target_length"]),
-            accuracy=dict(info["accuracy"]),
-            full_accuracy=dict(info["full_accuracy"]),
-            method=info.get("method", "pop"),
-            energy_j=info.get("energy_j"),
-            energy_reason=info.get("energy_reason"),
-            hardware=info.get("hardware", {}),
-            versions=info.get("versions", {}),
-            items=info.get("items", {}),
-            details=info.get("details", {}),
-            latency_weights={int(k): float(v) for k, v in (info.get("latency_weights") or {}).items()},
-            drop=info.get("drop"),
-            reference_accuracy=info.get("reference_accuracy"),
-            outcomes=info.get("outcomes") or {},
-            null_check=info.get("null_check", {}),
-            provenance=info.get("provenance", {}),
-        )
-
-
-def weighted_ratio(latency: dict[int, dict[str, Any]], weights: dict[int, float], key: str = "speedup") -> float:
-    """The expected-TTFT ratio over prompt lengths from per-length ratios ``latency[n][key]``.
-
-    ``sum(w f) / sum(w f / r)``: the harmonic mean of the per-length ratios r, weighted by each length's share
-    w of the prompts times its full-model latency f (what that length contributes to the expected time).
-    """
-    shares = {n: w * float(latency[n]["full_ms"]) for n, w in weights.items()}
-    total = sum(shares.values())
-    return total / sum(a / float(latency[n][key]) for n, a in shares.items())
 
 
 def reward(measurement: Measurement, max_drop: float | None) -> float:

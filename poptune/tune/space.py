@@ -13,12 +13,26 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import BOUNDARIES, PopConfig
+from poptune.store.trials import stored_config
 from poptune.tune.problem import MAX_OFFSET, config_from_action
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["all_configs", "suggest_config", "params_of", "distributions_of", "config_of_trial", "SpaceGridSampler"]
+__all__ = [
+    "DEFAULT_SAMPLER", "SAMPLERS", "SpaceGridSampler", "all_configs", "config_of_trial", "distributions_of",
+    "make_sampler", "paper_default", "params_of", "suggest_config",
+]
+
+
+#: The samplers a study may use; the first is the default.
+SAMPLERS = ("tpe", "nsga2", "random", "grid")
+DEFAULT_SAMPLER = SAMPLERS[0]
+
+
+def paper_default(num_layers: int) -> PopConfig:
+    """The paper's fixed rule: skip the last third of the layers in prefill, boundary handling on."""
+    return PopConfig(skip=round(num_layers / 3), boundary="last")
 
 
 def _max_offset(skip: int, num_layers: int) -> int:
@@ -65,8 +79,9 @@ def distributions_of(config: PopConfig, num_layers: int) -> dict[str, Any]:
 def config_of_trial(trial: "optuna.trial.FrozenTrial", num_layers: int) -> PopConfig | None:
     """What ``trial`` measured (its ``config`` attribute), else what its parameters name; None when its
     parameters are not all written yet (or it is not a POP trial)."""
-    if "config" in trial.user_attrs:
-        return PopConfig.from_dict(trial.user_attrs["config"])
+    stored = stored_config(trial)
+    if stored is not None:
+        return stored
     params = trial.params
     if params.get("skip") == 0:
         return PopConfig(skip=0)
@@ -105,3 +120,16 @@ def SpaceGridSampler(num_layers: int, seed: int) -> "optuna.samplers.BaseSampler
             return self._pick(study, trial)[param_name]
 
     return _Grid()
+
+
+def make_sampler(name: str, seed: int, num_layers: int) -> "optuna.samplers.BaseSampler":
+    """A seeded sampler; the accuracy budget reaches TPE and NSGA-II through ``trial.set_constraint``."""
+    import optuna
+
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return SpaceGridSampler(num_layers, seed)

@@ -19,7 +19,7 @@ speedup is above the FLOPs ideal by more than its interval, is marked ``noisy``,
 timed again at the end of the run, its accuracy kept (a new trial with ``remeasure_of``); the full model's own
 trial is an A/A pair and is checked the same way. Then a confirmation pass re-times the
 front's configurations together, interleaved round by round, with more pairs; the front is recomputed from
-those figures (study attribute ``confirmation``, read by :func:`poptune.store.studies.front`).
+those figures (study attribute ``confirmation``, read by :func:`poptune.store.front.front`).
 
 One study per ``<model>@<hardware-id>`` in the storage; running the same command again resumes it. Several
 workers (processes, machines) may run the same study on one shared storage (PostgreSQL, a journal file):
@@ -41,7 +41,7 @@ workers (processes, machines) may run the same study on one shared storage (Post
 Baselines (:mod:`poptune.baselines`) are measured by the same evaluator and stored in the same study as trials
 with a ``method`` user attribute and no search parameters (:func:`add_baselines`), by default at the pruning
 ratios of POP's front and the paper's rule (``skip / L``); readers filter by method
-(:func:`poptune.store.studies.completed`), and the trial budget counts POP's trials only.
+(:func:`poptune.store.trials.completed`), and the trial budget counts POP's trials only.
 """
 
 from __future__ import annotations
@@ -53,35 +53,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from poptune import progress, store
-from poptune.baselines.methods import METHODS, WANDA_SPARSITY
+from poptune import store
+from poptune.baselines.methods import METHODS
 from poptune.calibration import CalibrationSpec
 from poptune.engine import BOUNDARIES, PopConfig
-from poptune.tune.evaluator import ConfigEvaluator
-from poptune.tune.problem import Measurement, TuningProblem
+from poptune.errors import ConfigError
+from poptune.store.trials import is_answer
 from poptune.tune import trust
-from poptune.tune.space import SpaceGridSampler, config_of_trial, distributions_of, params_of, suggest_config
-from poptune.errors import ConfigError, MeasurementError
-from poptune.tune.interrupt import INTERRUPTED, marking_interrupted
+from poptune.tune.baseline_trials import add_baselines, front_ratios
+from poptune.tune.evaluator import ConfigEvaluator
+from poptune.tune.interrupt import marking_interrupted
+from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
 from poptune.tune.presets import STANDARD
+from poptune.tune.problem import TuningProblem
+from poptune.tune.space import DEFAULT_SAMPLER, SAMPLERS, all_configs, make_sampler, paper_default, params_of
 
 if TYPE_CHECKING:
     import optuna
 
 __all__ = [
-    "SAMPLERS", "StudySpec", "run_study", "study_name_of", "make_sampler", "paper_default", "add_baselines",
-    "front_ratios", "check_enqueue",
+    "SAMPLERS", "StudySpec", "run_study", "study_name_of", "make_sampler", "add_baselines", "front_ratios",
+    "check_enqueue",
 ]
 
 log = logging.getLogger(__name__)
-
-SAMPLERS = ("tpe", "nsga2", "random", "grid")
-
-
-def paper_default(num_layers: int) -> PopConfig:
-    """The paper's fixed rule: skip the last third of the layers in prefill, boundary handling on."""
-    return PopConfig(skip=round(num_layers / 3), boundary="last")
-
 
 @dataclass(frozen=True)
 class StudySpec:
@@ -112,7 +107,7 @@ class StudySpec:
     trials: int = STANDARD.trials
     add: int | None = None
     timeout: float | None = None
-    sampler: str = "tpe"
+    sampler: str = DEFAULT_SAMPLER
     storage: str | None = None
     study: str | None = None
     seed: int = 0
@@ -140,19 +135,6 @@ class StudySpec:
             raise ConfigError(f"`heartbeat_s` must be a positive integer, got {self.heartbeat_s!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"`sampler` must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
-
-
-def make_sampler(name: str, seed: int, num_layers: int) -> "optuna.samplers.BaseSampler":
-    """A seeded sampler; the accuracy budget reaches TPE and NSGA-II through ``trial.set_constraint``."""
-    import optuna
-
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    return SpaceGridSampler(num_layers, seed)
 
 
 def _check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
@@ -187,256 +169,12 @@ def _record_problem(
         study.set_user_attr("versions", versions())
 
 
-#: Seconds between looks at the study while a worker waits for other workers' trials.
-POLL_S = 0.5
-
-#: A memory error of one configuration (on a GPU, or the CPU allocator's) fails that trial only.
-_OOM_TEXT = ("out of memory", "can't allocate memory")
-
-
-class _TrialFailed(Exception):
-    """A configuration that could not be measured: the trial fails with the reason, the study goes on."""
-
-
-def _config_of(trial: "optuna.trial.FrozenTrial", num_layers: int) -> PopConfig | None:
-    if not _is_pop(trial):
-        return None
-    return config_of_trial(trial, num_layers)
-
-
-def _is_pop(trial: "optuna.trial.FrozenTrial") -> bool:
-    """POP's own trial (a baseline's carries another ``method``)."""
-    return trial.user_attrs.get("method", "pop") == "pop"
-
-
-def _measures(trial: "optuna.trial.FrozenTrial") -> bool:
-    """A POP trial that measures a configuration of the search: not an answer from storage, not a re-measure."""
-    return _is_pop(trial) and not {"reused_from", "remeasure_of"} & set(trial.user_attrs)
-
-
-def _count(study: "optuna.Study", *states: "optuna.trial.TrialState") -> int:
-    """POP's measuring trials in ``states`` (baselines, answers from storage and re-measures use no budget)."""
-    return sum(_measures(t) for t in study.get_trials(deepcopy=False, states=states))
-
-
-def _fail_stale(study: "optuna.Study") -> None:
-    import optuna
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
-
-
-def _over_budget(study: "optuna.Study", number: int, budget: int) -> bool:
-    """Whether completed trials and those numbered before ``number`` still to finish already fill ``budget``.
-
-    Of any two trials the later-numbered one counts the earlier one, so at most ``budget`` trials pass.
-    """
-    from optuna.trial import TrialState
-
-    ahead = [t for t in study.get_trials(deepcopy=False) if _measures(t) and (t.state == TrialState.COMPLETE
-             or (t.state in (TrialState.RUNNING, TrialState.WAITING) and t.number < number))]
-    return len(ahead) >= budget
-
-
-def _settled(study: "optuna.Study", number: int, config: PopConfig, num_layers: int) -> Any:
-    """A trial that settles ``config``: completed (answer from it), or failed measuring it (fail too).
-
-    Waits while an earlier-numbered trial is measuring the same configuration; None when this trial must
-    measure it.
-    """
-    from optuna.trial import TrialState
-
-    while True:
-        same = [t for t in study.get_trials(deepcopy=False) if t.number != number
-                and t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
-                and _config_of(t, num_layers) == config]
-        for state in (TrialState.COMPLETE, TrialState.FAIL):
-            done = [t for t in same if t.state == state and (state == TrialState.COMPLETE or t.user_attrs.get(
-                "fail_reason", INTERRUPTED) != INTERRUPTED)]  # an interrupted trial says nothing of its config
-            if done:
-                return min(done, key=lambda t: t.number)
-        if not any(t.state == TrialState.RUNNING and t.number < number for t in same):
-            return None
-        _fail_stale(study)  # the earlier trial's worker may have been killed
-        time.sleep(POLL_S)
-
-
-def _reference_ms(study: "optuna.Study", number: int, measurement: Measurement, num_layers: int) -> float:
-    """The study's reference full-model latency: the full-model trial's, written once by that trial.
-
-    A trial finishing before the full-model trial waits for it; without one pending, the trial's own paired
-    full-model latency becomes the reference (as for the first trial of a study made without it).
-    """
-    from optuna.trial import TrialState
-
-    full = PopConfig(skip=0)
-    while True:
-        reference = study.user_attrs.get("reference_prefill_ms")
-        if reference is not None:
-            return float(reference)
-        pending = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
-                   if t.number != number and (_config_of(t, num_layers) == full or
-                                              t.system_attrs.get("fixed_params", {}).get("skip") == 0)]
-        if measurement.config == full or not pending:
-            reference = measurement.full_ms
-            study.set_user_attr("reference_prefill_ms", reference)
-            return reference
-        _fail_stale(study)
-        time.sleep(POLL_S)
-
-
-def _measure(evaluator: ConfigEvaluator, trial: "optuna.Trial", config: PopConfig) -> Measurement:
-    """Measure ``config``; an out-of-memory error or a non-finite result fails this trial only."""
-    label = "full model" if config.skip == 0 else f"skip {config.skip} {config.boundary} offset {config.offset}"
-    try:
-        with progress.phase(f"trial {trial.number} ({label})", unit="step"):
-            return evaluator.evaluate(config)
-    except (MemoryError, RuntimeError, MeasurementError) as e:  # torch.OutOfMemoryError is a RuntimeError
-        if not isinstance(e, (MemoryError, MeasurementError)) and not any(s in str(e) for s in _OOM_TEXT):
-            raise
-        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        _free_accelerator_memory()
-        trial.set_user_attr("config", config.to_dict())
-        trial.set_user_attr("fail_reason", reason)
-        raise _TrialFailed(reason) from e
-
-
-def _free_accelerator_memory() -> None:
-    import torch
-
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def _objective(
-    study: "optuna.Study", evaluator: ConfigEvaluator, problem: TuningProblem, budget: int
-) -> Callable[..., Any]:
-    import optuna
-
-    num_layers = evaluator.num_layers
-
-    def objective(trial: "optuna.Trial") -> tuple[float, float]:
-        config = suggest_config(trial, num_layers)
-        if _over_budget(study, trial.number, budget):
-            raise optuna.TrialPruned("the study's budget is taken by other workers' trials")
-        previous = _settled(study, trial.number, config, num_layers)
-        if previous is not None and previous.state == optuna.trial.TrialState.FAIL:
-            reason = f"failed before in trial {previous.number}: {previous.user_attrs['fail_reason']}"
-            trial.set_user_attr("config", config.to_dict())
-            trial.set_user_attr("fail_reason", reason)
-            raise _TrialFailed(reason)
-        if previous is not None:
-            info = dict(previous.user_attrs, reused_from=previous.number)
-            measurement = Measurement.from_info(previous.user_attrs)
-        else:
-            measurement = _measure(evaluator, trial, config)
-            info = measurement.info()
-            _store_full_run(study, evaluator)
-        reference = _reference_ms(study, trial.number, measurement, num_layers)
-        values, info, constraint = _outcome(measurement, info, problem, reference)
-        info["noisy"] = measurement.noisy  # not ranked; timed again at the end of the run
-        if constraint is not None:
-            trial.set_constraint("max_drop", constraint)
-        for key, value in info.items():
-            trial.set_user_attr(key, value)
-        return values
-
-    return objective
-
-
-def _store_full_run(study: "optuna.Study", evaluator: ConfigEvaluator) -> None:
-    """Keep the full model's per-item outcomes with the study once they grew (a resumed study reuses them)."""
-    stored = evaluator.stored_full_run()
-    if stored is not None and stored != study.user_attrs.get("full_run"):
-        study.set_user_attr("full_run", stored)
-
-
-def _outcome(measurement: Measurement, info: dict[str, Any], problem: TuningProblem,
-             reference: float) -> tuple[tuple[float, float], dict[str, Any], float | None]:
-    """A measurement's objective values, user attributes and accuracy constraint (None without a budget).
-
-    Latency objective: the study's reference full-model latency over this measurement's paired speedup. The
-    speedup is measured side by side and survives load on a shared machine; a raw latency would rank trials by
-    how busy the machine was when they ran. The raw p50s stay in the user attributes.
-    """
-    upper = measurement.drop_upper  # within budget at 95%: the interval's upper end, not the point estimate
-    constraint = None
-    if problem.max_drop is not None:
-        info["feasible"] = upper <= problem.max_drop
-        constraint = upper - problem.max_drop
-    return (reference / measurement.speedup, measurement.objective_accuracy), info, constraint
-
-
-def front_ratios(study: "optuna.Study", num_layers: int) -> list[float]:
-    """The pruning ratios ``skip / L`` of POP's stored front (skip > 0) and of the paper's rule, smallest first."""
-    skips = {row.skip for row in store.front(study) if row.skip} | {paper_default(num_layers).skip}
-    return sorted(skip / num_layers for skip in skips)
-
-
-def add_baselines(
-    study: "optuna.Study",
-    evaluator: ConfigEvaluator,
-    methods: tuple[str, ...],
-    *,
-    ratios: list[float] | None = None,
-    calibration: CalibrationSpec | None = None,
-) -> list[Measurement]:
-    """Measure baselines into ``study`` (default: the ratios of POP's front and paper rule; Wanda at 30%).
-
-    A method already stored at the same number of layers (Wanda: the same sparsity) is not measured again.
-    Returns the new measurements.
-    """
-    import optuna
-    from optuna.samplers._base import _CONSTRAINTS_KEY
-
-    from poptune.baselines.methods import build_baseline
-
-    problem = evaluator.problem
-    num_layers = evaluator.num_layers
-    ratios = front_ratios(study, num_layers) if ratios is None else ratios
-    done = set()
-    for trial in store.completed(study, method=None):
-        method = trial.user_attrs.get("method", "pop")
-        if method != "pop":
-            done.add((method, _amount(method, trial.user_attrs["details"]["ratio"], num_layers)))
-    measured = []
-    memo: dict[str, Any] = {}
-    for method in methods:
-        for ratio in [WANDA_SPARSITY] if method == "wanda" else sorted(ratios, reverse=True):
-            key = (method, _amount(method, ratio, num_layers))
-            if key in done:
-                continue
-            with progress.phase(f"baseline {method} at ratio {ratio:.3f}", unit="step"):
-                measurement = evaluator.evaluate_baseline(
-                    build_baseline(evaluator.model, evaluator.tokenizer, method, ratio, calibration, memo=memo))
-            reference = study.user_attrs.get("reference_prefill_ms")
-            if reference is None:  # a study of baselines only: the first measurement's paired full model
-                reference = measurement.full_ms
-                study.set_user_attr("reference_prefill_ms", reference)
-            values, info, constraint = _outcome(measurement, measurement.info(), problem, float(reference))
-            system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
-            with warnings.catch_warnings():  # Optuna warns that heartbeats serve `optimize`: this trial has none
-                warnings.simplefilter("ignore", UserWarning)
-                study.add_trial(optuna.trial.create_trial(values=list(values), user_attrs=info, system_attrs=system))
-            done.add(key)
-            measured.append(measurement)
-    return measured
-
-
-def _amount(method: str, ratio: float, num_layers: int) -> float:
-    """What identifies a baseline at a ratio: layers removed (Wanda: its sparsity)."""
-    return round(ratio, 4) if method == "wanda" else round(ratio * num_layers)
-
-
 def check_enqueue(configs: tuple[PopConfig, ...], num_layers: int) -> None:
     """Refuse a configuration to enqueue that lies outside the search space of a model with ``num_layers`` layers.
 
     Optuna would store it as a waiting trial whose parameters the sampler's distributions do not hold, and
     every later run of the study would trip over it; so it is refused before anything is written.
     """
-    from poptune.tune.space import all_configs
-
     space = set(all_configs(num_layers))
     for config in configs:
         if config not in space:
@@ -484,25 +222,25 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
     import random
 
     started = time.monotonic()
-    share = max(budget - _count(study, TrialState.COMPLETE), 1)
+    share = max(budget - count(study, TrialState.COMPLETE), 1)
     attempts = failures = answered = 0
     rng = random.Random(spec.seed)
-    while _count(study, TrialState.COMPLETE) < budget:
+    while count(study, TrialState.COMPLETE) < budget:
         if spec.timeout is not None and time.monotonic() - started >= spec.timeout:
             return
         if failures >= share + store.MAX_RETRY or attempts >= 4 * share + 20:
             log.warning("stopping after %d trials, %d of which failed", attempts, failures)
             return
-        if _count(study, TrialState.COMPLETE, TrialState.RUNNING) >= budget:
+        if count(study, TrialState.COMPLETE, TrialState.RUNNING) >= budget:
             # Other workers run the last trials; wait in case one fails (or its worker dies) and needs a successor.
-            _fail_stale(study)
+            fail_stale(study)
             time.sleep(POLL_S)
             continue
-        study.optimize(objective, n_trials=1, callbacks=callbacks, catch=(_TrialFailed,), gc_after_trial=False)
+        study.optimize(objective, n_trials=1, callbacks=callbacks, catch=(TrialFailed,), gc_after_trial=False)
         attempts += 1
         last = max(study.get_trials(deepcopy=False), key=lambda t: t.number)
         failures += last.state == TrialState.FAIL
-        answered = answered + 1 if "reused_from" in last.user_attrs else 0
+        answered = answered + 1 if is_answer(last) else 0
         if answered >= 2:  # the sampler keeps proposing measured points: give it an unmeasured one
             _enqueue_unmeasured(study, rng)
             answered = 0
@@ -510,10 +248,8 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
 
 def _enqueue_unmeasured(study: "optuna.Study", rng: Any) -> None:
     """Enqueue a random configuration no trial of the study has (none when the space is exhausted)."""
-    from poptune.tune.space import all_configs
-
     num_layers = int(study.user_attrs["num_layers"])
-    taken = {_config_of(t, num_layers) for t in study.get_trials(deepcopy=False)}
+    taken = {config_of(t, num_layers) for t in study.get_trials(deepcopy=False)}
     free = [c for c in all_configs(num_layers) if c not in taken]
     if free:
         study.enqueue_trial(params_of(rng.choice(free)))
@@ -573,7 +309,7 @@ def _complete_already(spec: StudySpec) -> "optuna.Study | None":
         return None
     study = optuna.load_study(study_name=name, storage=storage)
     _check_problem(study, spec.problem)
-    return study if _count(study, TrialState.COMPLETE) >= spec.trials else None
+    return study if count(study, TrialState.COMPLETE) >= spec.trials else None
 
 
 def _run_study(
@@ -620,7 +356,7 @@ def _run_study(
         config.check(num_layers)
         study.enqueue_trial(params_of(config), skip_if_exists=True)
     _record_problem(study, problem, num_layers, hardware.to_dict(), target_length)
-    done = _count(study, TrialState.COMPLETE)
+    done = count(study, TrialState.COMPLETE)
     budget = done + spec.add if spec.add is not None else spec.trials
     if started is not None:
         started(done, budget)
@@ -630,7 +366,14 @@ def _run_study(
     if checks:
         trust.record_aa_check(study, evaluator, "start")
     if budget > done:
-        _work(study, marking_interrupted(study, _objective(study, evaluator, problem, budget)), spec, budget, callbacks)
+        _work(study, marking_interrupted(study, make_objective(study, evaluator, problem, budget)), spec, budget,
+              callbacks)
+    _finish(study, evaluator, spec, checks)
+    return study
+
+
+def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, checks: bool) -> None:
+    """After the trials: the trust checks (re-measures, confirmation, the closing A/A), the baselines, the run's end."""
     if checks:
         trust.remeasure_noisy(study, evaluator)
         trust.confirm_front(study, evaluator)
@@ -639,7 +382,6 @@ def _run_study(
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
         add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration)
     trust.finish_run(study)
-    return study
 
 
 def _prepare(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec) -> None:
@@ -653,4 +395,4 @@ def _prepare(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec)
         study.set_user_attr("full_accuracy", evaluator.full_accuracy())
         study.set_user_attr("workload", evaluator.workload.to_dict())
         study.set_user_attr("latency_points", [list(p) for p in evaluator.latency_points()])
-        _store_full_run(study, evaluator)
+        store_full_run(study, evaluator)

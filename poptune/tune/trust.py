@@ -9,20 +9,21 @@
 - :func:`confirm_front` re-times the front's configurations together, round by round (each round times every
   configuration once, so load that comes and goes hits them alike), with more pairs than a trial; the figures
   go to the study attribute ``confirmation`` (Optuna does not let a finished trial's attributes change), which
-  :func:`poptune.store.studies.front` reads: the front is recomputed from them.
+  :func:`poptune.store.front.front` reads: the front is recomputed from them.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import logging
-import warnings
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
 from poptune.engine import PopConfig
-from poptune.tune.space import config_of_trial, distributions_of, params_of
 from poptune.measure.nullcheck import above_ideal, noisy_reasons
+from poptune.store.trials import StoredTrial
+from poptune.tune.objective import add_finished_trial, outcome
+from poptune.tune.space import config_of_trial
 
 if TYPE_CHECKING:
     import optuna
@@ -100,44 +101,27 @@ def finish_run(study: "optuna.Study") -> None:
         study.set_user_attr("runs", runs)
 
 
-def _add_trial(study: "optuna.Study", config: PopConfig, num_layers: int, values: tuple[float, float],
-               info: dict[str, Any], constraint: float | None) -> None:
-    import optuna
-    from optuna.samplers._base import _CONSTRAINTS_KEY
-
-    system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
-    with warnings.catch_warnings():  # Optuna warns that heartbeats serve `optimize`: this trial has none
-        warnings.simplefilter("ignore", UserWarning)
-        study.add_trial(optuna.trial.create_trial(params=params_of(config),
-                                                  distributions=distributions_of(config, num_layers),
-                                                  values=list(values), user_attrs=info, system_attrs=system))
-
-
 def remeasure_noisy(study: "optuna.Study", evaluator: "ConfigEvaluator", *, attempts: int = 2) -> list[int]:
     """Time again every configuration all of whose trials are ``noisy``, up to ``attempts`` times each (its
     accuracy is kept: the items' outcomes do not depend on the machine's load).
 
     Returns the numbers of the trials timed again.
     """
-    from poptune.tune.problem import Measurement
-    from poptune.tune.study import _outcome
-
     num_layers = evaluator.num_layers
-    trials = store.completed(study)
-    clean = {config_of_trial(t, num_layers) for t in trials if not t.user_attrs.get("noisy")}
+    trials = [StoredTrial.of(t) for t in store.completed(study)]
+    clean = {t.config for t in trials if not t.noisy}
     noisy: dict[PopConfig, int] = {}
     for t in trials:
-        config = config_of_trial(t, num_layers)
-        if t.user_attrs.get("noisy") and config not in clean and "reused_from" not in t.user_attrs:
-            noisy.setdefault(config, t.number)
-    reference = float(study.user_attrs["reference_prefill_ms"]) if noisy else 0.0
+        if t.noisy and t.config not in clean and t.reused_from is None:
+            noisy.setdefault(t.config, t.number)
+    reference = float(store.reference_ms(study)) if noisy else 0.0
     for config, number in noisy.items():
         for _ in range(attempts):
             with progress.phase(f"re-timing trial {number} (a null check failed)", unit="step"):
-                measurement = evaluator.retime(Measurement.from_info(study.trials[number].user_attrs))
-            values, info, constraint = _outcome(measurement, measurement.info(), evaluator.problem, reference)
+                measurement = evaluator.retime(StoredTrial.of(study.trials[number]).measurement())
+            values, info, constraint = outcome(measurement, measurement.info(), evaluator.problem, reference)
             info.update(noisy=measurement.noisy, remeasure_of=number)
-            _add_trial(study, config, num_layers, values, info, constraint)
+            add_finished_trial(study, values, info, constraint, config=config, num_layers=num_layers)
             if not measurement.noisy:
                 break
     return list(noisy.values())
@@ -178,7 +162,7 @@ def confirm_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rounds
 def _confirm(evaluator: "ConfigEvaluator", configs: dict[int, PopConfig], rounds: int, pairs: int,
              warmup: bool) -> dict[str, Any]:
     """Confirmed figures of ``configs`` (trial number: configuration), timed round by round."""
-    from poptune.tune.problem import weighted_ratio
+    from poptune.store.measurement import weighted_ratio
 
     # A weighted workload's lengths with their weights, else the problem's target prompt (text or image) alone.
     weights = dict(evaluator.latency_points()) if evaluator.problem.weighted else {}

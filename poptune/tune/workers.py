@@ -15,10 +15,14 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from poptune.errors import ConfigError, DeviceError
 
-__all__ = ["MAX_RESTARTS", "WorkerCommand", "parse_gpus", "check_gpus", "supervise"]
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["MAX_RESTARTS", "WorkerCommand", "parse_gpus", "check_gpus", "study_budgets", "supervise"]
 
 #: Restarts per GPU of a worker killed by a signal.
 MAX_RESTARTS = 3
@@ -44,6 +48,27 @@ def parse_gpus(text: str) -> list[int]:
     if len(set(gpus)) != len(gpus):
         raise ConfigError(f"`--gpus` names a GPU twice: {text!r}")
     return gpus
+
+
+def study_budgets(storage: "optuna.storages.BaseStorage", gpus: Sequence[int], *, model: str, study: str | None,
+                  trials: int, add: int | None) -> tuple[dict[int, str], dict[str, int]]:
+    """The study each GPU works on and each study's budget of completed trials.
+
+    Without ``study``, each GPU joins ``<model>@<hardware-id>`` of its kind (one study per GPU kind); each study
+    is run to ``trials``, or with ``add``, to what it holds already plus ``add``.
+    """
+    from poptune import store
+    from poptune.measure.hardware import fingerprint
+    from poptune.models import resolve_model
+
+    name = resolve_model(model).name
+    names = {g: study or store.study_name(name, fingerprint(f"cuda:{g}").hardware_id) for g in gpus}
+    stored = store.study_names(storage)
+    budgets: dict[str, int] = {}
+    for each in set(names.values()):
+        done = len(store.completed(store.load_study(storage, each))) if each in stored else 0
+        budgets[each] = done + add if add is not None else trials
+    return names, budgets
 
 
 def check_gpus(gpus: Sequence[int]) -> None:

@@ -85,7 +85,7 @@ def test_an_enqueued_configuration_outside_the_space_poisons_nothing(capsys, scr
 def test_settings_of_a_stored_study_are_refused_before_the_bar(capsys, scratch):
     url = f"sqlite:///{scratch}/s.db"
     study = optuna.create_study(storage=url, study_name="s", directions=["minimize", "maximize"])
-    study.set_user_attr("problem", TuningProblem(model="tiny-llama", tasks=("passkey",), lengths=(300,)).to_dict())
+    study.set_user_attr("problem", TuningProblem(model="tiny-llama", max_drop=None, tasks=("passkey",), lengths=(300,)).to_dict())
     line = _refused(capsys, scratch, *STUDY, "--storage", url, "--study", "s")
     assert line.startswith("poptune study: error:") and "other settings" in line
 
@@ -103,8 +103,8 @@ def test_a_second_worker_on_sqlite_is_refused(capsys, scratch):
 
 
 @pytest.mark.parametrize("argv", [
-    ["bench", "--model", "tiny-llama", "--skip", "1", "--json", "{ro}/b.json"],
-    ["eval", "--model", "tiny-llama", "--skip", "1", "--tasks", "passkey", "--json", "{ro}/e.json"],
+    ["bench", "--model", "tiny-llama", "--skip", "1", "--out", "{ro}/b.json"],
+    ["eval", "--model", "tiny-llama", "--skip", "1", "--tasks", "passkey", "--out", "{ro}/e.json"],
     ["export", "--max-drop", "1", "--out", "{ro}/c.json"],
     ["importance", "--model", "tiny-llama", "--out", "{ro}"],
 ])

@@ -28,7 +28,7 @@ def test_bench_prints_table_and_writes_json(capsys, tmp_path):
     path = tmp_path / "bench.json"
     code, out, _ = _run(
         capsys, "bench", "--model", "tiny-llama", "--skip", "2", "--lengths", "12,24", "--repeats", "3",
-        "--min-seconds", "0", "--decode-tokens", "2", "--precision", "0.5", "--max-pairs", "4", "--json", str(path),
+        "--min-seconds", "0", "--decode-tokens", "2", "--precision", "0.5", "--max-pairs", "4", "--out", str(path),
     )
     assert code == 0
     assert "speedup [95% CI]" in out and "ideal" in out and "A/A check (full against full at 12)" in out
@@ -45,7 +45,7 @@ def test_bench_with_images_reports_image_tokens_per_resolution(capsys, tmp_path)
     path = tmp_path / "bench.json"
     code, out, _ = _run(
         capsys, "bench", "--model", "tiny-qwen3-vl", "--skip", "2", "--image", "64x48,320x240", "--repeats", "2",
-        "--min-seconds", "0", "--decode-tokens", "2", "--precision", "0", "--no-null-check", "--json", str(path),
+        "--min-seconds", "0", "--decode-tokens", "2", "--precision", "0", "--no-null-check", "--out", str(path),
     )
     assert code == 0
     assert "img tok" in out and "320x240" in out and "one image" in out
@@ -60,7 +60,7 @@ def test_bench_in_chunks(capsys, tmp_path):
     path = tmp_path / "bench.json"
     code, out, _ = _run(capsys, "bench", "--model", "tiny-llama", "--skip", "2", "--lengths", "24", "--repeats", "3",
                         "--min-seconds", "0", "--decode-tokens", "0", "--max-pairs", "3", "--no-null-check",
-                        "--prefill-chunk", "8", "--json", str(path))
+                        "--prefill-chunk", "8", "--out", str(path))
     assert code == 0 and "prefill in chunks of 8 tokens" in out.splitlines()[0]
     assert json.loads(path.read_text())["prefill_chunk"] == 8
 
@@ -193,7 +193,7 @@ def test_user_errors_are_one_line_exit_2(capsys, tmp_path, argv, message):
 
 
 def test_bench_json_into_missing_folder_is_refused_before_work(capsys, tmp_path):
-    code, _, err = _run(capsys, "bench", "--model", "tiny-llama", "--skip", "1", "--json", str(tmp_path / "no" / "x.json"))
+    code, _, err = _run(capsys, "bench", "--model", "tiny-llama", "--skip", "1", "--out", str(tmp_path / "no" / "x.json"))
     assert code == 2 and "does not exist" in err
     assert not (tmp_path / "no").exists()
 
@@ -225,3 +225,10 @@ def test_version_without_package_metadata_says_so(capsys, monkeypatch):
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
     assert exc.value.code == 0 and capsys.readouterr().out == "poptune (version unknown: the package is not installed)\n"
+
+
+@pytest.mark.parametrize("command", ["bench", "eval", "baseline", "pareto"])
+def test_old_style_json_path_is_refused_in_one_line_naming_out(capsys, command):
+    code, err = _one_line_error(capsys, command, "--json", "result.json")
+    assert code == 2 and err.strip().splitlines() == [f"poptune {command}: error: `--json` takes no file (it prints JSON on stdout): "
+                                        "use `--out result.json` to write one"]

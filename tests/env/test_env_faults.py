@@ -25,7 +25,7 @@ def partial_study(tmp_path) -> str:
     """A stored study of 3 of the 6-layer model's 46 configurations (not a grid), without any model."""
     url = f"sqlite:///{tmp_path}/partial.db"
     study = optuna.create_study(storage=url, study_name="partial", directions=["minimize", "maximize"])
-    study.set_user_attr("problem", TuningProblem(model="tiny-llama", tasks=("passkey",), lengths=(16,)).to_dict())
+    study.set_user_attr("problem", TuningProblem(model="tiny-llama", max_drop=None, tasks=("passkey",), lengths=(16,)).to_dict())
     study.set_user_attr("num_layers", 6)
     for i, config in enumerate(CONFIGS):
         info = _measurement(config, 1.0 + i / 10).info()

@@ -273,7 +273,7 @@ def test_cli_bad_pack_file_is_one_line_exit_2(tmp_path, capsys):
     (root / "longctx/squad.jsonl").write_text("{broken\n")
     path = tmp_path / "out.json"
     code = main(["eval", "--model", "tiny-llama", "--skip", "2", "--tasks", "longctx_squad_bpb",
-                 "--data-dir", str(root), "--fidelity-pairs", "0", "--json", str(path)])
+                 "--data-dir", str(root), "--fidelity-pairs", "0", "--out", str(path)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "squad.jsonl is malformed at line 1" in err
     assert not path.exists()

@@ -47,7 +47,7 @@ def test_run_eval_on_real_items(eval_data):
 def test_eval_command_writes_json(eval_data, tmp_path, capsys):
     path = tmp_path / "eval.json"
     code = main(["eval", "--model", "tiny-llama", "--skip", "3", "--tasks", "winogrande", "--limit", "4",
-                 "--data-dir", str(eval_data), "--fidelity-pairs", "0", "--json", str(path)])
+                 "--data-dir", str(eval_data), "--fidelity-pairs", "0", "--out", str(path)])
     out = capsys.readouterr().out
     assert code == 0 and "winogrande" in out
     data = json.loads(path.read_text())

@@ -81,7 +81,7 @@ class FakeEvaluator:
 
 @pytest.fixture
 def problem():
-    return TuningProblem(model="tiny-llama", tasks=("piqa",), lengths=(16,), decode_tokens=8)
+    return TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), lengths=(16,), decode_tokens=8)
 
 
 @pytest.fixture(autouse=True)

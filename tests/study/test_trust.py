@@ -98,9 +98,9 @@ def _old_study(url: str) -> None:
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
     from poptune.engine import BOUNDARIES
-    from poptune.tune.study import _outcome
+    from poptune.tune.objective import outcome as _outcome
 
-    problem = TuningProblem(model="tiny-llama", tasks=("piqa",), lengths=(16,), decode_tokens=8)
+    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), lengths=(16,), decode_tokens=8)
     study = optuna.create_study(study_name="old", storage=url, directions=["minimize", "maximize"])
     study.set_user_attr("problem", problem.to_dict())
     study.set_user_attr("num_layers", LAYERS)

@@ -1,0 +1,37 @@
+"""``poptune export``: write the fastest stored configuration within an accuracy budget."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ._args import add_storage, check_output_path, write_text
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("export", help="write the fastest stored configuration within an accuracy budget")
+    parser.add_argument("--model", help="check that the study is of this model")
+    add_storage(parser)
+    parser.add_argument("--max-drop", type=float, required=True, help="accuracy budget in points")
+    parser.add_argument("--out", metavar="PATH", help="write the configuration as JSON to PATH (default: print it)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from poptune.export import export_config
+
+    if args.out:
+        check_output_path(args.out)
+    data = export_config(args.storage, args.study, max_drop=args.max_drop, model=args.model)
+    text = json.dumps(data, indent=2)
+    if not args.out:
+        print(text)
+        return 0
+    write_text(args.out, text)
+    cfg, obj = data["pop_config"], data["objectives"]
+    interval = f" [{obj['speedup_lo']:.2f}, {obj['speedup_hi']:.2f}]" if obj.get("speedup_lo") else ""
+    print(f"wrote {args.out}: skip={cfg['skip']} boundary={cfg['boundary']} offset={cfg['offset']}, "
+          f"{obj['speedup']:.2f}x{interval} prefill, drop {obj['drop_points']:+.2f} points on "
+          f"{data['hardware']['hardware_id']}")
+    return 0

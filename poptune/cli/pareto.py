@@ -1,0 +1,37 @@
+"""``poptune pareto``: print a stored study's Pareto front with the reference rows."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ._args import add_output, add_storage, check_output_path, emit
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("pareto", help="print a stored Pareto front")
+    add_storage(parser)
+    add_output(parser, "the front and the reference rows")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from poptune import report, store
+
+    if args.out:
+        check_output_path(args.out)
+    study = store.load_study(store.open_reader(args.storage), args.study)
+    rows = store.front(study)
+    refs = report.references(study, rows)
+    data = json.dumps({"study": study.study_name, "front": [asdict(r) for r in rows],
+                       "references": [{"name": r.name, "status": r.status, "row": asdict(r.row) if r.row else None}
+                                      for r in refs]}, indent=2)
+    budget = report.budget_of(study)
+    table = (f"study {study.study_name}: Pareto front"
+             + (f" within the budget (drop's 95% upper bound <= {budget:g} points)" if budget is not None else "")
+             + "\n" + report.front_table(rows, refs, reference_ms=store.reference_ms(study)))
+    emit(args, table, data)
+    return 0

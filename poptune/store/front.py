@@ -1,0 +1,132 @@
+"""A study's Pareto front of POP configurations, as stored (confirmed figures where the study has them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from poptune.store.trials import StoredTrial, completed, confirmations, latency_objective, reference_ms
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["FrontRow", "front", "pareto", "trusted"]
+
+
+def pareto(trials: list["optuna.trial.FrozenTrial"]) -> list["optuna.trial.FrozenTrial"]:
+    """The trials no other trial dominates on (latency objective: minimise, accuracy: maximise)."""
+
+    def dominates(a: Any, b: Any) -> bool:
+        return a.values[0] <= b.values[0] and a.values[1] >= b.values[1] and tuple(a.values) != tuple(b.values)
+
+    return [t for t in trials if not any(dominates(other, t) for other in trials)]
+
+
+@dataclass(frozen=True)
+class FrontRow:
+    """One Pareto-optimal configuration as stored (its confirmed figures where the study has them).
+
+    ``speedup_lo``/``speedup_hi``: the 95% interval of the speedup (None for trials stored before intervals);
+    ``pairs``: how many pairs it rests on; ``confirmed``: the figures come from the confirmation pass.
+    ``prefill_ms`` is the latency objective (the study's reference full-model TTFT over the speedup);
+    ``ttft_ms`` and ``full_ttft_ms`` are the raw p50 times to first token of the configuration and of its
+    paired full model as the trial measured them (expected over the workload's prompt lengths).
+    """
+
+    trial: int
+    skip: int
+    boundary: str
+    offset: int
+    method: str
+    prefill_ms: float
+    speedup: float
+    accuracy: float
+    drop: float
+    feasible: bool
+    drop_lo: float | None = None
+    drop_hi: float | None = None
+    items: int | None = None
+    speedup_lo: float | None = None
+    speedup_hi: float | None = None
+    pairs: int | None = None
+    ideal: float | None = None
+    confirmed: bool = False
+    ttft_ms: float | None = None
+    full_ttft_ms: float | None = None
+
+    @classmethod
+    def from_trial(cls, trial: "optuna.trial.FrozenTrial | StoredTrial", confirmed: dict[str, Any] | None = None,
+                   reference_ms: float | None = None) -> "FrontRow":
+        """The row of ``trial``; with ``confirmed`` figures (and the study's reference latency) those instead."""
+        t = trial if isinstance(trial, StoredTrial) else StoredTrial.of(trial)
+        target: dict[str, Any] = dict(t.target_row)
+        if t.weighted:  # a workload-weighted trial: its combined figures
+            ci = t.speedup_ci or (None, None)
+            target = {"speedup": t.speedup, "speedup_lo": ci[0], "speedup_hi": ci[1], "pairs": t.pairs,
+                      "ideal": t.ideal}
+        figures = confirmed or target
+        speedup = float(figures.get("speedup", t.speedup))
+        prefill_ms = t.values[0]
+        if confirmed and reference_ms:
+            prefill_ms = latency_objective(reference_ms, speedup)
+        drop_lo, drop_hi = t.drop_ci or (None, None)
+        return cls(
+            trial=t.number,
+            skip=t.config.skip,
+            boundary=t.config.boundary,
+            offset=t.config.offset,
+            method=t.method,
+            prefill_ms=prefill_ms,
+            speedup=speedup,
+            accuracy=t.values[1],
+            drop=t.drop_points,
+            feasible=t.feasible,
+            drop_lo=drop_lo,
+            drop_hi=drop_hi,
+            items=t.items,
+            speedup_lo=figures.get("speedup_lo"),
+            speedup_hi=figures.get("speedup_hi"),
+            pairs=figures.get("pairs"),
+            ideal=figures.get("ideal", target.get("ideal")),
+            confirmed=bool(confirmed),
+            ttft_ms=t.ttft_ms,
+            full_ttft_ms=t.full_ttft_ms,
+        )
+
+
+def trusted(trial: StoredTrial, confirmed: dict[str, Any] | None) -> bool:
+    """Not marked noisy (or confirmed since) and not confirmed above its ideal."""
+    if confirmed is not None:
+        return not confirmed.get("above_ideal")
+    return not trial.noisy
+
+
+def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
+    """POP's Pareto front (feasible trials only when the study has an accuracy budget), fastest first.
+
+    Trials marked ``noisy`` (a failed null check, a speedup above its ideal) are left out. With ``confirmed``
+    (the default) the confirmation pass's figures (study attribute ``confirmation``) replace the trials' own and
+    the front is recomputed from them; a configuration confirmed above its ideal is left out too. A
+    configuration measured by several trials counts once: its confirmed trial, else its first trusted one.
+    """
+    figures = confirmations(study) if confirmed else {}
+    reference = reference_ms(study)
+    rows: dict[tuple, FrontRow] = {}
+    for trial in map(StoredTrial.of, completed(study)):
+        if not trial.feasible or trial.reused_from is not None:
+            continue
+        mine = figures.get(str(trial.number))
+        if not trusted(trial, mine):
+            continue
+        row = FrontRow.from_trial(trial, mine, reference)
+        key = (row.method, row.skip, row.boundary, row.offset)
+        if key not in rows or (row.confirmed and not rows[key].confirmed):
+            rows[key] = row
+    candidates = list(rows.values())
+
+    def dominates(a: FrontRow, b: FrontRow) -> bool:
+        return (a.prefill_ms <= b.prefill_ms and a.accuracy >= b.accuracy
+                and (a.prefill_ms, a.accuracy) != (b.prefill_ms, b.accuracy))
+
+    best = [r for r in candidates if not any(dominates(o, r) for o in candidates)]
+    return sorted(best, key=lambda r: (r.prefill_ms, -r.accuracy, r.trial))

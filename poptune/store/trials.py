@@ -1,0 +1,199 @@
+"""The one reader of stored trials: what a completed trial of a study measured, read once into a typed record.
+
+Every reader of studies (the front, the report, the leaderboards, the export, the command line, the replay
+environment and the tuner itself) reads a trial through :class:`StoredTrial` rather than its raw user
+attributes, so that what a stored key means, and its default for studies stored before it, is said here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from poptune.engine import PopConfig
+from poptune.store.measurement import POP, Measurement, method_of
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = [
+    "StoredTrial", "completed", "confirmations", "fail_reason", "is_answer", "is_pop", "latency_objective",
+    "measured_table", "measures", "reference_ms", "stored_config",
+]
+
+
+def latency_objective(reference_ms: float, speedup: float) -> float:
+    """A study's latency objective: its reference full-model TTFT over a configuration's paired speedup.
+
+    Ranking by the paired speedup against one reference, not by the raw TTFT, keeps trials comparable however
+    busy the machine was while each was timed.
+    """
+    return reference_ms / speedup
+
+
+def reference_ms(study: "optuna.Study") -> float | None:
+    """The study's reference full-model TTFT in ms (None before its first measurement)."""
+    return study.user_attrs.get("reference_prefill_ms")
+
+
+def confirmations(study: "optuna.Study") -> dict[str, dict[str, Any]]:
+    """The confirmation pass's figures per trial number (a string), where the study ran one."""
+    return study.user_attrs.get("confirmation", {}).get("trials", {})
+
+
+def is_pop(trial: "optuna.trial.FrozenTrial") -> bool:
+    """POP's own trial (a baseline's carries another ``method``)."""
+    return method_of(trial.user_attrs) == POP
+
+
+def measures(trial: "optuna.trial.FrozenTrial") -> bool:
+    """A POP trial, in any state, that measures a configuration of the search itself: not an answer from
+    storage, not a re-measure (what a study's budget counts)."""
+    return is_pop(trial) and not is_answer(trial) and "remeasure_of" not in trial.user_attrs
+
+
+def is_answer(trial: "optuna.trial.FrozenTrial") -> bool:
+    """Whether the trial was answered from storage (a copy of an earlier trial's measurement)."""
+    return "reused_from" in trial.user_attrs
+
+
+def fail_reason(trial: "optuna.trial.FrozenTrial") -> str | None:
+    """Why a failed trial failed (None where it says not)."""
+    return trial.user_attrs.get("fail_reason")
+
+
+def stored_config(trial: "optuna.trial.FrozenTrial") -> PopConfig | None:
+    """The configuration a trial in any state wrote that it measures (None before it wrote one)."""
+    config = trial.user_attrs.get("config")
+    return PopConfig.from_dict(config) if config is not None else None
+
+
+def completed(study: "optuna.Study", method: str | None = POP) -> list["optuna.trial.FrozenTrial"]:
+    """Completed trials of ``method`` (default POP's own; None: every method, baselines too) in number order.
+
+    Baselines are stored in the study of their model and machine as trials with a ``method`` user attribute
+    and no search parameters; trials without the attribute are POP's.
+    """
+    import optuna
+
+    trials = sorted(study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]),
+                    key=lambda t: t.number)
+    if method is None:
+        return trials
+    return [t for t in trials if method_of(t.user_attrs) == method]
+
+
+def _pair(values: Any) -> tuple[Any, Any] | None:
+    return (values[0], values[1]) if values else None
+
+
+@dataclass(frozen=True)
+class StoredTrial:
+    """What one completed trial measured, as stored (see :class:`~poptune.store.measurement.Measurement`).
+
+    Attributes:
+        number: The trial's number in its study.
+        method: ``pop`` or a baseline's name.
+        config: The configuration measured (a baseline's: the POP configuration it ran as, skip 0 mostly).
+        values: The study's objectives: (latency objective in ms, accuracy objective).
+        speedup: The paired TTFT speedup over the workload; ``speedup_ci`` its 95% interval where measured.
+        pairs: The fewest timing pairs of a prompt length; ``ideal``: the speedup of skipped FLOPs alone.
+        ttft_ms: The configuration's expected p50 TTFT over the workload; ``full_ttft_ms``: its paired full model's.
+        latency: Per prompt length (a string, as stored), the timing row (see ``Measurement.latency``).
+        target_length: The prompt length of the objective; ``weighted``: whether the objective combines the
+            workload's lengths by weight (then ``speedup`` and its interval are the combined figures).
+        accuracy: Per task, on the items scored; ``accuracy_mean`` their mean; ``full_accuracy`` the full model's.
+        drop_points: The mean accuracy drop in points; ``drop_ci`` its paired 95% interval where measured.
+        items: Items scored over all tasks (None where not stored).
+        feasible: Within the study's accuracy budget; ``noisy``: a null check failed when it was measured.
+        reused_from: The trial whose answer it copies from storage; ``remeasure_of``: the noisy trial it
+            measures again (neither: it measured its own configuration).
+        details: A baseline's ratio, removed layers, scores and calibration.
+        provenance: How it was measured (command, commit, threads, load).
+        seconds: Wall time from start to completion.
+    """
+
+    number: int
+    method: str
+    config: PopConfig
+    values: tuple[float, ...]
+    speedup: float
+    speedup_ci: tuple[float, float] | None
+    pairs: int | None
+    ideal: float | None
+    ttft_ms: float | None
+    full_ttft_ms: float | None
+    latency: Mapping[str, Mapping[str, Any]]
+    target_length: int | None
+    weighted: bool
+    accuracy: Mapping[str, float]
+    accuracy_mean: float
+    full_accuracy: Mapping[str, float]
+    drop_points: float
+    drop_ci: tuple[float, float] | None
+    items: int | None
+    feasible: bool
+    noisy: bool
+    reused_from: int | None
+    remeasure_of: int | None
+    details: Mapping[str, Any]
+    provenance: Mapping[str, Any] | None
+    seconds: float
+    _info: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, trial: "optuna.trial.FrozenTrial") -> "StoredTrial":
+        """Read ``trial`` (a completed one: its measurement stored) once."""
+        a = trial.user_attrs
+        drop, items = a.get("drop"), a.get("items")
+        start, end = trial.datetime_start, trial.datetime_complete
+        return cls(
+            number=trial.number, method=method_of(a), config=PopConfig.from_dict(a["config"]),
+            values=tuple(trial.values), speedup=a["speedup"], speedup_ci=_pair(a.get("speedup_ci")),
+            pairs=a.get("pairs"), ideal=a.get("ideal"), ttft_ms=a.get("prefill_ms"), full_ttft_ms=a.get("full_ms"),
+            latency=a.get("latency", {}), target_length=a.get("target_length"),
+            weighted=bool(a.get("latency_weights")), accuracy=a.get("accuracy", {}),
+            accuracy_mean=a.get("accuracy_mean"), full_accuracy=a.get("full_accuracy", {}),
+            drop_points=a["drop_points"], drop_ci=(drop.get("lo"), drop.get("hi")) if drop else None,
+            items=sum(items.values()) if items else None, feasible=bool(a.get("feasible", True)),
+            noisy=bool(a.get("noisy")), reused_from=a.get("reused_from"), remeasure_of=a.get("remeasure_of"),
+            details=a.get("details", {}), provenance=a.get("provenance"),
+            seconds=(end - start).total_seconds() if isinstance(start, datetime) and end else 0.0,
+            _info=a,
+        )
+
+    @property
+    def is_pop(self) -> bool:
+        return self.method == POP
+
+    @property
+    def measured(self) -> bool:
+        """Whether it measured a configuration itself (not an answer from storage, not a re-measure)."""
+        return self.reused_from is None and self.remeasure_of is None
+
+    @property
+    def target_row(self) -> Mapping[str, Any]:
+        """The timing row of the objective's prompt length (empty where not stored)."""
+        return self.latency.get(str(self.target_length), {})
+
+    def measurement(self) -> Measurement:
+        """The full :class:`Measurement` back (what the tuner stored)."""
+        return Measurement.from_info(dict(self._info))
+
+    def info(self) -> dict[str, Any]:
+        """A copy of everything stored, to store again (an answer from storage copies its trial's)."""
+        return dict(self._info)
+
+
+def measured_table(study: "optuna.Study") -> dict[PopConfig, Measurement]:
+    """What the study measured per configuration: POP's completed trials, a trusted one first.
+
+    A trial marked noisy answers only where no trusted measurement of its configuration exists.
+    """
+    table: dict[PopConfig, Measurement] = {}
+    for trial in sorted((StoredTrial.of(t) for t in completed(study)), key=lambda t: t.noisy):
+        measurement = trial.measurement()
+        table.setdefault(measurement.config, measurement)
+    return table

@@ -1,0 +1,229 @@
+"""One trial of the study: settle its configuration (answered from storage, or measured), then its objectives.
+
+A configuration already measured in the study is answered from storage; one being measured by an
+earlier-numbered trial is waited for; one that failed before fails again at once. The latency objective is
+the study's reference full-model TTFT over the paired speedup (:func:`poptune.store.trials.latency_objective`);
+the reference is the full-model trial's, or the first measurement's paired full model
+(:func:`settle_reference`).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from poptune import progress, store
+from poptune.engine import PopConfig
+from poptune.errors import MeasurementError
+from poptune.store.measurement import Measurement
+from poptune.store.trials import StoredTrial, fail_reason, is_pop, latency_objective, measures
+from poptune.tune.evaluator import ConfigEvaluator
+from poptune.tune.interrupt import INTERRUPTED
+from poptune.tune.problem import TuningProblem
+from poptune.tune.space import config_of_trial, distributions_of, params_of, suggest_config
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = [
+    "POLL_S", "TrialFailed", "add_finished_trial", "count", "fail_stale", "make_objective", "outcome",
+    "settle_reference", "store_full_run",
+]
+
+#: Seconds between looks at the study while a worker waits for other workers' trials.
+POLL_S = 0.5
+
+#: A memory error of one configuration (on a GPU, or the CPU allocator's) fails that trial only.
+_OOM_TEXT = ("out of memory", "can't allocate memory")
+
+
+class TrialFailed(Exception):
+    """A configuration that could not be measured: the trial fails with the reason, the study goes on."""
+
+
+def config_of(trial: "optuna.trial.FrozenTrial", num_layers: int) -> PopConfig | None:
+    """The configuration of a POP trial in any state (None: a baseline's, or parameters not written yet)."""
+    if not is_pop(trial):
+        return None
+    return config_of_trial(trial, num_layers)
+
+
+def count(study: "optuna.Study", *states: "optuna.trial.TrialState") -> int:
+    """POP's measuring trials in ``states`` (baselines, answers from storage and re-measures use no budget)."""
+    return sum(measures(t) for t in study.get_trials(deepcopy=False, states=states))
+
+
+def fail_stale(study: "optuna.Study") -> None:
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+def _over_budget(study: "optuna.Study", number: int, budget: int) -> bool:
+    """Whether completed trials and those numbered before ``number`` still to finish already fill ``budget``.
+
+    Of any two trials the later-numbered one counts the earlier one, so at most ``budget`` trials pass.
+    """
+    from optuna.trial import TrialState
+
+    ahead = [t for t in study.get_trials(deepcopy=False) if measures(t) and (t.state == TrialState.COMPLETE
+             or (t.state in (TrialState.RUNNING, TrialState.WAITING) and t.number < number))]
+    return len(ahead) >= budget
+
+
+def _settled(study: "optuna.Study", number: int, config: PopConfig, num_layers: int) -> Any:
+    """A trial that settles ``config``: completed (answer from it), or failed measuring it (fail too).
+
+    Waits while an earlier-numbered trial is measuring the same configuration; None when this trial must
+    measure it.
+    """
+    from optuna.trial import TrialState
+
+    while True:
+        same = [t for t in study.get_trials(deepcopy=False) if t.number != number
+                and t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+                and config_of(t, num_layers) == config]
+        for state in (TrialState.COMPLETE, TrialState.FAIL):
+            done = [t for t in same if t.state == state and (state == TrialState.COMPLETE or fail_reason(t) not in (
+                None, INTERRUPTED))]  # an interrupted trial says nothing of its config
+            if done:
+                return min(done, key=lambda t: t.number)
+        if not any(t.state == TrialState.RUNNING and t.number < number for t in same):
+            return None
+        fail_stale(study)  # the earlier trial's worker may have been killed
+        time.sleep(POLL_S)
+
+
+def _reference_ms(study: "optuna.Study", number: int, measurement: Measurement, num_layers: int) -> float:
+    """The study's reference full-model latency: the full-model trial's, written once by that trial.
+
+    A trial finishing before the full-model trial waits for it; without one pending, the trial's own paired
+    full-model latency becomes the reference (as for the first trial of a study made without it).
+    """
+    from optuna.trial import TrialState
+
+    full = PopConfig(skip=0)
+    while True:
+        reference = store.reference_ms(study)
+        if reference is not None:
+            return float(reference)
+        pending = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+                   if t.number != number and (config_of(t, num_layers) == full or
+                                              t.system_attrs.get("fixed_params", {}).get("skip") == 0)]
+        if measurement.config == full or not pending:
+            return settle_reference(study, measurement)
+        fail_stale(study)
+        time.sleep(POLL_S)
+
+
+def settle_reference(study: "optuna.Study", measurement: Measurement) -> float:
+    """The study's reference full-model TTFT; where it has none yet, ``measurement``'s paired full model's,
+    written as the study's (a study's first measurement, or the first baseline of a study of baselines only)."""
+    reference = store.reference_ms(study)
+    if reference is None:
+        reference = measurement.full_ms
+        study.set_user_attr("reference_prefill_ms", reference)
+    return float(reference)
+
+
+def _measure(evaluator: ConfigEvaluator, trial: "optuna.Trial", config: PopConfig) -> Measurement:
+    """Measure ``config``; an out-of-memory error or a non-finite result fails this trial only."""
+    label = "full model" if config.skip == 0 else f"skip {config.skip} {config.boundary} offset {config.offset}"
+    try:
+        with progress.phase(f"trial {trial.number} ({label})", unit="step"):
+            return evaluator.evaluate(config)
+    except (MemoryError, RuntimeError, MeasurementError) as e:  # torch.OutOfMemoryError is a RuntimeError
+        if not isinstance(e, (MemoryError, MeasurementError)) and not any(s in str(e) for s in _OOM_TEXT):
+            raise
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        _free_accelerator_memory()
+        trial.set_user_attr("config", config.to_dict())
+        trial.set_user_attr("fail_reason", reason)
+        raise TrialFailed(reason) from e
+
+
+def _free_accelerator_memory() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def make_objective(
+    study: "optuna.Study", evaluator: ConfigEvaluator, problem: TuningProblem, budget: int
+) -> Callable[..., Any]:
+    import optuna
+
+    num_layers = evaluator.num_layers
+
+    def objective(trial: "optuna.Trial") -> tuple[float, float]:
+        config = suggest_config(trial, num_layers)
+        if _over_budget(study, trial.number, budget):
+            raise optuna.TrialPruned("the study's budget is taken by other workers' trials")
+        previous = _settled(study, trial.number, config, num_layers)
+        if previous is not None and previous.state == optuna.trial.TrialState.FAIL:
+            reason = f"failed before in trial {previous.number}: {fail_reason(previous)}"
+            trial.set_user_attr("config", config.to_dict())
+            trial.set_user_attr("fail_reason", reason)
+            raise TrialFailed(reason)
+        if previous is not None:
+            answer = StoredTrial.of(previous)
+            info = dict(answer.info(), reused_from=previous.number)
+            measurement = answer.measurement()
+        else:
+            measurement = _measure(evaluator, trial, config)
+            info = measurement.info()
+            store_full_run(study, evaluator)
+        reference = _reference_ms(study, trial.number, measurement, num_layers)
+        values, info, constraint = outcome(measurement, info, problem, reference)
+        info["noisy"] = measurement.noisy  # not ranked; timed again at the end of the run
+        if constraint is not None:
+            trial.set_constraint("max_drop", constraint)
+        for key, value in info.items():
+            trial.set_user_attr(key, value)
+        return values
+
+    return objective
+
+
+def store_full_run(study: "optuna.Study", evaluator: ConfigEvaluator) -> None:
+    """Keep the full model's per-item outcomes with the study once they grew (a resumed study reuses them)."""
+    stored = evaluator.stored_full_run()
+    if stored is not None and stored != study.user_attrs.get("full_run"):
+        study.set_user_attr("full_run", stored)
+
+
+def outcome(measurement: Measurement, info: dict[str, Any], problem: TuningProblem,
+             reference: float) -> tuple[tuple[float, float], dict[str, Any], float | None]:
+    """A measurement's objective values, user attributes and accuracy constraint (None without a budget).
+
+    Latency objective: the study's reference full-model latency over this measurement's paired speedup. The
+    speedup is measured side by side and survives load on a shared machine; a raw latency would rank trials by
+    how busy the machine was when they ran. The raw p50s stay in the user attributes.
+    """
+    upper = measurement.drop_upper  # within budget at 95%: the interval's upper end, not the point estimate
+    constraint = None
+    if problem.max_drop is not None:
+        info["feasible"] = upper <= problem.max_drop
+        constraint = upper - problem.max_drop
+    return (latency_objective(reference, measurement.speedup), measurement.objective_accuracy), info, constraint
+
+
+def add_finished_trial(study: "optuna.Study", values: tuple[float, float], info: dict[str, Any],
+                       constraint: float | None, *, config: PopConfig | None = None, num_layers: int = 0) -> None:
+    """Store a measurement made outside ``optimize`` as a completed trial (with ``config``: with its search
+    parameters, a re-measure's; without: none, a baseline's), its accuracy constraint where there is a budget."""
+    import optuna
+    from optuna.samplers._base import _CONSTRAINTS_KEY
+
+    system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
+    space = {}
+    if config is not None:
+        space = {"params": params_of(config), "distributions": distributions_of(config, num_layers)}
+    with warnings.catch_warnings():  # Optuna warns that heartbeats serve `optimize`: this trial has none
+        warnings.simplefilter("ignore", UserWarning)
+        study.add_trial(optuna.trial.create_trial(**space, values=list(values), user_attrs=info, system_attrs=system))
