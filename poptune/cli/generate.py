@@ -59,11 +59,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = pop_config(args)  # validated before the model loads
 
-    import torch
-
     from poptune.engine import decoder_of
-    from poptune.measure import RepeatPolicy, Timer, measure_pair
-    from poptune.measure.prefill import prefill
+    from poptune.measure.prefill import time_prefill_pair
     from poptune.measure.prompts import demo_prompt
     from poptune.models import load_model
 
@@ -74,14 +71,7 @@ def run(args: argparse.Namespace) -> int:
              for text in args.follow_up]
     pop_answers = converse(model, inputs, turns, config, args.max_new_tokens, chunk)
     full_answers = converse(model, inputs, turns, None, args.max_new_tokens, chunk)
-    # Timed like the generation it stands for: no autograd graph is recorded during the prefill.
-    with torch.inference_mode():
-        pair = measure_pair(
-            lambda: prefill(model, inputs, config, chunk),
-            lambda: prefill(model, inputs, None, chunk),
-            timer=Timer(model.device),
-            policy=RepeatPolicy(warmup=1, min_repeats=5, min_seconds=0.5),
-        )
+    pair = time_prefill_pair(model, inputs, config, chunk)
     length = inputs["input_ids"].shape[1]
     source = "your prompt" if args.prompt else "built-in demo: Pride and Prejudice, chapter 1, and a question"
     chunked = f", prefilled in chunks of {chunk} tokens" if chunk else ""

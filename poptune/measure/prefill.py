@@ -10,7 +10,7 @@ import torch
 from poptune.engine import PopConfig, apply_pop, remove_pop
 from poptune.segments import prefill_prompt
 
-__all__ = ["prefill", "decode"]
+__all__ = ["prefill", "decode", "time_prefill_pair"]
 
 
 def prefill(model: Any, inputs: Mapping[str, torch.Tensor], config: PopConfig | None, chunk: int | None = None) -> Any:
@@ -47,3 +47,22 @@ def decode(model: Any, output: Any, prompt: Mapping[str, torch.Tensor], steps: i
         out = model(input_ids=token, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
                     logits_to_keep=1)
         token = out.logits[:, -1].argmax(-1, keepdim=True)
+
+
+def time_prefill_pair(model: Any, inputs: Mapping[str, torch.Tensor], config: PopConfig, chunk: int | None = None,
+                      *, policy: Any = None) -> Any:
+    """Time to first token of ``config`` against the full model on ``inputs``, as pairs (a = POP, b = full).
+
+    Timed like the generation it stands for (no autograd graph during the prefill), by the one timer; ``policy``
+    defaults to a short demo's (1 warm-up, at least 5 pairs and 0.5 s). Returns the
+    :class:`~poptune.measure.records.PairRecord`.
+    """
+    from poptune.measure.timer import RepeatPolicy, Timer, measure_pair
+
+    with torch.inference_mode():
+        return measure_pair(
+            lambda: prefill(model, inputs, config, chunk),
+            lambda: prefill(model, inputs, None, chunk),
+            timer=Timer(model.device),
+            policy=policy or RepeatPolicy(warmup=1, min_repeats=5, min_seconds=0.5),
+        )
