@@ -34,8 +34,8 @@ from poptune import PopConfig, load_model
 from poptune.evaluate.paired import paired_drop
 from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, EvalSpec, drop_of, measure_tasks
 from poptune.evaluate.taskpack import data_dir
-from poptune.measure.provenance import versions
 from poptune.measure.hardware import fingerprint
+from poptune.measure.provenance import versions
 from poptune.prefix import PrefixStates, verify
 
 ROOT = Path(__file__).resolve().parents[1]
