@@ -10,7 +10,8 @@ Usage::
     POPTUNE_DATA=../shared/data python benchmarks/accuracy_sweep.py --name long-skip-sweep --limit 32 \
         --tasks longctx_squad,longctx_squad_bpb,longctx_qasper --configs 2:last,2:none,2:window-16,...
 
-Each configuration is ``skip:boundary[:offset]``. The full model is measured once; every configuration is
+Each configuration is ``skip:boundary[:offset[:kv]]`` (``kv``: ``own`` or ``calibrated``, whose maps are
+fitted on WikiText-2 validation windows, or read from the cache, before the configuration is scored). The full model is measured once; every configuration is
 scored by poptune's stage-aware lm-eval model (context = POP prefill, continuation or generation at full
 depth) on the same items (``--limit``: evenly spaced, the same every run), and its drop is paired item by item
 with the full model's, with a 95% bootstrap interval (:mod:`poptune.evaluate.paired`). The layers before the
@@ -34,8 +35,10 @@ from poptune import PopConfig, load_model
 from poptune.evaluate.paired import paired_drop
 from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, EvalSpec, drop_of, measure_tasks
 from poptune.evaluate.taskpack import data_dir
+from poptune.kvfit import KVFitSpec, prepare_kv
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
+from poptune.models.registry import weights_fingerprint
 from poptune.prefix import PrefixStates, verify
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +49,7 @@ def _parse(text: str) -> list[PopConfig]:
     for part in text.split(","):
         fields = part.split(":")
         configs.append(PopConfig(int(fields[0]), fields[1] if len(fields) > 1 else "last",
-                                 int(fields[2]) if len(fields) > 2 else 0))
+                                 int(fields[2]) if len(fields) > 2 else 0, kv=fields[3] if len(fields) > 3 else "own"))
     return configs
 
 
@@ -79,6 +82,8 @@ def main() -> None:
     rows, runs = [], []
     for config in [PopConfig(0), *_parse(args.configs)]:
         start = time.perf_counter()
+        prepare_kv(model, tokenizer, config, fingerprint=weights_fingerprint(args.model),
+                   spec=KVFitSpec(data_dir=str(directory)))
         with states.attached(model) if states is not None else contextlib.nullcontext():
             run = measure_tasks(model, tokenizer, config, spec)
         seconds = time.perf_counter() - start
@@ -107,14 +112,15 @@ def _write(args, tasks, rows, runs, states) -> None:
         "against it with its 95% bootstrap interval (positive = worse). "
         f"Mean drop over {', '.join(higher)}.",
         "",
-        "| skip | boundary | offset | " + " | ".join(tasks) + " | mean drop [95% CI] |",
-        "|---:|---|---:|" + "---|" * len(tasks) + "---|",
+        "| skip | boundary | offset | kv | " + " | ".join(tasks) + " | mean drop [95% CI] |",
+        "|---:|---|---:|---|" + "---|" * len(tasks) + "---|",
     ]
     for row, run in zip(rows, runs):
         c = row["config"]
         cells = [_fmt(t, run) + ("" if c["skip"] == 0 else f" ({_ci(row['task_drops'][t])})") for t in tasks]
         mean = "" if c["skip"] == 0 else _ci(row["drop"])
-        lines.append(f"| {c['skip']} | {c['boundary']} | {c['offset']} | " + " | ".join(cells) + f" | {mean} |")
+        lines.append(f"| {c['skip']} | {c['boundary']} | {c['offset']} | {c.get('kv', 'own')} | "
+                     + " | ".join(cells) + f" | {mean} |")
     hw = fingerprint("cpu")
     if args.note:
         lines += ["", args.note]

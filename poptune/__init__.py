@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["Baseline", "LayerRemoval", "build_baseline"], "poptune.baselines"),
     "CalibrationSpec": "poptune.calibration",
-    **dict.fromkeys(["BOUNDARIES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "get_pop_config", "remove_pop",
-                     "stage"], "poptune.engine"),
+    **dict.fromkeys(["BOUNDARIES", "KV_SOURCES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "attach_kv_maps",
+                     "detach_kv_maps", "get_pop_config", "remove_pop", "stage"], "poptune.engine"),
+    **dict.fromkeys(["KVFitSpec", "calibrated_kv_maps"], "poptune.kvfit"),
+    "KVMaps": "poptune.kvmaps",
     **dict.fromkeys(["ConfigError", "DataError", "DeviceError", "InputError", "MeasurementError",
                      "ModelNotFoundError", "PoptuneError", "StorageError", "UnsupportedModelError"], "poptune.errors"),
     "load_config": "poptune.export",
@@ -35,13 +37,18 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
     from poptune.baselines import Baseline, LayerRemoval, build_baseline
     from poptune.calibration import CalibrationSpec
-    from poptune.engine import BOUNDARIES, STAGES, PopConfig, PopHandle, apply_pop, get_pop_config, remove_pop, stage
+    from poptune.engine import (
+        BOUNDARIES, KV_SOURCES, STAGES, PopConfig, PopHandle, apply_pop, attach_kv_maps, detach_kv_maps, get_pop_config,
+        remove_pop, stage,
+    )
     from poptune.errors import (
         ConfigError, DataError, DeviceError, InputError, MeasurementError, ModelNotFoundError, PoptuneError,
         StorageError, UnsupportedModelError,
     )
     from poptune.evaluate.suite import EvalSpec, run_eval
     from poptune.export import load_config
+    from poptune.kvfit import KVFitSpec, calibrated_kv_maps
+    from poptune.kvmaps import KVMaps
     from poptune.measure.bench import BenchSpec, run_bench
     from poptune.models import ImageSize, ModelSpec, image_prompt, load_model, model_names, resolve_model
     from poptune.models import synthetic_image

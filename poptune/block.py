@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from .kvmaps import KVMaps
+
 __all__ = ["mask_layout", "skipping", "write_prompt_kv"]
 
 
@@ -55,13 +57,20 @@ def mask_layout(config: Any) -> str:
 
 
 @contextlib.contextmanager
-def skipping(decoder: "nn.Module", skipped: Sequence[int], pruned: int, layout: str) -> Iterator[None]:
-    """Within the block, layers write the first ``pruned`` tokens' K/V only and run in full for the others."""
+def skipping(decoder: "nn.Module", skipped: Sequence[int], pruned: int, layout: str,
+             maps: "KVMaps | None" = None) -> Iterator[None]:
+    """Within the block, layers write the first ``pruned`` tokens' K/V only and run in full for the others.
+
+    With ``maps`` (calibrated K/V, see :mod:`poptune.kvmaps`), a layer it holds writes those K/V through its
+    fitted projections instead of its own.
+    """
     patches: list[Patch] = []
     try:
         for i in skipped:
             layer = decoder.layers[i]
-            build = (lambda inner, layer=layer: _skipped_layer_forward(layer, inner, pruned, layout))
+            fitted = maps.weights.get(i) if maps is not None else None
+            build = (lambda inner, layer=layer, fitted=fitted:
+                     _skipped_layer_forward(layer, inner, pruned, layout, fitted))
             patches.append(Patch(layer, build))
         yield
     finally:
@@ -69,7 +78,8 @@ def skipping(decoder: "nn.Module", skipped: Sequence[int], pruned: int, layout: 
             patch.undo()
 
 
-def _skipped_layer_forward(layer: "nn.Module", inner: Any, pruned: int, layout: str) -> Any:
+def _skipped_layer_forward(layer: "nn.Module", inner: Any, pruned: int, layout: str,
+                           fitted: "tuple[torch.Tensor, torch.Tensor] | None") -> Any:
     """One segment through a skipped layer, all its tokens at once; ``inner`` is the layer's own forward.
 
     Tokens ``[0, pruned)`` pass through unchanged and write their K/V through the layer's own projections
@@ -92,7 +102,7 @@ def _skipped_layer_forward(layer: "nn.Module", inner: Any, pruned: int, layout: 
         # The model built the mask over the keys the cache returned before this layer wrote anything.
         _, mask_offset = cache.get_mask_sizes(n, layer.self_attn.layer_idx)
         cos, sin = position_embeddings  # (B, N, D) each
-        write_prompt_kv(layer, hidden_states[:, :pruned], (cos[:, :pruned], sin[:, :pruned]), cache)
+        write_prompt_kv(layer, hidden_states[:, :pruned], (cos[:, :pruned], sin[:, :pruned]), cache, fitted)
         if pruned == n:
             return hidden_states
         position_ids = kwargs.pop("position_ids", None)
@@ -145,17 +155,29 @@ def _boundary_mask(mask: Any, cache: Any, layer: "nn.Module", queries: tuple[int
     return allowed[None, None]  # (1, 1, W, KV)
 
 
-def write_prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_embeddings: Any, cache: Any) -> None:
-    """Independent K/V projection of a skipped layer: k = RoPE(k_norm(W_K LN(x))), v = W_V LN(x)."""
+def write_prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_embeddings: Any, cache: Any,
+                    fitted: "tuple[torch.Tensor, torch.Tensor] | None" = None) -> None:
+    """Independent K/V projection of a skipped layer: k = RoPE(k_norm(W_K LN(x))), v = W_V LN(x).
+
+    ``W_K``, ``W_V`` are the layer's own projections, or ``fitted`` ones (calibrated K/V: the same shapes, with
+    the layer's own biases if it has any).
+    """
+    import torch.nn.functional as F
+
     attn = layer.self_attn
     normed = layer.input_layernorm(hidden_states)  # (B, P, C)
     shape = (*normed.shape[:-1], -1, attn.head_dim)
-    keys = attn.k_proj(normed).view(shape)  # (B, P, H_kv, D)
+    if fitted is None:
+        keys, values = attn.k_proj(normed), attn.v_proj(normed)  # (B, P, H_kv * D) each
+    else:
+        keys = F.linear(normed, fitted[0], attn.k_proj.bias)
+        values = F.linear(normed, fitted[1], attn.v_proj.bias)
+    keys = keys.view(shape)  # (B, P, H_kv, D)
     k_norm = getattr(attn, "k_norm", None)
     if k_norm is not None:
         keys = k_norm(keys)
     keys = keys.transpose(1, 2)  # (B, H_kv, P, D)
-    values = attn.v_proj(normed).view(shape).transpose(1, 2)  # (B, H_kv, P, D)
+    values = values.view(shape).transpose(1, 2)  # (B, H_kv, P, D)
     cos, sin = position_embeddings
     # The architecture's own RoPE (Gemma-3 local vs global bases, Qwen3-VL's interleaved mRoPE are already
     # folded into cos/sin by the model's rotary embedding for this layer).

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from poptune.data import data_dir as resolve_data_dir
-from poptune.data import wikitext_path
+from poptune.data import WIKITEXT_SPLITS, wikitext_path
 from poptune.engine import decoder_of
 from poptune.errors import ConfigError, DataError
 
@@ -53,6 +53,8 @@ class CalibrationSpec:
         seed: Seed of the window offsets (or of the sampled text).
         data_dir: Data directory holding ``wikitext-2/test.txt`` (None: ``$POPTUNE_DATA``, else generated text).
         batch_size: Sequences per forward.
+        split: The WikiText-2 split (``"test"``, the baselines'; ``"valid"``, calibrated K/V's, whose figures
+            are measured on test text).
     """
 
     samples: int = 8
@@ -60,12 +62,15 @@ class CalibrationSpec:
     seed: int = 0
     data_dir: str | None = None
     batch_size: int = 4
+    split: str = "test"
 
     def __post_init__(self) -> None:
         for name in ("samples", "length", "batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "length" else 1):
                 raise ConfigError(f"calibration `{name}` must be a positive integer, got {value!r}")
+        if self.split not in WIKITEXT_SPLITS:
+            raise ConfigError(f"calibration `split` must be one of {', '.join(WIKITEXT_SPLITS)}, got {self.split!r}")
 
 
 @dataclass
@@ -78,7 +83,7 @@ class Calibration:
 
     def describe(self) -> dict[str, Any]:
         spec = asdict(self.spec)
-        del spec["data_dir"], spec["batch_size"]
+        del spec["data_dir"], spec["batch_size"], spec["split"]  # the source names the file
         return {**spec, "source": self.source}
 
     def batches(self) -> Iterator["torch.Tensor"]:
@@ -86,14 +91,14 @@ class Calibration:
             yield self.ids[start : start + self.spec.batch_size]
 
 
-def calibration_file(data_dir: str | os.PathLike[str] | None) -> Path | None:
-    """``wikitext-2/test.txt`` under ``data_dir`` (else ``$POPTUNE_DATA``), None if neither is set.
+def calibration_file(data_dir: str | os.PathLike[str] | None, split: str = "test") -> Path | None:
+    """``wikitext-2/<split>.txt`` under ``data_dir`` (else ``$POPTUNE_DATA``), None if neither is set.
 
     Raises:
         DataError: the directory does not hold the file.
     """
     directory = resolve_data_dir(data_dir)
-    return None if directory is None else wikitext_path(directory)
+    return None if directory is None else wikitext_path(directory, split)
 
 
 def calibration_text(
@@ -106,6 +111,7 @@ def calibration_text(
     data_dir: str | os.PathLike[str] | None,
     sampler: "torch.Generator",
     offsets: "torch.Generator | None" = None,
+    split: str = "test",
 ) -> tuple["torch.Tensor", str]:
     """``samples`` sequences of ``length`` tokens (BOS included) and where they came from.
 
@@ -124,7 +130,7 @@ def calibration_text(
 
     device = next(model.parameters()).device
     bos = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    path = calibration_file(data_dir)
+    path = calibration_file(data_dir, split)
     if path is None:
         start = torch.full((samples, 1), bos, dtype=torch.long, device=device)
         rows = [sample_continuations(model, start[i : i + batch_size], length - 1, generator=sampler)
@@ -156,7 +162,7 @@ def calibration(model: "nn.Module", tokenizer: Any, spec: CalibrationSpec) -> Ca
     ids, source = calibration_text(
         model, tokenizer, samples=spec.samples, length=spec.length, batch_size=spec.batch_size,
         data_dir=spec.data_dir, sampler=torch.Generator(device=device).manual_seed(spec.seed),
-        offsets=torch.Generator(device="cpu").manual_seed(spec.seed),
+        offsets=torch.Generator(device="cpu").manual_seed(spec.seed), split=spec.split,
     )
     return Calibration(ids, source, spec)
 

@@ -7,12 +7,15 @@ from pathlib import Path
 
 from poptune.errors import DataError
 
-__all__ = ["ENV_VAR", "data_dir", "wikitext_path"]
+__all__ = ["ENV_VAR", "WIKITEXT_SPLITS", "data_dir", "wikitext_path"]
 
 #: Environment variable naming the data directory when none is passed.
 ENV_VAR = "POPTUNE_DATA"
 
-_WIKITEXT = Path("wikitext-2") / "test.txt"
+_WIKITEXT = Path("wikitext-2")
+
+#: The WikiText-2 splits the data directory holds, by name.
+WIKITEXT_SPLITS = {"test": "test.txt", "valid": "valid.txt"}
 
 
 def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -25,9 +28,11 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     return None if chosen is None else Path(chosen).expanduser().resolve()
 
 
-def wikitext_path(directory: str | os.PathLike[str]) -> Path:
-    """``wikitext-2/test.txt`` under ``directory``, or :class:`DataError` naming the file and its format."""
-    path = Path(directory) / _WIKITEXT
+def wikitext_path(directory: str | os.PathLike[str], split: str = "test") -> Path:
+    """``wikitext-2/test.txt`` (or ``valid.txt``) under ``directory``, or :class:`DataError` naming the file."""
+    if split not in WIKITEXT_SPLITS:
+        raise DataError(f"wikitext: no split {split!r} (use {', '.join(WIKITEXT_SPLITS)})")
+    path = Path(directory) / _WIKITEXT / WIKITEXT_SPLITS[split]
     if not path.is_file():
-        raise DataError(f"wikitext: {path} is missing (expected the tokenized WikiText-2 test split as plain text)")
+        raise DataError(f"wikitext: {path} is missing (expected the tokenized WikiText-2 {split} split as plain text)")
     return path

@@ -59,19 +59,25 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from . import kvmaps
 from .block import mask_layout, skipping
 from .errors import ConfigError, InputError, UnsupportedModelError
+from .kvmaps import KVMaps
 from .patching import Patch
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["BOUNDARIES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config", "decoder_of",
-           "stage"]
+__all__ = ["BOUNDARIES", "KV_SOURCES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config",
+           "decoder_of", "stage", "attach_kv_maps", "detach_kv_maps"]
 
 #: The boundary rules the tuner searches; ``window-<W>`` for any positive W is accepted too.
 BOUNDARIES: tuple[str, ...] = ("none", "last", "window-4", "window-16", "window-64")
+
+#: Where the pruned tokens' K/V in the skipped block come from: the layers' own projections (the paper) or
+#: projections fitted to the full model's (:mod:`poptune.kvmaps`).
+KV_SOURCES: tuple[str, ...] = ("own", "calibrated")
 
 _WINDOW = re.compile(r"^window-([1-9][0-9]*)$")
 
@@ -102,12 +108,17 @@ class PopConfig:
             ``[L - offset - skip, L - offset)``; the paper's case is 0.
         layers: An explicit set of skipped layers instead of a final block (for baselines that choose layers by
             a metric, e.g. ShortGPT's prefill-only variant); ``skip`` must equal its size and ``offset`` be 0.
+        kv: ``"own"``: the pruned tokens' K/V through the skipped layers' own projections (the paper);
+            ``"calibrated"``: through projections fitted to the full model's K/V (:mod:`poptune.kvmaps`; the
+            model must hold the block's maps, see :func:`attach_kv_maps`). Needs ``skip >= 1`` and a final
+            block (no ``layers``).
     """
 
     skip: int
     boundary: str = "last"
     offset: int = 0
     layers: tuple[int, ...] | None = None
+    kv: str = "own"
 
     def __post_init__(self) -> None:
         for name in ("skip", "offset"):
@@ -130,6 +141,10 @@ class PopConfig:
                 raise ConfigError(f"`layers` must be distinct indices >= 0 in increasing order, got {list(layers)}")
             if self.skip != len(layers) or self.offset:
                 raise ConfigError(f"with `layers`, `skip` must be {len(layers)} (their number) and `offset` 0")
+        if self.kv not in KV_SOURCES:
+            raise ConfigError(f"`kv` must be one of {', '.join(KV_SOURCES)}, got {self.kv!r}")
+        if self.kv == "calibrated" and (self.skip == 0 or self.layers is not None):
+            raise ConfigError("`kv='calibrated'` needs skip >= 1 and a final block (no `layers`)")
 
     @property
     def boundary_width(self) -> int:
@@ -166,11 +181,13 @@ class PopConfig:
             del data["layers"]  # a final block: the three fields every stored configuration has
         else:
             data["layers"] = list(self.layers)
+        if self.kv == "own":
+            del data["kv"]  # the paper's K/V: configurations stored before calibrated K/V read the same
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PopConfig":
-        unknown = set(data) - {"skip", "boundary", "offset", "layers"}
+        unknown = set(data) - {"skip", "boundary", "offset", "layers", "kv"}
         if unknown:
             raise ConfigError(f"unknown PopConfig field(s): {', '.join(sorted(unknown))}")
         if "skip" not in data:
@@ -182,6 +199,8 @@ class PopConfig:
 
     def __str__(self) -> str:
         text = f"skip={self.skip} boundary={self.boundary} offset={self.offset}"
+        if self.kv != "own":
+            text += f" kv={self.kv}"
         return text if self.layers is None else f"{text} layers={','.join(map(str, self.layers))}"
 
 
@@ -249,13 +268,15 @@ def apply_pop(model: "nn.Module", config: PopConfig) -> PopHandle:
 
     Raises:
         UnsupportedModelError: the architecture or its attention implementation is not one the engine knows.
-        ConfigError: the configuration does not fit the model's depth.
+        ConfigError: the configuration does not fit the model's depth, or asks for calibrated K/V the model
+            holds no maps for.
     """
     if not isinstance(config, PopConfig):
         raise ConfigError(f"apply_pop needs a PopConfig, got {type(config).__name__}")
     decoder = decoder_of(model)
     skipped = config.skipped_layers(len(decoder.layers))
     mask_layout(decoder.config)  # an attention implementation POP cannot mask is refused before anything changes
+    _maps_for(decoder, config, skipped)  # calibrated K/V without the block's maps is refused here too
     state = getattr(model, _STATE_ATTR, None)
     previous = state.config if state is not None else None
     if state is None:
@@ -274,6 +295,37 @@ def remove_pop(model: "nn.Module") -> None:
         return
     state.patch.undo()
     delattr(model, _STATE_ATTR)
+
+
+def attach_kv_maps(model: "nn.Module", maps: KVMaps) -> None:
+    """Give ``model`` the fitted K/V maps of one block, used by ``PopConfig(kv="calibrated")`` on that block.
+
+    A model holds maps for any number of blocks (one per ``(skip, offset)``); attaching maps of a block it
+    already holds replaces them.
+
+    Raises:
+        ConfigError: maps that do not fit the model's layers (another architecture or size).
+    """
+    kvmaps.attach_to(decoder_of(model), maps)
+
+
+def detach_kv_maps(model: "nn.Module") -> None:
+    """Drop every K/V map ``model`` holds."""
+    kvmaps.detach_from(decoder_of(model))
+
+
+def _maps_for(decoder: "nn.Module", config: PopConfig, skipped: "range | tuple[int, ...]") -> KVMaps | None:
+    """The maps of ``config``'s block (None for the layers' own K/V), or :class:`ConfigError` if not held."""
+    if config.kv == "own" or not skipped:
+        return None
+    block = (min(skipped), max(skipped) + 1)
+    maps = kvmaps.kv_maps_of(decoder).get(block)
+    if maps is None:
+        raise ConfigError(
+            f"{config} needs fitted K/V maps of layers [{block[0]}, {block[1]}): fit or load them with "
+            "poptune.calibrated_kv_maps (or KVMaps.load) and attach them with poptune.attach_kv_maps"
+        )
+    return maps
 
 
 def get_pop_config(model: "nn.Module") -> PopConfig | None:
@@ -348,7 +400,8 @@ def _pop_forward(
         cache = DynamicCache(config=decoder.config)
     replaying = prefix.replaying(decoder, inputs, min(state.skipped)) if prefix is not None \
         else contextlib.nullcontext()
-    with skipping(decoder, state.skipped, pruned, layout), replaying:
+    maps = _maps_for(decoder, state.config, state.skipped)
+    with skipping(decoder, state.skipped, pruned, layout, maps), replaying:
         out = inner(cache=cache, use_cache=True, **inputs)
     # Only positions that ran at full depth yield logits: (B, N, C) -> (B, N - P, C); with boundary "none", the
     # prompt's last (pruned) position, which predicts the first token; a chunk, none.

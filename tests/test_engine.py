@@ -115,7 +115,7 @@ def test_exact_kv_reproduces_the_full_model(arch, monkeypatch):
     exact = _exact_cache(model, inputs)
     full, _ = _prefill_and_decode(model, inputs)
 
-    def write_exact(layer, hidden_states, position_embeddings, cache):
+    def write_exact(layer, hidden_states, position_embeddings, cache, fitted=None):
         idx = layer.self_attn.layer_idx
         n = hidden_states.shape[1]
         cache.update(exact.layers[idx].keys[:, :, :n], exact.layers[idx].values[:, :, :n], idx)
@@ -377,7 +377,7 @@ def test_images_exact_kv_reproduces_the_full_model(vlm, boundary, monkeypatch):
     with torch.no_grad():
         full = model(**inputs).logits[:, -config.boundary_width :]
 
-    def write_exact(layer, hidden_states, position_embeddings, cache):
+    def write_exact(layer, hidden_states, position_embeddings, cache, fitted=None):
         idx = layer.self_attn.layer_idx
         n = hidden_states.shape[1]
         cache.update(exact.layers[idx].keys[:, :, :n], exact.layers[idx].values[:, :, :n], idx)

@@ -1,0 +1,179 @@
+"""Calibrated K/V maps for POP's skipped block: fitted projections in place of the layers' own.
+
+POP writes a skipped layer's prompt K/V through the layer's own K/V projections applied to the hidden state
+entering the block, a state the layer never saw in training. A :class:`KVMaps` holds, for one block
+``[start, stop)`` and each of its layers after the first, a K and a V projection fitted to map the block-entry
+state (after the layer's own input norm) to what the full model's projections output there (before the key
+norm and RoPE, which the engine then applies as usual). They have the shapes of the layers' own projections,
+so a calibrated prefill costs exactly what the plain one does. The block's first layer needs no map: the
+block-entry state is its true input.
+
+Maps are fitted by :mod:`poptune.kvfit`, stored as one safetensors file per (model weights, block) with how
+they were fitted, and attached to a loaded model with :func:`poptune.engine.attach_kv_maps`; ``PopConfig(kv="calibrated")``
+then uses the maps of its block::
+
+    attach_kv_maps(model, KVMaps.load(path, fingerprint=weights_fingerprint("gemma-3")))
+    with apply_pop(model, PopConfig(skip=6, kv="calibrated")):
+        model.generate(...)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from poptune.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+__all__ = ["KVMaps", "attach_to", "detach_from", "kv_maps_of", "file_sha256"]
+
+_ATTR = "_poptune_kv_maps"
+
+#: What a maps file's metadata must hold (strings; safetensors metadata is str -> str).
+_REQUIRED = ("format", "fingerprint", "start", "stop")
+_FORMAT = "poptune-kv-maps-1"
+
+
+@dataclass
+class KVMaps:
+    """Fitted K/V projections of the layers of one skipped block.
+
+    Attributes:
+        start: First layer of the block.
+        stop: One past its last layer.
+        weights: Per layer in ``(start, stop)``: ``(k_weight, v_weight)``, shaped like the layer's own
+            ``k_proj.weight`` and ``v_proj.weight`` (out x in).
+        fingerprint: The weights the maps were fitted on (:func:`poptune.models.weights_fingerprint`).
+        meta: How they were fitted (calibration source, tokens, seed, ridge), stored with them.
+    """
+
+    start: int
+    stop: int
+    weights: dict[int, tuple["torch.Tensor", "torch.Tensor"]]
+    fingerprint: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.stop:
+            raise ConfigError(f"a block needs 0 <= start < stop, got [{self.start}, {self.stop})")
+        expected = set(range(self.start + 1, self.stop))
+        if set(self.weights) != expected:
+            raise ConfigError(f"maps of block [{self.start}, {self.stop}) need layers {sorted(expected)}, "
+                              f"got {sorted(self.weights)}")
+
+    @property
+    def block(self) -> tuple[int, int]:
+        return self.start, self.stop
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the maps and their metadata to ``path`` (safetensors, written atomically)."""
+        from safetensors.torch import save_file
+
+        tensors = {}
+        for layer, (k, v) in self.weights.items():
+            tensors[f"layers.{layer}.k"] = k.detach().contiguous().cpu()
+            tensors[f"layers.{layer}.v"] = v.detach().contiguous().cpu()
+        metadata = {"format": _FORMAT, "fingerprint": self.fingerprint, "start": str(self.start),
+                    "stop": str(self.stop), "meta": json.dumps(self.meta, sort_keys=True)}
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        save_file(tensors, str(partial), metadata=metadata)
+        os.replace(partial, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, fingerprint: str | None = None,
+             sha256: str | None = None) -> "KVMaps":
+        """Read maps written by :meth:`save`.
+
+        Args:
+            fingerprint: When given, the weights the maps must have been fitted on.
+            sha256: When given, the file's expected sha256 (an exported configuration's reference).
+
+        Raises:
+            DataError: a missing, unreadable or malformed file, another model's maps, or a changed file.
+        """
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"K/V maps: {path} is missing")
+        if sha256 is not None and file_sha256(path) != sha256:
+            raise DataError(f"K/V maps: {path} does not match its recorded sha256 {sha256[:12]}... (changed?)")
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+            tensors = load_file(str(path))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise DataError(f"K/V maps: {path} is not a readable safetensors file ({exc})") from None
+        missing = [key for key in _REQUIRED if key not in metadata]
+        if missing or metadata["format"] != _FORMAT:
+            raise DataError(f"K/V maps: {path} is not a poptune K/V maps file (metadata {sorted(metadata)})")
+        if fingerprint is not None and metadata["fingerprint"] != fingerprint:
+            raise DataError(f"K/V maps: {path} was fitted on other weights ({metadata['fingerprint']}), "
+                            f"not on the model loaded ({fingerprint})")
+        start, stop = int(metadata["start"]), int(metadata["stop"])
+        try:
+            weights = {layer: (tensors[f"layers.{layer}.k"], tensors[f"layers.{layer}.v"])
+                       for layer in range(start + 1, stop)}
+        except KeyError as exc:
+            raise DataError(f"K/V maps: {path} lacks the tensor {exc.args[0]}") from None
+        return cls(start, stop, weights, metadata["fingerprint"], json.loads(metadata.get("meta", "{}")))
+
+    def check_fits(self, decoder: "nn.Module") -> None:
+        """Raise :class:`ConfigError` unless every map has the shape of its layer's own projection."""
+        if self.stop > len(decoder.layers):
+            raise ConfigError(f"maps of block [{self.start}, {self.stop}) do not fit a model of "
+                              f"{len(decoder.layers)} layers")
+        for layer, (k, v) in self.weights.items():
+            attn = decoder.layers[layer].self_attn
+            if tuple(k.shape) != tuple(attn.k_proj.weight.shape) or tuple(v.shape) != tuple(attn.v_proj.weight.shape):
+                raise ConfigError(f"the K/V maps of layer {layer} have shapes {tuple(k.shape)}, {tuple(v.shape)}, "
+                                  f"not the layer's {tuple(attn.k_proj.weight.shape)}, "
+                                  f"{tuple(attn.v_proj.weight.shape)}")
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The sha256 of a file's bytes, hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def attach_to(decoder: "nn.Module", maps: KVMaps) -> None:
+    """Give ``decoder`` the maps of one block (replacing any it held for that block), on its device and dtype.
+
+    Users call :func:`poptune.engine.attach_kv_maps` with the model.
+    """
+    maps.check_fits(decoder)
+    reference = decoder.layers[maps.start].self_attn.k_proj.weight
+    moved = {layer: (k.to(reference.device, reference.dtype), v.to(reference.device, reference.dtype))
+             for layer, (k, v) in maps.weights.items()}
+    held: dict[tuple[int, int], KVMaps] = dict(kv_maps_of(decoder))
+    held[maps.block] = KVMaps(maps.start, maps.stop, moved, maps.fingerprint, dict(maps.meta))
+    setattr(decoder, _ATTR, held)
+
+
+def detach_from(decoder: "nn.Module") -> None:
+    """Drop every map ``decoder`` holds."""
+    if hasattr(decoder, _ATTR):
+        delattr(decoder, _ATTR)
+
+
+def kv_maps_of(decoder: "nn.Module") -> Mapping[tuple[int, int], KVMaps]:
+    """The maps a decoder holds, by block."""
+    return getattr(decoder, _ATTR, {})
