@@ -4,6 +4,10 @@ An exported file names the model (and a fingerprint of its weights), the hardwar
 :class:`~poptune.engine.PopConfig`, the measured objectives and where they came from (storage, study, trial,
 versions). :func:`load_config` gives the configuration back, refusing one made for another model or another
 kind of machine unless forced.
+
+A configuration with calibrated K/V (``kv: calibrated``) needs its fitted maps: the export names them
+(``kv_maps``: file, sha256, block, how they were fitted); :func:`write_export` copies the file beside the JSON
+and :func:`load_kv_maps` reads it back, refusing a changed file or maps fitted on other weights.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.store.trials import StoredTrial
 
-__all__ = ["FORMAT", "export_config", "load_config", "best_within_budget"]
+__all__ = ["FORMAT", "export_config", "load_config", "load_kv_maps", "write_export", "best_within_budget"]
 
 FORMAT = "poptune-config/1"
 
@@ -53,7 +57,8 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
         "format": FORMAT,
         "model": {"name": attrs["model"], "weights_fingerprint": attrs.get("weights_fingerprint")},
         "hardware": attrs["hardware"],
-        "pop_config": PopConfig(skip=row.skip, boundary=row.boundary, offset=row.offset).to_dict(),
+        "pop_config": row.config.to_dict(),
+        **({"kv_maps": trial.details["kv_maps"]} if row.kv != "own" else {}),
         "objectives": {
             "prefill_ms": row.prefill_ms,
             "speedup": row.speedup,
@@ -85,6 +90,63 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
     }
 
 
+def write_export(data: dict, path: str | Path) -> list[Path]:
+    """Write an exported configuration to ``path`` (JSON), and its K/V maps file beside it (``<stem>.kv.safetensors``,
+    named relative to the JSON) where it has one. Returns the files written.
+
+    Raises:
+        ConfigError: the maps file the study recorded is gone or changed since (fit them again: run the study's
+            configuration once with ``--kv calibrated``).
+    """
+    import shutil
+
+    from poptune.files import write_text
+    from poptune.kvmaps import file_sha256
+
+    path, written = Path(path), []
+    maps = data.get("kv_maps")
+    if maps is not None:
+        source = Path(maps.get("file", ""))
+        if not source.is_file() or file_sha256(source) != maps.get("sha256"):
+            raise ConfigError(f"the K/V maps file {source} recorded with the study is gone or changed since")
+        target = path.with_name(path.stem + ".kv.safetensors")
+        if target.resolve() != source.resolve():
+            shutil.copyfile(source, target)
+        data = dict(data, kv_maps=dict(maps, file=target.name))
+        written.append(target)
+    write_text(path, json.dumps(data, indent=2))
+    return [path, *written]
+
+
+def load_kv_maps(path: str | Path, *, fingerprint: str | None = None, force: bool = False) -> Any:
+    """The fitted K/V maps an exported configuration names (a :class:`~poptune.kvmaps.KVMaps`), checked against
+    its recorded sha256 and (unless ``force``) the weights ``fingerprint`` of the model it is applied to.
+
+    Raises:
+        ConfigError: the export names no maps. DataError: the file is missing, changed or of other weights.
+    """
+    from poptune.kvmaps import KVMaps
+
+    data = _read(path)
+    maps = data.get("kv_maps")
+    if not maps:
+        raise ConfigError(f"{path} names no K/V maps (its configuration uses the layers' own K/V)")
+    file = Path(path).parent / maps["file"]
+    return KVMaps.load(file, fingerprint=None if force else fingerprint, sha256=maps.get("sha256"))
+
+
+def _read(path: str | Path) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"no configuration file {path}") from e
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} is not a poptune configuration file: {e}") from e
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ConfigError(f"{path} is not a poptune configuration file (expected format {FORMAT!r})")
+    return data
+
+
 def load_config(
     path: str | Path, *, model: str | None = None, device: str | None = None, force: bool = False
 ) -> PopConfig:
@@ -96,14 +158,7 @@ def load_config(
         device: If given, where it will run; another kind of machine (hardware id) is refused unless ``force``.
         force: Apply it anyway.
     """
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError as e:
-        raise ConfigError(f"no configuration file {path}") from e
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path} is not a poptune configuration file: {e}") from e
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ConfigError(f"{path} is not a poptune configuration file (expected format {FORMAT!r})")
+    data = _read(path)
     config = PopConfig.from_dict(data["pop_config"])
     if model is not None and not force:
         from poptune.models import resolve_model

@@ -12,8 +12,9 @@ in float64, with ``lam = ridge * trace(X^T X) / C``. With little text the fit st
 projection; when ``Y`` is an exact linear function of ``X`` the fit recovers it. The residual stream of the
 calibration text is computed once (:class:`KVFitter`) and serves every block.
 
-Maps are kept under ``<cache>/kv-maps/<weights fingerprint>/`` (``$POPTUNE_CACHE``, else ``~/.cache/poptune``),
-one safetensors file per block and calibration (:func:`calibrated_kv_maps`), and reused.
+Maps are kept under ``<cache>/kv-maps/<weights fingerprint>/`` (``$POPTUNE_CACHE``, else ``~/.cache/poptune``;
+``$POPTUNE_KV_MAPS`` names the folder itself), one safetensors file per block and calibration
+(:func:`calibrated_kv_maps`), and reused.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class KVFitSpec:
 
     def calibration(self) -> CalibrationSpec:
         return CalibrationSpec(samples=self.samples, length=self.length, seed=self.seed, data_dir=self.data_dir,
-                               batch_size=4, split="valid")
+                               batch_size=16, split="valid")  # sampled text: 16 rows per decode step
 
 
 class KVFitter:
@@ -79,6 +80,10 @@ class KVFitter:
             self._calib = calibration(self.model, self.tokenizer, self.spec.calibration())
             self._stream = residual_stream(self.model, self._calib)
         return self._stream, self._calib  # type: ignore[return-value]
+
+    def describe(self) -> dict[str, Any]:
+        """The calibration text used so far (amount, seed, source); empty before the first fit."""
+        return self._calib.describe() if self._calib is not None else {}
 
     def fit(self, start: int, stop: int) -> KVMaps:
         """The maps of block ``[start, stop)`` (layers ``start + 1 .. stop - 1``)."""
@@ -123,7 +128,10 @@ class KVFitter:
 
 
 def kv_maps_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Where fitted maps are kept: ``<cache_dir or $POPTUNE_CACHE or ~/.cache/poptune>/kv-maps``."""
+    """Where fitted maps are kept: ``<cache_dir>/kv-maps``, else ``$POPTUNE_KV_MAPS``, else
+    ``<$POPTUNE_CACHE or ~/.cache/poptune>/kv-maps``."""
+    if cache_dir is None and os.environ.get("POPTUNE_KV_MAPS"):
+        return Path(os.environ["POPTUNE_KV_MAPS"]).expanduser()
     root = cache_dir or os.environ.get("POPTUNE_CACHE") or Path.home() / ".cache" / "poptune"
     return Path(root).expanduser() / "kv-maps"
 

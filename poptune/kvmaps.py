@@ -53,6 +53,7 @@ class KVMaps:
             ``k_proj.weight`` and ``v_proj.weight`` (out x in).
         fingerprint: The weights the maps were fitted on (:func:`poptune.models.weights_fingerprint`).
         meta: How they were fitted (calibration source, tokens, seed, ridge), stored with them.
+        path: The file they were read from or last written to (None: only in memory).
     """
 
     start: int
@@ -60,6 +61,7 @@ class KVMaps:
     weights: dict[int, tuple["torch.Tensor", "torch.Tensor"]]
     fingerprint: str
     meta: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.start < self.stop:
@@ -72,6 +74,12 @@ class KVMaps:
     @property
     def block(self) -> tuple[int, int]:
         return self.start, self.stop
+
+    def describe(self) -> dict[str, Any]:
+        """What the maps are, as stored with a measurement and an exported configuration."""
+        fit = {key: self.meta[key] for key in ("calibration", "tokens", "ridge") if key in self.meta}
+        where = {} if self.path is None else {"file": str(self.path), "sha256": file_sha256(self.path)}
+        return {"block": [self.start, self.stop], "fingerprint": self.fingerprint, **where, **fit}
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the maps and their metadata to ``path`` (safetensors, written atomically)."""
@@ -88,6 +96,7 @@ class KVMaps:
         partial = path.with_name(path.name + ".partial")
         save_file(tensors, str(partial), metadata=metadata)
         os.replace(partial, path)
+        self.path = path
         return path
 
     @classmethod
@@ -130,7 +139,7 @@ class KVMaps:
                        for layer in range(start + 1, stop)}
         except KeyError as exc:
             raise DataError(f"K/V maps: {path} lacks the tensor {exc.args[0]}") from None
-        return cls(start, stop, weights, metadata["fingerprint"], json.loads(metadata.get("meta", "{}")))
+        return cls(start, stop, weights, metadata["fingerprint"], json.loads(metadata.get("meta", "{}")), path)
 
     def check_fits(self, decoder: "nn.Module") -> None:
         """Raise :class:`ConfigError` unless every map has the shape of its layer's own projection."""
@@ -164,7 +173,7 @@ def attach_to(decoder: "nn.Module", maps: KVMaps) -> None:
     moved = {layer: (k.to(reference.device, reference.dtype), v.to(reference.device, reference.dtype))
              for layer, (k, v) in maps.weights.items()}
     held: dict[tuple[int, int], KVMaps] = dict(kv_maps_of(decoder))
-    held[maps.block] = KVMaps(maps.start, maps.stop, moved, maps.fingerprint, dict(maps.meta))
+    held[maps.block] = KVMaps(maps.start, maps.stop, moved, maps.fingerprint, dict(maps.meta), maps.path)
     setattr(decoder, _ATTR, held)
 
 

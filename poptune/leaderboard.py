@@ -72,6 +72,7 @@ def _entry(trial: StoredTrial, num_layers: int, note: str = "", confirmed: dict[
         method, label, ratio = "full", "full model", 0.0
     elif method == "pop":
         label, ratio = f"skip {config.skip}, {config.boundary}, offset {config.offset}", config.skip / num_layers
+        label += ", calibrated K/V" if config.kv != "own" else ""
     elif method == "wanda":
         label, ratio = f"{100 * details['ratio']:.0f}% unstructured", details["ratio"]
     else:

@@ -54,7 +54,7 @@ def default_folder(storage: str | None) -> Path:
 
 
 def _label(row: FrontRow) -> str:
-    return "full model" if row.skip == 0 else f"{row.skip}/{row.boundary}/{row.offset}"
+    return row.label
 
 
 def _trial_of(study: "optuna.Study", config: PopConfig) -> StoredTrial | None:

@@ -16,6 +16,18 @@ import pytest  # noqa: E402
 # Tests read only the fixtures in tests/data, never a data directory named by the caller's environment.
 os.environ.pop("POPTUNE_DATA", None)
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _kv_maps_folder(tmp_path_factory):
+    """Fitted K/V maps go to a folder of the test session, never the user's cache."""
+    previous = os.environ.get("POPTUNE_KV_MAPS")
+    os.environ["POPTUNE_KV_MAPS"] = str(tmp_path_factory.mktemp("kv-maps"))
+    yield
+    if previous is None:
+        os.environ.pop("POPTUNE_KV_MAPS", None)
+    else:
+        os.environ["POPTUNE_KV_MAPS"] = previous
+
 #: Small verbatim cuts of the evaluation data, laid out like the full data directory (see tests/data/README.md).
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -91,3 +91,33 @@ def test_pareto_prints_the_stored_front(stored, capsys):
     data = json.loads(capsys.readouterr().out)
     assert [row["trial"] for row in data["front"]] == [r.trial for r in store.front(study)]
     assert main(["pareto", "--storage", url, "--study", "nope"]) == 2
+
+
+def test_a_calibrated_configuration_exports_its_maps_and_generate_applies_them(tmp_path, eval_data, capsys,
+                                                                                monkeypatch):
+    """The study fits the block's maps once and records them with the trial; the export copies the file beside
+    the JSON (referenced with its sha256); ``generate --config`` applies them; a changed file is refused."""
+    from poptune import export
+    from poptune.store.front import FrontRow
+
+    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), limit=4, data_dir=str(eval_data),
+                            lengths=(16,), repeats=1, decode_tokens=0, precision=None, kv=("calibrated",))
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = run_study(StudySpec(problem=problem, trials=2, storage=url, sampler="random", seed=5))
+    (trial,) = [t for t in store.completed(study) if t.user_attrs["config"].get("kv") == "calibrated"]
+    maps = trial.user_attrs["details"]["kv_maps"]
+    assert maps["block"] == [4, 6] and maps["calibration"]["source"].endswith("valid.txt") and len(maps["sha256"]) == 64
+    monkeypatch.setattr(export, "best_within_budget", lambda study, max_drop: FrontRow.from_trial(trial))
+    path = tmp_path / "out" / "config.json"
+    assert main(["export", "--storage", url, "--max-drop", "100", "--out", str(path)]) == 0
+    assert "calibrated K/V" in capsys.readouterr().out
+    data = json.loads(path.read_text())
+    assert data["pop_config"]["kv"] == "calibrated" and data["kv_maps"]["file"] == "config.kv.safetensors"
+    assert (path.parent / "config.kv.safetensors").is_file()
+    assert main(["generate", "--model", "tiny-llama", "--config", str(path), "--prompt", "Hello there, how are you",
+                 "--max-new-tokens", "2"]) == 0
+    assert "kv=calibrated" in capsys.readouterr().out
+    (path.parent / "config.kv.safetensors").write_bytes(b"changed")
+    assert main(["generate", "--model", "tiny-llama", "--config", str(path), "--prompt", "Hello"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "does not match its recorded sha256" in err and len(err.splitlines()) == 1

@@ -16,7 +16,7 @@ import pytest
 from poptune import ConfigError, PopConfig, store
 from poptune.cli import main
 from poptune.env import TuningProblem
-from poptune.tune.space import paper_default
+from poptune.tune.space import paper_default, params_of
 from poptune.tune.study import StudySpec, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -61,7 +61,7 @@ def test_a_measured_configuration_is_answered_from_storage(problem, tmp_path):
     config = PopConfig(skip=3, boundary="none")
     url = f"sqlite:///{tmp_path}/s.db"
     study = run_study(StudySpec(problem=problem, trials=3, storage=url, enqueue=(config,)))
-    study.enqueue_trial(config.to_dict())  # as a sampler re-suggesting a measured point would
+    study.enqueue_trial(params_of(config, problem.kv))  # as a sampler re-suggesting a measured point would
     study = run_study(StudySpec(problem=problem, add=1, storage=url))
     trials = [t for t in store.completed(study)
               if t.user_attrs["config"] == config.to_dict() and "remeasure_of" not in t.user_attrs]
@@ -288,7 +288,7 @@ def test_out_of_memory_fails_one_trial_and_is_not_measured_again(problem, tmp_pa
     assert len(store.completed(study)) == 3  # the study went on past the failure
     assert len(failed) == 1 and failed[0].user_attrs["config"] == bad.to_dict()
     assert failed[0].user_attrs["fail_reason"].startswith("OutOfMemoryError: CUDA out of memory")
-    study.enqueue_trial(bad.to_dict())  # suggested again
+    study.enqueue_trial(params_of(bad, problem.kv))  # suggested again
     study = run_study(StudySpec(problem=problem, add=1, storage=url))
     again = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL][-1]
     assert again.user_attrs["fail_reason"].startswith(f"failed before in trial {failed[0].number}: OutOfMemoryError")

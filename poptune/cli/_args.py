@@ -7,7 +7,7 @@ from dataclasses import fields
 from typing import Any
 
 from poptune.device import DTYPES
-from poptune.engine import BOUNDARIES, PopConfig
+from poptune.engine import BOUNDARIES, KV_SOURCES, PopConfig
 from poptune.errors import ConfigError
 from poptune.files import write_text  # noqa: F401  (the commands' one way to write a file)
 from poptune.tune.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
@@ -68,6 +68,22 @@ def add_pop(parser: argparse.ArgumentParser, *, skip_required: bool = True) -> N
     group.add_argument("--skip", type=int, required=skip_required, help="layers skipped in prefill")
     group.add_argument("--boundary", default="last", help=f"one of {', '.join(BOUNDARIES)} (default: last)")
     group.add_argument("--offset", type=int, default=0, help="final layers kept even in prefill (default: 0)")
+    group.add_argument("--kv", choices=KV_SOURCES, default="own",
+                       help="the skipped layers' K/V: their own projections (the paper, default) or maps calibrated "
+                            "on WikiText-2 validation text (the data directory; else text sampled from the model), "
+                            "fitted once per block and kept in the poptune cache")
+
+
+def ready_kv(model: Any, tokenizer: Any, config: PopConfig, args: argparse.Namespace,
+             data_dir: Any = None) -> None:
+    """Attach the K/V maps a calibrated configuration needs (read from the cache, else fitted now)."""
+    if config.kv == "own":
+        return
+    from poptune.kvfit import KVFitSpec, prepare_kv
+    from poptune.models import weights_fingerprint
+
+    prepare_kv(model, tokenizer, config, fingerprint=weights_fingerprint(args.model, args.weights),
+               spec=KVFitSpec(data_dir=str(data_dir) if data_dir is not None else None))
 
 
 def add_prefill_chunk(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +101,7 @@ def prefill_chunk(args: argparse.Namespace) -> int | None:
 
 
 def pop_config(args: argparse.Namespace) -> PopConfig:
-    return PopConfig(skip=args.skip, boundary=args.boundary, offset=args.offset)
+    return PopConfig(skip=args.skip, boundary=args.boundary, offset=args.offset, kv=args.kv)
 
 
 def int_list(text: str, option: str) -> list[int]:
@@ -147,6 +163,11 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): a "
                         "configuration is within it when the drop's 95%% upper bound is (an Optuna constraint)")
     parser.add_argument("--seed", type=seed, default=default_of(TuningProblem, "seed"))
+    kv = ",".join(default_of(TuningProblem, "kv"))
+    parser.add_argument("--kv", default=kv, metavar="SOURCES",
+                        help=f"the skipped block's K/V sources searched (default: {kv}): `own` keeps the paper's space; "
+                             "`calibrated` adds projections fitted per block on WikiText-2 validation text (the data "
+                             "directory; else text sampled from the model)")
     add_precision(parser, repeats=default_of(TuningProblem, "repeats"), max_pairs=STANDARD.max_pairs,
                   max_seconds=STANDARD.max_seconds, stop="--repeats", preset=True)
 
@@ -217,6 +238,7 @@ def problem(args: argparse.Namespace) -> Any:
         image=image, data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
         dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=size.items,
         precision=args.precision or None, max_pairs=max(size.max_pairs, args.repeats), max_seconds=size.max_seconds,
+        kv=tuple(part.strip() for part in args.kv.split(",") if part.strip()),
     )
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ._args import add_storage, check_output_path, write_text
+from ._args import add_storage, check_output_path
 
 
 def register(sub: Any) -> None:
@@ -19,7 +19,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poptune.export import export_config
+    from poptune.export import export_config, write_export
 
     if args.out:
         check_output_path(args.out)
@@ -28,10 +28,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.out:
         print(text)
         return 0
-    write_text(args.out, text)
+    written = write_export(data, args.out)
     cfg, obj = data["pop_config"], data["objectives"]
     interval = f" [{obj['speedup_lo']:.2f}, {obj['speedup_hi']:.2f}]" if obj.get("speedup_lo") else ""
-    print(f"wrote {args.out}: skip={cfg['skip']} boundary={cfg['boundary']} offset={cfg['offset']}, "
+    maps = f" (+ its K/V maps {written[1]})" if len(written) > 1 else ""
+    print(f"wrote {args.out}{maps}: skip={cfg['skip']} boundary={cfg['boundary']} offset={cfg['offset']}"
+          f"{', calibrated K/V' if cfg.get('kv') == 'calibrated' else ''}, "
           f"{obj['speedup']:.2f}x{interval} prefill, drop {obj['drop_points']:+.2f} points on "
           f"{data['hardware']['hardware_id']}")
     return 0

@@ -13,7 +13,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-from ._args import add_model, add_pop, add_prefill_chunk, pop_config, prefill_chunk
+from ._args import add_model, add_pop, add_prefill_chunk, pop_config, prefill_chunk, ready_kv
 
 #: Below this many prompt tokens the output says why little or no speedup shows.
 SHORT_PROMPT = 256
@@ -66,6 +66,15 @@ def run(args: argparse.Namespace) -> int:
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
+    if args.config and config.kv != "own":  # the maps exported beside the configuration
+        from poptune.engine import attach_kv_maps
+        from poptune.export import load_kv_maps
+        from poptune.models import weights_fingerprint
+
+        attach_kv_maps(model, load_kv_maps(args.config, fingerprint=weights_fingerprint(args.model, args.weights),
+                                           force=args.force))
+    else:
+        ready_kv(model, tokenizer, config, args)
     inputs = tokenizer([args.prompt or demo_prompt()], return_tensors="pt").to(model.device)
     turns = [tokenizer(["\n\n" + text], add_special_tokens=False, return_tensors="pt")["input_ids"].to(model.device)
              for text in args.follow_up]

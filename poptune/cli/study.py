@@ -126,7 +126,7 @@ def run_study(args: argparse.Namespace) -> int:
             return  # the bar and its ETA count measured configurations, as the budget does
         rows = [r for r in store.front(study) if r.skip]
         best = max(rows, key=lambda r: r.speedup, default=None)
-        label = f"fastest on the front {best.speedup:.2f}x ({best.skip}/{best.boundary}/{best.offset})" if best else ""
+        label = f"fastest on the front {best.speedup:.2f}x ({best.label})" if best else ""
         bars.measured(stored.seconds, label)
 
     from poptune.tune.interrupt import interruptible
@@ -152,7 +152,8 @@ def trial_line(trial: Any) -> str:
     speed = f"{trial.speedup:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
     drop = f"{trial.drop_points:+.2f}" + (f" [{d[0]:+.2f}, {d[1]:+.2f}]" if d else "")
     how = f"reused from trial {trial.reused_from}" if trial.reused_from is not None else "measured"
-    return (f"trial {trial.number:>3}: skip {c.skip:>2} {c.boundary:<9} offset {c.offset}  "
+    kv = " calibrated K/V" if c.kv != "own" else ""
+    return (f"trial {trial.number:>3}: skip {c.skip:>2} {c.boundary:<9} offset {c.offset}{kv}  "
             f"speedup {speed}  drop {drop} pts  {trial.items or 0} items  {how} ({trial.seconds:.0f} s)")
 
 

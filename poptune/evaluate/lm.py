@@ -89,7 +89,7 @@ class PopLM(HFLM):
     def config_tag(self) -> str:
         """A file-name-safe name of the configuration, e.g. ``pop-skip6-last-off0``."""
         c = self.pop_config
-        tag = f"pop-skip{c.skip}-{c.boundary}-off{c.offset}"
+        tag = f"pop-skip{c.skip}-{c.boundary}-off{c.offset}" + ("-kvcal" if c.kv != "own" else "")
         return tag if c.layers is None else f"{tag}-layers{'_'.join(map(str, c.layers))}"
 
     def set_cache_hook(self, cache_hook: Any) -> None:

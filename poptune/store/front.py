@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from poptune.engine import PopConfig
 from poptune.store.trials import StoredTrial, completed, confirmations, latency_objective, reference_ms
 
 if TYPE_CHECKING:
@@ -53,6 +54,19 @@ class FrontRow:
     confirmed: bool = False
     ttft_ms: float | None = None
     full_ttft_ms: float | None = None
+    kv: str = "own"
+
+    @property
+    def config(self) -> PopConfig:
+        """The POP configuration of the row."""
+        return PopConfig(skip=self.skip, boundary=self.boundary, offset=self.offset, kv=self.kv)
+
+    @property
+    def label(self) -> str:
+        """``skip/boundary/offset`` (``/calibrated`` for calibrated K/V), or ``full model``."""
+        if self.skip == 0:
+            return "full model"
+        return f"{self.skip}/{self.boundary}/{self.offset}" + ("/calibrated" if self.kv != "own" else "")
 
     @classmethod
     def from_trial(cls, trial: "optuna.trial.FrozenTrial | StoredTrial", confirmed: dict[str, Any] | None = None,
@@ -91,6 +105,7 @@ class FrontRow:
             confirmed=bool(confirmed),
             ttft_ms=t.ttft_ms,
             full_ttft_ms=t.full_ttft_ms,
+            kv=t.config.kv,
         )
 
 
@@ -119,7 +134,7 @@ def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
         if not trusted(trial, mine):
             continue
         row = FrontRow.from_trial(trial, mine, reference)
-        key = (row.method, row.skip, row.boundary, row.offset)
+        key = (row.method, row.skip, row.boundary, row.offset, row.kv)
         if key not in rows or (row.confirmed and not rows[key].confirmed):
             rows[key] = row
     candidates = list(rows.values())

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from poptune.baselines import Baseline
     from poptune.evaluate.suite import TaskRun
     from poptune.evaluate.workload import Workload
+    from poptune.kvfit import KVFitter
     from poptune.prefix import PrefixStates
 
 __all__ = ["ConfigEvaluator", "STATE_BYTES"]
@@ -65,6 +66,7 @@ class ConfigEvaluator:
         self._workload: Workload | None = None
         self._image_length: int | None = None
         self.states: PrefixStates | None = None  # see enable_state_reuse
+        self._kv_fitter: KVFitter | None = None  # one residual stream of calibration text for every block
 
     @property
     def model(self) -> Any:
@@ -242,6 +244,7 @@ class ConfigEvaluator:
         p = self.problem
         with applied(self.model, transform):
             config.check(self.num_layers)
+        details = {**(details or {}), **self.prepare_kv(config)}
         timed = self._timed(config, transform)
         if config.skip == 0 and transform is None:  # the full model: no drop, by definition
             run = self.full_run()
@@ -275,8 +278,26 @@ class ConfigEvaluator:
         outcomes do not depend on how busy the machine was)."""
         return replace(measurement, **self._timed(measurement.config, None))
 
+    def prepare_kv(self, config: PopConfig) -> dict[str, Any]:
+        """Attach the fitted K/V maps of a calibrated configuration's block (fitted once per block and machine,
+        then read from the cache; :mod:`poptune.kvfit`); what they are, for the measurement's details."""
+        if config.kv != "calibrated":
+            return {}
+        from poptune.kvfit import KVFitSpec, KVFitter, calibrated_kv_maps
+        from poptune.models import weights_fingerprint
+
+        p = self.problem
+        if self._kv_fitter is None:
+            self._kv_fitter = KVFitter(self.model, self.tokenizer, KVFitSpec(data_dir=p.data_dir),
+                                       weights_fingerprint(p.model, p.weights))
+        with progress.phase("K/V calibration"):
+            maps = calibrated_kv_maps(self.model, self.tokenizer, config, fingerprint=self._kv_fitter.fingerprint,
+                                      fitter=self._kv_fitter)
+        return {"kv_maps": maps.describe()}
+
     def _timed(self, config: PopConfig, transform: Transform | None) -> dict[str, Any]:
         """The latency fields of a :class:`Measurement` of ``config``, timed now."""
+        self.prepare_kv(config)
         with progress.phase("latency", unit="pair"):
             bench, weights = self._latency(config, transform)
         check = bench.null_check

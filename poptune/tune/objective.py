@@ -161,7 +161,7 @@ def make_objective(
     num_layers = evaluator.num_layers
 
     def objective(trial: "optuna.Trial") -> tuple[float, float]:
-        config = suggest_config(trial, num_layers)
+        config = suggest_config(trial, num_layers, problem.kv)
         if _over_budget(study, trial.number, budget):
             raise optuna.TrialPruned("the study's budget is taken by other workers' trials")
         previous = _settled(study, trial.number, config, num_layers)
@@ -214,7 +214,8 @@ def outcome(measurement: Measurement, info: dict[str, Any], problem: TuningProbl
 
 
 def add_finished_trial(study: "optuna.Study", values: tuple[float, float], info: dict[str, Any],
-                       constraint: float | None, *, config: PopConfig | None = None, num_layers: int = 0) -> None:
+                       constraint: float | None, *, config: PopConfig | None = None, num_layers: int = 0,
+                       kv: tuple[str, ...] = ("own",)) -> None:
     """Store a measurement made outside ``optimize`` as a completed trial (with ``config``: with its search
     parameters, a re-measure's; without: none, a baseline's), its accuracy constraint where there is a budget."""
     import optuna
@@ -223,7 +224,7 @@ def add_finished_trial(study: "optuna.Study", values: tuple[float, float], info:
     system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
     space = {}
     if config is not None:
-        space = {"params": params_of(config), "distributions": distributions_of(config, num_layers)}
+        space = {"params": params_of(config, kv), "distributions": distributions_of(config, num_layers, kv)}
     with warnings.catch_warnings():  # Optuna warns that heartbeats serve `optimize`: this trial has none
         warnings.simplefilter("ignore", UserWarning)
         study.add_trial(optuna.trial.create_trial(**space, values=list(values), user_attrs=info, system_attrs=system))

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from poptune.engine import BOUNDARIES, PopConfig
+from poptune.engine import BOUNDARIES, KV_SOURCES, PopConfig
 from poptune.errors import ConfigError
 from poptune.store.measurement import Measurement
 from poptune.tune.presets import STANDARD
@@ -70,6 +70,9 @@ class TuningProblem:
         halfwidth: Without ``max_drop``, racing stops once the drop's 95% interval is this narrow (points).
         latency_points: Prompt lengths of the workload timed per trial (quantile groups of its prompts); 0 times
             ``lengths`` instead.
+        kv: The K/V sources searched for the skipped block (:data:`~poptune.engine.KV_SOURCES`): ``("own",)`` is
+            the paper's space; with ``calibrated``, maps fitted per block (:mod:`poptune.kvfit`) are a search
+            dimension. Studies stored before it read as ``("own",)``.
     """
 
     model: str = "gemma-3"
@@ -94,6 +97,7 @@ class TuningProblem:
     items_start: int = STANDARD.items
     halfwidth: float = 2.0
     latency_points: int = 2
+    kv: tuple[str, ...] = KV_SOURCES
 
     def __post_init__(self) -> None:
         if self.image is not None:
@@ -112,6 +116,8 @@ class TuningProblem:
             raise ConfigError(f"`limit` must be a positive integer, got {self.limit}")
         if self.latency_points < 0:
             raise ConfigError(f"`latency_points` must be >= 0, got {self.latency_points}")
+        if not self.kv or len(set(self.kv)) != len(self.kv) or set(self.kv) - set(KV_SOURCES):
+            raise ConfigError(f"`kv` must be distinct K/V sources of {', '.join(KV_SOURCES)}, got {list(self.kv)}")
         self.racing()  # validates items_start, limit and halfwidth
         if self.repeats < 1:
             raise ConfigError(f"`repeats` must be >= 1, got {self.repeats}")
@@ -138,7 +144,8 @@ class TuningProblem:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TuningProblem":
         data = dict(data)
-        for key in ("tasks", "lengths"):
+        data.setdefault("kv", ["own"])  # a study stored before calibrated K/V searched the paper's space
+        for key in ("tasks", "lengths", "kv"):
             data[key] = tuple(data[key])
         return cls(**data)
 
@@ -164,9 +171,10 @@ class TuningProblem:
 
 
 def config_from_action(action: dict[str, Any], num_layers: int) -> PopConfig:
-    """A POP configuration from an action ``{"skip", "boundary", "offset"}``.
+    """A POP configuration from an action ``{"skip", "boundary", "offset"}`` and optionally ``"kv"``.
 
-    ``boundary`` may be an index into :data:`~poptune.engine.BOUNDARIES` or its name. ``skip`` is clipped so
+    ``boundary`` may be an index into :data:`~poptune.engine.BOUNDARIES` or its name, ``kv`` one into
+    :data:`~poptune.engine.KV_SOURCES` or its name (default ``own``). ``skip`` is clipped so
     that ``skip + offset <= L - 1``, and ``skip=0`` is always the plain full model (several actions then name
     one configuration; it is measured once).
     """
@@ -183,10 +191,15 @@ def config_from_action(action: dict[str, Any], num_layers: int) -> PopConfig:
         raise ConfigError(f"`offset` must be in [0, {MAX_OFFSET}], got {offset}")
     if not 0 <= skip <= num_layers - 1:
         raise ConfigError(f"`skip` must be in [0, {num_layers - 1}] for this model, got {skip}")
+    kv = action.get("kv", "own")
+    if not isinstance(kv, str):
+        if not 0 <= int(kv) < len(KV_SOURCES):
+            raise ConfigError(f"`kv` index must be in [0, {len(KV_SOURCES) - 1}], got {kv}")
+        kv = KV_SOURCES[int(kv)]
     skip = min(skip, num_layers - 1 - offset)
     if skip == 0:
         return PopConfig(skip=0)  # nothing skipped: boundary and offset change nothing, one full model
-    return PopConfig(skip=skip, boundary=boundary, offset=offset)
+    return PopConfig(skip=skip, boundary=boundary, offset=offset, kv=kv)
 
 
 def reward(measurement: Measurement, max_drop: float | None) -> float:

@@ -169,13 +169,13 @@ def _record_problem(
         study.set_user_attr("versions", versions())
 
 
-def check_enqueue(configs: tuple[PopConfig, ...], num_layers: int) -> None:
+def check_enqueue(configs: tuple[PopConfig, ...], num_layers: int, kv: tuple[str, ...] = ("own",)) -> None:
     """Refuse a configuration to enqueue that lies outside the search space of a model with ``num_layers`` layers.
 
     Optuna would store it as a waiting trial whose parameters the sampler's distributions do not hold, and
     every later run of the study would trip over it; so it is refused before anything is written.
     """
-    space = set(all_configs(num_layers))
+    space = set(all_configs(num_layers, kv))
     for config in configs:
         if config not in space:
             label = f"{config.skip}/{config.boundary}/{config.offset}"
@@ -183,8 +183,8 @@ def check_enqueue(configs: tuple[PopConfig, ...], num_layers: int) -> None:
                 config.check(num_layers)
             except ConfigError as e:
                 raise ConfigError(f"`--enqueue` item {label} is outside the search space: {e}") from e
-            raise ConfigError(f"`--enqueue` item {label} is outside the search space: boundary must be one of "
-                              f"{', '.join(BOUNDARIES)} and offset at most 2")
+            raise ConfigError(f"`--enqueue` item {label} ({config}) is outside the search space: boundary must be "
+                              f"one of {', '.join(BOUNDARIES)}, offset at most 2 and kv one of {', '.join(kv)}")
 
 
 def _sampler_seed(spec: StudySpec) -> int:
@@ -207,7 +207,8 @@ def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tu
     """Create the study, or load it when it exists (another worker may create it at the same moment)."""
     import optuna
 
-    kwargs = dict(study_name=name, storage=storage, sampler=make_sampler(spec.sampler, _sampler_seed(spec), num_layers))
+    kwargs = dict(study_name=name, storage=storage, sampler=make_sampler(spec.sampler, _sampler_seed(spec), num_layers,
+                                                                        spec.problem.kv))
     try:
         return optuna.create_study(directions=["minimize", "maximize"], **kwargs), True
     except optuna.exceptions.DuplicatedStudyError:
@@ -249,10 +250,11 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
 def _enqueue_unmeasured(study: "optuna.Study", rng: Any) -> None:
     """Enqueue a random configuration no trial of the study has (none when the space is exhausted)."""
     num_layers = int(study.user_attrs["num_layers"])
+    kv = TuningProblem.from_dict(study.user_attrs["problem"]).kv
     taken = {config_of(t, num_layers) for t in study.get_trials(deepcopy=False)}
-    free = [c for c in all_configs(num_layers) if c not in taken]
+    free = [c for c in all_configs(num_layers, kv) if c not in taken]
     if free:
-        study.enqueue_trial(params_of(rng.choice(free)))
+        study.enqueue_trial(params_of(rng.choice(free), kv))
 
 
 def run_study(
@@ -339,7 +341,7 @@ def _run_study(
     if evaluator is None:
         evaluator = ConfigEvaluator(problem)
     num_layers = evaluator.num_layers
-    check_enqueue(spec.enqueue, num_layers)
+    check_enqueue(spec.enqueue, num_layers, problem.kv)
     target_length = evaluator.target_length  # an image prompt for a text-only model fails here, before any write
     storage = store.open_storage(spec.storage, heartbeat=spec.heartbeat_s)
     if not locked:
@@ -351,10 +353,10 @@ def _run_study(
     study, created = _open_study(spec, storage, name, num_layers)
     if created or not study.get_trials(deepcopy=False):  # once per study, not once per worker
         for config in (PopConfig(skip=0), paper_default(num_layers)):  # the full model, then the paper's rule
-            study.enqueue_trial(params_of(config), skip_if_exists=True)
+            study.enqueue_trial(params_of(config, problem.kv), skip_if_exists=True)
     for config in spec.enqueue:
         config.check(num_layers)
-        study.enqueue_trial(params_of(config), skip_if_exists=True)
+        study.enqueue_trial(params_of(config, problem.kv), skip_if_exists=True)
     _record_problem(study, problem, num_layers, hardware.to_dict(), target_length)
     done = count(study, TrialState.COMPLETE)
     budget = done + spec.add if spec.add is not None else spec.trials

@@ -58,6 +58,7 @@ def _time(evaluator: "ConfigEvaluator", config: PopConfig, pairs: int, warmup: i
     spec = BenchSpec(lengths=lengths or (p.target,), decode_tokens=0, null_check=False,
                      images=(ImageSize.parse(p.image),) if p.image is not None else (),
                      policy=RepeatPolicy(warmup=warmup, min_repeats=pairs, max_repeats=pairs, min_seconds=0.0))
+    evaluator.prepare_kv(config)  # a calibrated configuration measured by an earlier run: its maps (cached)
     rows = run_bench(evaluator.model, evaluator.tokenizer, config, spec, model_name=p.model).rows
     return {row.length: (row.prefill, row.ideal) for row in rows}
 
@@ -121,7 +122,8 @@ def remeasure_noisy(study: "optuna.Study", evaluator: "ConfigEvaluator", *, atte
                 measurement = evaluator.retime(StoredTrial.of(study.trials[number]).measurement())
             values, info, constraint = outcome(measurement, measurement.info(), evaluator.problem, reference)
             info.update(noisy=measurement.noisy, remeasure_of=number)
-            add_finished_trial(study, values, info, constraint, config=config, num_layers=num_layers)
+            add_finished_trial(study, values, info, constraint, config=config, num_layers=num_layers,
+                               kv=evaluator.problem.kv)
             if not measurement.noisy:
                 break
     return list(noisy.values())

@@ -27,6 +27,16 @@ def test_space_is_one_to_one():
     assert len({tuple(sorted(params_of(c).items())) for c in configs}) == len(configs)
 
 
+def test_space_with_calibrated_kv_is_one_to_one_and_has_no_alias_at_one_skipped_layer():
+    kv = ("own", "calibrated")
+    configs = all_configs(LAYERS, kv)
+    # Skip 1 (3 offsets) has no map to calibrate: only its own K/V; every other point twice.
+    assert len(configs) == len(set(configs)) == 1 + 5 * 3 + 2 * 5 * (3 + 3 + 2 + 1)
+    assert PopConfig(1, kv="calibrated") not in configs and PopConfig(2, kv="calibrated") in configs
+    assert len({tuple(sorted(params_of(c, kv).items())) for c in configs}) == len(configs)
+    assert all("kv" not in params_of(c, kv) for c in configs if c.skip < 2)
+
+
 @pytest.mark.parametrize("sampler", ["tpe", "random", "grid"])
 def test_sixteen_trials_store_sixteen_distinct_configurations_whose_params_are_their_configs(problem, tmp_path, sampler):
     study = run_study(StudySpec(problem=problem, trials=16, sampler=sampler, storage=f"sqlite:///{tmp_path}/s.db"),
@@ -35,7 +45,7 @@ def test_sixteen_trials_store_sixteen_distinct_configurations_whose_params_are_t
     configs = [PopConfig.from_dict(t.user_attrs["config"]) for t in measured]
     assert len(configs) == 16 and len(set(configs)) == 16
     for trial in store.completed(study):
-        assert trial.params == params_of(PopConfig.from_dict(trial.user_attrs["config"]))
+        assert trial.params == params_of(PopConfig.from_dict(trial.user_attrs["config"]), problem.kv)
     answered = [t for t in store.completed(study) if "reused_from" in t.user_attrs]
     assert len(store.completed(study)) == 16 + len(answered)  # answers from storage used no budget
 
