@@ -216,7 +216,7 @@ def write(study: Any, out: str | Path, command: str) -> tuple[Path, Path]:
     base = Path(out) / f"grid-{safe_name(str(study.user_attrs.get('model')))}-{safe_name(hardware)}"
     csv_path, md_path = base.with_suffix(".csv"), base.with_suffix(".md")
     write_grid(study, csv_path)
-    write_text(md_path, readme(study, csv_path, grid_rows(study), command))
+    write_text(md_path, readme(study, csv_path, grid_rows(study), command).rstrip("\n"))
     return csv_path, md_path
 
 

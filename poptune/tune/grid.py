@@ -124,7 +124,7 @@ def write_grid(study: "optuna.Study", path: str | Path) -> int:
     writer = csv.DictWriter(text, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    write_text(path, text.getvalue())
+    write_text(path, text.getvalue().rstrip("\n"))  # write_text ends the file with one newline
     return len(rows)
 
 
