@@ -11,8 +11,11 @@ Then, from the stored study, it writes ``<out>/grid-<model>-<hardware>.csv`` (:m
 Usage::
 
     python benchmarks/build_grid.py --model gemma-3 --data-dir ../shared/data        # the real grid (hours)
-    python benchmarks/build_grid.py --model tiny-llama --lengths 32 --limit 4 --items 4 --repeats 1 \\
-        --precision 0 --no-confirm --storage sqlite:////tmp/grid-smoke.db --out /tmp   # a smoke run (minutes)
+    python benchmarks/build_grid.py --model tiny-llama --tasks passkey --lengths 256 --limit 2 --items 2 \\
+        --repeats 1 --precision 0 --no-confirm --storage sqlite:////tmp/grid-smoke.db --out /tmp  # smoke: ~4 min
+
+The real grid costs about a minute or two per configuration on a 2-core CPU (the long-prompt trials of the
+default study took 58-222 s each): several hours, so run it where it may be interrupted and resumed.
 
 A bad option or data directory is one line on stderr and exit 2, before anything is measured or written.
 """
