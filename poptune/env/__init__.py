@@ -1,12 +1,14 @@
 """Gymnasium environments for POP tuning problems, registered when this package is imported.
 
 ``import poptune.env`` registers ``poptune/POP-<model>-v0`` for every registered model (keyword arguments of
-``gymnasium.make`` are :class:`TuningProblem` fields) and ``poptune/POP-Replay-v0`` (a stored study)::
+``gymnasium.make`` are :class:`TuningProblem` fields) and ``poptune/POP-Replay-v0`` (a stored study, or with
+``grid=PATH`` a grid file, ``noise=True`` to draw each answer from its recorded interval)::
 
     import gymnasium, poptune.env
     env = gymnasium.make("poptune/POP-gemma-3-270m-v0", tasks=("passkey",), lengths=(512,))
     obs, info = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step({"skip": 6, "boundary": 1, "offset": 0})
+    replay = gymnasium.make("poptune/POP-Replay-v0", grid="leaderboards/grid-<model>-<hardware>.csv", noise=True)
 
 The package is not imported by ``import poptune``, so the command line stays fast.
 """

@@ -118,12 +118,16 @@ class PopEnv(_OneStepEnv):
 
 
 class ReplayEnv(_OneStepEnv):
-    """Answers ``step`` from a stored study, without a model: tuners compared on CPU in seconds.
+    """Answers ``step`` from a stored study or a grid file, without a model: tuners compared on CPU in seconds.
 
     Args:
         storage: A storage URL (see :mod:`poptune.store.studies`).
         study: The study name (default: the storage's only study).
+        grid: A grid file (CSV, :mod:`poptune.tune.grid`) to replay instead of a storage: no database needed.
         max_drop: The reward's accuracy budget (default: the study's own).
+        noise: Each step's answer drawn afresh from the recorded 95% intervals
+            (:func:`poptune.tune.grid.draw`) with the environment's ``np_random``, so ``reset(seed=s)`` followed
+            by the same actions gives the same answers; without, the recorded figures.
 
     Actions whose configuration the study never measured raise :class:`ConfigError`; a fully enumerated
     (grid) study answers every action. ``action_space.sample()`` draws only measured configurations. Configurations
@@ -132,23 +136,37 @@ class ReplayEnv(_OneStepEnv):
     (:func:`config_from_action`); Optuna studies use the one-to-one space of :mod:`poptune.tune.space`.
     """
 
-    def __init__(self, storage: str | None = None, study: str | None = None, *, max_drop: float | None = None) -> None:
-        from poptune import store
-
+    def __init__(self, storage: str | None = None, study: str | None = None, *, grid: str | None = None,
+                 max_drop: float | None = None, noise: bool = False) -> None:
         from poptune.tune.replay import Replay
 
-        loaded = store.load_study(store.open_reader(storage), study)
-        self._replay = Replay.of(loaded)
-        self.study_name = loaded.study_name
-        problem = TuningProblem.from_dict(loaded.user_attrs["problem"])
+        if grid is not None:
+            if storage is not None or study is not None:
+                raise ConfigError("replay either a grid file or a stored study, not both")
+            self._replay = Replay.from_csv(grid)
+            target = next(iter(self._replay.table.values())).target_length
+        else:
+            self._replay, target = self._stored(storage, study)
+        self.study_name = self._replay.study_name
+        self.noise = noise
         self.table: dict[Any, Measurement] = self._replay.table  # trusted measurements first
         num_layers = self._replay.num_layers
-        # An image problem's prompt length is known from its measurements, not from the problem.
-        target = next(iter(self.table.values())).target_length if self.table else problem.target
-        super().__init__(num_layers, target, problem.max_drop if max_drop is None else max_drop)
+        super().__init__(num_layers, target, self._replay.max_drop if max_drop is None else max_drop)
         actions = [{"skip": c.skip, "boundary": BOUNDARIES.index(c.boundary), "offset": c.offset}
                    for c in self.table if c.boundary in BOUNDARIES and c.offset <= MAX_OFFSET and c.layers is None]
         self.action_space = _MeasuredActions(num_layers, actions)
 
+    @staticmethod
+    def _stored(storage: str | None, study: str | None) -> tuple[Any, int]:
+        from poptune import store
+        from poptune.tune.replay import Replay
+
+        loaded = store.load_study(store.open_reader(storage), study)
+        replay = Replay.of(loaded)
+        problem = TuningProblem.from_dict(loaded.user_attrs["problem"])
+        # An image problem's prompt length is known from its measurements, not from the problem.
+        target = next(iter(replay.table.values())).target_length if replay.table else problem.target
+        return replay, target
+
     def _measure(self, config: Any) -> Measurement:
-        return self._replay.answer(config)
+        return self._replay.answer(config, self.np_random if self.noise else None)

@@ -1,79 +1,113 @@
-"""How fast each sampler finds good configurations, on the replay of a fully measured (grid) study.
+"""How fast each sampler finds good configurations, on the replay of a fully measured grid (no model).
 
-For each sampler and seed an in-memory Optuna study asks configurations and a :class:`Replay` answers them
-from the stored grid (no model, seconds on a CPU): the best within-budget speedup after 8, 16 and 32 trials,
-whether the grid's fastest within-budget configuration was among the first 16, and the hypervolume of
-(latency objective, accuracy) after 32 trials. Seeded samplers make the table reproducible.
+A :class:`Replay` answers configurations from what was measured: a stored study (:meth:`Replay.of`) or a grid
+file (:meth:`Replay.from_csv`, see :mod:`poptune.tune.grid`), exactly as recorded or, with a noise seed, drawn
+from each figure's recorded 95% interval (:func:`poptune.tune.grid.draw`: one draw per seed and
+configuration, so a configuration asked again gets the same answer, as a study answers it from storage).
+
+:func:`tuner_efficiency`: for each sampler and seed an in-memory Optuna study asks configurations and the
+replay answers them (seconds on a CPU). The sampler sees the (possibly noisy) answers; the table scores the
+configurations it asked by their recorded figures: the best within-budget speedup after each checkpoint
+(budget: the drop's recorded 95% upper bound, as a study's constraint; a seed that found nothing within it
+scores 1.0x, the full model), how many seeds asked a configuration as fast as the grid's fastest within budget
+(hits), the hypervolume of (latency objective, accuracy objective), each as a mean over seeds with a 95%
+bootstrap interval, and the number of trials each seed needed to reach 95% of the whole grid's hypervolume.
+Every trial counts, a configuration asked twice too. Seeded samplers make the table reproducible.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from poptune import store
 from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.store.measurement import Measurement
+from poptune.tune.grid import draw, noise_rng, read_grid
 from poptune.tune.problem import TuningProblem
 from poptune.tune.space import all_configs, make_sampler, suggest_config
 
 if TYPE_CHECKING:
+    import numpy as np
     import optuna
 
-__all__ = ["CHECKPOINTS", "Replay", "TunerRow", "covers_grid", "hypervolume", "tuner_efficiency"]
+__all__ = ["CHECKPOINTS", "HV_SHARE", "TUNER_SAMPLERS", "Interval", "Replay", "TunerRow", "covers_grid",
+           "hypervolume", "mean_interval", "tuner_efficiency"]
 
 CHECKPOINTS = (8, 16, 32)
 
+#: The samplers of the tuner table: Optuna's TPE, NSGA-II, random search, the grid in a seeded order, and
+#: Optuna's Gaussian-process sampler (torch and scipy, offline).
+TUNER_SAMPLERS = ("tpe", "nsga2", "random", "grid", "gp")
 
-@dataclass(frozen=True)
-class TunerRow:
-    """One sampler over several seeds: medians of the best within-budget speedup at each checkpoint."""
-
-    sampler: str
-    seeds: int
-    best: dict[int, float]
-    hits: int
-    hypervolume: float
+#: The share of the grid's hypervolume whose first reach is counted in trials.
+HV_SHARE = 0.95
 
 
 @dataclass(frozen=True)
 class Replay:
-    """What a stored study measured, to answer configurations from (no model).
+    """What a study measured, to answer configurations from (no model).
 
     Attributes:
-        study_name: The study replayed.
+        study_name: The study (or grid file) replayed.
         num_layers: Its model's layers (the search space).
         table: Per configuration, its measurement (a trusted trial first, see :func:`poptune.store.measured_table`).
         max_drop: The study's accuracy budget (None: none).
+        reference_ms: The study's reference full-model TTFT: the latency objective is it over the speedup.
+        noise_seed: None: answers are the recorded figures; a seed: drawn from their intervals (see the module).
     """
 
     study_name: str
     num_layers: int
     table: dict[PopConfig, Measurement]
     max_drop: float | None
+    reference_ms: float | None = None
+    noise_seed: int | None = None
 
     @classmethod
     def of(cls, study: "optuna.Study") -> "Replay":
         problem = TuningProblem.from_dict(study.user_attrs["problem"])
-        return cls(study.study_name, int(study.user_attrs["num_layers"]), store.measured_table(study), problem.max_drop)
+        return cls(study.study_name, int(study.user_attrs["num_layers"]), store.measured_table(study), problem.max_drop,
+                   store.reference_ms(study))
 
-    def answer(self, config: PopConfig) -> Measurement:
-        """The stored measurement of ``config``.
+    @classmethod
+    def from_csv(cls, path: str | Path) -> "Replay":
+        """The replay of a grid file (:func:`poptune.tune.grid.read_grid`; a bad file is an InputError)."""
+        grid = read_grid(path)
+        return cls(grid.name, grid.num_layers, grid.measurements, grid.max_drop, grid.reference_ms)
+
+    @property
+    def kv(self) -> tuple[str, ...]:
+        """The K/V sources of the replayed space: calibrated too where the table holds such configurations."""
+        return ("own", "calibrated") if any(c.kv != "own" for c in self.table) else ("own",)
+
+    def noisy(self, seed: int | None) -> "Replay":
+        """This replay answering with noise drawn under ``seed`` (None: the recorded figures)."""
+        return replace(self, noise_seed=seed)
+
+    def answer(self, config: PopConfig, rng: "np.random.Generator | None" = None) -> Measurement:
+        """The measurement of ``config``: drawn from ``rng`` when given, else under :attr:`noise_seed`, else as
+        recorded.
 
         Raises:
             ConfigError: the study never measured it.
         """
         if config not in self.table:
             raise ConfigError(f"the study {self.study_name!r} holds no measurement of {config}")
-        return self.table[config]
+        recorded = self.table[config]
+        if rng is None and self.noise_seed is None:
+            return recorded
+        return draw(recorded, rng if rng is not None else noise_rng(self.noise_seed, config))  # type: ignore[arg-type]
 
 
 def covers_grid(replay: Replay) -> bool:
     """Whether the stored study measured every configuration of the search space."""
-    return set(all_configs(replay.num_layers)) <= set(replay.table)
+    return set(all_configs(replay.num_layers, replay.kv)) <= set(replay.table)
 
 
 def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
@@ -87,48 +121,167 @@ def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float
     return volume
 
 
+@dataclass(frozen=True)
+class Interval:
+    """A mean over seeds with its 95% interval."""
+
+    mean: float
+    lo: float
+    hi: float
+
+    def above(self, other: "Interval") -> bool:
+        """Whether this interval lies wholly above ``other``'s."""
+        return self.lo > other.hi
+
+
+def mean_interval(values: list[float], *, seed: int = 0) -> Interval:
+    """The mean of ``values`` and its 95% interval: a seeded percentile bootstrap (:func:`scipy.stats.bootstrap`);
+    with fewer than 3 values, or all equal, their range."""
+    mean = statistics.fmean(values)
+    if len(values) < 3 or min(values) == max(values):
+        return Interval(mean, min(values), max(values))
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    result = bootstrap((np.asarray(values, dtype=float),), np.mean, confidence_level=0.95, n_resamples=2000,
+                       method="percentile", vectorized=True, axis=-1, rng=np.random.default_rng(seed))
+    low, high = result.confidence_interval
+    return Interval(mean, float(low), float(high))
+
+
+@dataclass(frozen=True)
+class TunerRow:
+    """One sampler over several seeds.
+
+    Attributes:
+        sampler, seeds: Which, and how many seeds.
+        best: Per checkpoint, the median over seeds of the best within-budget speedup; ``best_mean`` its mean
+            with a 95% interval.
+        hits: Seeds whose first 16 trials asked a configuration as fast as the grid's fastest within budget;
+            ``hit_counts`` the same per checkpoint.
+        hypervolume: The median hypervolume after the last checkpoint; ``hv`` per checkpoint, mean and interval.
+        to_share: The median number of trials to reach :data:`HV_SHARE` of the grid's hypervolume (None: fewer
+            than half of the seeds reached it within ``horizon`` trials); ``reached``: seeds that did.
+    """
+
+    sampler: str
+    seeds: int
+    best: dict[int, float]
+    hits: int
+    hypervolume: float
+    best_mean: dict[int, Interval]
+    hit_counts: dict[int, int]
+    hv: dict[int, Interval]
+    to_share: float | None
+    reached: int
+    horizon: int
+
+
 def _history(replay: Replay, sampler: str, seed: int, trials: int, max_drop: float,
-             reference_ms: float) -> list[tuple[float, float, float, float]]:
-    """(speedup, latency objective ms, drop, accuracy) of each trial a sampler asks for."""
+             reference_ms: float) -> list[Measurement]:
+    """The recorded measurement of each configuration a sampler asks for, the sampler seeing the replay's answers."""
     import optuna
 
     study = optuna.create_study(directions=["minimize", "maximize"],
-                                sampler=make_sampler(sampler, seed, replay.num_layers))
+                                sampler=make_sampler(sampler, seed, replay.num_layers, replay.kv))
     history = []
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
-        config = suggest_config(trial, replay.num_layers)
-        measured = replay.answer(config)
-        trial.set_constraint("max_drop", measured.drop_points - max_drop)
-        latency = store.latency_objective(reference_ms, measured.speedup)
-        history.append((measured.speedup, latency, measured.drop_points, measured.accuracy_mean))
-        return latency, measured.accuracy_mean
+        config = suggest_config(trial, replay.num_layers, replay.kv)
+        answered = replay.answer(config)
+        trial.set_constraint("max_drop", answered.drop_upper - max_drop)
+        history.append(replay.table[config])
+        return store.latency_objective(reference_ms, answered.speedup), answered.objective_accuracy
 
     study.optimize(objective, n_trials=trials)
     return history
 
 
-def tuner_efficiency(replay: Replay, reference_ms: float, *, max_drop: float,
-                     samplers: tuple[str, ...] = ("tpe", "nsga2", "random"), seeds: int = 10) -> list[TunerRow]:
-    """Each sampler's medians over ``seeds`` on ``replay`` with an accuracy budget of ``max_drop``."""
+def _first_reach(points: list[tuple[float, float]], reference: tuple[float, float], goal: float) -> float:
+    """The number of trials after which the hypervolume of ``points`` first reaches ``goal`` (inf: never)."""
+    for n in range(1, len(points) + 1):
+        if hypervolume(points[:n], reference) >= goal:
+            return float(n)
+    return math.inf
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """What the whole grid offers: the reference point, its hypervolume, the fastest within budget."""
+
+    reference: tuple[float, float]
+    volume: float
+    target: float
+
+    @classmethod
+    def of(cls, replay: Replay, reference_ms: float, max_drop: float) -> "_Grid":
+        configs = list(replay.table.values())
+        reference = (reference_ms / min(m.speedup for m in configs) * 1.01,
+                     min(m.objective_accuracy for m in configs) - 0.01)
+        points = [(store.latency_objective(reference_ms, m.speedup), m.objective_accuracy) for m in configs]
+        target = max((m.speedup for m in configs if m.drop_upper <= max_drop), default=math.inf)
+        return cls(reference, hypervolume(points, reference), target)
+
+
+def _sampler_row(replay: Replay, sampler: str, grid: _Grid, *, seeds: int, max_drop: float, reference_ms: float,
+                 noise: bool, checkpoints: tuple[int, ...], horizon: int) -> TunerRow:
     import optuna
 
+    bests: dict[int, list[float]] = {n: [] for n in checkpoints}
+    volumes: dict[int, list[float]] = {n: [] for n in checkpoints}
+    hit_counts = dict.fromkeys(checkpoints, 0)
+    reach = []
+    for seed in range(seeds):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            history = _history(replay.noisy(seed if noise else None), sampler, seed, max(horizon, *checkpoints),
+                               max_drop, reference_ms)
+        points = [(store.latency_objective(reference_ms, m.speedup), m.objective_accuracy) for m in history]
+        for n in checkpoints:
+            feasible = [m.speedup for m in history[:n] if m.drop_upper <= max_drop]
+            bests[n].append(max(feasible, default=1.0))  # nothing within budget: the full model
+            hit_counts[n] += any(s >= grid.target for s in feasible)
+            volumes[n].append(hypervolume(points[:n], grid.reference))
+        reach.append(_first_reach(points[:horizon], grid.reference, HV_SHARE * grid.volume))
+    last = max(checkpoints)
+    to_share = statistics.median(reach)
+    return TunerRow(sampler, seeds, {n: statistics.median(v) for n, v in bests.items()},
+                    hit_counts.get(16, hit_counts[last]), statistics.median(volumes[last]),
+                    {n: mean_interval(v) for n, v in bests.items()}, hit_counts,
+                    {n: mean_interval(v) for n, v in volumes.items()},
+                    to_share if math.isfinite(to_share) else None, sum(math.isfinite(r) for r in reach), horizon)
+
+
+def tuner_efficiency(replay: Replay, reference_ms: float | None = None, *, max_drop: float,
+                     samplers: tuple[str, ...] = ("tpe", "nsga2", "random"), seeds: int = 10, noise: bool = False,
+                     checkpoints: tuple[int, ...] = CHECKPOINTS, horizon: int | None = None) -> list[TunerRow]:
+    """Each sampler over ``seeds`` on ``replay`` with an accuracy budget of ``max_drop`` points.
+
+    Args:
+        reference_ms: The latency objective's reference (default: the replay's).
+        noise: Each seed's answers drawn from the recorded intervals under that seed (the scores stay recorded).
+        checkpoints: Trials after which the best, the hits and the hypervolume are taken.
+        horizon: Trials within which the hypervolume's :data:`HV_SHARE` is sought (default: the last checkpoint).
+
+    Raises:
+        ConfigError: an unknown sampler, no reference latency, no seeds, or a replay that is not a full grid.
+    """
+    import optuna
+
+    unknown = [s for s in samplers if s not in TUNER_SAMPLERS]
+    if unknown or not samplers:
+        raise ConfigError(f"unknown sampler(s) {', '.join(unknown) or '(none)'}: use {', '.join(TUNER_SAMPLERS)}")
+    reference_ms = reference_ms if reference_ms is not None else replay.reference_ms
+    if reference_ms is None or reference_ms <= 0:
+        raise ConfigError(f"the replay of {replay.study_name!r} has no reference latency")
+    if seeds < 1 or not checkpoints or min(checkpoints) < 1:
+        raise ConfigError(f"seeds and checkpoints must be positive, got {seeds} and {list(checkpoints)}")
+    if not covers_grid(replay):
+        missing = len(set(all_configs(replay.num_layers, replay.kv)) - set(replay.table))
+        raise ConfigError(f"{replay.study_name!r} is not a full grid: {missing} configurations of the space are "
+                          "not measured (samplers may ask any)")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    configs = list(replay.table.values())
-    target = max((m.speedup for m in configs if m.drop_points <= max_drop), default=float("inf"))
-    reference = (reference_ms / min(m.speedup for m in configs) * 1.01, min(m.accuracy_mean for m in configs) - 0.01)
-    rows = []
-    for sampler in samplers:
-        bests: dict[int, list[float]] = {n: [] for n in CHECKPOINTS}
-        hits, volumes = 0, []
-        for seed in range(seeds):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                history = _history(replay, sampler, seed, max(CHECKPOINTS), max_drop, reference_ms)
-            for n in CHECKPOINTS:
-                bests[n].append(max((s for s, _, d, _ in history[:n] if d <= max_drop), default=float("nan")))
-            hits += any(s >= target and d <= max_drop for s, _, d, _ in history[:16])
-            volumes.append(hypervolume([(ms, acc) for _, ms, _, acc in history], reference))
-        rows.append(TunerRow(sampler, seeds, {n: statistics.median(v) for n, v in bests.items()}, hits,
-                             statistics.median(volumes)))
-    return rows
+    grid = _Grid.of(replay, reference_ms, max_drop)
+    return [_sampler_row(replay, sampler, grid, seeds=seeds, max_drop=max_drop, reference_ms=reference_ms,
+                         noise=noise, checkpoints=tuple(checkpoints), horizon=horizon or max(checkpoints))
+            for sampler in samplers]

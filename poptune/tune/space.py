@@ -145,7 +145,8 @@ def SpaceGridSampler(num_layers: int, seed: int, kv: tuple[str, ...] = OWN  # no
 
 
 def make_sampler(name: str, seed: int, num_layers: int, kv: tuple[str, ...] = OWN) -> "optuna.samplers.BaseSampler":
-    """A seeded sampler; the accuracy budget reaches TPE and NSGA-II through ``trial.set_constraint``."""
+    """A seeded sampler (:data:`SAMPLERS`, or ``gp``: Optuna's Gaussian-process sampler, for the replay's
+    tuner table); the accuracy budget reaches TPE, NSGA-II and GP through ``trial.set_constraint``."""
     import optuna
 
     if name == "tpe":
@@ -154,4 +155,6 @@ def make_sampler(name: str, seed: int, num_layers: int, kv: tuple[str, ...] = OW
         return optuna.samplers.NSGAIISampler(seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":  # the replay's tuner table only: needs torch and scipy
+        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
     return SpaceGridSampler(num_layers, seed, kv)

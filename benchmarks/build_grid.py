@@ -1,0 +1,247 @@
+"""Benchmark: measure every configuration of the search space on this machine, and write it as a small table.
+
+The grid is a study (:func:`poptune.tune.study.run_study`) with the ``grid`` sampler and as many trials as the
+canonical space has configurations (:func:`poptune.tune.space.all_configs`: 241 for Gemma-3-270M's 18
+layers), on the study's default workload (``poptune study``'s own options and defaults: with a data directory
+the long-prompt pack, else the embedded synthetic tasks). It is stored in SQLite: run the same command again
+and it continues where it stopped (an interrupted trial is measured again); a complete grid returns at once.
+Then, from the stored study, it writes ``<out>/grid-<model>-<hardware>.csv`` (:mod:`poptune.tune.grid`) and
+``grid-<model>-<hardware>.md`` beside it: how it was measured, the command, the wall time, how to cite.
+
+Usage::
+
+    python benchmarks/build_grid.py --model gemma-3 --data-dir ../shared/data        # the real grid (hours)
+    python benchmarks/build_grid.py --model tiny-llama --tasks passkey --lengths 256 --limit 2 --items 2 \\
+        --repeats 1 --precision 0 --no-confirm --storage sqlite:////tmp/grid-smoke.db --out /tmp  # smoke: ~4 min
+
+The real grid costs about a minute or two per configuration on a 2-core CPU (the long-prompt trials of the
+default study took 58-222 s each): several hours, so run it where it may be interrupted and resumed.
+
+A bad option or data directory is one line on stderr and exit 2, before anything is measured or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from poptune.cli._args import add_model, add_preset, add_problem, add_storage, problem
+from poptune.errors import PoptuneError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_model(parser)
+    add_preset(parser)
+    add_problem(parser)
+    add_storage(parser, study="<model>@<hardware-id>")
+    parser.add_argument("--no-confirm", action="store_true",
+                        help="skip the A/A checks, the re-measures of noisy trials and the confirmation pass")
+    parser.add_argument("--timeout", type=float, help="stop starting trials after this many seconds (resume later)")
+    parser.add_argument("--out", default=str(ROOT / "leaderboards"), help="folder of the table and its README "
+                        "(default: leaderboards/)")
+    return parser
+
+
+def _num_layers(args: argparse.Namespace, spec_problem: Any) -> tuple[int, Any]:
+    """The model's layers: from the stored study when there is one (no model loaded), else a loaded evaluator."""
+    from poptune import store
+    from poptune.errors import ConfigError
+    from poptune.tune.evaluator import ConfigEvaluator
+
+    from poptune.tune.study import StudySpec, study_name_of
+
+    name = study_name_of(StudySpec(problem=spec_problem, trials=1, study=args.study))
+    try:
+        reader = store.open_reader(args.storage)
+        names = store.study_names(reader)
+    except ConfigError:  # no database yet
+        names = []
+    if name in names:
+        study = store.load_study(reader, name)
+        if "num_layers" in study.user_attrs:
+            return int(study.user_attrs["num_layers"]), None
+    evaluator = ConfigEvaluator(spec_problem)
+    return evaluator.num_layers, evaluator
+
+
+def _progress(total: int) -> Any:
+    from poptune import store
+    from poptune.cli.study import trial_line
+
+    started = time.monotonic()
+
+    def finished(study: Any, trial: Any) -> None:
+        import optuna
+
+        if trial.state != optuna.trial.TrialState.COMPLETE:
+            return
+        measured = sum(store.StoredTrial.of(t).measured for t in store.completed(study))
+        print(f"[{measured}/{total}, {time.monotonic() - started:.0f} s] {trial_line(store.StoredTrial.of(trial))}",
+              flush=True)
+
+    return finished
+
+
+def measure(args: argparse.Namespace) -> Any:
+    """Run (or continue) the grid study of ``args``; returns it."""
+    import optuna
+
+    from poptune import store
+    from poptune.files import check_writable_folder
+    from poptune.models import resolve_model
+    from poptune.tune.space import all_configs
+    from poptune.tune.study import StudySpec, run_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec_problem = problem(args)  # bad options and data fail here, in one line
+    check_writable_folder(args.out)
+    args.storage = args.storage or f"sqlite:///{ROOT}/studies/grid-{resolve_model(args.model).name}.db"
+    store.check_storage(args.storage)
+    num_layers, evaluator = _num_layers(args, spec_problem)
+    total = len(all_configs(num_layers, spec_problem.kv))
+    spec = StudySpec(problem=spec_problem, trials=total, sampler="grid", storage=args.storage, study=args.study,
+                     seed=args.seed, timeout=args.timeout, confirm=not args.no_confirm)
+    print(f"grid of {total} configurations ({num_layers} layers) in {store.public_url(args.storage)}", flush=True)
+    return run_study(spec, evaluator=evaluator, callbacks=[_progress(total)])
+
+
+def _seconds(iso_from: str | None, iso_to: str | None) -> float:
+    if not iso_from or not iso_to:
+        return 0.0
+    return (dt.datetime.fromisoformat(iso_to) - dt.datetime.fromisoformat(iso_from)).total_seconds()
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+def _range(row: dict[str, str], key: str, spec: str) -> str:
+    """``value [lo, hi]`` of a grid row's figure (the value alone where it has no interval)."""
+    lo, hi = row[f"{key}_lo"], row[f"{key}_hi"]
+    value = format(float(row[key]), spec)
+    return value + (f" [{format(float(lo), spec)}, {format(float(hi), spec)}]" if lo and hi else "")
+
+
+def _checks(attrs: dict[str, Any]) -> str:
+    """What the study's A/A checks and re-measures say."""
+    checks = attrs.get("null_checks", [])
+    if not checks:
+        return "no A/A null check (run with --no-confirm)"
+    failed = sum(bool(c.get("noisy")) for c in checks)
+    return (f"{len(checks)} A/A null checks (full model against itself) at the runs' starts and ends, {failed} too "
+            "noisy; noisy trials re-timed and the front confirmed")
+
+
+def readme(study: Any, csv_path: Path, rows: list[dict[str, str]], command: str) -> str:
+    """The README of a grid table: what it holds, how it was measured, the command, the wall time, how to cite."""
+    from poptune import store
+    from poptune.tune.problem import TuningProblem
+    from poptune.tune.space import all_configs
+
+    attrs = study.user_attrs
+    p = TuningProblem.from_dict(attrs["problem"])
+    total = len(all_configs(int(attrs["num_layers"]), p.kv))
+    runs = attrs.get("runs", [])
+    wall = sum(_seconds(r.get("started"), r.get("finished")) for r in runs)
+    trial_s = sum(store.StoredTrial.of(t).seconds for t in store.completed(study))
+    budget = "no budget" if p.max_drop is None else f"{p.max_drop:g} points on the drop's 95% upper bound"
+    feasible = [r for r in rows if p.max_drop is None or float(r["drop_hi"] or r["drop"]) <= p.max_drop]
+    fastest = sorted(feasible, key=lambda r: -float(r["speedup"]))[:5]
+    hw = attrs.get("hardware", {})
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(attrs.get("versions", {}).items()))
+    commit = next((r.get("git_commit") for r in reversed(runs) if r.get("git_commit")), None)
+    name = csv_path.stem
+    dates = f"{(runs[0].get('started') or '?')[:10]} to {(runs[-1].get('finished') or '?')[:10]}" if runs else "?"
+    state = ("complete: every configuration of the space" if len(rows) >= total else
+             f"PARTIAL: {len(rows)} of {total} configurations; run the command again to continue")
+    lines = [
+        f"# Grid: every POP configuration of {attrs.get('model')} on {hw.get('hardware_id')}", "",
+        f"`{csv_path.name}`: {len(rows)} rows ({state}), one per configuration of the canonical search space "
+        f"(`poptune.tune.space.all_configs`, {attrs['num_layers']} layers: skip 0..{int(attrs['num_layers']) - 1}, "
+        "offset 0..2 where the block fits, 5 boundaries; skip 0 is the full model).", "",
+        "## How it was measured", "",
+        f"- A study (`poptune.tune.study.run_study`) with the `grid` sampler, {total} trials, stored in SQLite "
+        f"(study `{study.study_name}`); each configuration measured once, as any study trial.",
+        f"- Workload: tasks {', '.join(p.tasks)}; items per task raced in rounds from {p.items_start} up to "
+        f"{p.limit} until the drop's interval is decided against the budget ({budget}); the drop is the paired "
+        "mean difference against the full model on the same items with a seeded bootstrap 95% interval.",
+        f"- Latency: paired POP/full time to first token at the workload's prompt-length quantiles "
+        f"({attrs.get('latency_points')}: [length, share]), combined by share into the expected TTFT speedup; at "
+        f"least {p.repeats} pairs, " + (f"on until the interval is +-{p.precision:.0%} (at most {p.max_pairs} pairs, "
+                                        f"{p.max_seconds:g} s per length)" if p.precision else "no more")
+        + "; the 95% interval is a seeded bootstrap of the median pair ratio (the pairs' range below 3 pairs).",
+        f"- Model {attrs.get('model')} (weights {p.weights}, fingerprint `{attrs.get('weights_fingerprint')}`), device "
+        f"{p.device}, dtype {p.dtype or 'default'}; hardware {hw.get('hardware_id')} ({hw.get('name', '')}); {versions}.",
+        f"- Trust: {_checks(attrs)}; `noisy` = 1 where a null check failed and no trusted re-measure replaced it; "
+        f"state reuse checked against the plain forward ({attrs.get('state_reuse_check')}).", "",
+        "## Columns", "",
+        "`skip, boundary, offset` the configuration; `speedup, speedup_lo, speedup_hi` the expected-TTFT speedup "
+        "and its 95% interval; `ideal` the FLOPs-only speedup; `drop, drop_lo, drop_hi` the accuracy drop in points "
+        "and its 95% interval; `accuracy` the study's accuracy objective; `items` items scored; `pairs` timing pairs; "
+        "`ttft_ms, full_ttft_ms, reference_ms, target_length` the raw latencies and the objective's reference; "
+        "`noisy`; `model, num_layers, max_drop, hardware, versions` (see `poptune/tune/grid.py`).", "",
+        f"## Fastest within the budget ({budget})", "",
+        "| skip | boundary | offset | speedup [95%] | drop [95%] | items |", "|---:|---|---:|---:|---:|---:|",
+        *[f"| {r['skip']} | {r['boundary']} | {r['offset']} | {_range(r, 'speedup', '.3f')} | "
+          f"{_range(r, 'drop', '+.2f')} | {r['items']} |" for r in fastest], "",
+        "## Command and wall time", "",
+        f"```\n{command}\n```", "",
+        f"Wall time {_hours(wall)} over {len(runs)} run(s) (each run's start to finish, measured {dates}); the "
+        f"trials themselves {_hours(trial_s)}.", "",
+        "## Replay it", "",
+        f"`Replay.from_csv('{csv_path.name}')` (`poptune.tune.replay`), `gymnasium.make('poptune/POP-Replay-v0', "
+        f"grid='{csv_path.name}', noise=True)`, and `python benchmarks/tuner_replay.py --grid {csv_path.name} --noise` "
+        "read this file directly. With noise, a speedup or drop is drawn normal around its recorded value with "
+        "sigma = half-width / 1.96 on each side, clipped to the recorded 95% interval (seeded).", "",
+        "## How to cite", "",
+        f"```\n@misc{{poptune_{name.replace('-', '_')},\n  title = {{poptune grid table: every prefill-only pruning "
+        f"configuration of {attrs.get('model')} on {hw.get('hardware_id')}}},\n  howpublished = {{poptune "
+        f"leaderboards/{csv_path.name}}},\n  note = {{poptune {attrs.get('versions', {}).get('poptune', '?')}"
+        f"{', commit ' + commit if commit else ''}; measured {dates}}}\n}}\n```", "",
+    ]
+    return "\n".join(lines)
+
+
+def write(study: Any, out: str | Path, command: str) -> tuple[Path, Path]:
+    """The grid table of ``study`` and its README in ``out``; returns both paths."""
+    from poptune.files import safe_name, write_text
+    from poptune.tune.grid import grid_rows, write_grid
+
+    hardware = study.user_attrs.get("hardware", {}).get("hardware_id", "unknown")
+    base = Path(out) / f"grid-{safe_name(str(study.user_attrs.get('model')))}-{safe_name(hardware)}"
+    csv_path, md_path = base.with_suffix(".csv"), base.with_suffix(".md")
+    write_grid(study, csv_path)
+    write_text(md_path, readme(study, csv_path, grid_rows(study), command).rstrip("\n"))
+    return csv_path, md_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from poptune.tune.interrupt import exit_code, interruptible
+
+    args = _parser().parse_args(argv)
+    command = "python benchmarks/build_grid.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    try:
+        with interruptible():
+            study = measure(args)
+        csv_path, md_path = write(study, args.out, command)
+    except PoptuneError as e:
+        print(f"build_grid: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:
+        print(f"build_grid: interrupted; the measured trials are stored in {args.storage}: run the same command to "
+              "continue", file=sys.stderr)
+        return exit_code(e)
+    print(f"wrote {csv_path}\nwrote {md_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
