@@ -197,7 +197,8 @@ def _stored_grid(url: str) -> optuna.Study:
     grid = read_grid(FIXTURE)
     study = optuna.create_study(storage=url, study_name="tiny-fixture@cpu-fixture-2t",
                                 directions=["minimize", "maximize"])
-    study.set_user_attr("problem", TuningProblem(model="tiny-llama", tasks=("passkey",), lengths=(512,)).to_dict())
+    problem = TuningProblem(model="tiny-llama", tasks=("passkey",), lengths=(512,), kv=("own",))
+    study.set_user_attr("problem", problem.to_dict())
     for key, value in (("num_layers", 3), ("model", "tiny-fixture"), ("reference_prefill_ms", 100.0),
                        ("hardware", {"hardware_id": "cpu-fixture-2t"}), ("versions", {"poptune": "0.1.0"})):
         study.set_user_attr(key, value)
