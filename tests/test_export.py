@@ -108,7 +108,7 @@ def test_a_calibrated_configuration_exports_its_maps_and_generate_applies_them(t
     maps = trial.user_attrs["details"]["kv_maps"]
     assert maps["block"] == [4, 6] and maps["calibration"]["source"].endswith("valid.txt") and len(maps["sha256"]) == 64
     monkeypatch.setattr(export, "best_within_budget", lambda study, max_drop: FrontRow.from_trial(trial))
-    path = tmp_path / "out" / "config.json"
+    path = tmp_path / "config.json"
     assert main(["export", "--storage", url, "--max-drop", "100", "--out", str(path)]) == 0
     assert "calibrated K/V" in capsys.readouterr().out
     data = json.loads(path.read_text())
