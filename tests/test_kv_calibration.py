@@ -232,3 +232,32 @@ def test_calibrated_maps_are_fitted_once_then_loaded(shared, tmp_path, eval_data
         prepare_kv(model, tok, config, fingerprint=None)
     with apply_pop(model, config), torch.no_grad():
         model(**prompt_batch(tok, 20, 1))
+
+
+def test_accuracy_is_scored_with_the_calibrated_maps(shared, eval_data, monkeypatch):
+    """The lm-eval route carries ``kv`` (scored with the maps, not the layers' own K/V), and refuses calibrated
+    K/V without maps before any request."""
+    from poptune.evaluate import lm as lm_module
+    from poptune.evaluate.suite import EvalSpec, measure_tasks
+
+    model, tok = shared("tiny-llama")
+    with pytest.raises(ConfigError, match="needs fitted K/V maps"):
+        lm_module.PopLM(pretrained=model, tokenizer=tok, skip=3, kv="calibrated")
+    seen = []
+    original = lm_module.PopLM._loglikelihood_tokens
+
+    def spy(self, requests, *args, **kwargs):
+        results = original(self, requests, *args, **kwargs)
+        seen.append((self.pop_config.kv, [round(r[0], 6) for r in results]))
+        return results
+
+    monkeypatch.setattr(lm_module.PopLM, "_loglikelihood_tokens", spy)
+    spec = EvalSpec(tasks=("piqa",), data_dir=eval_data, limit=4, batch_size=4, fidelity=None)
+    try:
+        attach_kv_maps(model, _maps(model, 3, 6, _random(3)))
+        measure_tasks(model, tok, PopConfig(3, kv="own"), spec)
+        measure_tasks(model, tok, PopConfig(3, kv="calibrated"), spec)
+    finally:
+        detach_kv_maps(model)
+    assert [kv for kv, _ in seen] == ["own", "calibrated"]
+    assert seen[0][1] != seen[1][1]  # the fitted projections changed the scored log-likelihoods

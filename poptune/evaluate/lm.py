@@ -40,6 +40,8 @@ class PopLM(HFLM):
         skip, boundary, offset: The :class:`~poptune.engine.PopConfig`; ``skip=0`` is the full model.
         layers: An explicit set of skipped layers (a tuple, or ``"3-5-9"`` from ``--model_args``) instead of the
             final block; ``skip`` then defaults to its size.
+        kv: ``own`` or ``calibrated`` (the model must hold the block's fitted maps, see
+            :func:`poptune.calibrated_kv_maps`; refused here otherwise).
         device, dtype, weights: As :func:`poptune.load_model` (ignored for a loaded model).
         batch_size: Contexts prefilled together (left-padded).
         prefill_chunk: Prefill contexts in chunks of this many tokens (None: whole); generation too.
@@ -57,6 +59,7 @@ class PopLM(HFLM):
         boundary: str = "last",
         offset: int = 0,
         layers: tuple[int, ...] | str | None = None,
+        kv: str = "own",
         device: str = "cpu",
         dtype: str | None = None,
         weights: str = "pretrained",
@@ -70,7 +73,7 @@ class PopLM(HFLM):
         if layers is not None:
             layers = tuple(layers)
             skip = skip or len(layers)
-        config = PopConfig(skip=int(skip), boundary=str(boundary), offset=int(offset), layers=layers)
+        config = PopConfig(skip=int(skip), boundary=str(boundary), offset=int(offset), layers=layers, kv=str(kv))
         if isinstance(pretrained, str):
             from poptune.models import load_model
 
@@ -82,6 +85,8 @@ class PopLM(HFLM):
         chunk_bounds(2, prefill_chunk)  # validates it
         super().__init__(pretrained=pretrained, tokenizer=tokenizer, batch_size=int(batch_size), **kwargs)
         config.check(len(decoder_of(self.model).layers))  # refused before any request, not at the first
+        with apply_pop(self.model, config):  # calibrated K/V without the block's maps: refused now too
+            pass
         self.pop_config = config
         self.prefill_chunk = prefill_chunk
 

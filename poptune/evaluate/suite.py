@@ -249,7 +249,7 @@ def _lm_eval_scores(model: Any, tokenizer: Any, config: PopConfig, tasks: Sequen
         samples = {name: item_indices(len(task.eval_docs), spec.limit) for name, task in task_dict["tasks"].items()}
     with progress.others_hushed("lm_eval"):  # a study's bars count the requests instead, without lm-eval's notices
         lm = PopLM(pretrained=model, tokenizer=tokenizer, skip=config.skip, boundary=config.boundary,
-                   offset=config.offset, layers=config.layers, batch_size=spec.batch_size,
+                   offset=config.offset, layers=config.layers, kv=config.kv, batch_size=spec.batch_size,
                    prefill_chunk=spec.prefill_chunk)
         out = lm_eval.evaluator.evaluate(lm, task_dict, samples=samples, bootstrap_iters=0, log_samples=True,
                                          verbosity="WARNING")
