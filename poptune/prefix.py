@@ -13,6 +13,11 @@ replayed row computes exactly what it would have: rows of a batch are independen
 held in memory up to a byte cap; a prompt not held runs the plain POP prefill. :func:`verify` checks the
 replayed path against the plain one on a prompt before a study relies on it.
 
+The full model's greedy *answers* are kept beside the states (:meth:`PrefixStates.record_drafts`, keyed by the
+prompt's real tokens, padding stripped): a POP configuration's generation takes them as drafts that the full
+model verifies in one forward (:mod:`poptune.speculate`), so a study pays its decode steps only where POP's
+answer departs from the full model's.
+
     states = PrefixStates(max_bytes=2 << 30)
     with states.attached(model):
         run_full_model_on(items)        # records every prefill's layer inputs
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["PrefixStates", "verify", "TOLERANCE"]
+__all__ = ["PrefixStates", "attached_states", "verify", "TOLERANCE"]
 
 _ATTR = "_poptune_prefix_states"
 
@@ -60,6 +65,22 @@ def _row_keys(inputs: dict[str, Any]) -> list[bytes] | None:
     return keys
 
 
+def _prompt_keys(ids: "torch.Tensor", mask: "torch.Tensor | None") -> list[bytes]:
+    """One key per row from its real tokens (padding stripped): a draft serves the prompt in any batch."""
+    keys = []
+    for b in range(ids.shape[0]):
+        row = ids[b] if mask is None else ids[b][mask[b].bool()]
+        keys.append(hashlib.sha256(b"d" + row.cpu().numpy().tobytes()).digest())
+    return keys
+
+
+def attached_states(model: "nn.Module") -> "PrefixStates | None":
+    """The states attached to ``model`` (:meth:`PrefixStates.attached`), or None."""
+    from poptune.engine import decoder_of
+
+    return getattr(decoder_of(model), _ATTR, None)
+
+
 class PrefixStates:
     """Layer inputs of prefilled prompts, recorded from the full model and replayed under POP.
 
@@ -73,6 +94,10 @@ class PrefixStates:
         self.bytes = 0
         self.replayed = 0
         self.recorded = 0
+        self._drafts: dict[bytes, tuple[int, ...]] = {}  # prompt key -> the full model's greedy answer
+        self.drafted = 0  # rows generated from a verified draft (see poptune.speculate)
+        self.accepted = 0  # tokens of those rows taken from drafts
+        self.fallbacks = 0  # POP generations that ran plainly though drafts were held
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -125,6 +150,29 @@ class PrefixStates:
             self._rows[key] = stacked[b].clone()
             self.bytes += size
             self.recorded += 1
+
+    # ---------------------------------------------------------------------------------------------- drafts
+
+    def record_drafts(self, inputs: dict[str, Any], sequences: "torch.Tensor", eos: set[int]) -> None:
+        """Keep each row's greedy answer (``sequences`` after the prompt, up to its first ``eos`` token)."""
+        ids = inputs["input_ids"]
+        for b, key in enumerate(_prompt_keys(ids, inputs.get("attention_mask"))):
+            answer = sequences[b, ids.shape[1]:].tolist()
+            stop = next((i for i, t in enumerate(answer) if t in eos), None)
+            answer = tuple(answer if stop is None else answer[: stop + 1])
+            size = 8 * len(answer)
+            if key in self._drafts or self.bytes + size > self.max_bytes:
+                continue
+            self._drafts[key] = answer
+            self.bytes += size
+
+    def drafts(self, inputs: dict[str, Any]) -> list[tuple[int, ...]] | None:
+        """The recorded answer of every row of ``inputs``, or None unless all are held."""
+        ids = inputs.get("input_ids")
+        if ids is None or inputs.get("inputs_embeds") is not None:
+            return None
+        found = [self._drafts.get(k) for k in _prompt_keys(ids, inputs.get("attention_mask"))]
+        return None if any(d is None for d in found) else found  # type: ignore[return-value]
 
     # ---------------------------------------------------------------------------------------------- replaying
 
