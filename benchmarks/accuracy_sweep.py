@@ -119,7 +119,7 @@ def _write(args, tasks, rows, runs, states) -> None:
         lines.append(f"| {c['skip']} | {c['boundary']} | {c['offset']} | " + " | ".join(cells) + f" | {mean} |")
     hw = fingerprint("cpu")
     reuse = "off" if states is None else (f"on ({states.replayed} prefills replayed, {states.drafted} generations "
-                                          f"from verified drafts, {states.accepted} draft tokens accepted)")
+                                          f"verified in rounds, {states.accepted} proposed tokens accepted)")
     if args.note:
         lines += ["", args.note]
     lines += ["", "## Provenance", "", f"- command: `{command.strip()}`",

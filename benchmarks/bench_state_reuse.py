@@ -4,8 +4,8 @@ On the same long prompts (SQuAD, 5-shot, about 1,100 Gemma tokens), POP with ``-
 greedy generation as a trial's accuracy measurement does (lm-eval's ``longctx_squad``: stop at the task's
 ``until`` sequences, at most 50 new tokens, lm-eval's own stopping criteria), once on the plain path and once
 as a study runs it: the layers before the block replayed from the full model's stored states
-(:mod:`poptune.prefix`) and the full model's own answer verified as a draft in one full-depth forward, greedy
-decoding going on from its first divergence (:mod:`poptune.speculate`). The two are interleaved item by item,
+(:mod:`poptune.prefix`) and the decode verified in rounds of one full-depth forward over a proposal: the full
+model's own answer while POP's agrees with it, else prompt-lookup n-grams (:mod:`poptune.speculate`). The two are interleaved item by item,
 alternating which goes first. ``--tokens N`` instead generates exactly N tokens. The full model's own pass,
 which records the states and the answers, is paid once per study and reported separately. Null check: both
 paths must generate the same tokens on every item.
@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- items: the first {len(rows)} SQuAD rows of the long-prompt pack (median {tokens:.0f} prompt tokens), "
         f"batch 1, the two paths interleaved per item (order alternating)",
         f"- generation (`longctx_squad`): greedy, {answers}; the reuse path verifies the full model's answer as a "
-        "draft (one full-depth forward after the POP prefill, greedy decoding from its first divergence)",
+        "draft (rounds of one full-depth forward over a proposal: that answer while POP's agrees with it, else "
+        "prompt-lookup n-grams)",
         "- gold answer's log-likelihood (`longctx_squad_bpb`): the context prefilled, the answer scored at full depth",
         "",
         "| scoring | plain s (median per item) | reuse s (median per item) | reuse/plain: median of per-item ratios "
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         f"log-likelihood difference {loglik_diff:.1e} nats (must be <= 1e-3).",
         f"States held: {len(states)} prompts, {states.bytes / 2**20:.0f} MiB.",
         f"Drafts: POP's answer equals the full model's on {agree} of {len(rows)} items; {states.drafted} "
-        f"generations verified a draft, {states.accepted} draft tokens accepted "
+        f"generations verified proposals, {states.accepted} proposed tokens accepted "
         f"({states.accepted / max(sum(generated), 1):.0%} of the tokens generated), {states.fallbacks} fell back "
         "to plain generation.",
         "",
