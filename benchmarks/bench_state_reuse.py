@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -71,8 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=None,
                         help="exactly this many new tokens per answer (default: the task's stop rule, as a trial)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's own); 1 keeps a loaded machine's threads from waiting on "
+                             "each other")
     parser.add_argument("--out", default=str(ROOT / "leaderboards"))
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     rows = [json.loads(line) for line in (Path(args.data_dir) / "longctx" / "squad.jsonl").open()][: args.items]
     model, tok = load_model(args.model)
@@ -136,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v}" for k, v in sorted(versions().items())),
         f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
         f"- items: the first {len(rows)} SQuAD rows of the long-prompt pack (median {tokens:.0f} prompt tokens), "
-        f"batch 1, the two paths interleaved per item (order alternating)",
+        f"batch 1, the two paths interleaved per item (order alternating); {torch.get_num_threads()} torch threads, "
+        f"load average {os.getloadavg()[0]:.1f} at the end",
         f"- generation (`longctx_squad`): greedy, {answers}; the reuse path verifies the full model's answer as a "
         "draft (rounds of one full-depth forward over a proposal: that answer while POP's agrees with it, else "
         "prompt-lookup n-grams)",
