@@ -16,7 +16,9 @@ scored by poptune's stage-aware lm-eval model (context = POP prefill, continuati
 depth) on the same items (``--limit``: evenly spaced, the same every run), and its drop is paired item by item
 with the full model's, with a 95% bootstrap interval (:mod:`poptune.evaluate.paired`). The layers before the
 skipped block are replayed from the full model's states (:mod:`poptune.prefix`, checked once against the
-plain prefill; ``--no-reuse`` runs every configuration plainly). Writes
+plain prefill), and each configuration's greedy generation verifies the full model's answers as drafts
+(:mod:`poptune.speculate`: the same tokens, fewer decode steps; ``--no-reuse`` runs every configuration
+plainly). Writes
 ``leaderboards/accuracy-<model>-<name>.md`` and ``.json``.
 """
 
@@ -122,13 +124,15 @@ def _write(args, tasks, rows, runs, states) -> None:
         lines.append(f"| {c['skip']} | {c['boundary']} | {c['offset']} | {c.get('kv', 'own')} | "
                      + " | ".join(cells) + f" | {mean} |")
     hw = fingerprint("cpu")
+    reuse = "off" if states is None else (f"on ({states.replayed} prefills replayed, {states.drafted} generations "
+                                          f"verified in rounds, {states.accepted} proposed tokens accepted)")
     if args.note:
         lines += ["", args.note]
     lines += ["", "## Provenance", "", f"- command: `{command.strip()}`",
               f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
               f"- hardware: {hw.name} ({hw.hardware_id})",
               f"- versions: {', '.join(f'{k} {v}' for k, v in versions().items())}",
-              f"- prefix-state reuse: {'off' if states is None else f'on ({states.replayed} prefills replayed)'}",
+              f"- prefix-state reuse: {reuse}",
               "- wall time per configuration (s): " + ", ".join(f"{r['seconds']:.0f}" for r in rows), ""]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -3,9 +3,12 @@
 On the same long prompts (SQuAD, 5-shot, about 1,100 Gemma tokens), POP with ``--skip`` answers each item by
 greedy generation as a trial's accuracy measurement does (lm-eval's ``longctx_squad``: stop at the task's
 ``until`` sequences, at most 50 new tokens, lm-eval's own stopping criteria), once on the plain path and once
-replaying the layers before the block from the full model's stored states (:mod:`poptune.prefix`); the two are
-interleaved item by item, alternating which goes first. ``--tokens N`` instead generates exactly N tokens. The full model's own pass, which records the states, is paid once
-per study and reported separately. Null check: both paths must generate the same tokens on every item.
+as a study runs it: the layers before the block replayed from the full model's stored states
+(:mod:`poptune.prefix`) and the decode verified in rounds of one full-depth forward over a proposal: the full
+model's own answer while POP's agrees with it, else prompt-lookup n-grams (:mod:`poptune.speculate`). The two are interleaved item by item,
+alternating which goes first. ``--tokens N`` instead generates exactly N tokens. The full model's own pass,
+which records the states and the answers, is paid once per study and reported separately. Null check: both
+paths must generate the same tokens on every item.
 
 Usage::
 
@@ -20,6 +23,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import os
 import shlex
 import statistics
 import sys
@@ -34,6 +38,7 @@ from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
 from poptune.measure.stats import median_interval
 from poptune.prefix import PrefixStates
+from poptune.speculate import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,12 +53,14 @@ def _score(model, ids, gold: list[int], pad_id: int) -> tuple[float, float]:
     return time.perf_counter() - start, loglik
 
 
-def _generate(model, ids, tokens: int | None, stop) -> tuple[list[int], float]:
-    """Greedy answer: exactly ``tokens`` new tokens, or as a trial generates (``stop`` criteria, at most 50)."""
-    kwargs = ({"max_new_tokens": tokens} if tokens is not None
-              else {"max_new_tokens": MAX_GEN_TOKS, "stopping_criteria": stop(ids)})
+def _generate(model, ids, tokens: int | None, stop, states: PrefixStates | None = None) -> tuple[list[int], float]:
+    """Greedy answer: exactly ``tokens`` new tokens, or as a trial generates (``stop`` criteria, at most 50).
+
+    With ``states``, as a study generates: the full model records its answer, POP verifies it as a draft."""
+    stopping = None if tokens is not None else (lambda: stop(ids))
     start = time.perf_counter()
-    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, **kwargs)
+    out = generate(model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, states=states,
+                   stopping=stopping, do_sample=False, max_new_tokens=tokens or MAX_GEN_TOKS)
     return out[0, ids.shape[1]:].tolist(), time.perf_counter() - start
 
 
@@ -65,8 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=None,
                         help="exactly this many new tokens per answer (default: the task's stop rule, as a trial)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's own); 1 keeps a loaded machine's threads from waiting on "
+                             "each other")
     parser.add_argument("--out", default=str(ROOT / "leaderboards"))
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     rows = [json.loads(line) for line in (Path(args.data_dir) / "longctx" / "squad.jsonl").open()][: args.items]
     model, tok = load_model(args.model)
@@ -82,13 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     states = PrefixStates(max_bytes=8 << 30)
     config = PopConfig(skip=args.skip)
     golds = [tok(r["continuation"], add_special_tokens=False)["input_ids"] for r in rows]
-    plain_s, reuse_s, same = [], [], 0
+    plain_s, reuse_s, same, agree = [], [], 0, 0
     scored = {"plain": [], "reuse": []}  # (seconds, log-likelihood) of the gold answer per item
     with torch.inference_mode():
         record_start = time.perf_counter()
         with states.attached(model), apply_pop(model, PopConfig(skip=0)):
+            full_answers = []
             for ids, gold in zip(prompts, golds):
-                _generate(model, ids, args.tokens, stop)
+                full_answers.append(_generate(model, ids, args.tokens, stop, states)[0])
                 _score(model, ids, gold, tok.pad_token_id)
         record_s = time.perf_counter() - record_start
         with apply_pop(model, config):
@@ -99,12 +112,13 @@ def main(argv: list[str] | None = None) -> int:
                 for side in order:
                     if side == "reuse":
                         with states.attached(model):
-                            answers[side], seconds = _generate(model, ids, args.tokens, stop)
+                            answers[side], seconds = _generate(model, ids, args.tokens, stop, states)
                         reuse_s.append(seconds)
                     else:
                         answers[side], seconds = _generate(model, ids, args.tokens, stop)
                         plain_s.append(seconds)
                 same += answers["plain"] == answers["reuse"]
+                agree += answers["plain"] == full_answers[i]
                 generated.append(len(answers["plain"]))
                 for side in order:
                     with states.attached(model) if side == "reuse" else contextlib.nullcontext():
@@ -128,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v}" for k, v in sorted(versions().items())),
         f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
         f"- items: the first {len(rows)} SQuAD rows of the long-prompt pack (median {tokens:.0f} prompt tokens), "
-        f"batch 1, the two paths interleaved per item (order alternating)",
-        f"- generation (`longctx_squad`): greedy, {answers}",
+        f"batch 1, the two paths interleaved per item (order alternating); {torch.get_num_threads()} torch threads, "
+        f"load average {os.getloadavg()[0]:.1f} at the end",
+        f"- generation (`longctx_squad`): greedy, {answers}; the reuse path verifies the full model's answer as a "
+        "draft (rounds of one full-depth forward over a proposal: that answer while POP's agrees with it, else "
+        "prompt-lookup n-grams)",
         "- gold answer's log-likelihood (`longctx_squad_bpb`): the context prefilled, the answer scored at full depth",
         "",
         "| scoring | plain s (median per item) | reuse s (median per item) | reuse/plain: median of per-item ratios "
@@ -145,11 +162,16 @@ def main(argv: list[str] | None = None) -> int:
         f"Null checks: identical generated tokens on {same} of {len(rows)} items (must be all); largest "
         f"log-likelihood difference {loglik_diff:.1e} nats (must be <= 1e-3).",
         f"States held: {len(states)} prompts, {states.bytes / 2**20:.0f} MiB.",
+        f"Drafts: POP's answer equals the full model's on {agree} of {len(rows)} items; {states.drafted} "
+        f"generations verified proposals, {states.accepted} proposed tokens accepted "
+        f"({states.accepted / max(sum(generated), 1):.0%} of the tokens generated), {states.fallbacks} fell back "
+        "to plain generation.",
         "",
         "The machine is a shared 2-core CPU: ratios are measured side by side; absolute times are indicative.",
     ]
     text = "\n".join(lines) + "\n"
     out = Path(args.out) / f"state-reuse-{args.model}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)
     return 0 if same == len(rows) and loglik_diff <= 1e-3 else 1

@@ -28,7 +28,7 @@ RANKS: tuple[tuple[int, str], ...] = (
     (0, "poptune.testing"),
     (1, "poptune.models"),
     (2, "poptune.engine"), (2, "poptune.block"), (2, "poptune.segments"), (2, "poptune.prefix"),
-    (2, "poptune.kvmaps"),
+    (2, "poptune.kvmaps"), (2, "poptune.speculate"),
     (3, "poptune.measure"), (3, "poptune.evaluate"),
     (4, "poptune.calibration"), (4, "poptune.importance"), (4, "poptune.baselines"), (4, "poptune.kvfit"),
     (5, "poptune.store"),

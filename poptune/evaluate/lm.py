@@ -25,7 +25,9 @@ from poptune import progress
 from poptune.engine import PopConfig, apply_pop, decoder_of
 from poptune.errors import ConfigError
 from poptune.evaluate.scoring import score_continuations
-from poptune.segments import chunk_bounds, generate
+from poptune.prefix import attached_states
+from poptune.segments import chunk_bounds
+from poptune.speculate import generate
 
 __all__ = ["PopLM"]
 
@@ -121,7 +123,11 @@ class PopLM(HFLM):
 
     def _model_generate(self, context: Any, max_length: int, stop: list[str], **generation_kwargs: Any) -> Any:
         """HFLM's generation -- greedy unless the task samples -- with POP applied for the call and the prompt
-        prefilled in chunks of ``prefill_chunk`` tokens if given."""
+        prefilled in chunks of ``prefill_chunk`` tokens if given.
+
+        With prefix states attached (a study, :mod:`poptune.prefix`), the full model's greedy answers are kept
+        and a POP configuration's greedy generation verifies them as drafts (:mod:`poptune.speculate`): the
+        same output, fewer decode steps where the answers agree."""
         from lm_eval.models.utils_hf import stop_sequences_criteria
 
         attention_mask = generation_kwargs.pop("attention_mask", None)
@@ -130,11 +136,14 @@ class PopLM(HFLM):
             generation_kwargs["do_sample"] = False
         if not (temperature == 0.0 and generation_kwargs.get("do_sample") is False):
             generation_kwargs["temperature"] = temperature
-        stopping = stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
+        def stopping() -> Any:  # lm-eval's criteria are stateful: a fresh list per generation
+            return stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
+
         with apply_pop(self.model, self.pop_config):
             out = generate(self.model, {"input_ids": context, "attention_mask": attention_mask},
-                           chunk=self.prefill_chunk, max_length=max_length, stopping_criteria=stopping,
-                           pad_token_id=self.tokenizer.pad_token_id, use_cache=True, **generation_kwargs)
+                           states=attached_states(self.model), chunk=self.prefill_chunk, stopping=stopping,
+                           max_length=max_length, pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
+                           **generation_kwargs)
         progress.advance(int(context.shape[0]))
         return out
 

@@ -1,0 +1,267 @@
+"""Greedy POP generation verified in rounds against proposals: exact, and cheaper where they hold.
+
+A study scores the full model first (its prefix states are recorded then, :mod:`poptune.prefix`), and its
+greedy answer to each prompt is kept too. A POP configuration changes only the prompt's prefill; decode is
+the full model. So its decode steps can be checked several at a time instead of run one by one, as in
+speculative decoding with the full model's answer as the draft:
+
+1. the POP prefill and the first token, as ``generate`` makes them;
+2. rounds: the last token and a *proposal* fed as one forward at full depth (stage ``decode``); the argmax at
+   each position is the greedy token there, given the tokens before it, so the longest prefix of the proposal
+   that equals the argmax is accepted, and the argmax after it is the round's own new token. The cache is
+   cropped back to the accepted tokens (Gemma-3's sliding-window layers keep their past for that while
+   decoding: ``activate_past_recording``). A round without a proposal is one ordinary decode step;
+3. after every token, ``generate``'s bookkeeping replayed exactly: rows that ended get pads, lm-eval's
+   stopping criteria (stateful) are called once per step, ``max_length`` and EOS stop.
+
+The proposal is the full model's answer while POP's agrees with it; after they part, what followed the last
+two or three tokens where they occur last in that answer, in the answer so far, or in the prompt (reading
+comprehension copies spans; answers rejoin; small models repeat: prompt-lookup decoding). Its size starts at
+:data:`FIRST` tokens, doubles after a round wholly accepted and falls back to :data:`LEAST` after one that
+was not: a forward of k tokens costs more than one decode step (each position needs the whole LM head).
+
+The output is what plain greedy generation gives, up to float rounding (a multi-token forward sums in another
+order than one token at a time). Anything else runs plain generation: sampling, beams, logits processors
+(repetition penalty, ...), stop strings, image prompts, Qwen3-VL (mRoPE positions) and a batch with a row
+whose prompt the full model did not answer. Batches of left-padded rows are verified together (a round
+accepts what every live row accepts).
+
+    with states.attached(model):
+        with apply_pop(model, PopConfig(skip=0)):
+            generate(model, inputs, states=states, max_length=n + 50)   # records the answers
+        with apply_pop(model, PopConfig(skip=6)):
+            out = generate(model, inputs, states=states, max_length=n + 50, stopping=make_criteria)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .engine import get_pop_config, stage
+from .models.vision import vision_family
+from .segments import generate as plain_generate
+
+if TYPE_CHECKING:
+    import torch
+
+    from .prefix import PrefixStates
+
+__all__ = ["generate"]
+
+_TEXT = frozenset({"input_ids", "attention_mask"})
+
+#: Tokens proposed in the first round; a round wholly accepted doubles the size, up to the most, and a round
+#: not wholly accepted starts again from the least. A proposal of k tokens costs a forward of k + 1 tokens.
+FIRST, LEAST, MOST = 8, 4, 64
+#: Sizes of the n-grams looked up, longest first.
+NGRAMS = (3, 2)
+
+
+def generate(model: Any, inputs: dict[str, Any], *, states: "PrefixStates | None" = None, chunk: int | None = None,
+             stopping: Callable[[], Any] | None = None, **kwargs: Any) -> "torch.Tensor":
+    """Greedy or sampled generation as :func:`poptune.segments.generate`, with the full model's answers kept.
+
+    Args:
+        model: The model, POP applied or not.
+        inputs: ``input_ids`` and optionally ``attention_mask`` (left-padded).
+        states: Where the full model's answers are kept (a run of the full model, skip 0, records them) and
+            read as drafts (a POP run verifies them); None: plain generation.
+        chunk: Prefill in chunks of this many tokens (see :mod:`poptune.segments`).
+        stopping: Makes a fresh ``StoppingCriteriaList`` (lm-eval's are stateful); None: none.
+        **kwargs: ``generate``'s (``max_length`` or ``max_new_tokens``, ``do_sample``, ``pad_token_id``, ...).
+
+    Returns:
+        The sequences, prompt included, as ``generate`` returns them.
+    """
+    config = get_pop_config(model)
+    if states is None or config is None or config.skip == 0:
+        out = _plain(model, inputs, chunk, stopping, kwargs)
+        if states is not None:
+            states.record_drafts(inputs, out, _eos(model, kwargs))
+        return out
+    drafts = states.drafts(inputs)
+    out = None
+    if drafts is not None and _greedy(model, inputs, kwargs):
+        out = _speculate(model, inputs, drafts, chunk, stopping, dict(kwargs), states)
+    if out is None:
+        if drafts is not None:
+            states.fallbacks += 1
+        out = _plain(model, inputs, chunk, stopping, kwargs)
+    return out
+
+
+def _plain(model: Any, inputs: dict[str, Any], chunk: int | None, stopping: Callable[[], Any] | None,
+           kwargs: dict[str, Any]) -> "torch.Tensor":
+    criteria = stopping() if stopping is not None else None
+    extra = {"stopping_criteria": criteria} if criteria is not None else {}
+    return plain_generate(model, inputs, chunk=chunk, **extra, **kwargs)
+
+
+def _eos(model: Any, kwargs: dict[str, Any]) -> set[int]:
+    eos = kwargs.get("eos_token_id", model.generation_config.eos_token_id)
+    return set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+
+
+def _greedy(model: Any, inputs: dict[str, Any], kwargs: dict[str, Any]) -> bool:
+    """Whether ``generate`` would pick each token by a bare argmax, with no criteria we cannot replay."""
+    if set(k for k, v in inputs.items() if v is not None) - _TEXT or vision_family(model) == "qwen3_vl":
+        return False
+    if "max_length" not in kwargs and "max_new_tokens" not in kwargs:
+        return False
+    try:  # transformers' own reading of the arguments: any logits processor changes the argmax
+        config, rest = model._prepare_generation_config(None, **kwargs)
+        ids = inputs["input_ids"]
+        processors = model._get_logits_processor(generation_config=config, input_ids_seq_length=ids.shape[1],
+                                                 encoder_input_ids=ids, device=ids.device, model_kwargs=rest)
+    except Exception:  # noqa: BLE001 -- an argument we do not understand: generate plainly
+        return False
+    return (not config.do_sample and config.num_beams == 1 and not processors and not rest and config.use_cache
+            and config.stop_strings is None and config.max_time is None and not config.return_dict_in_generate
+            and getattr(config, "assistant_early_exit", None) is None
+            and getattr(config, "prompt_lookup_num_tokens", None) is None)
+
+
+class _Steps:
+    """``generate``'s bookkeeping after each new token, replayed: EOS rows padded, criteria, max length."""
+
+    def __init__(self, context: "torch.Tensor", max_length: int, eos: set[int], pad: int, criteria: Any) -> None:
+        import torch
+
+        self.seq = context
+        self.max_length, self.pad, self.criteria = max_length, pad, criteria
+        self.eos = torch.tensor(sorted(eos), dtype=torch.long, device=context.device)
+        self.unfinished = torch.ones(context.shape[0], dtype=torch.bool, device=context.device)
+
+    def padded(self) -> "torch.Tensor":
+        """Rows whose next tokens are pads whatever the model says (finished, with an EOS configured)."""
+        return ~self.unfinished if len(self.eos) else self.unfinished & False
+
+    def push(self, tokens: "torch.Tensor") -> bool:
+        """Append one token per row; True once every row has finished."""
+        import torch
+
+        if len(self.eos):
+            tokens = torch.where(self.unfinished, tokens, torch.full_like(tokens, self.pad))
+        self.seq = torch.cat([self.seq, tokens[:, None]], dim=-1)
+        done = torch.full_like(self.unfinished, self.seq.shape[1] >= self.max_length)
+        if self.criteria is not None:
+            done |= self.criteria(self.seq, None)
+        if len(self.eos):
+            done |= torch.isin(tokens, self.eos)
+        self.unfinished &= ~done
+        return not bool(self.unfinished.any())
+
+
+def _speculate(model: Any, inputs: dict[str, Any], drafts: list[tuple[int, ...]], chunk: int | None,
+               stopping: Callable[[], Any] | None, kwargs: dict[str, Any], states: "PrefixStates") -> Any:
+    """The module's loop; None where plain generation must run instead."""
+    import torch
+
+    ids = inputs["input_ids"]
+    n = ids.shape[1]
+    mask = inputs.get("attention_mask")
+    mask = torch.ones_like(ids) if mask is None else mask
+    new = kwargs.pop("max_new_tokens", None)
+    max_length = n + new if new is not None else kwargs.pop("max_length")
+    kwargs.pop("max_length", None)
+    pad = kwargs.get("pad_token_id", model.generation_config.pad_token_id)
+    eos = _eos(model, kwargs)
+    if pad is None and eos:
+        return None  # generate would pad finished rows with an EOS token and warn: leave that to it
+    first = plain_generate(model, {"input_ids": ids, "attention_mask": mask}, chunk=chunk, max_length=n + 1,
+                           return_dict_in_generate=True, **kwargs)
+    steps = _Steps(ids, max_length, eos, int(pad or 0), stopping() if stopping is not None else None)
+    states.drafted += ids.shape[0]
+    if steps.push(first.sequences[:, n]):
+        return steps.seq
+    cache = first.cache
+    cache.activate_past_recording()  # sliding-window layers keep what a rejected proposal would need back
+    proposer = _Proposer(ids, mask, drafts)
+    size = FIRST
+    while True:
+        budget = min(size, max_length - steps.seq.shape[1] - 1)
+        proposal = proposer.propose(steps, budget) if budget > 0 else None
+        fed = steps.seq[:, -1:] if proposal is None else torch.cat([steps.seq[:, -1:], proposal], dim=-1)
+        tokens = _round(model, fed, mask, cache, steps.padded())
+        states.accepted += tokens.shape[1] - 1
+        if proposal is not None:
+            size = min(2 * size, MOST) if tokens.shape[1] > proposal.shape[1] else LEAST
+        for s in range(tokens.shape[1]):
+            if steps.push(tokens[:, s]):
+                return steps.seq
+
+
+def _round(model: Any, fed: "torch.Tensor", mask: "torch.Tensor", cache: Any, padded: "torch.Tensor") -> Any:
+    """Feed ``fed`` (the last token, then a proposal) at full depth over ``cache``. Returns the tokens now known
+    to be greedy: the proposal's accepted prefix and the argmax after it, (B, accepted + 1); ``cache`` is cropped
+    to the tokens it holds rightly. Rows in ``padded`` (finished, fed pads) accept anything: pads follow."""
+    import torch
+
+    k = fed.shape[1]
+    argmax = _forward(model, fed, mask, cache).argmax(dim=-1)  # (B, k)
+    match = (argmax[:, :-1] == fed[:, 1:]) | padded[:, None]
+    accepted = int(match.long().cumprod(dim=-1).sum(dim=-1).min()) if k > 1 else 0
+    cache.crop(-(k - 1 - accepted))  # 0: sliding-window layers back to their window
+    return torch.cat([fed[:, 1 : accepted + 1], argmax[:, accepted : accepted + 1]], dim=-1)
+
+
+def _forward(model: Any, tokens: "torch.Tensor", mask: "torch.Tensor", cache: Any) -> "torch.Tensor":
+    """Logits of a forward of ``tokens`` at full depth after ``cache``, inputs as ``generate``'s decode step."""
+    import torch
+
+    past = cache.get_seq_length()
+    full = torch.cat([mask, mask.new_ones(mask.shape[0], past - mask.shape[1] + tokens.shape[1])], dim=-1)
+    positions = (full.long().cumsum(-1) - 1).masked_fill(full == 0, 0)[:, -tokens.shape[1]:]
+    with stage(model, "decode"), torch.no_grad():
+        out = model(input_ids=tokens, attention_mask=None if bool((full == 1).all()) else full,
+                    position_ids=positions, cache=cache, use_cache=True, logits_to_keep=0)
+    return out.logits.float()
+
+
+class _Proposer:
+    """What to verify next, per row: the full model's answer while POP's agrees with it; else what followed the
+    last :data:`NGRAMS` tokens where they occur last in that answer, in what was generated, or in the prompt."""
+
+    def __init__(self, ids: "torch.Tensor", mask: "torch.Tensor", drafts: list[tuple[int, ...]]) -> None:
+        self.start = ids.shape[1]
+        self.drafts = [list(d) for d in drafts]
+        self.prompts = [ids[b][mask[b].bool()].tolist() for b in range(ids.shape[0])]
+        self.index = [{tuple(p[i : i + size]): i + size for size in NGRAMS for i in range(len(p) - size)}
+                      for p in self.prompts]  # n-gram -> where its last occurrence is followed
+
+    def propose(self, steps: _Steps, budget: int) -> "torch.Tensor | None":
+        """(B, p) proposals, as long as the shortest live row's (rows padded by ``generate``: pads); or None."""
+        import torch
+
+        padded = steps.padded().tolist()
+        rows = [None if padded[b] else self._row(b, steps.seq[b, self.start:].tolist(), budget)
+                for b in range(len(self.drafts))]
+        p = min((len(r) for r in rows if r is not None), default=0)
+        if p == 0:
+            return None
+        table = [[steps.pad] * p if r is None else r[:p] for r in rows]
+        return torch.tensor(table, dtype=torch.long, device=steps.seq.device)
+
+    def _row(self, b: int, generated: list[int], budget: int) -> list[int]:
+        draft = self.drafts[b]
+        if len(draft) > len(generated) and draft[: len(generated)] == generated:
+            return draft[len(generated) : len(generated) + budget]
+        for size in NGRAMS:
+            if len(generated) < size:
+                continue
+            key = tuple(generated[-size:])
+            for source, at in ((draft, _last(draft, key)), (generated, _last(generated[:-1], key)),
+                               (self.prompts[b], self.index[b].get(key))):
+                if at is not None:
+                    return source[at : at + budget]
+        return []
+
+
+def _last(tokens: list[int], key: tuple[int, ...]) -> int | None:
+    """Where the last occurrence of ``key`` in ``tokens`` is followed, or None."""
+    size = len(key)
+    for i in range(len(tokens) - size - 1, -1, -1):
+        if tuple(tokens[i : i + size]) == key:
+            return i + size
+    return None
