@@ -51,7 +51,8 @@ class Measurement:
             ``energy_reason`` says why not otherwise. Every length's figures, the full model's too, are in
             ``latency``.
         hardware: The hardware record; ``versions``: software versions.
-        details: For a baseline: its ratio, removed layers, scores and calibration.
+        details: For a baseline: its ratio, removed layers, scores and calibration; for calibrated K/V
+            (``kv_maps``): the maps' block, file, sha256 and how they were fitted.
         null_check: :meth:`poptune.measure.nullcheck.NullCheck.to_dict` of the measurement (decode POP/full
             pairs and the above-ideal check); ``provenance``: :func:`poptune.measure.provenance.provenance`.
     """
