@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from poptune.calibration import Calibration, CalibrationSpec, calibration, residual_stream
+from poptune.calibration import Calibration, CalibrationSpec, calibration, calibration_file, residual_stream
 from poptune.engine import PopConfig, attach_kv_maps, decoder_of
 from poptune.errors import ConfigError, DataError
-from poptune.kvmaps import KVMaps
+from poptune.kvmaps import KVMaps, kv_maps_of
 
 if TYPE_CHECKING:
     import torch
@@ -137,8 +137,6 @@ def kv_maps_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def _file_for(fingerprint: str, block: tuple[int, int], spec: KVFitSpec, cache_dir: Any) -> Path:
-    from poptune.calibration import calibration_file
-
     source = calibration_file(spec.data_dir, "valid")
     described = {**asdict(spec), "data_dir": None, "source": "generated" if source is None else source.name}
     tag = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:12]
@@ -164,6 +162,9 @@ def calibrated_kv_maps(model: "nn.Module", tokenizer: Any, config: PopConfig, *,
     block = (min(skipped), max(skipped) + 1)
     spec = fitter.spec if fitter is not None else (spec or KVFitSpec())
     path = _file_for(fingerprint, block, spec, cache_dir)
+    held = kv_maps_of(decoder_of(model)).get(block)
+    if held is not None and held.path == path and held.fingerprint == fingerprint:
+        return held  # attached already (a trial's timing and its scoring need the same maps)
     maps = None
     if path.is_file():
         try:
