@@ -22,13 +22,10 @@ _COMMANDS = (generate, bench, eval, study, pareto, export, envs, baseline, leade
 
 def version() -> str:
     """``poptune X.Y.Z``: the installed distribution's version (package metadata)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
+    from poptune import _version
 
-    try:
-        return f"poptune {installed('poptune')}"
-    except PackageNotFoundError:
-        return "poptune (version unknown: the package is not installed)"
+    found = _version()
+    return "poptune (version unknown: the package is not installed)" if found == "unknown" else f"poptune {found}"
 
 
 class _Version(argparse.Action):

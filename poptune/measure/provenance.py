@@ -26,12 +26,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 def poptune_version() -> str:
     """The installed poptune distribution's version (package metadata), or ``unknown`` where it is not installed."""
-    from importlib.metadata import PackageNotFoundError, version
+    from poptune import _version
 
-    try:
-        return version("poptune")
-    except PackageNotFoundError:
-        return "unknown"
+    return _version()
 
 
 def versions() -> dict[str, str]:
