@@ -59,19 +59,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     __version__: str
 
 
-def _version() -> str:
-    """The installed distribution's version (package metadata); ``unknown`` where poptune is not installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("poptune")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        value = _version()
+        from poptune.version import installed_version
+
+        value = installed_version()
     elif name in _EXPORTS:
         value = getattr(import_module(_EXPORTS[name]), name)
     else:

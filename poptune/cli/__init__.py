@@ -22,9 +22,9 @@ _COMMANDS = (generate, bench, eval, study, pareto, export, envs, baseline, leade
 
 def version() -> str:
     """``poptune X.Y.Z``: the installed distribution's version (package metadata)."""
-    from poptune import _version
+    from poptune.version import installed_version
 
-    found = _version()
+    found = installed_version()
     return "poptune (version unknown: the package is not installed)" if found == "unknown" else f"poptune {found}"
 
 

@@ -26,9 +26,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 
 def poptune_version() -> str:
     """The installed poptune distribution's version (package metadata), or ``unknown`` where it is not installed."""
-    from poptune import _version
+    from poptune.version import installed_version
 
-    return _version()
+    return installed_version()
 
 
 def versions() -> dict[str, str]:
