@@ -79,18 +79,19 @@ def completed_values(db: Path) -> dict[int, tuple]:
 
 
 def measured_configs(db: Path) -> list[str]:
-    """The configuration of every completed trial that was measured (not answered from an earlier one)."""
+    """The configuration of every completed trial that was measured: not answered from an earlier one, and not a
+    re-timing of an earlier one that a failed null check asked for (``remeasure_of``)."""
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
         rows = conn.execute("SELECT t.trial_id, a.key, a.value_json FROM trials t JOIN trial_user_attributes a "
                             "ON a.trial_id = t.trial_id WHERE t.state = 'COMPLETE' AND a.key IN "
-                            "('config', 'reused_from')").fetchall()
+                            "('config', 'reused_from', 'remeasure_of')").fetchall()
     finally:
         conn.close()
     attrs: dict[int, dict] = {}
     for trial, key, value in rows:
         attrs.setdefault(trial, {})[key] = value
-    return [a["config"] for a in attrs.values() if "reused_from" not in a]
+    return [a["config"] for a in attrs.values() if "reused_from" not in a and "remeasure_of" not in a]
 
 
 def wait_mid_trial(proc: subprocess.Popen, db: Path, complete: int = 1, timeout: float = 600) -> None:
