@@ -9,7 +9,9 @@ The model loads once, on first use. Both halves follow the problem's workload
   machine, not POP.
 - **Accuracy** is raced (:mod:`poptune.evaluate.racing`): rounds of items until the paired drop's interval
   is decided. The full model scores each item once per study (its outcomes can be handed in from a resumed
-  study) and every configuration is paired with it item by item.
+  study) and every configuration is paired with it item by item. With state reuse (:mod:`poptune.prefix`) a
+  resumed study's full model runs its stored items once more per process, when a configuration first needs
+  them: that records the states and answers POP replays, and checks that they still score as stored.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class ConfigEvaluator:
         self._workload: Workload | None = None
         self._image_length: int | None = None
         self.states: PrefixStates | None = None  # see enable_state_reuse
+        self._recorded: dict[str, set[int]] = {}  # items whose full-model states this process has recorded
         self._kv_fitter: KVFitter | None = None  # one residual stream of calibration text for every block
 
     @property
@@ -169,6 +172,7 @@ class ConfigEvaluator:
         if missing:
             with progress.phase(f"full model accuracy ({sum(map(len, missing.values()))} items)", unit="request"):
                 part = self._score(PopConfig(skip=0), missing)
+            self._mark_recorded(missing)
             for task in self.problem.tasks:  # a task already covered gets an empty part
                 part.items.setdefault(task, [])
                 part.outcomes.setdefault(task, [])
@@ -176,6 +180,37 @@ class ConfigEvaluator:
             self._full = extend_run(self._full, part)
         assert self._full is not None
         return self._full
+
+    def _mark_recorded(self, items: dict[str, list[int]]) -> None:
+        if self.states is not None:
+            for task, indices in items.items():
+                self._recorded.setdefault(task, set()).update(indices)
+
+    def _record_states(self, items: dict[str, list[int]]) -> None:
+        """Before POP scores ``items`` with state reuse: the full model's states and answers of those whose
+        full run was restored from storage (a resumed study), which this process has not recorded yet.
+
+        The full model runs on exactly ``items``, in the call POP makes next, so that the rows (their padding
+        included) are the ones POP replays; it must score them as stored, or the stored reference is not what
+        this machine computes and the trial fails (:class:`~poptune.errors.MeasurementError`).
+        """
+        from poptune.errors import MeasurementError
+
+        if self.states is None or self._full is None:
+            return
+        todo = {t: v for t, v in items.items() if v and not self._recorded.get(t, set()).issuperset(v)}
+        if not todo:
+            return
+        with progress.phase(f"full model states ({sum(map(len, todo.values()))} stored items)", unit="request"):
+            rerun = self._score(PopConfig(skip=0), todo)
+        for task, indices in rerun.items.items():
+            stored = dict(zip(self._full.items.get(task, []), self._full.outcomes.get(task, [])))
+            changed = [i for i, v in zip(indices, rerun.outcomes[task]) if i in stored and abs(v - stored[i]) > 1e-5]
+            if changed:
+                raise MeasurementError(
+                    f"the full model no longer scores {task} items {changed[:5]} as the study stored them: its "
+                    "stored reference is not what this machine computes (start a new study)")
+        self._mark_recorded(todo)
 
     def restore_full_run(self, stored: dict[str, Any]) -> None:
         """Reuse the full model's outcomes stored with a resumed study (:meth:`stored_full_run`)."""
@@ -251,6 +286,8 @@ class ConfigEvaluator:
             drop = paired_drop(run.outcomes, run.outcomes)
         else:
             def score(items: dict[str, list[int]]) -> "TaskRun":
+                if transform is None:
+                    self._record_states(items)
                 with applied(self.model, transform):
                     return self._score(config, items, reuse=transform is None)
 
