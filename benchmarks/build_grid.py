@@ -183,7 +183,7 @@ def readme(study: Any, csv_path: Path, rows: list[dict[str, str]], command: str)
         f"- Trust: {_checks(attrs)}; `noisy` = 1 where a null check failed and no trusted re-measure replaced it; "
         f"state reuse checked against the plain forward ({attrs.get('state_reuse_check')}).", "",
         "## Columns", "",
-        "`skip, boundary, offset` the configuration; `speedup, speedup_lo, speedup_hi` the expected-TTFT speedup "
+        "`skip, boundary, offset, kv` the configuration; `speedup, speedup_lo, speedup_hi` the expected-TTFT speedup "
         "and its 95% interval; `ideal` the FLOPs-only speedup; `drop, drop_lo, drop_hi` the accuracy drop in points "
         "and its 95% interval; `accuracy` the study's accuracy objective; `items` items scored; `pairs` timing pairs; "
         "`ttft_ms, full_ttft_ms, reference_ms, target_length` the raw latencies and the objective's reference; "

@@ -6,7 +6,8 @@ Gymnasium environment answer configurations from the file alone. Columns (:data:
 configuration in the order of :func:`~poptune.tune.space.all_configs` (``skip`` 0 is the full model; its
 ``boundary`` and ``offset`` mean nothing):
 
-- ``skip``, ``boundary``, ``offset``: the configuration.
+- ``skip``, ``boundary``, ``offset``, ``kv``: the configuration (``kv``: the skipped block's K/V source,
+  :data:`~poptune.engine.KV_SOURCES`).
 - ``speedup``, ``speedup_lo``, ``speedup_hi``: the paired expected time-to-first-token speedup over the workload
   and its 95% interval; ``ideal``: the speedup of the skipped FLOPs alone; ``pairs``: timing pairs (fewest over
   the timed prompt lengths).
