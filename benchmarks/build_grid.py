@@ -10,7 +10,7 @@ Then, from the stored study, it writes ``<out>/grid-<model>-<hardware>.csv`` (:m
 
 Usage::
 
-    python benchmarks/build_grid.py --model gemma-3 --data-dir ../shared/data        # the real grid (hours)
+    python benchmarks/build_grid.py --model gemma-3 --data-dir ../shared/data --kv own  # the real grid (hours)
     python benchmarks/build_grid.py --model tiny-llama --tasks passkey --lengths 256 --limit 2 --items 2 \\
         --repeats 1 --precision 0 --no-confirm --storage sqlite:////tmp/grid-smoke.db --out /tmp  # smoke: ~4 min
 
