@@ -3,19 +3,25 @@
 The grid is a study (:func:`poptune.tune.study.run_study`) with the ``grid`` sampler and as many trials as the
 canonical space has configurations (:func:`poptune.tune.space.all_configs`: 241 for Gemma-3-270M's 18
 layers), on the study's default workload (``poptune study``'s own options and defaults: with a data directory
-the long-prompt pack, else the embedded synthetic tasks). It is stored in SQLite: run the same command again
-and it continues where it stopped (an interrupted trial is measured again); a complete grid returns at once.
-Then, from the stored study, it writes ``<out>/grid-<model>-<hardware>.csv`` (:mod:`poptune.tune.grid`) and
-``grid-<model>-<hardware>.md`` beside it: how it was measured, the command, the wall time, how to cite.
+the long-prompt pack, else the embedded synthetic tasks). It is stored in an Optuna journal file, by default
+``leaderboards/grid-<model>-<hardware>.journal``: the raw record of the table (every trial with its per-item
+outcomes, timing pairs and null checks), small enough to commit, so that the same command continues where it
+stopped on any machine of the same hardware id, a fresh clone included (an interrupted trial is measured again;
+a complete grid returns at once). Then, from the stored study, it writes ``<out>/grid-<model>-<hardware>.csv``
+(:mod:`poptune.tune.grid`) and ``grid-<model>-<hardware>.md`` beside it: how it was measured, the command, the
+wall time, how to cite. ``--table-only`` writes them from what is stored, measuring nothing (a partial grid is
+marked so).
 
 Usage::
 
     python benchmarks/build_grid.py --model gemma-3 --data-dir ../shared/data --kv own  # the real grid (hours)
+    python benchmarks/build_grid.py --model gemma-3 --data-dir ../shared/data --kv own --table-only  # seconds
     python benchmarks/build_grid.py --model tiny-llama --tasks passkey --lengths 256 --limit 2 --items 2 \\
         --repeats 1 --precision 0 --no-confirm --storage sqlite:////tmp/grid-smoke.db --out /tmp  # smoke: ~4 min
 
 The real grid costs about a minute or two per configuration on a 2-core CPU (the long-prompt trials of the
-default study took 58-222 s each): several hours, so run it where it may be interrupted and resumed.
+default study took 58-222 s each): several hours, so run it where it may be interrupted and resumed, and commit
+the journal between runs (a machine of this project keeps no file across sessions).
 
 A bad option or data directory is one line on stderr and exit 2, before anything is measured or written.
 """
@@ -47,7 +53,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, help="stop starting trials after this many seconds (resume later)")
     parser.add_argument("--out", default=str(ROOT / "leaderboards"), help="folder of the table and its README "
                         "(default: leaderboards/)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="write the table and its README from the stored grid, measuring nothing")
     return parser
+
+
+def default_storage(model: str, device: str) -> str:
+    """The grid's journal file in ``leaderboards/``: one per model and hardware id, committed with its table."""
+    from poptune.files import safe_name
+    from poptune.measure.hardware import fingerprint
+    from poptune.models import resolve_model
+
+    name = f"grid-{safe_name(resolve_model(model).name)}-{safe_name(fingerprint(device).hardware_id)}"
+    return f"journal:{ROOT / 'leaderboards' / name}.journal"
 
 
 def _num_layers(args: argparse.Namespace, spec_problem: Any) -> tuple[int, Any]:
@@ -96,21 +114,42 @@ def measure(args: argparse.Namespace) -> Any:
 
     from poptune import store
     from poptune.files import check_writable_folder
-    from poptune.models import resolve_model
     from poptune.tune.space import all_configs
     from poptune.tune.study import StudySpec, run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     spec_problem = problem(args)  # bad options and data fail here, in one line
     check_writable_folder(args.out)
-    args.storage = args.storage or f"sqlite:///{ROOT}/studies/grid-{resolve_model(args.model).name}.db"
+    args.storage = args.storage or default_storage(args.model, spec_problem.device)
     store.check_storage(args.storage)
+    if args.table_only:
+        return stored(args, spec_problem)
     num_layers, evaluator = _num_layers(args, spec_problem)
     total = len(all_configs(num_layers, spec_problem.kv))
     spec = StudySpec(problem=spec_problem, trials=total, sampler="grid", storage=args.storage, study=args.study,
                      seed=args.seed, timeout=args.timeout, confirm=not args.no_confirm)
     print(f"grid of {total} configurations ({num_layers} layers) in {store.public_url(args.storage)}", flush=True)
     return run_study(spec, evaluator=evaluator, callbacks=[_progress(total)])
+
+
+def stored(args: argparse.Namespace, spec_problem: Any) -> Any:
+    """The grid study of ``args`` as stored (no model loaded).
+
+    Raises:
+        ConfigError: the storage holds no such study, or one made with other settings.
+    """
+    from poptune import store
+    from poptune.errors import ConfigError
+    from poptune.tune.study import StudySpec, check_problem, study_name_of
+
+    name = study_name_of(StudySpec(problem=spec_problem, trials=1, study=args.study))
+    reader = store.open_reader(args.storage)
+    if name not in store.study_names(reader):
+        raise ConfigError(f"no grid study {name!r} in {store.public_url(args.storage)}: run without --table-only "
+                          "to measure it")
+    study = store.load_study(reader, name)
+    check_problem(study, spec_problem)
+    return study
 
 
 def _seconds(iso_from: str | None, iso_to: str | None) -> float:
@@ -140,7 +179,20 @@ def _checks(attrs: dict[str, Any]) -> str:
             "noisy; noisy trials re-timed and the front confirmed")
 
 
-def readme(study: Any, csv_path: Path, rows: list[dict[str, str]], command: str) -> str:
+def _record(storage: str | None, csv_path: Path) -> str:
+    """Where the raw record of the table lies, for its README."""
+    from poptune import store
+
+    if storage and storage.startswith("journal:"):
+        path = Path(storage.removeprefix("journal:"))
+        where = f"`{path.name}` beside this file" if path.parent.resolve() == csv_path.parent.resolve() else f"`{path}`"
+        return (f"an Optuna journal file, {where}: the raw record (every trial with its per-item outcomes, timing "
+                "pairs and null checks; `optuna trials --storage-class JournalFileStorage` and optuna-dashboard read "
+                "it), from which the same command resumes on a machine of this hardware id")
+    return f"`{store.public_url(storage)}`" if storage else "its study storage"
+
+
+def readme(study: Any, csv_path: Path, rows: list[dict[str, str]], command: str, storage: str | None = None) -> str:
     """The README of a grid table: what it holds, how it was measured, the command, the wall time, how to cite."""
     from poptune import store
     from poptune.tune.problem import TuningProblem
@@ -168,8 +220,9 @@ def readme(study: Any, csv_path: Path, rows: list[dict[str, str]], command: str)
         f"(`poptune.tune.space.all_configs`, {attrs['num_layers']} layers: skip 0..{int(attrs['num_layers']) - 1}, "
         "offset 0..2 where the block fits, 5 boundaries; skip 0 is the full model).", "",
         "## How it was measured", "",
-        f"- A study (`poptune.tune.study.run_study`) with the `grid` sampler, {total} trials, stored in SQLite "
-        f"(study `{study.study_name}`); each configuration measured once, as any study trial.",
+        f"- A study (`poptune.tune.study.run_study`) with the `grid` sampler, {total} trials (study "
+        f"`{study.study_name}`), stored in {_record(storage, csv_path)}; each configuration measured once, as any "
+        "study trial.",
         f"- Workload: tasks {', '.join(p.tasks)}; items per task raced in rounds from {p.items_start} up to "
         f"{p.limit} until the drop's interval is decided against the budget ({budget}); the drop is the paired "
         "mean difference against the full model on the same items with a seeded bootstrap 95% interval.",
@@ -210,8 +263,8 @@ def readme(study: Any, csv_path: Path, rows: list[dict[str, str]], command: str)
     return "\n".join(lines)
 
 
-def write(study: Any, out: str | Path, command: str) -> tuple[Path, Path]:
-    """The grid table of ``study`` and its README in ``out``; returns both paths."""
+def write(study: Any, out: str | Path, command: str, storage: str | None = None) -> tuple[Path, Path]:
+    """The grid table of ``study`` (stored in ``storage``) and its README in ``out``; returns both paths."""
     from poptune.files import safe_name, write_text
     from poptune.tune.grid import grid_rows, write_grid
 
@@ -219,7 +272,7 @@ def write(study: Any, out: str | Path, command: str) -> tuple[Path, Path]:
     base = Path(out) / f"grid-{safe_name(str(study.user_attrs.get('model')))}-{safe_name(hardware)}"
     csv_path, md_path = base.with_suffix(".csv"), base.with_suffix(".md")
     write_grid(study, csv_path)
-    write_text(md_path, readme(study, csv_path, grid_rows(study), command).rstrip("\n"))
+    write_text(md_path, readme(study, csv_path, grid_rows(study), command, storage).rstrip("\n"))
     return csv_path, md_path
 
 
@@ -231,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interruptible():
             study = measure(args)
-        csv_path, md_path = write(study, args.out, command)
+        csv_path, md_path = write(study, args.out, command, args.storage)
     except PoptuneError as e:
         print(f"build_grid: error: {e}", file=sys.stderr)
         return 2

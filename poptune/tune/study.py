@@ -73,7 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SAMPLERS", "StudySpec", "run_study", "study_name_of", "make_sampler", "add_baselines", "front_ratios",
-    "check_enqueue",
+    "check_enqueue", "check_problem",
 ]
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class StudySpec:
             raise ConfigError(f"`sampler` must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
 
 
-def _check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
+def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
     """Refuse to mix other settings into an existing study (before anything is written to it)."""
     stored = study.user_attrs.get("problem")
     if stored is not None and TuningProblem.from_dict(stored) != problem:
@@ -310,7 +310,7 @@ def _complete_already(spec: StudySpec) -> "optuna.Study | None":
     if name not in store.study_names(storage):
         return None
     study = optuna.load_study(study_name=name, storage=storage)
-    _check_problem(study, spec.problem)
+    check_problem(study, spec.problem)
     return study if count(study, TrialState.COMPLETE) >= spec.trials else None
 
 
@@ -349,7 +349,7 @@ def _run_study(
     hardware = fingerprint(problem.device)
     name = study_name_of(spec)
     if name in store.study_names(storage):
-        _check_problem(optuna.load_study(study_name=name, storage=storage), problem)
+        check_problem(optuna.load_study(study_name=name, storage=storage), problem)
     study, created = _open_study(spec, storage, name, num_layers)
     if created or not study.get_trials(deepcopy=False):  # once per study, not once per worker
         for config in (PopConfig(skip=0), paper_default(num_layers)):  # the full model, then the paper's rule

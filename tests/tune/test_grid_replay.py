@@ -15,7 +15,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import poptune.env  # noqa: F401  (registers the environments)
-from poptune import ConfigError, InputError, PopConfig
+from poptune import ConfigError, InputError, PopConfig, store
 from poptune.env import Measurement, ReplayEnv, TuningProblem, reward
 from poptune.tune.grid import COLUMNS, draw, read_grid, write_grid
 from poptune.tune.replay import Replay, tuner_efficiency
@@ -243,3 +243,35 @@ def test_the_build_benchmark_refuses_bad_options_in_one_line(tmp_path, capsys):
     assert len(err) == 3 and all(line.startswith("build_grid: error: ") for line in err)
     assert not list(tmp_path.glob("*.csv"))
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_the_build_benchmark_writes_a_stored_grid_without_measuring(tmp_path, capsys):
+    build = _benchmark("build_grid")
+    options = ["--model", "tiny-llama", "--tasks", "passkey", "--kv", "own", "--study", "tiny-fixture@cpu-fixture-2t"]
+    study = _stored_grid(f"sqlite:///{tmp_path}/grid.db")
+    study.set_user_attr("problem", build.problem(build._parser().parse_args(options)).to_dict())
+    url = f"journal:{tmp_path}/grid.journal"
+    optuna.copy_study(from_study_name=study.study_name, from_storage=f"sqlite:///{tmp_path}/grid.db",
+                      to_storage=store.open_storage(url))
+    assert build.main([*options, "--storage", url, "--table-only", "--out", str(tmp_path)]) == 0  # no model loaded
+    assert len(read_grid(tmp_path / "grid-tiny-fixture-cpu-fixture-2t.csv").measurements) == 16
+    text = (tmp_path / "grid-tiny-fixture-cpu-fixture-2t.md").read_text()
+    assert "an Optuna journal file, `grid.journal` beside this file: the raw record" in text
+    assert "--table-only" in text
+    capsys.readouterr()
+    # Nothing stored under that name, or other settings than the stored grid's: one line, exit 2, nothing written.
+    other = tmp_path / "other"
+    other.mkdir()
+    assert build.main([*options[:-1], "nobody@nowhere", "--storage", url, "--table-only", "--out", str(other)]) == 2
+    assert build.main([*options, "--limit", "3", "--storage", url, "--table-only", "--out", str(other)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no grid study 'nobody@nowhere'" in err[0] and "other settings (limit)" in err[1]
+    assert not list(other.iterdir())
+
+
+def test_the_grid_is_stored_by_default_in_a_journal_beside_its_table():
+    build = _benchmark("build_grid")
+    url = build.default_storage("tiny-llama", "cpu")
+    assert url.startswith("journal:") and url.endswith(".journal")
+    path = Path(url.removeprefix("journal:"))
+    assert path.parent == BENCHMARKS.parent / "leaderboards" and path.name.startswith("grid-tiny-llama-cpu-")
