@@ -7,7 +7,8 @@ the long-prompt pack, else the embedded synthetic tasks). It is stored in an Opt
 ``leaderboards/grid-<model>-<hardware>.journal``: the raw record of the table (every trial with its per-item
 outcomes, timing pairs and null checks), small enough to commit, so that the same command continues where it
 stopped on any machine of the same hardware id, a fresh clone included (an interrupted trial is measured again;
-a complete grid returns at once). Then, from the stored study, it writes ``<out>/grid-<model>-<hardware>.csv``
+a complete grid returns at once; run one process per grid: it times the A/A checks, re-times noisy trials and
+confirms the front as a study on SQLite does). Then, from the stored study, it writes ``<out>/grid-<model>-<hardware>.csv``
 (:mod:`poptune.tune.grid`) and ``grid-<model>-<hardware>.md`` beside it: how it was measured, the command, the
 wall time, how to cite. ``--table-only`` writes them from what is stored, measuring nothing (a partial grid is
 marked so).
@@ -127,7 +128,7 @@ def measure(args: argparse.Namespace) -> Any:
     num_layers, evaluator = _num_layers(args, spec_problem)
     total = len(all_configs(num_layers, spec_problem.kv))
     spec = StudySpec(problem=spec_problem, trials=total, sampler="grid", storage=args.storage, study=args.study,
-                     seed=args.seed, timeout=args.timeout, confirm=not args.no_confirm)
+                     seed=args.seed, timeout=args.timeout, confirm=not args.no_confirm, sole_worker=True)
     print(f"grid of {total} configurations ({num_layers} layers) in {store.public_url(args.storage)}", flush=True)
     return run_study(spec, evaluator=evaluator, callbacks=[_progress(total)])
 
@@ -187,7 +188,7 @@ def _record(storage: str | None, csv_path: Path) -> str:
         path = Path(storage.removeprefix("journal:"))
         where = f"`{path.name}` beside this file" if path.parent.resolve() == csv_path.parent.resolve() else f"`{path}`"
         return (f"an Optuna journal file, {where}: the raw record (every trial with its per-item outcomes, timing "
-                "pairs and null checks; `optuna trials --storage-class JournalFileStorage` and optuna-dashboard read "
+                "pairs and null checks; `optuna trials --storage-class JournalFileBackend` and optuna-dashboard read "
                 "it), from which the same command resumes on a machine of this hardware id")
     return f"`{store.public_url(storage)}`" if storage else "its study storage"
 

@@ -101,6 +101,9 @@ class StudySpec:
             scoring accuracy (:mod:`poptune.prefix`; checked against the plain prefill at the start).
         confirm: After this run's trials, re-time noisy trials, run the confirmation pass and time the A/A
             pairs (:mod:`poptune.tune.trust`); workers sharing a server storage leave it to a later single run.
+        sole_worker: This process is the study's only worker, though its storage could be shared (a grid's
+            journal file): the trust checks run as on SQLite, and the sampler's seed is not mixed with the
+            process.
     """
 
     problem: TuningProblem
@@ -118,6 +121,7 @@ class StudySpec:
     baseline_ratios: tuple[float, ...] | None = None
     calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
     confirm: bool = True
+    sole_worker: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:
@@ -193,7 +197,7 @@ def _sampler_seed(spec: StudySpec) -> int:
     Workers seeded alike would all propose the same configurations (TPE starts with seeded random samples)
     and then mostly wait for each other.
     """
-    if not store.is_server(spec.storage):
+    if spec.sole_worker or not store.is_server(spec.storage):
         return spec.seed
     import hashlib
     import os
@@ -363,7 +367,7 @@ def _run_study(
     if started is not None:
         started(done, budget)
     _prepare(study, evaluator, spec)
-    checks = spec.confirm and not store.is_server(spec.storage) and budget > done
+    checks = spec.confirm and (spec.sole_worker or not store.is_server(spec.storage)) and budget > done
     trust.record_run(study, evaluator, began)
     if checks:
         trust.record_aa_check(study, evaluator, "start")

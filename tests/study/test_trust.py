@@ -73,6 +73,23 @@ def test_noisy_middle_trials_are_marked_remeasured_and_kept_off_the_front(proble
     assert run["weights_fingerprint"].startswith("random-seed0") and run["load_end"] is not None
 
 
+@pytest.mark.parametrize("sole", [False, True])
+def test_on_a_journal_only_a_sole_worker_times_the_checks(problem, tmp_path, quiet_timing, sole):
+    # Workers sharing a journal leave the A/A checks, re-timings and confirmation to a later single run; a grid's
+    # one process (sole_worker) runs them as on SQLite, and keeps its seed (the same grid order every run).
+    spec = StudySpec(problem=problem, trials=5, sampler="grid", storage=f"journal:{tmp_path}/s.journal",
+                     sole_worker=sole)
+    study = run_study(spec, evaluator=FakeEvaluator(problem))
+    checks = study.user_attrs.get("null_checks", [])
+    assert [c["when"] for c in checks] == (["start", "end"] if sole else [])
+    assert ("confirmation" in study.user_attrs) == sole
+    if sole:
+        again = run_study(StudySpec(problem=problem, trials=5, sampler="grid", storage=f"sqlite:///{tmp_path}/g.db"),
+                          evaluator=FakeEvaluator(problem))
+        order = [tuple(sorted(t.params.items())) for t in _measuring(study)]
+        assert order == [tuple(sorted(t.params.items())) for t in _measuring(again)]
+
+
 def test_confirmation_pass_retimes_the_front_together_and_the_front_reads_it(problem, tmp_path, quiet_timing):
     study = run_study(StudySpec(problem=problem, trials=6, sampler="random", storage=f"sqlite:///{tmp_path}/s.db"),
                       evaluator=FakeEvaluator(problem))
