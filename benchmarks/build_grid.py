@@ -193,6 +193,48 @@ def _record(storage: str | None, csv_path: Path) -> str:
     return f"`{store.public_url(storage)}`" if storage else "its study storage"
 
 
+def _coverage(rows: list[dict[str, str]], space: list[Any], trial_s: list[float]) -> list[str]:
+    """A partial grid's progress: configurations measured per skip, and what the rest would take."""
+    measured = {(int(r["skip"]), r["boundary"], int(r["offset"]), r.get("kv") or "own") for r in rows}
+    skips = sorted({c.skip for c in space})
+    cells = []
+    for skip in skips:
+        of_skip = [c for c in space if c.skip == skip]
+        done = sum((c.skip, c.boundary, c.offset, c.kv) in measured for c in of_skip)
+        cells.append(f"{skip}: {done}/{len(of_skip)}")
+    left = len(space) - len(rows)
+    mean = sum(trial_s) / len(trial_s) if trial_s else 0.0
+    return ["## Progress", "", f"Measured per skip: {', '.join(cells)}. {left} configurations remain: at this "
+            f"grid's mean of {mean:.0f} s per measured trial, about {_hours(left * mean)} more.", ""]
+
+
+def _spans(runs: list[dict[str, Any]], study: Any) -> list[tuple[str, str | None]]:
+    """Each run's start and end: its recorded finish, else (interrupted) its last completed trial's end."""
+    ends = sorted(t.datetime_complete.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
+                  for t in study.get_trials(deepcopy=False) if t.datetime_complete is not None)
+    spans = []
+    for i, r in enumerate(runs):
+        start, after = r.get("started") or "", (runs[i + 1].get("started") if i + 1 < len(runs) else None) or "9999"
+        last = max((e for e in ends if start <= e < after), default=None)
+        spans.append((start, r.get("finished") or last))
+    return spans
+
+
+def _runs(runs: list[dict[str, Any]], spans: list[tuple[str, str | None]], checks: list[dict[str, Any]]) -> list[str]:
+    """One line per run of the grid: when, which commit and command, its A/A checks."""
+    lines = []
+    for i, (r, (start, end)) in enumerate(zip(runs, spans), start=1):
+        after = spans[i][0] if i < len(spans) else "9999"
+        aa = [c for c in checks if start <= (c.get("date") or "") < after]
+        aa_text = "; ".join(f"A/A {c['when']} {c['speedup']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] "
+                            f"{'NOISY' if c.get('noisy') else 'ok'}" for c in aa) or "no A/A check"
+        command = " ".join(r.get("command") or []) or "?"
+        until = r.get("finished") or (f"{end} (interrupted: its last trial's end)" if end else "interrupted")
+        lines.append(f"{i}. {start or '?'} to {until}, commit "
+                     f"`{r.get('git_commit') or '?'}`: `python {command}`; {aa_text}")
+    return lines
+
+
 def readme(study: Any, csv_path: Path, rows: list[dict[str, str]], command: str, storage: str | None = None) -> str:
     """The README of a grid table: what it holds, how it was measured, the command, the wall time, how to cite."""
     from poptune import store
@@ -203,16 +245,22 @@ def readme(study: Any, csv_path: Path, rows: list[dict[str, str]], command: str,
     p = TuningProblem.from_dict(attrs["problem"])
     total = len(all_configs(int(attrs["num_layers"]), p.kv))
     runs = attrs.get("runs", [])
-    wall = sum(_seconds(r.get("started"), r.get("finished")) for r in runs)
+    spans = _spans(runs, study)
+    wall = sum(_seconds(start, end) for start, end in spans)
+    space = all_configs(int(attrs["num_layers"]), p.kv)
+    measuring = [t for t in store.completed(study) if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]
+    seconds = [store.StoredTrial.of(t).seconds for t in measuring]
     trial_s = sum(store.StoredTrial.of(t).seconds for t in store.completed(study))
     budget = "no budget" if p.max_drop is None else f"{p.max_drop:g} points on the drop's 95% upper bound"
-    feasible = [r for r in rows if p.max_drop is None or float(r["drop_hi"] or r["drop"]) <= p.max_drop]
+    trusted = [r for r in rows if r["noisy"] != "1"]  # a measurement that failed a null check is never ranked
+    feasible = [r for r in trusted if p.max_drop is None or float(r["drop_hi"] or r["drop"]) <= p.max_drop]
     fastest = sorted(feasible, key=lambda r: -float(r["speedup"]))[:5]
+    partial = len(rows) < total
     hw = attrs.get("hardware", {})
     versions = ", ".join(f"{k} {v}" for k, v in sorted(attrs.get("versions", {}).items()))
     commit = next((r.get("git_commit") for r in reversed(runs) if r.get("git_commit")), None)
     name = csv_path.stem
-    dates = f"{(runs[0].get('started') or '?')[:10]} to {(runs[-1].get('finished') or '?')[:10]}" if runs else "?"
+    dates = f"{(spans[0][0] or '?')[:10]} to {(spans[-1][1] or '?')[:10]}" if runs else "?"
     state = ("complete: every configuration of the space" if len(rows) >= total else
              f"PARTIAL: {len(rows)} of {total} configurations; run the command again to continue")
     lines = [
@@ -242,14 +290,18 @@ def readme(study: Any, csv_path: Path, rows: list[dict[str, str]], command: str,
         "and its 95% interval; `accuracy` the study's accuracy objective; `items` items scored; `pairs` timing pairs; "
         "`ttft_ms, full_ttft_ms, reference_ms, target_length` the raw latencies and the objective's reference; "
         "`noisy`; `model, num_layers, max_drop, hardware, versions` (see `poptune/tune/grid.py`).", "",
-        f"## Fastest within the budget ({budget})", "",
+        *(_coverage(rows, space, seconds) if partial else []),
+        f"## Fastest within the budget ({budget})" + (f", among the {len(rows)} measured" if partial else ""), "",
+        f"{len(rows) - len(trusted)} row(s) marked `noisy` are not ranked." if len(trusted) < len(rows) else
+        "Every row passed its null checks.", "",
         "| skip | boundary | offset | speedup [95%] | drop [95%] | items |", "|---:|---|---:|---:|---:|---:|",
         *[f"| {r['skip']} | {r['boundary']} | {r['offset']} | {_range(r, 'speedup', '.3f')} | "
           f"{_range(r, 'drop', '+.2f')} | {r['items']} |" for r in fastest], "",
-        "## Command and wall time", "",
-        f"```\n{command}\n```", "",
+        "## Commands and wall time", "",
         f"Wall time {_hours(wall)} over {len(runs)} run(s) (each run's start to finish, measured {dates}); the "
-        f"trials themselves {_hours(trial_s)}.", "",
+        f"trials themselves {_hours(trial_s)}. The runs, each resuming the stored grid:", "",
+        *_runs(runs, spans, attrs.get("null_checks", [])), "",
+        f"This table was written by `{command}`.", "",
         "## Replay it", "",
         f"`Replay.from_csv('{csv_path.name}')` (`poptune.tune.replay`), `gymnasium.make('poptune/POP-Replay-v0', "
         f"grid='{csv_path.name}', noise=True)`, and `python benchmarks/tuner_replay.py --grid {csv_path.name} --noise` "

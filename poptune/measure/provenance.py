@@ -43,16 +43,19 @@ def versions() -> dict[str, str]:
     }
 
 
-def git_commit() -> str | None:
-    """The commit of the checkout poptune is imported from (``+dirty`` with local changes), or None."""
-    root = Path(__file__).resolve().parents[2]
+def git_commit(root: Path | None = None) -> str | None:
+    """The commit of the checkout poptune is imported from (``+dirty`` with local changes), or None.
+
+    Changes to measured outputs (``leaderboards/``, ``studies/``: a grid's committed journal grows while it is
+    measured) are not local changes of the code that measures. ``root``: another checkout (for tests)."""
+    root = root or Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return None
     try:
         run = lambda *cmd: subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True,  # noqa: E731
                                           timeout=10, check=True).stdout.strip()
         commit = run("rev-parse", "HEAD")
-        dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(run("status", "--porcelain", "--untracked-files=no", "--", ".", ":!leaderboards", ":!studies"))
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + ("+dirty" if dirty else "")

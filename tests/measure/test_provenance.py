@@ -28,3 +28,24 @@ def test_provenance_records_the_version_and_the_run():
     record = provenance.provenance(model, model_name="tiny")
     assert record["poptune"] == provenance.poptune_version() and record["model"] == "tiny"
     assert record["dtype"] == "float32" and record["weights_fingerprint"] is None and record["load_end"] is None
+
+
+def test_the_commit_is_dirty_with_code_changes_not_with_measured_outputs(tmp_path):
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    for name in ("code.py", "leaderboards/grid.journal", "studies/README.md"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("one\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    clean = provenance.git_commit(tmp_path)
+    assert clean is not None and len(clean) == 40
+    (tmp_path / "leaderboards/grid.journal").write_text("one\ntwo\n")  # a grid's journal growing while measured
+    (tmp_path / "studies/README.md").write_text("two\n")
+    assert provenance.git_commit(tmp_path) == clean
+    (tmp_path / "code.py").write_text("two\n")
+    assert provenance.git_commit(tmp_path) == clean + "+dirty"

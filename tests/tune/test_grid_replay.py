@@ -229,7 +229,7 @@ def test_the_build_benchmark_writes_the_table_and_its_readme(tmp_path):
     csv_path, md_path = build.write(study, tmp_path, "python benchmarks/build_grid.py --model tiny-fixture")
     assert csv_path.name == "grid-tiny-fixture-cpu-fixture-2t.csv" and len(read_grid(csv_path).measurements) == 16
     text = md_path.read_text()
-    for part in ("complete: every configuration", "## How it was measured", "## Command and wall time",
+    for part in ("complete: every configuration", "## How it was measured", "## Commands and wall time",
                  "--model tiny-fixture", "## How to cite", "| 2 | window-16 | 0 | 2.300"):
         assert part in text
 
