@@ -8,9 +8,9 @@ the long-prompt pack, else the embedded synthetic tasks). It is stored in an Opt
 outcomes, timing pairs and null checks), small enough to commit, so that the same command continues where it
 stopped on any machine of the same hardware id, a fresh clone included (an interrupted trial is measured again;
 a complete grid returns at once; run one process per grid: it times the A/A checks, re-times noisy trials and
-confirms the front as a study on SQLite does). Then, from the stored study, it writes ``<out>/grid-<model>-<hardware>.csv``
-(:mod:`poptune.tune.grid`) and ``grid-<model>-<hardware>.md`` beside it: how it was measured, the command, the
-wall time, how to cite. ``--table-only`` writes them from what is stored, measuring nothing (a partial grid is
+confirms the front as a study on SQLite does). Then, from the stored study, it writes
+``<out>/grid-<model>-<hardware>.csv`` (:mod:`poptune.tune.grid`) and ``grid-<model>-<hardware>.md`` beside it:
+how it was measured, its progress, the commands, the wall time, how to cite. ``--table-only`` writes them from what is stored, measuring nothing (a partial grid is
 marked so).
 
 Usage::
