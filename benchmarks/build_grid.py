@@ -69,24 +69,33 @@ def default_storage(model: str, device: str) -> str:
     return f"journal:{ROOT / 'leaderboards' / name}.journal"
 
 
-def _num_layers(args: argparse.Namespace, spec_problem: Any) -> tuple[int, Any]:
-    """The model's layers: from the stored study when there is one (no model loaded), else a loaded evaluator."""
-    from poptune import store
-    from poptune.errors import ConfigError
-    from poptune.tune.evaluator import ConfigEvaluator
-
+def _name(args: argparse.Namespace, spec_problem: Any) -> str:
+    """The grid study's name: ``--study``, else ``<model>@<hardware-id>`` of this machine."""
     from poptune.tune.study import StudySpec, study_name_of
 
-    name = study_name_of(StudySpec(problem=spec_problem, trials=1, study=args.study))
+    return study_name_of(StudySpec(problem=spec_problem, trials=1, study=args.study))
+
+
+def _find(args: argparse.Namespace, spec_problem: Any) -> Any:
+    """The grid study of ``args`` as stored (no model loaded), or None where the storage holds none."""
+    from poptune import store
+    from poptune.errors import ConfigError
+
+    name = _name(args, spec_problem)
     try:
         reader = store.open_reader(args.storage)
-        names = store.study_names(reader)
     except ConfigError:  # no database yet
-        names = []
-    if name in names:
-        study = store.load_study(reader, name)
-        if "num_layers" in study.user_attrs:
-            return int(study.user_attrs["num_layers"]), None
+        return None
+    return store.load_study(reader, name) if name in store.study_names(reader) else None
+
+
+def _num_layers(args: argparse.Namespace, spec_problem: Any) -> tuple[int, Any]:
+    """The model's layers: from the stored study when there is one (no model loaded), else a loaded evaluator."""
+    from poptune.tune.evaluator import ConfigEvaluator
+
+    study = _find(args, spec_problem)
+    if study is not None and "num_layers" in study.user_attrs:
+        return int(study.user_attrs["num_layers"]), None
     evaluator = ConfigEvaluator(spec_problem)
     return evaluator.num_layers, evaluator
 
@@ -141,14 +150,13 @@ def stored(args: argparse.Namespace, spec_problem: Any) -> Any:
     """
     from poptune import store
     from poptune.errors import ConfigError
-    from poptune.tune.study import StudySpec, check_problem, study_name_of
+    from poptune.tune.study import check_problem
 
-    name = study_name_of(StudySpec(problem=spec_problem, trials=1, study=args.study))
-    reader = store.open_reader(args.storage)
-    if name not in store.study_names(reader):
-        raise ConfigError(f"no grid study {name!r} in {store.public_url(args.storage)}: run without --table-only "
+    store.open_reader(args.storage)  # a missing database file: its own message
+    study = _find(args, spec_problem)
+    if study is None:
+        raise ConfigError(f"no grid study {_name(args, spec_problem)!r} in {store.public_url(args.storage)}: run without --table-only "
                           "to measure it")
-    study = store.load_study(reader, name)
     check_problem(study, spec_problem)
     return study
 
@@ -248,9 +256,9 @@ def readme(study: Any, csv_path: Path, rows: list[dict[str, str]], command: str,
     spans = _spans(runs, study)
     wall = sum(_seconds(start, end) for start, end in spans)
     space = all_configs(int(attrs["num_layers"]), p.kv)
-    measuring = [t for t in store.completed(study) if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]
-    seconds = [store.StoredTrial.of(t).seconds for t in measuring]
-    trial_s = sum(store.StoredTrial.of(t).seconds for t in store.completed(study))
+    trials = [store.StoredTrial.of(t) for t in store.completed(study)]
+    seconds = [t.seconds for t in trials if t.measured]
+    trial_s = sum(t.seconds for t in trials)
     budget = "no budget" if p.max_drop is None else f"{p.max_drop:g} points on the drop's 95% upper bound"
     trusted = [r for r in rows if r["noisy"] != "1"]  # a measurement that failed a null check is never ranked
     feasible = [r for r in trusted if p.max_drop is None or float(r["drop_hi"] or r["drop"]) <= p.max_drop]

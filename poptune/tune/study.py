@@ -123,6 +123,11 @@ class StudySpec:
     confirm: bool = True
     sole_worker: bool = False
 
+    @property
+    def shared(self) -> bool:
+        """Whether other workers may run this study at the same time (a shared storage, not a sole worker)."""
+        return not self.sole_worker and store.is_server(self.storage)
+
     def __post_init__(self) -> None:
         if isinstance(self.trials, bool) or not isinstance(self.trials, int) or self.trials < 0:
             raise ConfigError(f"`trials` must be a positive integer, got {self.trials!r}")
@@ -197,7 +202,7 @@ def _sampler_seed(spec: StudySpec) -> int:
     Workers seeded alike would all propose the same configurations (TPE starts with seeded random samples)
     and then mostly wait for each other.
     """
-    if spec.sole_worker or not store.is_server(spec.storage):
+    if not spec.shared:
         return spec.seed
     import hashlib
     import os
@@ -367,7 +372,7 @@ def _run_study(
     if started is not None:
         started(done, budget)
     _prepare(study, evaluator, spec)
-    checks = spec.confirm and (spec.sole_worker or not store.is_server(spec.storage)) and budget > done
+    checks = spec.confirm and not spec.shared and budget > done
     trust.record_run(study, evaluator, began)
     if checks:
         trust.record_aa_check(study, evaluator, "start")
