@@ -77,23 +77,26 @@ def _name(args: argparse.Namespace, spec_problem: Any) -> str:
 
 
 def _find(args: argparse.Namespace, spec_problem: Any) -> Any:
-    """The grid study of ``args`` as stored (no model loaded), or None where the storage holds none."""
+    """The grid study of ``args`` as stored (no model loaded), or None where the storage holds none.
+
+    A storage that cannot be opened (no database file yet) raises ``ConfigError``.
+    """
     from poptune import store
-    from poptune.errors import ConfigError
 
     name = _name(args, spec_problem)
-    try:
-        reader = store.open_reader(args.storage)
-    except ConfigError:  # no database yet
-        return None
+    reader = store.open_reader(args.storage)
     return store.load_study(reader, name) if name in store.study_names(reader) else None
 
 
 def _num_layers(args: argparse.Namespace, spec_problem: Any) -> tuple[int, Any]:
     """The model's layers: from the stored study when there is one (no model loaded), else a loaded evaluator."""
+    from poptune.errors import ConfigError
     from poptune.tune.evaluator import ConfigEvaluator
 
-    study = _find(args, spec_problem)
+    try:
+        study = _find(args, spec_problem)
+    except ConfigError:  # no database yet
+        study = None
     if study is not None and "num_layers" in study.user_attrs:
         return int(study.user_attrs["num_layers"]), None
     evaluator = ConfigEvaluator(spec_problem)
@@ -152,11 +155,10 @@ def stored(args: argparse.Namespace, spec_problem: Any) -> Any:
     from poptune.errors import ConfigError
     from poptune.tune.study import check_problem
 
-    store.open_reader(args.storage)  # a missing database file: its own message
-    study = _find(args, spec_problem)
+    study = _find(args, spec_problem)  # a missing database file raises its own message
     if study is None:
-        raise ConfigError(f"no grid study {_name(args, spec_problem)!r} in {store.public_url(args.storage)}: run without --table-only "
-                          "to measure it")
+        raise ConfigError(f"no grid study {_name(args, spec_problem)!r} in {store.public_url(args.storage)}: "
+                          "run without --table-only to measure it")
     check_problem(study, spec_problem)
     return study
 
