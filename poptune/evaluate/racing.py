@@ -4,8 +4,18 @@ Every configuration takes the workload's items in the same fixed order. After ea
 task, then ``growth`` times more, up to ``cap``) the paired drop against the full model on the same items gets
 its 95% interval, and scoring stops as soon as the interval lies
 
-- wholly inside the budget (upper end <= ``max_drop``) or wholly outside it (lower end > ``max_drop``), or,
+- wholly inside the budget (upper end <= ``max_drop``: ``within budget``) or wholly outside it (lower end >
+  ``max_drop``: ``beyond budget``), or,
 - without a budget, once its half-width is at most ``target_halfwidth`` points.
+
+**Error over all looks.** The interval is a confidence sequence (:mod:`poptune.evaluate.paired`,
+:mod:`poptune.evaluate.confseq`): each end is wrong with probability at most 2.5% simultaneously at every round,
+so racing's planned looks need no correction. When the true drop equals the budget, ``within budget`` is
+declared with probability at most 2.5% over the whole race, and likewise ``beyond budget``
+(:func:`poptune.evaluate.decisions.race_error` measures both by simulation). The price is width: with no item
+flipped, the upper end falls to 2 points only after about 250 items, so a search's few dozen items per task
+mostly end at the cap (``cap``) or ``beyond budget``; deciding ``within`` is the certification's job, on fresh
+items (:mod:`poptune.tune.certify`).
 
 A clearly broken configuration is decided after the first round; a borderline one gets every item up to the
 cap. The full model's outcomes are scored once per item and shared by every configuration.
@@ -102,6 +112,7 @@ def race(
     full: Callable[[dict[str, int]], TaskRun],
     max_drop: float | None,
     seed: int = 0,
+    confidence: float = 0.95,
 ) -> RaceResult:
     """Score rounds of the workload's items with ``score`` until the drop is decided (module docstring).
 
@@ -112,7 +123,9 @@ def race(
         full: Returns the full model's run covering at least the first n items of each task (scoring what is
             missing).
         max_drop: The accuracy budget in points, or None.
-        seed: Seed of the bootstrap.
+        seed: Seed of the bootstrap (unbounded metrics only).
+        confidence: Two-sided confidence of the drop's interval (a certification of several candidates at
+            once spends its error among them).
 
     Each round is a phase of :mod:`poptune.progress`.
     """
@@ -129,7 +142,7 @@ def race(
         with progress.phase(f"round {number}: {count} items per task", unit="request"):
             reference = full(wanted)  # first: the full model's prefill of an item is what a reused state replays
             run = extend_run(run, _complete(score(new), run, workload))
-        drop = drop_of(reference, run, seed=seed)
+        drop = drop_of(reference, run, seed=seed, confidence=confidence)
         done = number
         progress.advance()
         verdict = _decide(drop, max_drop, policy)

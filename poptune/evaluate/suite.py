@@ -299,10 +299,10 @@ def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec)
     return run
 
 
-def drop_of(full: TaskRun, other: TaskRun, *, seed: int = 0) -> PairedDrop:
+def drop_of(full: TaskRun, other: TaskRun, *, seed: int = 0, confidence: float = 0.95) -> PairedDrop:
     """The paired drop of ``other`` against ``full`` over the higher-is-better tasks (bits per byte left out).
 
-    Both runs must have scored the same items of each task (a workload prefix).
+    Both runs must have scored the same items of each task (a workload prefix); ``confidence``: the interval's.
     """
     tasks = [t for t in other.outcomes if PRIMARY_METRIC[t] not in LOWER_IS_BETTER] or list(other.outcomes)
     for task in tasks:
@@ -311,7 +311,7 @@ def drop_of(full: TaskRun, other: TaskRun, *, seed: int = 0) -> PairedDrop:
     n = {t: len(other.outcomes[t]) for t in tasks}
     return paired_drop({t: full.outcomes[t][: n[t]] for t in tasks}, {t: other.outcomes[t] for t in tasks},
                        lower_is_better=[t for t in tasks if PRIMARY_METRIC[t] in LOWER_IS_BETTER],
-                       scale=_scale(tasks), seed=seed)
+                       scale=_scale(tasks), seed=seed, confidence=confidence)
 
 
 def _scale(tasks: Sequence[str]) -> float:

@@ -273,7 +273,7 @@ class ConfigEvaluator:
             transform: A baseline's model change, applied for the measured side's latency and its accuracy.
             method: ``pop`` or the baseline's name; ``details``: what the baseline is (stored with it).
         """
-        from poptune.evaluate.paired import paired_drop
+        from poptune.evaluate.paired import PairedDrop
         from poptune.evaluate.racing import race
 
         p = self.problem
@@ -283,7 +283,7 @@ class ConfigEvaluator:
         timed = self._timed(config, transform)
         if config.skip == 0 and transform is None:  # the full model: no drop, by definition
             run = self.full_run()
-            drop = paired_drop(run.outcomes, run.outcomes)
+            drop = PairedDrop.identical(run.counts)
         else:
             def score(items: dict[str, list[int]]) -> "TaskRun":
                 if transform is None:

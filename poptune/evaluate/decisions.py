@@ -1,0 +1,147 @@
+"""How often a decision rule is wrong: seeded simulations of racing and certification on paired outcomes.
+
+A statistical verdict is a claim about an error rate, so the rates are measured, not assumed: these functions
+drive the real :func:`poptune.evaluate.racing.race` with simulated paired outcomes of known true drop and flip
+rate, and count the verdicts. The tests (``tests/evaluate/test_decisions.py``) run them in seconds with a bound
+that can fail; ``benchmarks/decision_errors.py`` runs them with more replicates for
+``leaderboards/decision-errors.md``.
+
+Simulated items: each item's full-model outcome and the configuration's are 1/0; an item flips with probability
+``flip_rate``, a flip is a loss (full right, configuration wrong) with probability ``(flip_rate + drop) / (2
+flip_rate)`` and a gain otherwise, so the true drop is ``drop`` exactly; ``losses_only`` makes every flip a loss
+(``flip_rate = drop``). Tasks are independent and alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from poptune.errors import ConfigError
+
+__all__ = ["Scenario", "ErrorRates", "race_error"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A configuration's true paired behaviour, per item (fractions, not points).
+
+    Attributes:
+        drop: The true drop (``P(loss) - P(gain)``).
+        flip_rate: The share of items whose outcome differs from the full model's.
+        losses_only: Every flip is a loss (then ``flip_rate`` must equal ``drop``).
+    """
+
+    drop: float
+    flip_rate: float
+    losses_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= abs(self.drop) <= self.flip_rate <= 1:
+            raise ConfigError(f"a scenario needs |drop| <= flip_rate <= 1, got {self.drop} and {self.flip_rate}")
+        if self.losses_only and abs(self.flip_rate - self.drop) > 1e-12:
+            raise ConfigError(f"losses only: flip_rate must equal drop, got {self.flip_rate} and {self.drop}")
+
+    @property
+    def label(self) -> str:
+        flips = "losses only" if self.losses_only else f"{100 * self.flip_rate:g}% flips"
+        return f"drop {100 * self.drop:g} points, {flips}"
+
+    def draw(self, rng: Any, n: int) -> tuple[list[float], list[float]]:
+        """``n`` paired items: (full model's outcomes, configuration's)."""
+        u = rng.random(n)
+        loss = u < (self.flip_rate + self.drop) / 2
+        gain = (u >= (self.flip_rate + self.drop) / 2) & (u < self.flip_rate)
+        full = (rng.random(n) < 0.5).astype(float)
+        full[loss], full[gain] = 1.0, 0.0
+        other = full.copy()
+        other[loss], other[gain] = 0.0, 1.0
+        return full.tolist(), other.tolist()
+
+
+@dataclass(frozen=True)
+class ErrorRates:
+    """Verdict shares over replicates, with the standard error of each (binomial)."""
+
+    scenario: Scenario
+    replicates: int
+    within: float
+    beyond: float
+    undecided: float
+    mean_items: float
+
+    def standard_error(self, share: float) -> float:
+        return (share * (1 - share) / self.replicates) ** 0.5
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "scenario": asdict(self.scenario)}
+
+
+def race_error(
+    scenario: Scenario,
+    *,
+    start: int,
+    cap: int,
+    max_drop: float = 2.0,
+    tasks: int = 2,
+    replicates: int = 300,
+    growth: float = 2.0,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> ErrorRates:
+    """The verdicts of :func:`~poptune.evaluate.racing.race` (``start`` to ``cap`` items per task, ``tasks`` tasks)
+    on a configuration behaving as ``scenario``, over ``replicates`` seeded races; ``max_drop`` in points."""
+    import numpy as np
+
+    from poptune.evaluate.racing import RacingPolicy, race
+    from poptune.evaluate.suite import TaskRun
+    from poptune.evaluate.workload import Workload
+
+    names = [f"sim{i}" for i in range(tasks)]  # unknown to PRIMARY_METRIC: registered below as accuracy
+    workload = Workload({t: list(range(cap)) for t in names}, {t: [0] * cap for t in names})
+    policy = RacingPolicy(start=start, cap=cap, growth=growth)
+    rng = np.random.default_rng(seed)
+    counts = {"within budget": 0, "beyond budget": 0}
+    items = 0
+    with _simulated_tasks(names):
+        for _ in range(replicates):
+            drawn = {t: scenario.draw(rng, cap) for t in names}
+
+            def full(wanted: dict[str, int]) -> TaskRun:
+                return _run({t: drawn[t][0][: wanted[t]] for t in names})
+
+            def score(new: dict[str, list[int]]) -> TaskRun:
+                return _run({t: [drawn[t][1][i] for i in new[t]] for t in new}, {t: new[t] for t in new})
+
+            result = race(workload, policy, score=score, full=full, max_drop=max_drop, confidence=confidence)
+            counts[result.stopped] = counts.get(result.stopped, 0) + 1
+            items += sum(result.drop.items.values())
+    within, beyond = counts["within budget"] / replicates, counts["beyond budget"] / replicates
+    return ErrorRates(scenario, replicates, within, beyond, 1 - within - beyond, items / replicates)
+
+
+def _run(outcomes: dict[str, list[float]], indices: dict[str, list[int]] | None = None) -> Any:
+    from poptune.evaluate.suite import TaskRun
+
+    items = indices or {t: list(range(len(v))) for t, v in outcomes.items()}
+    return TaskRun({t: {"acc": sum(v) / len(v)} for t, v in outcomes.items() if v}, items, outcomes)
+
+
+class _simulated_tasks:
+    """Registers the simulated task names as accuracy tasks for the duration of a simulation."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+
+    def __enter__(self) -> None:
+        from poptune.evaluate.suite import PRIMARY_METRIC
+
+        for name in self.names:
+            PRIMARY_METRIC.setdefault(name, "acc")
+
+    def __exit__(self, *exc: Any) -> None:
+        from poptune.evaluate.suite import PRIMARY_METRIC
+
+        for name in self.names:
+            if PRIMARY_METRIC.get(name) == "acc":
+                del PRIMARY_METRIC[name]
