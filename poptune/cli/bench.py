@@ -33,10 +33,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--decode-tokens", type=int, default=16, help="new tokens per decode measurement (0: none)")
     add_prefill_chunk(parser)
-    add_precision(parser, repeats=5, max_pairs=60, max_seconds=20.0, stop="--repeats and --min-seconds")
+    add_precision(parser, repeats=6, max_pairs=60, max_seconds=20.0, stop="--repeats and --min-seconds")
     parser.add_argument("--min-seconds", type=float, default=1.0, help="least time per measurement (default: 1)")
     parser.add_argument("--order", choices=("alternate", "random", "fixed"), default="alternate",
-                        help="pair order: A-B then B-A in turn (default), seeded random, or POP first always")
+                        help="pair order: A-B then B-A in turn (default), blocks of both in a seeded random order, or "
+                             "POP first always")
     parser.add_argument("--no-null-check", action="store_true", help="skip the A/A (full against full) pair")
     parser.add_argument("--graphs", action="store_true",
                         help="time each side's prefill as a replayed CUDA graph, so a small model's rows time its "
@@ -135,16 +136,18 @@ def _print_null_check(result: Any) -> None:
         return
     if check.aa is not None:
         aa = check.aa
-        print(f"A/A check (full against full at {check.length}): {aa['speedup']:.3f} [{aa['lo']:.3f}, {aa['hi']:.3f}],"
-              f" {aa['pairs']} pairs")
+        level = f"{aa['confidence']:.0%} " if "confidence" in aa else ""
+        print(f"A/A check (full against full at {check.length}): {aa['speedup']:.3f} {level}[{aa['lo']:.3f}, "
+              f"{aa['hi']:.3f}], {aa['pairs']} pairs")
     load = result.provenance.get("load_start"), result.provenance.get("load_end")
     if check.noisy:
         print(f"TOO NOISY: the machine was too noisy to trust these speedups (load {load[0]} -> {load[1]}):")
         for reason in check.reasons:
             print(f"  {reason}")
     else:
-        print(f"null checks passed: no identical-work interval excludes 1 +- {check.tolerance:.0%} (load {load[0]} -> "
-              f"{load[1]})")
+        shown = f"A/A shown within 1 +- {check.aa['margin']:.0%}, " if check.aa and "margin" in check.aa else ""
+        print(f"null checks passed: {shown}no decode interval excludes 1 +- {check.tolerance:.0%} "
+              f"(load {load[0]} -> {load[1]})")
     wide = result.imprecise()
     if wide:
         listed = ", ".join(f"{label} +-{width:.1%}" for label, width in wide.items())

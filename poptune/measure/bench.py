@@ -4,8 +4,9 @@ With image sizes, the prompts are one image and a short question each (vision-la
 resolution, with the prompt's image-token count; the vision encoder is timed on both sides, as in real use.
 
 Both are timed as pairs (POP then full, full then POP, in turn) in one process on the same token ids, so
-drift in clocks or load hits both alike; the speedup is the median of per-pair ratios, with its 95% bootstrap
-interval, and pairs continue until that interval is +-2% of it (within caps). The ideal ratio from FLOPs
+drift in clocks or load hits both alike; the speedup is the median of per-pair ratios, with its 95%
+order-statistic interval (:mod:`poptune.measure.stats`), and pairs continue until that interval is +-2% of it
+(within caps; judged from 6 pairs on, on whole A-B/B-A blocks). The ideal ratio from FLOPs
 (:mod:`poptune.measure.flops`) is reported beside the measured one. Null checks
 (:mod:`poptune.measure.nullcheck`) say whether the machine was quiet enough to trust the figures.
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -30,7 +31,7 @@ from poptune.measure.energy import energy_per_call
 from poptune.measure.flops import assumption, prefill_flops, vision_flops
 from poptune.measure.graphs import DECODE_EAGER, capture
 from poptune.measure.hardware import fingerprint
-from poptune.measure.nullcheck import NullCheck, figures
+from poptune.measure.nullcheck import AA_PAIRS, NullCheck, aa_figures, figures
 from poptune.measure.nvml import NvmlDevice
 from poptune.measure.prefill import decode, prefill
 from poptune.measure.prompts import image_prompt_batch, prompt_batch
@@ -148,7 +149,8 @@ def _measure_row(run: _Row, prompt: _PromptRow, label: str) -> BenchRow:
 
 
 def _null_check(model: Any, prompt: _PromptRow, rows: list[BenchRow], spec: BenchSpec, timer: Timer) -> NullCheck:
-    """The run's null checks: an A/A pair at ``prompt`` (when asked for), every decode pair, the ideal check."""
+    """The run's null checks: an A/A pair at ``prompt`` (when asked for: at least :data:`AA_PAIRS` pairs, its
+    equivalence test), every decode pair, the ideal check."""
     aa = None
     if spec.null_check:
         inputs = prompt.inputs
@@ -156,7 +158,9 @@ def _null_check(model: Any, prompt: _PromptRow, rows: list[BenchRow], spec: Benc
         def full() -> Any:
             return prefill(model, inputs, None, spec.prefill_chunk)
 
-        aa = figures(measure_pair(full, full, timer=timer, policy=spec.policy))
+        policy = replace(spec.policy, min_repeats=max(AA_PAIRS, spec.policy.min_repeats), precision=None,
+                         max_repeats=max(AA_PAIRS, spec.policy.max_repeats))  # the test's power needs its pairs
+        aa = aa_figures(measure_pair(full, full, timer=timer, policy=policy))
     return NullCheck(length=prompt.length, aa=aa,
                      decode={row.length: figures(row.decode) for row in rows if row.decode is not None},
                      above_ideal=[row.length for row in rows if row.above_ideal])

@@ -22,7 +22,7 @@ from poptune.measure.energy import MIN_BLOCK_SECONDS, check_block_seconds
 from poptune.measure.hardware import HardwareRecord
 from poptune.measure.nullcheck import NullCheck, above_ideal
 from poptune.measure.records import PairRecord
-from poptune.measure.stats import MIN_BOOTSTRAP
+from poptune.measure.stats import MIN_JUDGED, MIN_PAIRS_95
 from poptune.measure.timer import RepeatPolicy
 from poptune.models.vision import ImageSize
 from poptune.segments import chunk_bounds
@@ -33,8 +33,9 @@ __all__ = ["DEFAULT_POLICY", "BenchSpec", "BenchRow", "BenchResult"]
 def _joules(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g} J"
 
-#: ``poptune bench``'s rule: at least 5 pairs and 1 s, then on until the interval is +-2% (60 pairs, 20 s at most).
-DEFAULT_POLICY = RepeatPolicy(warmup=1, min_repeats=5, min_seconds=1.0, max_repeats=60, precision=0.02,
+#: ``poptune bench``'s rule: at least 6 pairs (the fewest whose 95% interval reaches 95%) and 1 s, then on until
+#: the interval is +-2% (60 pairs, 20 s at most).
+DEFAULT_POLICY = RepeatPolicy(warmup=1, min_repeats=MIN_PAIRS_95, min_seconds=1.0, max_repeats=60, precision=0.02,
                               max_seconds=20.0)
 
 
@@ -47,8 +48,8 @@ class BenchSpec:
         batch_size: Prompts per forward.
         decode_tokens: New tokens per decode measurement (0 = prefill only); latency is per token.
         policy: Repeats per measurement (each repeat is one POP/full pair) and when to stop.
-        null_check: Also time an A/A pair (full against full) at the first length (see
-            :mod:`poptune.measure.nullcheck`).
+        null_check: Also time A/A pairs (full against full) at the first length, at least 16, for their
+            equivalence test (see :mod:`poptune.measure.nullcheck`).
         images: Image resolutions; when given, each row is a prompt of one image of that size and a short
             question (a vision-language model only) and ``lengths`` are not timed.
         graphs: Time each side's prefill as a replayed CUDA graph (CUDA only; see
@@ -118,7 +119,7 @@ class BenchRow:
     @property
     def above_ideal(self) -> bool:
         """Whether the prefill speedup is above the FLOPs ideal by more than its interval (from 3 pairs on)."""
-        return self.prefill.count >= MIN_BOOTSTRAP and above_ideal(self.prefill.speedup_ci[0], self.ideal)
+        return self.prefill.count >= MIN_JUDGED and above_ideal(self.prefill.speedup_ci[0], self.ideal)
 
     def energy_figures(self) -> dict[str, Any]:
         """Joules per prefill of each side (``energy_pop_j``, ``energy_full_j``), or None with ``energy_reason``."""

@@ -1,4 +1,5 @@
-"""Latency records: raw latencies of one callable, and of two timed as pairs, with their speedup interval."""
+"""Latency records: raw latencies of one callable, and of two timed as pairs, with their speedup interval
+(the order-statistic interval of the median ratio, :mod:`poptune.measure.stats`, with its actual coverage)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from poptune.errors import ConfigError
-from poptune.measure.stats import median_interval, relative_half_width
+from poptune.measure.stats import median_ci, median_interval, relative_half_width
 
 __all__ = ["ORDERS", "LatencyRecord", "PairRecord", "percentile"]
 
@@ -101,7 +102,8 @@ class LatencyRecord:
         return cls.from_dict(json.loads(text))
 
 
-#: Pair orders of :class:`RepeatPolicy`: A-B then B-A in turn, a seeded random order, or A first always.
+#: Pair orders of :class:`RepeatPolicy`: A-B then B-A in turn, blocks of both in a seeded random order, or A
+#: first always.
 ORDERS = ("alternate", "random", "fixed")
 
 
@@ -118,8 +120,8 @@ class PairRecord:
         order: Per pair, which ran first: ``"ab"`` or ``"ba"`` (empty for records made before it was kept).
         offsets_s: Per pair, its start in seconds after the timed loop started.
         started: Wall-clock start of the timed loop (Unix seconds), or None.
-        confidence: Level of :attr:`speedup_ci`.
-        seed: Seed of the bootstrap behind :attr:`speedup_ci`.
+        confidence: Level of :attr:`speedup_ci` (asked for; :attr:`speedup_coverage` is what it has).
+        seed: Seed the record was made with (its random pair order; the interval itself is exact).
     """
 
     a: LatencyRecord
@@ -160,9 +162,14 @@ class PairRecord:
 
     @property
     def speedup_ci(self) -> tuple[float, float]:
-        """The :attr:`confidence` interval of :attr:`speedup`, bootstrapped over pairs (seeded, see
-        :func:`poptune.measure.stats.median_interval`)."""
-        return median_interval(self.ratios, confidence=self.confidence, seed=self.seed)
+        """The :attr:`confidence` interval of :attr:`speedup`: two order statistics of the ratios (see
+        :func:`poptune.measure.stats.median_interval`; the ratios' range under 6 pairs at 95%)."""
+        return median_interval(self.ratios, confidence=self.confidence)
+
+    @property
+    def speedup_coverage(self) -> float:
+        """The actual coverage of :attr:`speedup_ci` (below :attr:`confidence` with too few pairs)."""
+        return median_ci(self.ratios, self.confidence).coverage
 
     @property
     def half_width(self) -> float:
@@ -170,12 +177,13 @@ class PairRecord:
         return relative_half_width(self.speedup_ci, self.speedup)
 
     def to_dict(self) -> dict[str, Any]:
-        """Returns both records, the pair order and times, plus the derived ratios, speedup and interval."""
+        """Returns both records, the pair order and times, plus the derived ratios, speedup, interval and its
+        coverage."""
         lo, hi = self.speedup_ci
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "order": list(self.order),
                 "offsets_s": list(self.offsets_s), "started": self.started, "ratios": self.ratios,
                 "speedup": self.speedup, "speedup_lo": lo, "speedup_hi": hi, "pairs": self.count,
-                "confidence": self.confidence, "seed": self.seed}
+                "confidence": self.confidence, "coverage": self.speedup_coverage, "seed": self.seed}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PairRecord:

@@ -3,7 +3,12 @@
 Every latency is in milliseconds. On CUDA each timed call is bracketed by a pair of CUDA events recorded on
 the current stream and the device is synchronised only when values are read (once, after the loop); on CPU
 the host clock (``time.perf_counter_ns``) brackets each call. The records live in
-:mod:`poptune.measure.records`, the bootstrap intervals in :mod:`poptune.measure.stats`.
+:mod:`poptune.measure.records`, the order-statistic intervals of the median in :mod:`poptune.measure.stats`.
+
+Two functions timed as pairs run in balanced blocks: each two consecutive pairs are A-B then B-A (in a random
+order, a seeded coin picks which comes first within each block), so load that drifts over a block hits both
+sides alike; a precision rule judges the interval only on complete blocks, and never on fewer pairs than can
+reach its confidence (:func:`~poptune.measure.stats.pairs_for`: 6 at 95%).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from poptune import progress
 from poptune.device import resolve_device
 from poptune.errors import ConfigError
 from poptune.measure.records import ORDERS, LatencyRecord, PairRecord, percentile
-from poptune.measure.stats import MIN_BOOTSTRAP, median_interval, relative_half_width
+from poptune.measure.stats import median_interval, pairs_for, relative_half_width
 
 __all__ = [
     "ORDERS",
@@ -50,11 +55,15 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 class RepeatPolicy:
     """How often to call a function (or a pair) when timing it: the one stopping rule of poptune.
 
-    After ``warmup`` untimed rounds (and on until ``warmup_seconds`` passed, so a GPU's clocks ramp up), timed rounds continue until ``min_repeats`` rounds were made, ``min_seconds``
-    of host wall-clock time passed since the first timed round and, with ``precision``, the 95% interval of the
-    median (of per-pair ratios for a pair; of latencies for one function) is no wider than ``+-precision``
-    of it -- but never beyond ``max_repeats`` rounds or ``max_seconds``. On CUDA the wall clock counts host
-    time, which may run ahead of the GPU by the launch queue (a precision check synchronises).
+    After ``warmup`` untimed rounds (and on until ``warmup_seconds`` passed, so a GPU's clocks ramp up), timed
+    rounds continue until ``min_repeats`` rounds were made, ``min_seconds`` of host wall-clock time passed since
+    the first timed round and, with ``precision``, the ``confidence`` interval of the median (of per-pair ratios
+    for a pair; of latencies for one function) is no wider than ``+-precision`` of it -- but never beyond
+    ``max_repeats`` rounds or ``max_seconds``. With ``precision`` the interval is judged from
+    ``pairs_for(confidence)`` rounds on (6 at 95%: fewer cannot reach the confidence, see
+    :mod:`poptune.measure.stats`), and for a pair in ``alternate`` or ``random`` order only after a complete
+    A-B/B-A block. On CUDA the wall clock counts host time, which may run ahead of the GPU by the launch queue
+    (a precision check synchronises).
 
     Attributes:
         warmup: Untimed rounds first (compilation, caches, clock ramp-up).
@@ -64,9 +73,10 @@ class RepeatPolicy:
         max_repeats: Most timed rounds; wins over every other condition.
         precision: Relative half-width to reach (0.02 = +-2%), or None to stop at the minimums.
         max_seconds: Most seconds of the timed loop while chasing ``precision`` (None: no time cap).
-        order: Pair order: ``alternate`` (A-B, B-A, ...), ``random`` (seeded) or ``fixed`` (A first always).
-        seed: Seed of a random order and of the bootstrap.
-        confidence: Level of the intervals.
+        order: Pair order: ``alternate`` (A-B, B-A, ...), ``random`` (blocks of A-B and B-A, which first a
+            seeded coin says) or ``fixed`` (A first always).
+        seed: Seed of a random order.
+        confidence: Level of the intervals (order-statistic intervals of the median: exact, not seeded).
     """
 
     warmup: int = 2
@@ -182,13 +192,14 @@ def _call(fn: Timed, timer: Timer) -> object:
 
 
 def _orders(policy: RepeatPolicy, count: int) -> list[str]:
-    """The order of each of ``count`` pairs: ``"ab"`` or ``"ba"``."""
+    """The order of each of ``count`` pairs: ``"ab"`` or ``"ba"``, in balanced blocks of two unless ``fixed``."""
     if policy.order == "fixed":
         return ["ab"] * count
     if policy.order == "alternate":
         return ["ab" if i % 2 == 0 else "ba" for i in range(count)]
     rng = random.Random(policy.seed)
-    return [rng.choice(("ab", "ba")) for _ in range(count)]
+    blocks = [("ab", "ba") if rng.random() < 0.5 else ("ba", "ab") for _ in range((count + 1) // 2)]
+    return [order for block in blocks for order in block][:count]
 
 
 def _precise(values: list[list[float]], policy: RepeatPolicy) -> bool:
@@ -223,8 +234,10 @@ def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> _Rounds
     timer.synchronize()  # so the timed loop's wall clock does not start with warm-up work still queued
     pending: list[list[object]] = [[] for _ in fns]
     min_ns = policy.min_seconds * 1e9
-    # An interval needs a few pairs before its width means anything (under MIN_BOOTSTRAP it is their range).
-    least = max(policy.min_repeats, MIN_BOOTSTRAP) if policy.precision is not None else policy.min_repeats
+    least = policy.min_repeats
+    if policy.precision is not None:  # fewer pairs' interval is their range, short of its confidence
+        least = max(least, pairs_for(policy.confidence))
+    blocks = len(fns) == 2 and policy.order != "fixed"  # judge a pair's interval on whole A-B/B-A blocks
     max_ns = None if policy.max_seconds is None else policy.max_seconds * 1e9
     started, start = time.time(), timer.now_ns()
     offsets: list[float] = []
@@ -241,6 +254,8 @@ def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> _Rounds
             continue
         if policy.precision is None or (max_ns is not None and elapsed >= max_ns):
             break
+        if blocks and rounds % 2:
+            continue
         if _precise([timer.read(bucket) for bucket in pending], policy):
             break
     used = [o if len(fns) > 1 else "ab" for o in orders[:rounds]]
@@ -267,11 +282,13 @@ def measure_pair(
 ) -> PairRecord:
     """Times ``fn_a`` and ``fn_b`` as pairs, one right after the other, so drift in clocks or load hits both alike.
 
-    Pairs alternate A-B, B-A (``policy.order``: or a seeded random order, or A first always), so neither side
-    always runs second on a warmer cache; warm-up pairs follow the same order. A repeat of the policy is one
-    pair; with ``policy.precision`` pairs continue until the interval of the speedup is that narrow (within the
-    caps). The result's ``speedup`` is the median of per-pair ``b / a``: pass the POP configuration as A and the
-    full model as B. Each pair's order and start time are kept in the record.
+    Pairs run in balanced blocks, A-B then B-A (``policy.order``: or each block's order by a seeded coin, or A
+    first always), so neither side always runs second on a warmer cache and load drifting over a block hits
+    both alike; warm-up pairs follow the same order. A repeat of the policy is one pair; with
+    ``policy.precision`` pairs continue until the interval of the speedup is that narrow (judged on whole
+    blocks, from ``pairs_for(policy.confidence)`` pairs on, within the caps). The result's ``speedup`` is the
+    median of per-pair ``b / a``: pass the POP configuration as A and the full model as B. Each pair's order and
+    start time are kept in the record.
     """
     policy = policy or RepeatPolicy()
     rounds = _repeat([fn_a, fn_b], timer, policy)

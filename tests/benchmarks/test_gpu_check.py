@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from poptune.measure.nullcheck import AA_PAIRS
+
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -40,7 +42,7 @@ def test_tiny_check_writes_every_record(gpu_check, tmp_path: Path, capsys: pytes
         assert row["kernels"] is None and row["launch_bound"] is None and "no GPU kernels" in row["reason"]
         assert row["timing"] == "eager"
     null = data["null_checks"]
-    assert null["aa"]["pairs"] == 3 and null["decode"]["pairs"] == 3
+    assert null["aa"]["pairs"] == AA_PAIRS and null["decode"]["pairs"] == 3  # the A/A test takes its own pairs
     scores = data["scores"]
     assert scores["status"] == "PASS" and scores["items"] == 50 and scores["max_abs_diff"] <= 1e-3
     assert len(data["benches"]) == 1 + 2 + 1 + 1  # null checks, tiny-llama per batch, tiny-gemma3, tiny-qwen3-vl

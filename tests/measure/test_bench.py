@@ -7,6 +7,7 @@ import pytest
 from poptune import ConfigError, PopConfig, load_model
 from poptune.measure import RepeatPolicy
 from poptune.measure.bench import BenchResult, BenchSpec, run_bench
+from poptune.measure.nullcheck import AA_PAIRS
 from poptune.measure.prompts import prompt_batch
 
 FAST = RepeatPolicy(warmup=0, min_repeats=2, min_seconds=0.0)
@@ -100,7 +101,9 @@ def test_bench_records_intervals_null_checks_and_provenance(tiny):
     assert row["decode_speedup_lo"] <= row["decode_speedup"] <= row["decode_speedup_hi"] and row["decode_pairs"] == 2
     assert row["prefill"]["order"] == ["ab", "ba"] and len(row["prefill"]["offsets_s"]) == 2
     check = data["null_check"]
-    assert check["length"] == 16 and check["aa"]["pairs"] == 2 and set(check["decode"]) == {"16"}
+    # The A/A pairs are as many as their equivalence test needs, whatever the policy's minimum.
+    assert check["length"] == 16 and check["aa"]["pairs"] == AA_PAIRS and set(check["decode"]) == {"16"}
+    assert check["aa"]["confidence"] == pytest.approx(0.90) and isinstance(check["aa"]["equivalent"], bool)
     assert data["noisy"] == check["noisy"] == bool(check["reasons"])
     prov = data["provenance"]
     assert {"command", "poptune", "git_commit", "weights_fingerprint", "attn_implementation", "dtype",

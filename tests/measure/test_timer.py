@@ -280,7 +280,8 @@ def test_interval_of_a_pair_brackets_its_speedup_and_narrows_with_pairs() -> Non
     assert mhi - mlo < hi - lo
     assert mlo < 1.5 < mhi
     assert pair_of(many).speedup_ci == (mlo, mhi)  # seeded: the same samples give the same interval
-    assert pair_of([2.0, 3.0]).speedup_ci == (2.0, 3.0)  # under 3 pairs: the range
+    assert pair_of([2.0, 3.0]).speedup_ci == (2.0, 3.0)  # under 6 pairs: the range, with less coverage
+    assert pair_of([2.0, 3.0]).speedup_coverage == 0.5 and pair_of(few).speedup_coverage >= 0.95
     data = pair_of(few).to_dict()
     assert (data["speedup_lo"], data["speedup_hi"], data["pairs"]) == (lo, hi, 8)
 
@@ -298,9 +299,10 @@ def test_precision_rule_stops_once_the_interval_is_narrow_enough() -> None:
     loose = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, max_repeats=500, precision=0.05), 0.4)
     tight = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, max_repeats=500, precision=0.02), 0.4)
     assert loose.half_width <= 0.05 and tight.half_width <= 0.02
-    assert 3 <= loose.count < tight.count < 500
-    # One pair less and the interval was still too wide: the loop stopped at the first precise round.
-    shorter = PairRecord(a=LatencyRecord(tight.a.values_ms[:-1]), b=LatencyRecord(tight.b.values_ms[:-1]))
+    assert 6 <= loose.count < tight.count < 500
+    # Judged on whole A-B/B-A blocks: an even count, and one block less the interval was still too wide.
+    assert loose.count % 2 == tight.count % 2 == 0
+    shorter = PairRecord(a=LatencyRecord(tight.a.values_ms[:-2]), b=LatencyRecord(tight.b.values_ms[:-2]))
     assert shorter.half_width > 0.02
 
 
@@ -310,9 +312,63 @@ def test_precision_rule_respects_the_caps() -> None:
     timed = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, max_seconds=0.5, precision=0.001), 0.4)
     assert timed.count == 17  # pairs of ~30 ms: the 0.5 s cap is passed after the 17th
     exact = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=3, min_seconds=0.0, precision=0.02), 0.0)
-    assert exact.count == 3  # identical ratios: the interval has no width at the minimum
+    assert exact.count == 6  # identical ratios: no width, but judged only from the 6 pairs a 95% interval needs
 
 
 def test_precision_rule_never_stops_on_too_few_pairs_to_judge() -> None:
     one = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=1, min_seconds=0.0, precision=0.02), 0.0)
-    assert one.count == 3  # a single pair's "interval" has no width; three are the least judged
+    assert one.count == 6  # fewer pairs' "interval" is their range, short of 95%: six are the least judged
+    clock = FakeClock()
+    single = measure(lambda: clock.advance_ms(10.0), timer=Timer("cpu", clock=clock),
+                     policy=RepeatPolicy(warmup=0, min_repeats=1, min_seconds=0.0, precision=0.02, confidence=0.9))
+    assert single.count == 5  # 90% is reached from five values (1 - 2 * 0.5**5 = 0.94), and one function has no blocks
+    odd = _noisy_pair(RepeatPolicy(warmup=0, min_repeats=7, min_seconds=0.0, precision=0.02), 0.0)
+    assert odd.count == 8  # a pair's interval is judged on whole blocks: the seventh pair's block is completed
+
+
+@pytest.mark.parametrize("order", ["alternate", "random"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_pairs_run_in_balanced_ab_ba_blocks_and_record_the_order_they_ran(order: str, seed: int) -> None:
+    clock = FakeClock()
+    log: list[str] = []
+
+    def side(name: str):
+        def call() -> None:
+            log.append(name)
+            clock.advance_ms(1.0)
+        return call
+
+    pair = measure_pair(side("A"), side("B"), timer=Timer("cpu", clock=clock),
+                        policy=RepeatPolicy(warmup=0, min_repeats=12, min_seconds=0.0, order=order, seed=seed))
+    assert all(sorted(pair.order[i:i + 2]) == ["ab", "ba"] for i in range(0, 12, 2))  # each block: one of each
+    assert "".join(log) == "".join("AB" if o == "ab" else "BA" for o in pair.order)  # the order kept is the order run
+    if order == "alternate":
+        assert pair.order == ["ab", "ba"] * 6
+
+
+def test_random_blocks_differ_by_seed_in_which_comes_first() -> None:
+    def orders(seed: int) -> list[str]:
+        clock = FakeClock()
+        return measure_pair(lambda: clock.advance_ms(1.0), lambda: clock.advance_ms(1.0),
+                            timer=Timer("cpu", clock=clock),
+                            policy=RepeatPolicy(warmup=0, min_repeats=40, min_seconds=0.0, order="random",
+                                                seed=seed)).order
+
+    firsts = [orders(3)[i] for i in range(0, 40, 2)]
+    assert set(firsts) == {"ab", "ba"} and orders(3) == orders(3) != orders(5)
+
+
+def test_balanced_blocks_cancel_a_drifting_load_that_a_fixed_order_does_not() -> None:
+    def drifting(order: str) -> PairRecord:
+        clock = FakeClock()
+        calls = [0]
+
+        def identical() -> None:  # identical work whose every call is 1% slower than the one before
+            clock.advance_ms(10.0 * 1.01 ** calls[0])
+            calls[0] += 1
+
+        return measure_pair(identical, identical, timer=Timer("cpu", clock=clock),
+                            policy=RepeatPolicy(warmup=0, min_repeats=12, min_seconds=0.0, order=order))
+
+    assert drifting("fixed").speedup == pytest.approx(1.01, abs=1e-4)  # B always second, always 1% slower: a false 1%
+    assert drifting("alternate").speedup == pytest.approx(1.0, abs=1e-4)  # 1.01 and 1/1.01 in turn: median ~1

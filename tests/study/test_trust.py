@@ -8,7 +8,10 @@ import pytest
 
 from poptune import PopConfig, store
 from poptune.env import TuningProblem
+from poptune.measure.nullcheck import AA_PAIRS
+from poptune.measure.stats import MIN_PAIRS_95
 from poptune.tune.space import all_configs, config_of_trial, params_of
+from poptune.tune.trust import CONFIRM_PAIRS, CONFIRM_ROUNDS, record_aa_check
 from poptune.tune.study import StudySpec, run_study
 
 from .fakes import LAYERS, FakeEvaluator, ideal, pair, problem, quiet_timing  # noqa: F401  (fixtures)
@@ -67,6 +70,7 @@ def test_noisy_middle_trials_are_marked_remeasured_and_kept_off_the_front(proble
     assert not {r.trial for r in front} & {t.number for t in noisy}
     checks = study.user_attrs["null_checks"]
     assert [c["when"] for c in checks] == ["start", "end"] and not any(c["noisy"] for c in checks)
+    assert all(c["pairs"] == AA_PAIRS and c["equivalent"] and c["margin"] == 0.05 for c in checks)
     (run,) = study.user_attrs["runs"]
     assert {"command", "poptune", "git_commit", "weights_fingerprint", "attn_implementation", "dtype",
             "torch_threads", "thread_env", "load_start", "load_end"} <= set(run)
@@ -96,15 +100,35 @@ def test_confirmation_pass_retimes_the_front_together_and_the_front_reads_it(pro
     confirmation = study.user_attrs["confirmation"]
     unconfirmed = store.front(study, confirmed=False)
     assert set(confirmation["trials"]) == {str(r.trial) for r in unconfirmed}
-    assert confirmation["rounds"] == 3 and all(f["pairs"] == 15 for f in confirmation["trials"].values())
+    pairs = CONFIRM_ROUNDS * CONFIRM_PAIRS
+    assert CONFIRM_PAIRS % 2 == 0 and pairs >= MIN_PAIRS_95  # whole A-B/B-A blocks a round, a 95% interval at 95%
+    assert confirmation["rounds"] == CONFIRM_ROUNDS
+    assert all(f["pairs"] == pairs for f in confirmation["trials"].values())
     # Interleaved: each round timed every front configuration once, in the same order (after the start A/A).
     front_configs = [config_of_trial(study.trials[r], LAYERS) for r in map(int, confirmation["trials"])]
-    timed = quiet_timing[1:1 + 3 * len(front_configs)]
-    assert timed == front_configs * 3
+    timed = quiet_timing[1:1 + CONFIRM_ROUNDS * len(front_configs)]
+    assert timed == front_configs * CONFIRM_ROUNDS
     for row in store.front(study):
         fig = confirmation["trials"][str(row.trial)]
-        assert row.confirmed and row.speedup == fig["speedup"] and row.pairs == 15
+        assert row.confirmed and row.speedup == fig["speedup"] and row.pairs == pairs
         assert row.prefill_ms == pytest.approx(study.user_attrs["reference_prefill_ms"] / fig["speedup"])
+
+
+@pytest.mark.parametrize(("ratios", "noisy"), [
+    ([0.42, 0.75, 0.90, 1.02, 1.08], True),  # the spread of the A/A that passed as 0.904 [0.420, 1.081]
+    ([1.0 + 0.01 * ((i % 5) - 2) for i in range(7)], False),  # quiet: within +-2%
+])
+def test_the_aa_check_flags_a_run_whose_pairs_do_not_show_equivalence(problem, monkeypatch, ratios, noisy):
+    def timed(evaluator, config, pairs, warmup, lengths=None):
+        assert config == PopConfig(skip=0) and pairs == AA_PAIRS
+        return {16: (pair([ratios[i % len(ratios)] for i in range(pairs)]), 1.0)}
+
+    monkeypatch.setattr("poptune.tune.trust._time", timed)
+    study = optuna.create_study()
+    entry = record_aa_check(study, FakeEvaluator(problem), "start")
+    assert entry["noisy"] is noisy and entry["equivalent"] is not noisy and bool(entry["reasons"]) is noisy
+    assert entry["pairs"] == AA_PAIRS and entry["confidence"] == 0.9 and entry["lo"] <= entry["speedup"] <= entry["hi"]
+    assert study.user_attrs["null_checks"] == [entry]
 
 
 def test_a_configuration_confirmed_above_its_ideal_leaves_the_front(problem, tmp_path, monkeypatch):
