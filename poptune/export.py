@@ -28,15 +28,22 @@ FORMAT = "poptune-config/1"
 
 
 def best_within_budget(study: Any, max_drop: float) -> Any:
-    """The fastest Pareto-optimal POP trial whose accuracy drop is at most ``max_drop`` points at 95%.
+    """The fastest POP configuration whose accuracy drop is at most ``max_drop`` points at 95%.
 
-    A trial with a paired interval is within the budget when the interval's upper end is; an old trial
-    without one, when its point estimate is. The front is :func:`poptune.store.front.front`'s: trials marked noisy
-    and configurations confirmed above their FLOPs ideal are not on it; confirmed figures replace a trial's own.
+    Where the study certified its front on fresh items (:mod:`poptune.tune.certify`), only the certification's
+    rows count, with their fresh items' interval: a drop measured on the items that selected it is not a
+    verdict. A study stored before certification falls back to its front (:func:`poptune.store.front.front`:
+    trials marked noisy and configurations confirmed above their FLOPs ideal are not on it), a trial within the
+    budget when its interval's upper end is (an old trial without one: its point estimate).
     """
     if max_drop < 0:
         raise ConfigError(f"`max_drop` must be >= 0 accuracy points, got {max_drop}")
-    rows = [r for r in store.front(study) if r.method == "pop" and (r.drop if r.drop_hi is None else r.drop_hi) <= max_drop]
+    def within(rows: list[Any]) -> list[Any]:
+        return [r for r in rows if r.method == "pop" and (r.drop if r.drop_hi is None else r.drop_hi) <= max_drop]
+
+    rows = within([r for r in store.certified(study) if r.verdict != "not certified"])
+    if not rows:  # nothing certified within this budget: the search's front, said so in the export's `verdict`
+        rows = within(store.front(study))
     if not rows:
         raise ConfigError(f"no configuration of study {study.study_name!r} is within {max_drop} points of the full model")
     return min(rows, key=lambda r: (r.prefill_ms, r.drop, r.trial))
@@ -72,6 +79,7 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "drop_ci": [row.drop_lo, row.drop_hi] if row.drop_hi is not None else None,
             "items": row.items,
             "max_drop": max_drop,
+            "verdict": row.verdict or "not certified: its drop was measured on the search's items, which selected it",
             "target_length": trial.target_length,
             "latency": trial.latency,
             "accuracy_per_task": trial.accuracy,

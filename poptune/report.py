@@ -22,7 +22,8 @@ from poptune.store.trials import StoredTrial
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["Reference", "references", "undecided", "front_table", "summary_markdown", "front_plot", "write_report"]
+__all__ = ["Reference", "references", "undecided", "front_table", "verdict_table", "verdict_line", "summary_markdown",
+           "front_plot", "write_report"]
 
 #: What the embedded tasks are (the real tasks are named by their lm-eval names).
 _TASKS = {"passkey": "synthetic passkey retrieval", "kv_recall": "synthetic key-value recall"}
@@ -92,9 +93,9 @@ def _status(row: FrontRow, trial: StoredTrial, confirmed: dict[str, Any] | None,
     if any(r.trial == row.trial for r in front):
         return "on the front"
     reasons = []
-    if not row.feasible and budget is not None:
-        upper = row.drop_hi if row.drop_hi is not None else row.drop
-        reasons.append(f"drop's 95% upper bound {upper:+.2f} > budget {budget:.2f} points")
+    if not row.feasible and budget is not None:  # the search rejects on the lower end (poptune.tune.objective)
+        lower = row.drop_lo if row.drop_lo is not None else row.drop
+        reasons.append(f"drop's 95% lower bound {lower:+.2f} > budget {budget:.2f} points")
     if (confirmed or {}).get("above_ideal") or (confirmed is None and trial.noisy):
         reasons.append("a null check failed on its timing (noisy)")
     better = [r for r in front if r.prefill_ms <= row.prefill_ms and r.accuracy >= row.accuracy]
@@ -119,9 +120,10 @@ def undecided_line(rows: list[FrontRow], budget: float | None) -> str:
     if not rows:
         return ""
     named = "; ".join(f"{_label(r)} {r.speedup:.2f}x, drop {r.drop:+.2f} [{r.drop_lo:+.2f}, {r.drop_hi:+.2f}] on "
-                      f"{r.items} items" for r in rows)
-    return (f"undecided at the item cap (the drop's interval contains the budget of {budget:g} points; a larger "
-            f"--limit would decide them): {named}")
+                      f"{r.items} items" for r in rows[:4])
+    more = f"; and {len(rows) - 4} more" if len(rows) > 4 else ""
+    return (f"undecided by the search at its item cap (the drop's interval contains the budget of {budget:g} "
+            f"points): {named}{more}")
 
 
 _COLUMNS = ("trial", "configuration", "speedup [95% CI]", "pairs", "ideal", "TTFT ms", "full ms", "objective ms",
@@ -174,6 +176,41 @@ def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_m
         lines += [f"{fmt(cells)}  {ref.name}: {ref.status}" for ref, cells in extra]
         lines += [f"  {ref.name}: {ref.status}" for ref in refs if ref.row is None]
     return "\n".join(lines + notes)
+
+
+def verdict_table(rows: list[FrontRow], *, reference_ms: float | None = None, markdown: bool = False) -> str:
+    """The certified candidates as :func:`front_table` rows with their verdict as the last column."""
+    table = front_table(rows, reference_ms=reference_ms, markdown=markdown).splitlines()
+    head, body = (2, len(rows)) if markdown else (1, len(rows))
+    if markdown:
+        table[0] += " verdict |"
+        table[1] += "---|"
+        lines = table[:head] + [line + f" {r.verdict} |" for line, r in zip(table[head:head + body], rows)]
+    else:
+        lines = [table[0] + "  verdict"] + [line + f"  {r.verdict}" for line, r in zip(table[1:1 + body], rows)]
+    return "\n".join(lines + table[head + body:])
+
+
+def verdict_line(study: "optuna.Study") -> str:
+    """What the certification decided, in one line: the fastest configuration certified within the budget."""
+    record = study.user_attrs.get("certification")
+    budget = budget_of(study)
+    if budget is None:
+        return "no accuracy budget: nothing to certify"
+    if not record:
+        return "not certified: the study has no certification on fresh items (a run with trials to measure makes one)"
+    rows = store.certified(study)
+    within = [r for r in rows if r.verdict == "certified within"]
+    if within:
+        best = within[0]
+        return (f"verdict: {_label(best)} is certified within the budget of {budget:g} points at "
+                f"{100 * record['confidence']:.1f}% on {best.items} fresh items (drop {best.drop:+.2f} "
+                f"[{best.drop_lo:+.2f}, {best.drop_hi:+.2f}]), {best.speedup:.2f}x faster to the first token")
+    if not rows:
+        return f"verdict: no configuration faster than the full model was a candidate within {budget:g} points"
+    return (f"verdict: no configuration is certified within the budget of {budget:g} points; "
+            + "; ".join(f"{_label(r)}: {r.verdict}" for r in rows)
+            + " (a larger --certify or the thorough preset scores more fresh items)")
 
 
 def _plot_point(row: FrontRow) -> Any:
@@ -236,7 +273,9 @@ def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
              f"- model: {attrs.get('model')} (weights {str(attrs.get('weights_fingerprint', ''))[:24]}), "
              f"{attrs.get('num_layers')} layers; hardware: {attrs.get('hardware', {}).get('hardware_id')}",
              *_workload_lines(study),
-             f"- accuracy budget: " + (f"drop's 95% upper bound <= {budget:g} points" if budget is not None else "none"),
+             f"- accuracy budget: " + (f"drop's 95% upper bound <= {budget:g} points, certified on fresh items "
+                                       "(anytime-valid confidence sequence, see docs/statistics.md)"
+                                       if budget is not None else "none"),
              f"- {len(measured)} configurations measured ({len(trials)} completed trials with answers from storage "
              "and re-measures)"]
     for i, run in enumerate(attrs.get("runs", []), 1):
@@ -245,7 +284,11 @@ def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
         lines.append(f"- run {i}: {_duration(run)}; `{command}`; load {run.get('load_start')} -> {run.get('load_end')}")
     if "state_reuse_check" in attrs:
         lines.append(f"- state reuse check: max abs logit difference {attrs['state_reuse_check']['max_abs_logit_diff']:.1e}")
-    lines += ["", "## Front" + (" (within the budget)" if budget is not None else ""), "",
+    certified = store.certified(study)
+    lines += ["", "## Verdict: the front's candidates certified on fresh items", "", verdict_line(study), "",
+              *([verdict_table(certified, reference_ms=store.reference_ms(study), markdown=True), ""] if certified
+                else []),
+              "## Search front (not a verdict: drops on the items that selected them)", "",
               front_table(rows, refs, reference_ms=store.reference_ms(study), markdown=True), "",
               *([f"- {line}", ""] if (line := undecided_line(undecided(study), budget)) else []),
               "## Null checks (full model against itself)", ""]

@@ -156,6 +156,10 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, help="items per task at most: accuracy is raced in rounds until the drop's "
                         f"interval is decided, up to this cap (default: the preset's; standard: {STANDARD.limit}, "
                         f"{STANDARD.long_limit} on the long-prompt pack)")
+    parser.add_argument("--certify", type=int, default=None,
+                        help="after the search, items per task at most on which the front's fastest candidates are "
+                        f"certified on fresh items (default: the preset's; standard: {STANDARD.certify}, "
+                        f"{STANDARD.long_certify} on the long-prompt pack; 0: no certification)")
     parser.add_argument("--items", type=int, help="items per task in the first round (default: the preset's; "
                         f"standard: {STANDARD.items})")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
@@ -221,6 +225,7 @@ def problem(args: argparse.Namespace) -> Any:
         check_data(directory, real)
     size = preset_of(args)
     limit = size.limit if args.limit is not None else size.limit_for(tasks)  # an explicit --limit wins
+    certify = args.certify if getattr(args, "certify", None) is not None else size.certify_for(tasks)
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes
@@ -238,7 +243,7 @@ def problem(args: argparse.Namespace) -> Any:
         image=image, data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
         dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=size.items,
         precision=args.precision or None, max_pairs=max(size.max_pairs, args.repeats), max_seconds=size.max_seconds,
-        kv=tuple(part.strip() for part in args.kv.split(",") if part.strip()),
+        kv=tuple(part.strip() for part in args.kv.split(",") if part.strip()), certify_limit=certify,
     )
 
 

@@ -200,13 +200,20 @@ def _report(study: Any, spec: Any, *, complete_already: bool) -> None:
               "nothing to measure; `--add N` measures N more")
     budget = report.budget_of(study)
     print(f"study {study.study_name}: {len(measured)} measured configurations ({len(trials)} completed trials with "
-          "answers from storage and re-measures); Pareto front"
-          + (f" within the budget (drop's 95% upper bound <= {budget:g} points):" if budget is not None else ":"))
+          "answers from storage and re-measures); search front (not yet a verdict: drops on the items that "
+          "selected them" + (f"; rows not rejected by the budget of {budget:g} points):" if budget is not None else "):"))
     rows = store.front(study)
     print(report.front_table(rows, report.references(study, rows), reference_ms=store.reference_ms(study)))
     line = report.undecided_line(report.undecided(study), budget)
     if line:
         print(line)
+    certified = store.certified(study)
+    if certified:
+        record = study.user_attrs["certification"]
+        print(f"certified on fresh items (no trial scored them; drop's interval at {100 * record['confidence']:.1f}%, "
+              "valid at every look):")
+        print(report.verdict_table(certified, reference_ms=store.reference_ms(study)))
+    print(report.verdict_line(study))
     noisy = [t.number for t in measured if t.noisy]
     if noisy:
         print(f"noisy trials (a null check failed; left off the front, measured again): {noisy}")

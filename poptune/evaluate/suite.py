@@ -167,6 +167,15 @@ class TaskRun:
         scores = {t: {PRIMARY_METRIC[t]: sum(v) / len(v)} for t, v in outcomes.items() if v}
         return TaskRun(scores, items, outcomes)
 
+    def tail(self, start: int) -> "TaskRun":
+        """The items from position ``start`` on of each task (aggregates: the primary metric's mean)."""
+        if not start:
+            return self
+        items = {t: v[start:] for t, v in self.items.items()}
+        outcomes = {t: v[start:] for t, v in self.outcomes.items()}
+        scores = {t: {PRIMARY_METRIC[t]: sum(v) / len(v)} for t, v in outcomes.items() if v}
+        return TaskRun(scores, items, outcomes)
+
     def to_dict(self) -> dict[str, Any]:
         return {"scores": self.scores, "items": self.items,
                 "outcomes": {t: [round(v, 6) for v in vs] for t, vs in self.outcomes.items()}}

@@ -66,6 +66,12 @@ class Workload:
     def size(self, task: str) -> int:
         return len(self.order[task])
 
+    def after(self, start: int) -> "Workload":
+        """The items from position ``start`` on of every task's order: items a search's first ``start`` never
+        scored (a certification's fresh items)."""
+        return Workload({t: o[start:] for t, o in self.order.items()}, {t: n[start:] for t, n in self.tokens.items()},
+                        dict(self.skipped), self.synthetic_lengths, self.seed)
+
     def latency_points(self, count: int | None, points: int = 3) -> list[tuple[int, float]]:
         """Prompt lengths to time and the share of scored prompts each stands for.
 

@@ -8,7 +8,7 @@
 - :mod:`~poptune.store.front`: a study's Pareto front of POP configurations.
 """
 
-from poptune.store.front import FrontRow, front, pareto
+from poptune.store.front import FrontRow, certified, front, pareto
 from poptune.store.measurement import POP, Measurement, method_of
 from poptune.store.studies import (
     HEARTBEAT_S,
@@ -35,7 +35,7 @@ from poptune.store.urls import DEFAULT_STORAGE, is_server, public_url, study_nam
 
 __all__ = [
     "DEFAULT_STORAGE", "HEARTBEAT_S", "MAX_RETRY", "POP", "RETRY_S", "FrontRow", "Measurement", "StoredTrial",
-    "check_storage", "completed", "confirmations", "front", "is_answer", "is_pop", "is_server", "latency_objective",
+    "certified", "check_storage", "completed", "confirmations", "front", "is_answer", "is_pop", "is_server", "latency_objective",
     "load_study",
     "measured_table", "method_of", "open_reader", "open_storage", "pareto", "public_url", "reference_ms",
     "sole_sqlite_worker", "study_name", "study_names",

@@ -11,7 +11,7 @@ from poptune.store.trials import StoredTrial, completed, confirmations, latency_
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["FrontRow", "front", "pareto", "trusted"]
+__all__ = ["FrontRow", "certified", "front", "pareto", "trusted"]
 
 
 def pareto(trials: list["optuna.trial.FrozenTrial"]) -> list["optuna.trial.FrozenTrial"]:
@@ -55,6 +55,7 @@ class FrontRow:
     ttft_ms: float | None = None
     full_ttft_ms: float | None = None
     kv: str = "own"
+    verdict: str | None = None
 
     @property
     def config(self) -> PopConfig:
@@ -145,3 +146,24 @@ def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
 
     best = [r for r in candidates if not any(dominates(o, r) for o in candidates)]
     return sorted(best, key=lambda r: (r.prefill_ms, -r.accuracy, r.trial))
+
+
+def certified(study: "optuna.Study") -> list[FrontRow]:
+    """The certification's candidates (study attribute ``certification``, :mod:`poptune.tune.certify`), fastest
+    first, each with its verdict and with the drop, interval and items of the fresh items that decided it (its
+    speed stays the confirmed or trial's figure). Empty where the study has no certification."""
+    from dataclasses import replace
+
+    record = study.user_attrs.get("certification", {})
+    figures = confirmations(study)
+    reference = reference_ms(study)
+    rows = []
+    for entry in record.get("candidates", []):
+        trial = StoredTrial.of(study.trials[int(entry["trial"])])
+        row = FrontRow.from_trial(trial, figures.get(str(trial.number)), reference)
+        drop = entry.get("drop")
+        if drop is not None:  # accuracy: the reference minus the fresh items' drop, as the search's is
+            row = replace(row, drop=float(drop["mean"]), drop_lo=float(drop["lo"]), drop_hi=float(drop["hi"]),
+                          items=int(entry["items"]), accuracy=row.accuracy + (row.drop - float(drop["mean"])) / 100)
+        rows.append(replace(row, verdict=str(entry["verdict"])))
+    return rows

@@ -137,6 +137,11 @@ class Measurement:
         return float(self.drop["hi"]) if self.drop is not None else self.drop_points
 
     @property
+    def drop_lower(self) -> float:
+        """The drop's 95% lower bound (the drop itself where no interval was measured)."""
+        return float(self.drop["lo"]) if self.drop is not None else self.drop_points
+
+    @property
     def objective_accuracy(self) -> float:
         """The accuracy objective: the reference accuracy minus the paired drop (else the plain mean)."""
         if self.reference_accuracy is None or self.drop is None:

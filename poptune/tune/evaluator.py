@@ -27,6 +27,7 @@ from poptune.tune.problem import TuningProblem
 
 if TYPE_CHECKING:
     from poptune.baselines import Baseline
+    from poptune.evaluate.racing import RaceResult, RacingPolicy
     from poptune.evaluate.suite import TaskRun
     from poptune.evaluate.workload import Workload
     from poptune.kvfit import KVFitter
@@ -99,7 +100,8 @@ class ConfigEvaluator:
 
             p = self.problem
             limit = getattr(decoder_of(self.model).config, "max_position_embeddings", None)
-            self._workload = build_workload(self.tokenizer, p.tasks, data_dir=p.data_path(), cap=p.racing().cap,
+            cap = p.racing().cap + (p.certify_limit if p.certifies else 0)  # then the certification's fresh items
+            self._workload = build_workload(self.tokenizer, p.tasks, data_dir=p.data_path(), cap=cap,
                                             synthetic_lengths=p.synthetic_lengths, max_positions=limit, seed=p.seed)
         return self._workload
 
@@ -274,7 +276,6 @@ class ConfigEvaluator:
             method: ``pop`` or the baseline's name; ``details``: what the baseline is (stored with it).
         """
         from poptune.evaluate.paired import PairedDrop
-        from poptune.evaluate.racing import race
 
         p = self.problem
         with applied(self.model, transform):
@@ -285,15 +286,8 @@ class ConfigEvaluator:
             run = self.full_run()
             drop = PairedDrop.identical(run.counts)
         else:
-            def score(items: dict[str, list[int]]) -> "TaskRun":
-                if transform is None:
-                    self._record_states(items)
-                with applied(self.model, transform):
-                    return self._score(config, items, reuse=transform is None)
-
             with progress.phase("accuracy", unit="round"):
-                result = race(self.workload, p.racing(), score=score, full=self.full_run, max_drop=p.max_drop,
-                              seed=p.seed)
+                result = self.race_accuracy(config, transform=transform)
             run, drop = result.run, result.drop
         full = self._full.head(run.counts) if self._full else run
         return Measurement(
@@ -309,6 +303,33 @@ class ConfigEvaluator:
             outcomes=run.outcomes,
             **timed,
         )
+
+    def race_accuracy(self, config: PopConfig, *, transform: Transform | None = None, fresh: int = 0,
+                      policy: "RacingPolicy | None" = None, confidence: float = 0.95) -> "RaceResult":
+        """Race ``config``'s accuracy against the full model (:func:`poptune.evaluate.racing.race`).
+
+        Args:
+            config: The configuration; ``transform``: a baseline's model change.
+            fresh: Skip the first ``fresh`` items of every task's order (a certification races on items after
+                the search's: positions ``fresh, fresh + 1, ...``).
+            policy: Round sizes and cap (default: the problem's racing); ``confidence``: the drop interval's.
+        """
+        from poptune.evaluate.racing import race
+
+        p = self.problem
+        workload = self.workload.after(fresh) if fresh else self.workload
+
+        def score(items: dict[str, list[int]]) -> "TaskRun":
+            if transform is None:
+                self._record_states(items)
+            with applied(self.model, transform):
+                return self._score(config, items, reuse=transform is None)
+
+        def full(counts: dict[str, int]) -> "TaskRun":
+            return self.full_run({t: fresh + n for t, n in counts.items()}).tail(fresh)
+
+        return race(workload, policy or p.racing(), score=score, full=full, max_drop=p.max_drop, seed=p.seed,
+                    confidence=confidence)
 
     def retime(self, measurement: Measurement) -> Measurement:
         """``measurement`` with its latency timed again (a POP configuration's; its accuracy kept: the items'

@@ -23,7 +23,9 @@ class Preset:
         long_limit: The cap on the long-prompt pack (``longctx_*`` tasks), whose items cost several times more
             (a generated answer after a 1,000-token prefill): what keeps the data directory's default study
             within 30 minutes on a 2-core CPU.
-        max_pairs: Most POP/full timing pairs per latency measurement and length.
+        max_pairs: Most POP/full timing pairs per latency measurement and length; at least
+            :data:`~poptune.measure.stats.MIN_PAIRS_95` (6), the fewest whose 95% interval of the speedup reaches
+            95% (a problem's ``repeats``, 6 by default, are the least).
         max_seconds: Most seconds per latency measurement and length while chasing the precision.
     """
 
@@ -33,18 +35,27 @@ class Preset:
     max_pairs: int
     max_seconds: float
     long_limit: int
+    certify: int = 0
+    long_certify: int = 0
+
+    def certify_for(self, tasks: tuple[str, ...]) -> int:
+        """The certification cap of a study of ``tasks`` (:attr:`long_certify` on the long-prompt pack)."""
+        return self.long_certify if tasks and all(t.startswith("longctx") for t in tasks) else self.certify
 
     def limit_for(self, tasks: tuple[str, ...]) -> int:
         """The item cap of a study of ``tasks``: :attr:`long_limit` when all are of the long-prompt pack."""
         return self.long_limit if tasks and all(t.startswith("longctx") for t in tasks) else self.limit
 
 
-STANDARD = Preset(trials=12, items=16, limit=64, max_pairs=20, max_seconds=3.0, long_limit=32)
+STANDARD = Preset(trials=12, items=16, limit=32, max_pairs=20, max_seconds=3.0, long_limit=32, certify=160,
+                  long_certify=64)
 
 PRESETS: dict[str, Preset] = {
-    "quick": Preset(trials=6, items=8, limit=32, max_pairs=10, max_seconds=2.0, long_limit=16),
+    "quick": Preset(trials=6, items=8, limit=16, max_pairs=10, max_seconds=2.0, long_limit=16, certify=64,
+                    long_certify=32),
     "standard": STANDARD,
-    "thorough": Preset(trials=24, items=32, limit=128, max_pairs=40, max_seconds=6.0, long_limit=64),
+    "thorough": Preset(trials=24, items=32, limit=64, max_pairs=40, max_seconds=6.0, long_limit=64, certify=512,
+                       long_certify=256),
 }
 
 DEFAULT_PRESET = "standard"

@@ -57,10 +57,14 @@ class TuningProblem:
             :data:`DEFAULT_MAX_DROP`, as the command line's; None: no budget).
         device, dtype, weights: As :func:`poptune.load_model`.
         batch_size: Prompts per timed forward.
-        repeats: Least POP/full pairs per latency measurement.
+        repeats: Least POP/full pairs per latency measurement (6: the fewest whose 95% interval of the speedup
+            reaches 95%, :data:`~poptune.measure.stats.MIN_PAIRS_95`; fewer give the pairs' range, with its lower
+            coverage recorded; 3 before).
         precision: Pairs continue until the speedup's 95% interval is +- this fraction of it (None: stop at
-            ``repeats``), within ``max_pairs`` pairs and ``max_seconds`` per measurement. The defaults keep a
-            Gemma-3-270M trial's latency at 512 tokens near 10-20 s on a 2-core CPU.
+            ``repeats``), within ``max_pairs`` pairs and ``max_seconds`` per measurement (judged from 6 pairs on).
+            The defaults kept a Gemma-3-270M trial's latency at 512 tokens near 10-20 s on a 2-core CPU with 3
+            least pairs; 6 cost at most twice the pairs where 3 already passed ``max_seconds`` (decode pairs,
+            long prompts), and one more prefill pair at 512 tokens (about 0.6 s; estimated, not re-measured).
         decode_tokens: New tokens per decode-latency measurement (0: none).
         seed: Seed of synthetic tasks.
         image: ``"WIDTHxHEIGHT"`` for a vision-language model: the timed prompt is then one image of that size
@@ -73,6 +77,9 @@ class TuningProblem:
         kv: The K/V sources searched for the skipped block (:data:`~poptune.engine.KV_SOURCES`): ``("own",)`` is
             the paper's space; with ``calibrated``, maps fitted per block (:mod:`poptune.kvfit`) are a search
             dimension. Studies stored before it read as ``("own",)``.
+        certify_limit: Items per task at most on which the front's candidates are certified after the search:
+            items no trial scored (:mod:`poptune.tune.certify`); 0: no certification.
+        certify_candidates: The front's fastest candidates certified (the error is split among them).
     """
 
     model: str = "gemma-3"
@@ -86,7 +93,7 @@ class TuningProblem:
     dtype: str | None = None
     weights: str = "pretrained"
     batch_size: int = 1
-    repeats: int = 3
+    repeats: int = 6
     precision: float | None = 0.02
     max_pairs: int = STANDARD.max_pairs
     max_seconds: float = STANDARD.max_seconds
@@ -98,6 +105,8 @@ class TuningProblem:
     halfwidth: float = 2.0
     latency_points: int = 2
     kv: tuple[str, ...] = KV_SOURCES
+    certify_limit: int = STANDARD.certify
+    certify_candidates: int = 2
 
     def __post_init__(self) -> None:
         if self.image is not None:
@@ -119,6 +128,10 @@ class TuningProblem:
         if not self.kv or len(set(self.kv)) != len(self.kv) or set(self.kv) - set(KV_SOURCES):
             raise ConfigError(f"`kv` must be distinct K/V sources of {', '.join(KV_SOURCES)}, got {list(self.kv)}")
         self.racing()  # validates items_start, limit and halfwidth
+        for name in ("certify_limit", "certify_candidates"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"`{name}` must be an integer >= 0, got {value!r}")
         if self.repeats < 1:
             raise ConfigError(f"`repeats` must be >= 1, got {self.repeats}")
         if self.max_pairs < self.repeats:
@@ -158,6 +171,11 @@ class TuningProblem:
 
         cap = self.limit if self.limit is not None else 1_000_000
         return RacingPolicy(start=min(self.items_start, cap), cap=cap, target_halfwidth=self.halfwidth)
+
+    @property
+    def certifies(self) -> bool:
+        """Whether the study certifies its front on fresh items after the search (a budget and a cap)."""
+        return self.max_drop is not None and self.certify_limit > 0
 
     @property
     def synthetic_lengths(self) -> tuple[int, ...]:

@@ -61,6 +61,7 @@ from poptune.errors import ConfigError
 from poptune.store.trials import is_answer
 from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
+from poptune.tune.certify import certify_front
 from poptune.tune.evaluator import ConfigEvaluator
 from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
@@ -148,7 +149,13 @@ class StudySpec:
 
 def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
     """Refuse to mix other settings into an existing study (before anything is written to it)."""
+    from dataclasses import replace
+
     stored = study.user_attrs.get("problem")
+    if stored is not None:  # the certification's size changes no trial: a resumed study may certify on more items
+        stored_problem = TuningProblem.from_dict(stored)
+        problem = replace(problem, certify_limit=stored_problem.certify_limit,
+                          certify_candidates=stored_problem.certify_candidates)
     if stored is not None and TuningProblem.from_dict(stored) != problem:
         changed = sorted(k for k, v in TuningProblem.from_dict(stored).to_dict().items() if problem.to_dict()[k] != v)
         raise ConfigError(
@@ -388,6 +395,7 @@ def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, 
     if checks:
         trust.remeasure_noisy(study, evaluator)
         trust.confirm_front(study, evaluator)
+        certify_front(study, evaluator)
         trust.record_aa_check(study, evaluator, "end")
     if spec.baselines:
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None

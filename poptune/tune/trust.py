@@ -2,12 +2,15 @@
 
 - :func:`record_run` appends each run's provenance (command line, version, git commit, weights, attention,
   dtype, threads, load at start and end) to the study attribute ``runs``.
-- :func:`record_aa_check` times the full model against itself at the target prompt (an A/A pair) and appends
-  the figures to the study attribute ``null_checks`` (each run does so at its start and its end).
+- :func:`record_aa_check` times the full model against itself at the target prompt (16 A/A pairs, about 10 s at
+  512 tokens on a 2-core CPU) and appends the figures of their equivalence test (within 1 +- 5%, see
+  :mod:`poptune.measure.nullcheck`) to the study attribute ``null_checks`` (each run does so at its start and
+  its end); equivalence not shown flags the run as noisy.
 - :func:`remeasure_noisy` times again each configuration whose every trial is marked ``noisy`` (see
   :mod:`poptune.measure.nullcheck`); the new measurement is a trial of its own with ``remeasure_of``.
 - :func:`confirm_front` re-times the front's configurations together, round by round (each round times every
-  configuration once, so load that comes and goes hits them alike), with more pairs than a trial; the figures
+  configuration once, so load that comes and goes hits them alike), with more pairs than a trial (4 rounds of
+  4 pairs: whole A-B/B-A blocks, 16 pairs whose 95% interval is ``[x_(4), x_(13)]``, coverage 0.979); the figures
   go to the study attribute ``confirmation`` (Optuna does not let a finished trial's attributes change), which
   :func:`poptune.store.front.front` reads: the front is recomputed from them.
 """
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
 from poptune.engine import PopConfig
-from poptune.measure.nullcheck import above_ideal, noisy_reasons
+from poptune.measure.nullcheck import AA_PAIRS, aa_figures, aa_reasons, above_ideal
 from poptune.store.trials import StoredTrial
 from poptune.tune.objective import add_finished_trial, outcome
 from poptune.tune.space import config_of_trial
@@ -36,9 +39,10 @@ __all__ = ["CONFIRM_ROUNDS", "CONFIRM_PAIRS", "now", "record_run", "finish_run",
 
 log = logging.getLogger(__name__)
 
-#: Rounds of the confirmation pass and pairs per configuration per round.
-CONFIRM_ROUNDS = 3
-CONFIRM_PAIRS = 5
+#: Rounds of the confirmation pass and pairs per configuration per round: an even number of pairs a round, so
+#: every round is whole A-B/B-A blocks, and 16 pairs in all (>= MIN_PAIRS_95; 15 before, in rounds of 5).
+CONFIRM_ROUNDS = 4
+CONFIRM_PAIRS = 4
 
 
 def now() -> str:
@@ -64,17 +68,22 @@ def _time(evaluator: "ConfigEvaluator", config: PopConfig, pairs: int, warmup: i
 
 
 def record_aa_check(study: "optuna.Study", evaluator: "ConfigEvaluator", when: str) -> dict[str, Any]:
-    """Time an A/A pair (full against full) and append it to the study's ``null_checks``; returns the entry."""
+    """Time :data:`~poptune.measure.nullcheck.AA_PAIRS` A/A pairs (full against full), test their equivalence
+    and append the figures to the study's ``null_checks``; returns the entry.
+
+    The entry holds the median ratio (``speedup``), the test's 90% interval (``lo``, ``hi``, ``confidence``,
+    ``coverage``), ``pairs``, ``margin``, ``equivalent``, and ``noisy`` (equivalence not shown) with its reasons.
+    """
     from poptune.measure.provenance import load_average
 
     p = evaluator.problem
     load_start = load_average()
     with progress.phase(f"A/A check at {when}", unit="pair"):
-        pair, _ = next(iter(_time(evaluator, PopConfig(skip=0), max(p.repeats, 5), 1).values()))
-    lo, hi = pair.speedup_ci
-    reasons = noisy_reasons(f"A/A prefill at {p.target_label}", lo, hi)  # at least 5 pairs
-    entry = {"when": when, "date": now(), "speedup": pair.speedup, "lo": lo, "hi": hi, "pairs": pair.count,
-             "noisy": bool(reasons), "reasons": reasons, "load_start": load_start, "load_end": load_average()}
+        pair, _ = next(iter(_time(evaluator, PopConfig(skip=0), AA_PAIRS, 1).values()))
+    fig = aa_figures(pair)
+    reasons = aa_reasons(f"A/A prefill at {p.target_label}", fig)
+    entry = {"when": when, "date": now(), **fig, "noisy": bool(reasons), "reasons": reasons,
+             "load_start": load_start, "load_end": load_average()}
     study.set_user_attr("null_checks", list(study.user_attrs.get("null_checks", [])) + [entry])
     if reasons:
         log.warning("the machine was too noisy: %s", reasons[0])

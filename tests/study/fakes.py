@@ -62,6 +62,17 @@ class FakeEvaluator:
     def set_full_accuracy(self, accuracy: dict[str, float]) -> None:
         pass
 
+    def race_accuracy(self, config: PopConfig, *, fresh: int = 0, policy=None, confidence: float = 0.95):
+        """A certification's race on fresh items: the synthetic drop, +-1 point, on the policy's cap."""
+        from poptune.evaluate.paired import BETTING, PairedDrop
+        from poptune.evaluate.racing import RaceResult
+
+        drop = 100 * (self.full_accuracy()["piqa"] - self.evaluate(config).accuracy["piqa"])
+        result = PairedDrop(drop, drop - 1.0, drop + 1.0, {"piqa": policy.cap}, {"piqa": 0}, BETTING, confidence)
+        budget = self.problem.max_drop
+        stopped = "within budget" if result.hi <= budget else "beyond budget" if result.lo > budget else "cap"
+        return RaceResult(run=None, drop=result, rounds=1, stopped=stopped)
+
     def retime(self, measurement: Measurement) -> Measurement:
         return self.evaluate(measurement.config)
 

@@ -33,11 +33,16 @@ def test_the_front_keeps_to_the_budget_and_the_references_say_why(tmp_path):
     assert (full.name, full.row.skip) == ("full model", 0) and abs(full.row.drop) < 0.1
     assert full.status == "on the front" or full.status.startswith("off the front: trial")
     assert (paper.name, paper.row.skip, paper.row.boundary) == ("paper's rule", 2, "last")
-    assert re.fullmatch(r"off the front: drop's 95% upper bound \+2\.\d\d > budget 1\.50 points", paper.status)
+    assert re.fullmatch(r"off the front: drop's 95% lower bound \+2\.\d\d > budget 1\.50 points", paper.status)
     table = report.front_table(rows, [full, paper], reference_ms=100.0)
     header = table.splitlines()[0]
     assert "TTFT ms" in header and "full ms" in header and "objective ms" in header
-    assert "references:" in table and "paper's rule: off the front: drop's 95% upper bound" in table
+    assert "references:" in table and "paper's rule: off the front: drop's 95% lower bound" in table
+    # the verdict comes from the fresh items: skip 1's synthetic drop (about 1 point, +-1) is undecided at 1.5
+    certified = store.certified(study)
+    assert certified and certified[0].skip == 1 and certified[0].items == 160
+    assert certified[0].verdict == "undecided at 160 items"
+    assert report.verdict_line(study).startswith("verdict: no configuration is certified within the budget")
 
 
 def test_without_a_budget_the_front_shows_every_trade_off(tmp_path):
@@ -51,8 +56,9 @@ def test_the_summary_and_the_plot_are_written_side_by_side(tmp_path):
     text = md.read_text()
     assert png.exists() and png.stat().st_size > 10_000 and md.parent == png.parent
     assert text.startswith(f"# Study {study.study_name}")
-    assert "## Front (within the budget)" in text and "| paper's rule |" in text and "| full model |" in text
-    assert "- accuracy budget: drop's 95% upper bound <= 1.5 points" in text
+    assert "## Verdict: the front's candidates certified on fresh items" in text and "## Search front" in text
+    assert "| paper's rule |" in text and "| full model |" in text and "| verdict |" in text
+    assert "- accuracy budget: drop's 95% upper bound <= 1.5 points, certified on fresh items" in text
     assert "- run 1: " in text and " min " in text  # the run's duration
     assert f"![speedup vs accuracy]({png.name})" in text
 
@@ -97,9 +103,9 @@ def test_the_same_study_again_finishes_at_once_and_add_grows_it(tmp_path, monkey
 
 
 @pytest.mark.parametrize("argv, expected", [
-    ([], (12, 16, 64, 20, 3.0)),
-    (["--preset", "quick"], (6, 8, 32, 10, 2.0)),
-    (["--preset", "thorough", "--items", "4", "--trials", "30"], (30, 4, 128, 40, 6.0)),
+    ([], (12, 16, 32, 20, 3.0, 160)),
+    (["--preset", "quick"], (6, 8, 16, 10, 2.0, 64)),
+    (["--preset", "thorough", "--items", "4", "--trials", "30"], (30, 4, 64, 40, 6.0, 512)),
 ])
 def test_presets_size_a_study_and_explicit_options_win(argv, expected):
     import argparse
@@ -112,7 +118,7 @@ def test_presets_size_a_study_and_explicit_options_win(argv, expected):
     add_preset(parser)
     add_problem(parser)
     p = preset_of(parser.parse_args(argv))
-    assert (p.trials, p.items, p.limit, p.max_pairs, p.max_seconds) == expected
+    assert (p.trials, p.items, p.limit, p.max_pairs, p.max_seconds, p.certify) == expected
     default = TuningProblem()
     assert (default.items_start, default.limit, default.max_pairs, default.max_seconds) == (
         STANDARD.items, STANDARD.limit, STANDARD.max_pairs, STANDARD.max_seconds)

@@ -1,0 +1,90 @@
+"""Certification: the front's candidates decided on items that no trial of the study has scored.
+
+A search ranks many noisy configurations on the same items and keeps the best-looking: the winner of a
+selection looks better than it is (winner's curse), so a front row's drop measured on the items that selected
+it is biased low and its interval is not a verdict. After the search, :func:`certify_front` takes the front's
+candidates -- the fastest POP rows not rejected by the search (drop's lower end within the budget) whose drop so
+far is within the budget, at most ``problem.certify_candidates`` of them -- and races each on **fresh items**:
+the items of every task's fixed order after the search's cap, which no trial has scored (the full model scores
+them once, shared by every candidate). Rounds of 32 items per task double up to ``problem.certify_limit``,
+until the drop's interval is decided.
+
+**What a verdict guarantees.** The interval is the anytime-valid confidence sequence of
+:mod:`poptune.evaluate.paired` at confidence ``1 - 0.05 / K`` for K candidates (Bonferroni): every verdict of
+the certification holds together, so "certified within" is wrong with probability at most 2.5% when a
+candidate's true drop equals the budget, whichever candidate it is and however many rounds were looked at. A
+candidate that the cap leaves undecided is said to be so (``undecided at N items``), never rounded to a
+verdict. Candidates are certified fastest first; once one is certified within, the slower ones are not needed
+for the fastest configuration within the budget and are left ``not certified``.
+
+The result is the study attribute ``certification`` (read by :func:`poptune.store.front.certified`): the
+confidence, the fresh items' first position, and per candidate its configuration, trial, verdict, drop with
+its interval and items, and seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from poptune import progress, store
+from poptune.store.front import FrontRow
+from poptune.tune.objective import store_full_run
+from poptune.tune.trust import now
+
+if TYPE_CHECKING:
+    import optuna
+
+    from poptune.tune.evaluator import ConfigEvaluator
+
+__all__ = ["CERTIFY_START", "WITHIN", "BEYOND", "candidates", "certify_front", "verdict_of"]
+
+#: Items per task in a certification's first round (rounds double up to the cap).
+CERTIFY_START = 32
+
+WITHIN = "certified within"
+BEYOND = "certified beyond"
+
+
+def verdict_of(stopped: str, items: int) -> str:
+    """A certification's verdict from how its race stopped (``items``: fresh items scored, all tasks)."""
+    return {"within budget": WITHIN, "beyond budget": BEYOND}.get(stopped, f"undecided at {items} items")
+
+
+def candidates(study: "optuna.Study", max_drop: float | None, count: int) -> list[FrontRow]:
+    """The front's POP rows worth certifying: not the full model, drop so far within ``max_drop``, fastest first."""
+    rows = [r for r in store.front(study) if r.method == "pop" and r.skip > 0
+            and (max_drop is None or r.drop <= max_drop)]
+    return rows[:count]
+
+
+def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[str, Any]:
+    """Certify the front's candidates on fresh items and store the verdicts (module docstring); returns them."""
+    from poptune.evaluate.racing import RacingPolicy
+
+    p = evaluator.problem
+    if not p.certifies:
+        return {}
+    rows = candidates(study, p.max_drop, p.certify_candidates)
+    confidence = 1 - 0.05 / max(len(rows), 1)
+    fresh = p.racing().cap
+    record: dict[str, Any] = {"date": now(), "confidence": confidence, "fresh_from": fresh,
+                              "cap": p.certify_limit, "max_drop": p.max_drop, "candidates": []}
+    policy = RacingPolicy(start=min(CERTIFY_START, p.certify_limit), cap=p.certify_limit)
+    certified = False
+    for row in rows:
+        entry: dict[str, Any] = {"trial": row.trial, "config": row.config.to_dict(), "label": row.label}
+        if certified:
+            entry["verdict"] = "not certified"
+        else:
+            started = time.monotonic()
+            with progress.phase(f"certifying {row.label} on fresh items", unit="round"):
+                result = evaluator.race_accuracy(row.config, fresh=fresh, policy=policy, confidence=confidence)
+            items = sum(result.drop.items.values())
+            entry.update(verdict=verdict_of(result.stopped, items), drop=result.drop.to_dict(), items=items,
+                         seconds=round(time.monotonic() - started, 1))
+            certified = entry["verdict"] == WITHIN
+        record["candidates"].append(entry)
+    study.set_user_attr("certification", record)
+    store_full_run(study, evaluator)  # the fresh items' full-model outcomes, for a later run
+    return record
