@@ -141,6 +141,12 @@ class Measurement:
         """The drop's 95% lower bound (the drop itself where no interval was measured)."""
         return float(self.drop["lo"]) if self.drop is not None else self.drop_points
 
+    def candidate(self, max_drop: float) -> bool:
+        """Worth certifying within ``max_drop`` points: not rejected (the drop's lower end within it) and the drop
+        so far within it -- what a search can say of a configuration; only fresh items certify it
+        (:mod:`poptune.tune.certify`)."""
+        return self.drop_lower <= max_drop and self.drop_points <= max_drop
+
     @property
     def objective_accuracy(self) -> float:
         """The accuracy objective: the reference accuracy minus the paired drop (else the plain mean)."""

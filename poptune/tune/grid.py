@@ -12,7 +12,9 @@ configuration in the order of :func:`~poptune.tune.space.all_configs` (``skip`` 
   and its 95% interval; ``ideal``: the speedup of the skipped FLOPs alone; ``pairs``: timing pairs (fewest over
   the timed prompt lengths).
 - ``drop``, ``drop_lo``, ``drop_hi``: the paired accuracy drop against the full model in points and its 95%
-  interval (a budget is met when ``drop_hi`` is within it); ``items``: items scored (racing: over all tasks).
+  interval, recomputed from the stored per-item outcomes by the current interval (the anytime-valid confidence
+  sequence of :mod:`poptune.evaluate.paired`; :mod:`poptune.store.redecide`): a budget is met when ``drop_hi``
+  is within it, exceeded when ``drop_lo`` is beyond it; ``items``: items scored (racing: over all tasks).
 - ``accuracy``: the study's accuracy objective (the reference accuracy minus the drop).
 - ``ttft_ms``, ``full_ttft_ms``: POP's and the paired full model's expected p50 TTFT when it was timed;
   ``reference_ms``: the study's reference full-model TTFT (its latency objective is ``reference_ms / speedup``);
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from poptune.engine import KV_SOURCES, PopConfig
 from poptune.errors import ConfigError, InputError
 from poptune.store.measurement import Measurement
+from poptune.store.redecide import redecide
 from poptune.store.trials import measured_table, reference_ms
 from poptune.tune.problem import TuningProblem
 from poptune.tune.space import all_configs
@@ -108,7 +111,8 @@ def grid_rows(study: "optuna.Study") -> list[dict[str, str]]:
     shared = {"model": str(attrs.get("model", "")), "num_layers": str(attrs["num_layers"]),
               "max_drop": _number(budget), "reference_ms": _number(reference_ms(study)),
               "hardware": str(attrs.get("hardware", {}).get("hardware_id", "")), "versions": attrs.get("versions", {})}
-    table = measured_table(study)
+    full_run = attrs.get("full_run")
+    table = {c: redecide(m, full_run) for c, m in measured_table(study).items()}  # the current interval
     kv = TuningProblem.from_dict(attrs["problem"]).kv
     order = {c: i for i, c in enumerate(all_configs(int(attrs["num_layers"]), kv))}
     configs = sorted(table, key=lambda c: (order.get(c, len(order)), c.skip, c.offset, c.boundary, c.kv))

@@ -47,15 +47,15 @@ class Preset:
         return self.long_limit if tasks and all(t.startswith("longctx") for t in tasks) else self.limit
 
 
-STANDARD = Preset(trials=12, items=16, limit=32, max_pairs=20, max_seconds=3.0, long_limit=32, certify=160,
-                  long_certify=64)
+STANDARD = Preset(trials=8, items=8, limit=32, max_pairs=20, max_seconds=3.0, long_limit=32, certify=128,
+                  long_certify=32)
 
 PRESETS: dict[str, Preset] = {
-    "quick": Preset(trials=6, items=8, limit=16, max_pairs=10, max_seconds=2.0, long_limit=16, certify=64,
-                    long_certify=32),
+    "quick": Preset(trials=4, items=8, limit=16, max_pairs=10, max_seconds=2.0, long_limit=16, certify=64,
+                    long_certify=16),
     "standard": STANDARD,
-    "thorough": Preset(trials=24, items=32, limit=64, max_pairs=40, max_seconds=6.0, long_limit=64, certify=512,
-                       long_certify=256),
+    "thorough": Preset(trials=24, items=16, limit=64, max_pairs=40, max_seconds=6.0, long_limit=64, certify=512,
+                       long_certify=128),
 }
 
 DEFAULT_PRESET = "standard"

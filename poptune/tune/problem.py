@@ -74,8 +74,9 @@ class TuningProblem:
         halfwidth: Without ``max_drop``, racing stops once the drop's 95% interval is this narrow (points).
         latency_points: Prompt lengths of the workload timed per trial (quantile groups of its prompts); 0 times
             ``lengths`` instead.
-        kv: The K/V sources searched for the skipped block (:data:`~poptune.engine.KV_SOURCES`): ``("own",)`` is
-            the paper's space; with ``calibrated``, maps fitted per block (:mod:`poptune.kvfit`) are a search
+        kv: The K/V sources searched for the skipped block (:data:`~poptune.engine.KV_SOURCES`): ``("own",)``, the
+            default, is the paper's space (fitting maps costs minutes of a 20-minute default study, and they lose
+            to the layers' own K/V on short BOS-led prompts at skip 9); with ``calibrated``, maps fitted per block (:mod:`poptune.kvfit`) are a search
             dimension. Studies stored before it read as ``("own",)``.
         certify_limit: Items per task at most on which the front's candidates are certified after the search:
             items no trial scored (:mod:`poptune.tune.certify`); 0: no certification.
@@ -104,9 +105,9 @@ class TuningProblem:
     items_start: int = STANDARD.items
     halfwidth: float = 2.0
     latency_points: int = 2
-    kv: tuple[str, ...] = KV_SOURCES
+    kv: tuple[str, ...] = ("own",)
     certify_limit: int = STANDARD.certify
-    certify_candidates: int = 2
+    certify_candidates: int = 1
 
     def __post_init__(self) -> None:
         if self.image is not None:

@@ -7,10 +7,11 @@ configuration, so a configuration asked again gets the same answer, as a study a
 
 :func:`tuner_efficiency`: for each sampler and seed an in-memory Optuna study asks configurations and the
 replay answers them (seconds on a CPU). The sampler sees the (possibly noisy) answers; the table scores the
-configurations it asked by their recorded figures: the best within-budget speedup after each checkpoint
-(budget: the drop's recorded 95% upper bound, as a study's constraint; a seed that found nothing within it
-scores 1.0x, the full model), how many seeds asked a configuration as fast as the grid's fastest within budget
-(hits), the hypervolume of (latency objective, accuracy objective), each as a mean over seeds with a 95%
+configurations it asked by their recorded figures: the best candidate's speedup after each checkpoint (a
+candidate: not rejected by the budget -- the drop's recorded 95% lower end within it, as a study's constraint
+-- and the drop itself within it: what a search hands to certification, :meth:`Measurement.candidate`; a seed
+that found none scores 1.0x, the full model), how many seeds asked a configuration as fast as the grid's
+fastest candidate (hits), the hypervolume of (latency objective, accuracy objective), each as a mean over seeds with a 95%
 bootstrap interval, and the number of trials each seed needed to reach 95% of the whole grid's hypervolume.
 Every trial counts, a configuration asked twice too. Seeded samplers make the table reproducible.
 """
@@ -189,7 +190,7 @@ def _history(replay: Replay, sampler: str, seed: int, trials: int, max_drop: flo
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         config = suggest_config(trial, replay.num_layers, replay.kv)
         answered = replay.answer(config)
-        trial.set_constraint("max_drop", answered.drop_upper - max_drop)
+        trial.set_constraint("max_drop", answered.drop_lower - max_drop)  # the study's constraint
         history.append(replay.table[config])
         return store.latency_objective(reference_ms, answered.speedup), answered.objective_accuracy
 
@@ -219,7 +220,7 @@ class _Grid:
         reference = (reference_ms / min(m.speedup for m in configs) * 1.01,
                      min(m.objective_accuracy for m in configs) - 0.01)
         points = [(store.latency_objective(reference_ms, m.speedup), m.objective_accuracy) for m in configs]
-        target = max((m.speedup for m in configs if m.drop_upper <= max_drop), default=math.inf)
+        target = max((m.speedup for m in configs if m.candidate(max_drop)), default=math.inf)
         return cls(reference, hypervolume(points, reference), target)
 
 
@@ -238,8 +239,8 @@ def _sampler_row(replay: Replay, sampler: str, grid: _Grid, *, seeds: int, max_d
                                max_drop, reference_ms)
         points = [(store.latency_objective(reference_ms, m.speedup), m.objective_accuracy) for m in history]
         for n in checkpoints:
-            feasible = [m.speedup for m in history[:n] if m.drop_upper <= max_drop]
-            bests[n].append(max(feasible, default=1.0))  # nothing within budget: the full model
+            feasible = [m.speedup for m in history[:n] if m.candidate(max_drop)]
+            bests[n].append(max(feasible, default=1.0))  # no candidate: the full model
             hit_counts[n] += any(s >= grid.target for s in feasible)
             volumes[n].append(hypervolume(points[:n], grid.reference))
         reach.append(_first_reach(points[:horizon], grid.reference, HV_SHARE * grid.volume))
