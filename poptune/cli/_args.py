@@ -164,8 +164,9 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         f"standard: {STANDARD.items})")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
     parser.add_argument("--max-drop", type=_budget, default=DEFAULT_MAX_DROP,
-                        help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): a "
-                        "configuration is within it when the drop's 95%% upper bound is (an Optuna constraint)")
+                        help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): the search "
+                        "rejects a configuration whose drop's 95%% lower end exceeds it (an Optuna constraint); the "
+                        "front's fastest candidate is then certified within it, or not, on fresh items")
     parser.add_argument("--seed", type=seed, default=default_of(TuningProblem, "seed"))
     kv = ",".join(default_of(TuningProblem, "kv"))
     parser.add_argument("--kv", default=kv, metavar="SOURCES",
