@@ -125,33 +125,36 @@ def _verdicts(rows, checkpoints) -> list[str]:
                 elif r is not random_row and theirs.above(ours):
                     lines.append(f"- random search beats {r.sampler} on {what}@{n}: {_cell(theirs)} vs {_cell(ours)}")
     return lines or ["- No sampler's interval lies wholly above or below random search's, at any budget, on the best "
-                     "within-budget speedup or the hypervolume: on this grid none beats random search by more than "
+                     "candidate's speedup or the hypervolume: on this grid none beats random search by more than "
                      "its interval."]
 
 
 def _markdown(replay, rows, args, where: list[str], seconds: float) -> str:
     from poptune.tune.replay import CHECKPOINTS, HV_SHARE
 
-    feasible = [m for m in replay.table.values() if m.drop_upper <= args.max_drop]
+    feasible = [m for m in replay.table.values() if m.candidate(args.max_drop)]
     target = max(feasible, key=lambda m: m.speedup, default=None)
-    fastest = "none is within it" if target is None else (
-        f"the fastest within it is skip {target.config.skip}, {target.config.boundary}, offset {target.config.offset} "
-        f"at {target.speedup:.3f}x (drop {target.drop_points:+.2f}, upper {target.drop_upper:+.2f})")
+    fastest = "no configuration is a candidate" if target is None else (
+        f"the fastest candidate is skip {target.config.skip}, {target.config.boundary}, offset {target.config.offset} "
+        f"at {target.speedup:.3f}x (drop {target.drop_points:+.2f} [{target.drop_lower:+.2f}, "
+        f"{float(target.drop['hi']):+.2f}])")
     ns = " | ".join(f"@{n}" for n in CHECKPOINTS)
     lines = [
         f"# Tuner efficiency on the replay of {replay.study_name}", "",
-        f"Grid: {len(replay.table)} measured configurations (the whole search space); budget {args.max_drop:g} points "
-        f"on the drop's 95% upper bound; {fastest}.",
+        f"Grid: {len(replay.table)} measured configurations (the whole search space); budget {args.max_drop:g} points. "
+        "A search can only hand candidates to certification on fresh items (docs/statistics.md): a candidate is "
+        "not rejected (the drop's 95% lower end within the budget) and its drop so far is within it; the table "
+        f"scores samplers by the candidates they find; {fastest}.",
         "Answers: " + ("drawn from each configuration's recorded 95% intervals (normal, sigma = half-width / 1.96 on "
                        "each side, clipped to the interval; one draw per seed and configuration)." if args.noise
                        else "the recorded figures (no noise)."),
         f"{args.seeds} seeds per sampler; every trial counts (a configuration asked twice too); the configurations "
         "asked are scored by their recorded figures. Cells: mean over seeds [95% bootstrap interval]; a seed that "
-        "found nothing within budget scores 1.0x (the full model).", "",
-        "## Best within-budget speedup after N trials", "",
+        "found no candidate scores 1.0x (the full model).", "",
+        "## Best candidate's speedup after N trials", "",
         f"| sampler | {ns} |", "|---|" + "---:|" * len(CHECKPOINTS)]
     lines += [f"| {r.sampler} | " + " | ".join(_cell(r.best_mean[n]) for n in CHECKPOINTS) + " |" for r in rows]
-    lines += ["", "## Hit rate: seeds that asked a configuration as fast as the fastest within budget", "",
+    lines += ["", "## Hit rate: seeds that asked a configuration as fast as the fastest candidate", "",
               f"| sampler | {ns} |", "|---|" + "---:|" * len(CHECKPOINTS)]
     lines += [f"| {r.sampler} | " + " | ".join(f"{r.hit_counts[n]}/{r.seeds}" for n in CHECKPOINTS) + " |" for r in rows]
     lines += ["", f"## Hypervolume of (latency objective ms, accuracy) after N trials, and trials to "
