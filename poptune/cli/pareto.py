@@ -1,4 +1,4 @@
-"""``poptune pareto``: print a stored study's Pareto front with the reference rows."""
+"""``poptune pareto``: print a stored study's search front with the reference rows, its certified rows and verdict."""
 
 from __future__ import annotations
 
@@ -26,12 +26,17 @@ def run(args: argparse.Namespace) -> int:
     study = store.load_study(store.open_reader(args.storage), args.study)
     rows = store.front(study)
     refs = report.references(study, rows)
+    certified = store.certified(study)
     data = json.dumps({"study": study.study_name, "front": [asdict(r) for r in rows],
                        "references": [{"name": r.name, "status": r.status, "row": asdict(r.row) if r.row else None}
-                                      for r in refs]}, indent=2)
+                                      for r in refs],
+                       "certified": [asdict(r) for r in certified], "verdict": report.verdict_line(study)}, indent=2)
     budget = report.budget_of(study)
-    table = (f"study {study.study_name}: Pareto front"
-             + (f" within the budget (drop's 95% upper bound <= {budget:g} points)" if budget is not None else "")
+    table = (f"study {study.study_name}: search front"
+             + (f" (rows not rejected by the budget of {budget:g} points; not a verdict)" if budget is not None else "")
              + "\n" + report.front_table(rows, refs, reference_ms=store.reference_ms(study)))
+    if certified:
+        table += "\ncertified on fresh items:\n" + report.verdict_table(certified, reference_ms=store.reference_ms(study))
+    table += "\n" + report.verdict_line(study)
     emit(args, table, data)
     return 0
