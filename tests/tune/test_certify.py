@@ -4,39 +4,43 @@ import pytest
 
 from poptune import PopConfig, store
 from poptune.cli import main
-from poptune.tune.certify import WITHIN, candidates, verdict_of
+from poptune.store.front import FrontRow
+from poptune.tune.certify import WITHIN, certify_front, verdict_of
+from poptune.tune.evaluator import ConfigEvaluator
 from poptune.tune.problem import TuningProblem
 from poptune.tune.study import StudySpec, run_study
 
 
 @pytest.fixture
 def problem():
-    # A random tiny model fails passkey with or without POP: every drop is 0, so the fastest configurations are
-    # candidates, and 8 fresh items cannot certify them (the interval stays wide).
+    # A random tiny model fails passkey with or without POP: every drop is 0, and 8 fresh items cannot certify
+    # (the interval stays wide).
     return TuningProblem(model="tiny-llama", tasks=("passkey",), lengths=(256,), limit=4, items_start=4,
                          max_drop=2.0, repeats=2, max_pairs=2, precision=None, decode_tokens=0, latency_points=0,
                          certify_limit=8, kv=("own",))
 
 
-def test_candidates_are_certified_on_fresh_items_only(problem, tmp_path):
+def test_candidates_are_certified_on_fresh_items_only(problem, tmp_path, monkeypatch):
     exact = PopConfig(skip=1, boundary="last")
-    study = run_study(StudySpec(problem=problem, trials=3, storage=f"sqlite:///{tmp_path}/s.db", enqueue=(exact,)))
-    record = study.user_attrs["certification"]
+    evaluator = ConfigEvaluator(problem)
+    study = run_study(StudySpec(problem=problem, trials=3, storage=f"sqlite:///{tmp_path}/s.db", enqueue=(exact,),
+                                confirm=False), evaluator=evaluator)  # no trust checks: certified below, by hand
+    assert "certification" not in study.user_attrs
+    # The front of a tiny model is decided by timing noise: certify the exact configuration as the candidate.
+    trial = next(t for t in store.completed(study) if t.user_attrs["config"] == exact.to_dict())
+    monkeypatch.setattr("poptune.tune.certify.candidates", lambda *args: [FrontRow.from_trial(trial)])
+    record = certify_front(study, evaluator)
     assert record["fresh_from"] == 4 and record["cap"] == 8 and record["max_drop"] == 2.0
-    labels = [c["label"] for c in record["candidates"]]
-    assert labels and labels == [r.label for r in candidates(study, 2.0, 2)]  # the front's fastest, in order
-    entry = record["candidates"][0]
-    assert entry["drop"]["items"] == {"passkey": 8}
-    assert entry["drop"]["method"] == "betting-cs" and entry["drop"]["hi"] > 2.0
+    (entry,) = record["candidates"]
+    assert entry["label"] == "1/last/0" and entry["trial"] == trial.number
+    assert entry["drop"]["items"] == {"passkey": 8} and entry["drop"]["method"] == "betting-cs"
+    assert entry["drop"]["flipped"] == {"passkey": 0} and entry["drop"]["hi"] > 2.0  # exact, yet 8 items are few
     assert entry["verdict"] == "undecided at 8 items"
     # the full model scored the fresh items once (positions 4..11 of the order), stored for a later run
-    assert store.StoredTrial  # the reader is public
     full = study.user_attrs["full_run"]["items"]["passkey"]
     assert len(full) == 12 and full[4:] == list(range(4, 12))
-    rows = store.certified(study)
-    assert [r.label for r in rows] == labels and rows[0].items == 8
-    # the verdict of a study with trials of fresh items below its budget never reads "certified within"
-    assert all(r.verdict != WITHIN for r in rows)
+    (row,) = store.certified(study)
+    assert row.label == "1/last/0" and row.items == 8 and row.verdict != WITHIN and row.drop_hi == entry["drop"]["hi"]
 
 
 def test_the_command_prints_the_verdict(problem, tmp_path, capsys):
