@@ -14,7 +14,7 @@ flip_rate)`` and a gain otherwise, so the true drop is ``drop`` exactly; ``losse
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from poptune.errors import ConfigError
@@ -73,9 +73,6 @@ class ErrorRates:
     def standard_error(self, share: float) -> float:
         return (share * (1 - share) / self.replicates) ** 0.5
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "scenario": asdict(self.scenario)}
-
 
 def race_error(
     scenario: Scenario,
@@ -94,28 +91,27 @@ def race_error(
     import numpy as np
 
     from poptune.evaluate.racing import RacingPolicy, race
-    from poptune.evaluate.suite import TaskRun
+    from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC
     from poptune.evaluate.workload import Workload
 
-    names = [f"sim{i}" for i in range(tasks)]  # unknown to PRIMARY_METRIC: registered below as accuracy
+    names = sorted(t for t, m in PRIMARY_METRIC.items() if m not in LOWER_IS_BETTER)[:tasks]  # any accuracy tasks
     workload = Workload({t: list(range(cap)) for t in names}, {t: [0] * cap for t in names})
     policy = RacingPolicy(start=start, cap=cap, growth=growth)
     rng = np.random.default_rng(seed)
     counts = {"within budget": 0, "beyond budget": 0}
     items = 0
-    with _simulated_tasks(names):
-        for _ in range(replicates):
-            drawn = {t: scenario.draw(rng, cap) for t in names}
+    for _ in range(replicates):
+        drawn = {t: scenario.draw(rng, cap) for t in names}
 
-            def full(wanted: dict[str, int]) -> TaskRun:
-                return _run({t: drawn[t][0][: wanted[t]] for t in names})
+        def full(wanted: dict[str, int]) -> Any:
+            return _run({t: drawn[t][0][: wanted[t]] for t in names})
 
-            def score(new: dict[str, list[int]]) -> TaskRun:
-                return _run({t: [drawn[t][1][i] for i in new[t]] for t in new}, {t: new[t] for t in new})
+        def score(new: dict[str, list[int]]) -> Any:
+            return _run({t: [drawn[t][1][i] for i in new[t]] for t in new}, {t: new[t] for t in new})
 
-            result = race(workload, policy, score=score, full=full, max_drop=max_drop, confidence=confidence)
-            counts[result.stopped] = counts.get(result.stopped, 0) + 1
-            items += sum(result.drop.items.values())
+        result = race(workload, policy, score=score, full=full, max_drop=max_drop, confidence=confidence)
+        counts[result.stopped] = counts.get(result.stopped, 0) + 1
+        items += sum(result.drop.items.values())
     within, beyond = counts["within budget"] / replicates, counts["beyond budget"] / replicates
     return ErrorRates(scenario, replicates, within, beyond, 1 - within - beyond, items / replicates)
 
@@ -126,22 +122,3 @@ def _run(outcomes: dict[str, list[float]], indices: dict[str, list[int]] | None 
     items = indices or {t: list(range(len(v))) for t, v in outcomes.items()}
     return TaskRun({t: {"acc": sum(v) / len(v)} for t, v in outcomes.items() if v}, items, outcomes)
 
-
-class _simulated_tasks:
-    """Registers the simulated task names as accuracy tasks for the duration of a simulation."""
-
-    def __init__(self, names: list[str]) -> None:
-        self.names = names
-
-    def __enter__(self) -> None:
-        from poptune.evaluate.suite import PRIMARY_METRIC
-
-        for name in self.names:
-            PRIMARY_METRIC.setdefault(name, "acc")
-
-    def __exit__(self, *exc: Any) -> None:
-        from poptune.evaluate.suite import PRIMARY_METRIC
-
-        for name in self.names:
-            if PRIMARY_METRIC.get(name) == "acc":
-                del PRIMARY_METRIC[name]

@@ -69,10 +69,6 @@ class PairedDrop:
     def half_width(self) -> float:
         return (self.hi - self.lo) / 2
 
-    @property
-    def total_items(self) -> int:
-        return sum(self.items.values())
-
     def within(self, budget: float) -> bool:
         """Within ``budget`` at 95%: the interval's upper end is at most the budget."""
         return self.hi <= budget

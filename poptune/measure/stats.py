@@ -35,9 +35,6 @@ MIN_PAIRS_95 = 6
 #: ratios' range, with its lower coverage stated).
 MIN_JUDGED = 3
 
-#: The name :data:`MIN_JUDGED` had while the interval was a bootstrap.
-MIN_BOOTSTRAP = MIN_JUDGED
-
 
 def _check_confidence(confidence: float) -> None:
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
