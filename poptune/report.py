@@ -205,7 +205,9 @@ def verdict_line(study: "optuna.Study") -> str:
         best = within[0]
         return (f"verdict: {_label(best)} is certified within the budget of {budget:g} points at "
                 f"{100 * record['confidence']:.1f}% on {best.items} fresh items (drop {best.drop:+.2f} "
-                f"[{best.drop_lo:+.2f}, {best.drop_hi:+.2f}]), {best.speedup:.2f}x faster to the first token")
+                f"[{best.drop_lo:+.2f}, {best.drop_hi:+.2f}]), {best.speedup:.2f}x faster to the first token"
+                + (f" [{best.speedup_lo:.2f}, {best.speedup_hi:.2f}] over {best.pairs} pairs"
+                   if best.speedup_lo is not None else ""))
     if not rows:
         return f"verdict: no configuration faster than the full model was a candidate within {budget:g} points"
     return (f"verdict: no configuration is certified within the budget of {budget:g} points; "
