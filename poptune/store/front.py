@@ -11,7 +11,7 @@ from poptune.store.trials import StoredTrial, completed, confirmations, latency_
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["FrontRow", "certified", "front", "pareto", "trusted"]
+__all__ = ["FrontRow", "candidates", "certified", "front", "pareto", "trusted"]
 
 
 def pareto(trials: list["optuna.trial.FrozenTrial"]) -> list["optuna.trial.FrozenTrial"]:
@@ -146,6 +146,12 @@ def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
 
     best = [r for r in candidates if not any(dominates(o, r) for o in candidates)]
     return sorted(best, key=lambda r: (r.prefill_ms, -r.accuracy, r.trial))
+
+
+def candidates(rows: list[FrontRow], max_drop: float | None, count: int) -> list[FrontRow]:
+    """The certification's candidates among front ``rows``: POP rows (not the full model) whose drop so far is
+    within ``max_drop``, the fastest ``count`` of them."""
+    return [r for r in rows if r.method == "pop" and r.skip > 0 and (max_drop is None or r.drop <= max_drop)][:count]
 
 
 def certified(study: "optuna.Study") -> list[FrontRow]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
 from poptune.store.front import FrontRow
+from poptune.store.front import candidates as front_candidates
 from poptune.tune.objective import store_full_run
 from poptune.tune.trust import now
 
@@ -53,9 +54,7 @@ def verdict_of(stopped: str, items: int) -> str:
 
 def candidates(study: "optuna.Study", max_drop: float | None, count: int) -> list[FrontRow]:
     """The front's POP rows worth certifying: not the full model, drop so far within ``max_drop``, fastest first."""
-    rows = [r for r in store.front(study) if r.method == "pop" and r.skip > 0
-            and (max_drop is None or r.drop <= max_drop)]
-    return rows[:count]
+    return front_candidates(store.front(study), max_drop, count)
 
 
 def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[str, Any]:

@@ -8,7 +8,8 @@
   its end); equivalence not shown flags the run as noisy.
 - :func:`remeasure_noisy` times again each configuration whose every trial is marked ``noisy`` (see
   :mod:`poptune.measure.nullcheck`); the new measurement is a trial of its own with ``remeasure_of``.
-- :func:`confirm_front` re-times the front's configurations together, round by round (each round times every
+- :func:`confirm_front` re-times the front's configurations (or, when the study certifies, the certification's
+  candidates) together, round by round (each round times every
   configuration once, so load that comes and goes hits them alike), with more pairs than a trial (4 rounds of
   4 pairs: whole A-B/B-A blocks, 16 pairs whose 95% interval is ``[x_(4), x_(13)]``, coverage 0.979); the figures
   go to the study attribute ``confirmation`` (Optuna does not let a finished trial's attributes change), which
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from poptune import progress, store
 from poptune.engine import PopConfig
 from poptune.measure.nullcheck import AA_PAIRS, aa_figures, aa_reasons, above_ideal
+from poptune.store.front import candidates
 from poptune.store.trials import StoredTrial
 from poptune.tune.objective import add_finished_trial, outcome
 from poptune.tune.space import config_of_trial
@@ -150,16 +152,23 @@ def confirm_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rounds
                   pairs: int = CONFIRM_PAIRS, passes: int = 3) -> dict[str, Any]:
     """Re-time the front's configurations together, interleaved by rounds, and store the figures.
 
-    Every configuration of the current front gets ``rounds * pairs`` pairs against the full model; the study
-    attribute ``confirmation`` maps each confirmed trial's number to its figures (speedup, interval, pairs,
-    ideal, whether it is above the ideal). When confirmed figures change the front (a configuration confirmed
-    slower, or above its ideal, lets another in), the newcomers are confirmed too, up to ``passes`` passes.
-    Returns that attribute.
+    Every configuration of the current front gets ``rounds * pairs`` pairs against the full model -- or, when
+    the study certifies (:attr:`~poptune.tune.problem.TuningProblem.certifies`), only the certification's
+    candidates (:func:`poptune.store.front.candidates`), the rows a verdict will be given for: on long prompts
+    re-timing the whole front costs minutes the certification needs. The study attribute ``confirmation`` maps
+    each confirmed trial's number to its figures (speedup, interval, pairs, ideal, whether it is above the
+    ideal). When confirmed figures change the front or its candidates (a configuration confirmed slower, or
+    above its ideal, lets another in), the newcomers are confirmed too, up to ``passes`` passes. Returns that
+    attribute.
     """
     num_layers = evaluator.num_layers
+    problem = evaluator.problem
     figures: dict[str, Any] = {}
     for _ in range(passes):
-        rows = [r for r in store.front(study) if r.method == "pop" and str(r.trial) not in figures]
+        rows = store.front(study)
+        if problem.certifies:
+            rows = candidates(rows, problem.max_drop, problem.certify_candidates)
+        rows = [r for r in rows if r.method == "pop" and str(r.trial) not in figures]
         if not rows:
             break
         configs = {r.trial: config_of_trial(study.trials[r.trial], num_layers) for r in rows}
