@@ -114,6 +114,24 @@ def test_confirmation_pass_retimes_the_front_together_and_the_front_reads_it(pro
         assert row.prefill_ms == pytest.approx(study.user_attrs["reference_prefill_ms"] / fig["speedup"])
 
 
+def test_a_certifying_study_confirms_only_the_certifications_candidates(problem, tmp_path, quiet_timing):
+    # On long prompts re-timing the whole front cost minutes the certification needs: when the study certifies,
+    # only the rows a verdict is given for are re-timed (the fastest whose drop so far is within the budget).
+    from dataclasses import replace
+
+    from poptune.store.front import candidates
+
+    certifying = replace(problem, max_drop=2.5, certify_candidates=1)
+    study = run_study(StudySpec(problem=certifying, trials=8, sampler="random",
+                                storage=f"sqlite:///{tmp_path}/s.db"), evaluator=FakeEvaluator(certifying))
+    confirmed = set(study.user_attrs["confirmation"]["trials"])
+    rows = store.front(study)
+    chosen = candidates(rows, 2.5, 1)
+    assert chosen and confirmed == {str(r.trial) for r in chosen}
+    assert len(rows) > len(chosen)  # the rest of the front keeps its trials' figures
+    assert [c["trial"] for c in study.user_attrs["certification"]["candidates"]] == [r.trial for r in chosen]
+
+
 @pytest.mark.parametrize(("ratios", "noisy"), [
     ([0.42, 0.75, 0.90, 1.02, 1.08], True),  # the spread of the A/A that passed as 0.904 [0.420, 1.081]
     ([1.0 + 0.01 * ((i % 5) - 2) for i in range(7)], False),  # quiet: within +-2%
