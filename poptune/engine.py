@@ -414,11 +414,28 @@ def _pop_forward(
 
 def _check_left_padded(mask: Any, n: int) -> None:
     """Refuse a segment whose 2-D attention mask has padding after a real token: the boundary is the last
-    tokens of every row, which right padding would fill with pads."""
+    tokens of every row, which right padding would fill with pads.
+
+    Skipped while a CUDA graph is being captured: reading the mask on the host is a device-to-host sync, which
+    capture forbids. A captured call has run eagerly before (the warm-up calls of
+    :func:`poptune.measure.graphs.capture`), so its mask was checked there, and a graph replays fixed inputs.
+    """
     if mask is None or not hasattr(mask, "ndim") or mask.ndim != 2:
+        return
+    if _capturing():
         return
     new = mask[:, -n:].bool()  # (B, N)
     if bool((new[:, :-1] & ~new[:, 1:]).any()):
         rows = sorted({int(r) for r in (new[:, :-1] & ~new[:, 1:]).nonzero()[:, 0]})
         raise InputError(f"POP needs left-padded prompts, but row(s) {rows} have padding after a token (right "
                          "padding): set the tokenizer's padding_side to 'left'")
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph (False on a CPU-only build of torch, whose query raises)."""
+    import torch
+
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:
+        return False

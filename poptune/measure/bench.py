@@ -29,7 +29,7 @@ from poptune.errors import ConfigError
 from poptune.measure.benchrecord import DEFAULT_POLICY, BenchResult, BenchRow, BenchSpec
 from poptune.measure.energy import energy_per_call
 from poptune.measure.flops import assumption, prefill_flops, vision_flops
-from poptune.measure.graphs import DECODE_EAGER, capture
+from poptune.measure.graphs import DECODE_EAGER, capture, graph_inputs, mask_materialised
 from poptune.measure.hardware import fingerprint
 from poptune.measure.nullcheck import AA_PAIRS, NullCheck, aa_figures, figures
 from poptune.measure.nvml import NvmlDevice
@@ -102,12 +102,14 @@ def _sides(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[Callable[[], Any
 def _prefill_pair(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[PairRecord, dict[str, Any], dict[str, Any]]:
     """The row's prefill pair, how it was timed, and each side's energy block."""
     pop, full = _sides(run, inputs)
-    timing: dict[str, Any] = {"mode": "eager", "reason": None, "decode": DECODE_EAGER}
+    timing: dict[str, Any] = {"mode": "eager", "reason": None, "decode": DECODE_EAGER, "mask": None}
     if run.spec.graphs:
-        graphed = [capture(pop, run.timer.device), capture(full, run.timer.device)]
+        captured = graph_inputs(inputs)  # no mask for an unpadded text prompt: SDPA's causal path under capture
+        graphed = [capture(side, run.timer.device) for side in _sides(run, captured)]
         if all(g.graph is not None for g in graphed):  # both sides alike, or the ratio mixes two timings
             pop, full = graphed[0].call, graphed[1].call
             timing["mode"] = "cuda-graph"
+            timing["mask"] = "materialised" if mask_materialised(captured) else "none (causal path)"
         else:
             timing["reason"] = next(g.reason for g in graphed if g.reason)
     pair = measure_pair(pop, full, timer=run.timer, policy=run.spec.policy)
@@ -140,10 +142,12 @@ def _measure_row(run: _Row, prompt: _PromptRow, label: str) -> BenchRow:
                 run.progress(f"decode {label}")
     decoder = decoder_of(model)
     attention = getattr(decoder.config, "_attn_implementation", None)
-    full_flops = prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, attention=attention)
+    dense = timing.get("mask") == "materialised"  # a graph given a 4-D mask computes the whole square
+    full_flops = prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, attention=attention,
+                                                    materialised=dense)
     with applied(model, transform):  # a removal changes the config's depth and layer types
         ideal = full_flops / (prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, run.config,
-                                                                 attention=attention))
+                                                                 attention=attention, materialised=dense))
     return BenchRow(prompt.length, prefill_pair, ideal, decode_pair, prompt.image, prompt.image_tokens,
                     telemetry=sampler.summary(), energy=energy, timing=timing)
 
@@ -233,5 +237,5 @@ def run_bench(
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         transform=transform.describe() if transform is not None else None,
         null_check=check, provenance=record,
-        ideal_assumption=assumption(getattr(decoder.config, "_attn_implementation", None)),
+        ideal_assumption=assumption(getattr(decoder.config, "_attn_implementation", None), graphs=spec.graphs),
     )

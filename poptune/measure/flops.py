@@ -11,7 +11,11 @@ sliding-window layer gets a materialised mask once the prompt reaches the window
 transformers' ``_ignore_causal_mask_sdpa``; Gemma-3-270M from 512 tokens on), and SDPA then computes every
 query-key pair, masked ones too; a full-attention layer runs SDPA's causal path (blocks above the diagonal
 skipped). With ``attention="eager"`` every layer multiplies the whole square. With None (or ``flash``/``flex``)
-each query counts only the keys it sees. :func:`assumption` states this in words for records.
+each query counts only the keys it sees. Under CUDA-graph capture transformers cannot take SDPA's causal
+shortcut when it is given a mask (it would read the mask on the host), and materialises a 4-D mask: SDPA then
+computes every query-key pair of every layer (``materialised=True``). Graph timing passes no mask for unpadded
+text prompts (:func:`poptune.measure.graphs.graph_inputs`), so they keep the causal path; padded or image
+prompts under graphs are counted with the whole square. :func:`assumption` states this in words for records.
 
 An image prompt also runs the vision encoder, the same on both sides (POP prunes the language model only);
 its FLOPs (:func:`vision_flops`) enter the ideal ratio as a fixed cost, so the ratio stays an honest bound.
@@ -26,14 +30,20 @@ from poptune.engine import PopConfig
 __all__ = ["prefill_flops", "ideal_speedup", "vision_flops", "assumption"]
 
 
-def assumption(attention: str | None) -> str:
-    """The ideal's attention assumption for an attention implementation, in words (for records)."""
+def assumption(attention: str | None, *, graphs: bool = False) -> str:
+    """The ideal's attention assumption for an attention implementation, in words (for records); with
+    ``graphs``, what CUDA-graph timing computes too."""
     if attention == "eager":
-        return "eager attention: every query-key pair of each layer computed (masked ones too)"
-    if attention == "sdpa":
-        return ("sdpa: causal keys on full-attention layers; on sliding-window layers the window's keys below the "
+        text = "eager attention: every query-key pair of each layer computed (masked ones too)"
+    elif attention == "sdpa":
+        text = ("sdpa: causal keys on full-attention layers; on sliding-window layers the window's keys below the "
                 "window length, every query-key pair from it on (transformers materialises the mask there)")
-    return "keys each query sees (causal, clipped by the sliding window)"
+    else:
+        text = "keys each query sees (causal, clipped by the sliding window)"
+    if graphs and attention in ("sdpa", "eager"):
+        text += ("; CUDA graphs: unpadded text prompts captured without a mask (the same causal path), padded and "
+                 "image prompts with a materialised mask (every query-key pair of every layer)")
+    return text
 
 
 def _shape(config: Any) -> dict[str, Any]:
@@ -63,7 +73,8 @@ def _attended(first: int, stop: int, window: int | None, dense: bool = False) ->
     return sum(min(i + 1, window) for i in range(first, stop))
 
 
-def prefill_flops(config: Any, length: int, pop: PopConfig | None = None, *, attention: str | None = None) -> float:
+def prefill_flops(config: Any, length: int, pop: PopConfig | None = None, *, attention: str | None = None,
+                  materialised: bool = False) -> float:
     """FLOPs of one prefill of ``length`` tokens (batch 1) with or without POP.
 
     Args:
@@ -72,6 +83,8 @@ def prefill_flops(config: Any, length: int, pop: PopConfig | None = None, *, att
         pop: The configuration, or None for the full model.
         attention: The attention implementation (``sdpa``, ``eager``; None: count only the keys each query
             sees); see the module docstring.
+        materialised: SDPA is given a materialised 4-D mask on every layer (a padded or image prompt under
+            CUDA-graph capture): every query-key pair counts.
     """
     s = _shape(config)
     c, d = s["hidden"], s["head_dim"]
@@ -85,7 +98,7 @@ def prefill_flops(config: Any, length: int, pop: PopConfig | None = None, *, att
 
     def dense(layer: int) -> bool:
         win = window_of(layer)
-        return attention == "eager" or (attention == "sdpa" and win is not None and length >= win)
+        return attention == "eager" or (attention == "sdpa" and (materialised or (win is not None and length >= win)))
 
     skipped = set(pop.skipped_layers(s["layers"])) if pop is not None and pop.skip else set()
     pruned = max(length - pop.boundary_width, 0) if skipped else 0
@@ -102,14 +115,15 @@ def prefill_flops(config: Any, length: int, pop: PopConfig | None = None, *, att
     return float(total)
 
 
-def ideal_speedup(config: Any, length: int, pop: PopConfig, *, fixed: float = 0.0, attention: str | None = None) -> float:
+def ideal_speedup(config: Any, length: int, pop: PopConfig, *, fixed: float = 0.0, attention: str | None = None,
+                  materialised: bool = False) -> float:
     """Full-model prefill FLOPs over POP prefill FLOPs for a ``length``-token prompt.
 
     ``fixed``: FLOPs both sides spend outside the language model (the vision encoder of an image prompt);
-    ``attention``: as :func:`prefill_flops`.
+    ``attention``, ``materialised``: as :func:`prefill_flops`.
     """
-    full = prefill_flops(config, length, attention=attention)
-    return (fixed + full) / (fixed + prefill_flops(config, length, pop, attention=attention))
+    full = prefill_flops(config, length, attention=attention, materialised=materialised)
+    return (fixed + full) / (fixed + prefill_flops(config, length, pop, attention=attention, materialised=materialised))
 
 
 def vision_flops(config: Any, patches: int) -> float:

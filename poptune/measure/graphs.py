@@ -9,21 +9,37 @@ grows every step, so each step has other shapes; decode is timed eagerly) nor on
 model that reads a tensor on the host mid-forward, as image prompts may) the side is timed eagerly and the
 error is recorded as the reason. ``torch.compile`` is not offered: POP swaps forwards at every call, which
 would recompile or fall back, and compiling an 8B model per shape takes minutes.
+
+**Masks.** While a stream is capturing, transformers refuses SDPA's causal shortcut (it cannot read the mask
+on the host) and builds a dense 4-D mask, so SDPA would compute every query-key pair, masked ones too: not
+the kernels eager timing runs, nor what the FLOPs ideal counts. :func:`graph_inputs` therefore drops the
+attention mask of a text prompt without padding (checked once, on the host, before capture): with no mask
+transformers takes the causal path under capture as it does eagerly. A prompt with padding, or an image
+prompt, keeps its mask: its graph computes the full square, and the row's ideal counts it so
+(:func:`poptune.measure.flops.prefill_flops`, ``materialised``).
+
+**A failed capture** is ended on the spot (the stream leaves capture mode) and, where torch stopped before
+handing the caching allocator back from the graph's private pool, the allocator is handed back and the pool
+released, so later allocations and ``empty_cache()`` behave as if no capture had been tried.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-__all__ = ["DECODE_EAGER", "Graphed", "capture"]
+__all__ = ["DECODE_EAGER", "Graphed", "capture", "graph_inputs", "mask_materialised"]
 
 #: Why decode is always timed eagerly.
 DECODE_EAGER = "decode timed eagerly: the cache grows every step, so no two steps have the same shapes"
 
 _WARMUP = 3  # eager calls on a side stream before capture (lazy initialisation, cuBLAS workspaces)
+
+_TEXT_KEYS = frozenset({"input_ids", "attention_mask", "position_ids"})
 
 
 @dataclass(frozen=True)
@@ -40,10 +56,78 @@ class Graphed:
         return "cuda-graph" if self.graph is not None else "eager"
 
 
+def graph_inputs(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inputs a captured prefill reads: ``inputs`` without ``attention_mask`` where it is all ones and the
+    prompt is text only (see the module docstring); otherwise ``inputs`` unchanged (a new dict).
+
+    Reads the mask on the host once: call it before capture, never inside.
+    """
+    mask = inputs.get("attention_mask")
+    text_only = set(inputs) <= _TEXT_KEYS
+    if mask is None or not text_only or not bool(mask.bool().all()):
+        return dict(inputs)
+    return {k: v for k, v in inputs.items() if k != "attention_mask"}
+
+
+def mask_materialised(inputs: Mapping[str, torch.Tensor]) -> bool:
+    """Whether a captured prefill of ``inputs`` gets a materialised 4-D mask (it passes one to transformers)."""
+    return inputs.get("attention_mask") is not None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
+
+
+def _abandon(graph: Any, device: torch.device) -> None:
+    """Hands the caching allocator back from ``graph``'s private pool after a failed capture, and releases the
+    pool, where torch's ``capture_end`` raised before doing so (it checks the capture's status first)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    try:
+        pool = graph.pool()
+    except Exception:  # no capture began: nothing to hand back
+        return
+    end = getattr(torch._C, "_cuda_endAllocateToPool", None)
+    release = getattr(torch._C, "_cuda_releasePool", None)
+    try:
+        if end is None:
+            return
+        end(index, pool)
+    except Exception:  # capture_end got that far itself: the pool is the graph's to release
+        return
+    if release is not None:
+        with contextlib.suppress(Exception):
+            release(index, pool)
+
+
+def _record(graph: Any, fn: Callable[[], object], stream: Any, device: torch.device) -> BaseException | None:
+    """Captures ``fn()`` into ``graph`` on ``stream``; the capture is ended whatever ``fn`` does. Returns the
+    first error (``fn``'s before ``capture_end``'s), or None for a graph ready to replay."""
+    failure: BaseException | None = None
+    with torch.cuda.stream(stream):
+        try:
+            graph.capture_begin(capture_error_mode="thread_local")  # the NVML sampler's thread is not captured
+        except Exception as e:
+            _abandon(graph, device)
+            return e
+        try:
+            fn()
+        except Exception as e:
+            failure = e
+        try:
+            graph.capture_end()
+        except Exception as e:
+            failure = failure or e
+            _abandon(graph, device)
+    return failure
+
+
 def capture(fn: Callable[[], object], device: torch.device) -> Graphed:
     """Captures ``fn()`` in a CUDA graph on ``device``; falls back to ``fn`` itself with the reason.
 
-    ``fn`` must read the same input tensors at every call (they are baked into the graph by address).
+    ``fn`` is called :data:`_WARMUP` times eagerly on a side stream first (lazy initialisation, workspaces, and
+    the checks a capture cannot make, such as the engine's left-padding check). ``fn`` must read the same input
+    tensors at every call (they are baked into the graph by address).
     """
     if device.type != "cuda":
         return Graphed(fn, reason="CUDA graphs need a CUDA device: timed eagerly")
@@ -54,11 +138,13 @@ def capture(fn: Callable[[], object], device: torch.device) -> Graphed:
             for _ in range(_WARMUP):
                 fn()
         torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-    except Exception as e:  # any capture failure means: this call cannot be a graph; say why and go eager
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
         torch.cuda.synchronize(device)
-        return Graphed(fn, reason=f"CUDA graph capture failed ({type(e).__name__}: {first}): timed eagerly")
+    except Exception as e:  # the call fails eagerly too: nothing to capture
+        return Graphed(fn, reason=f"eager warm-up before capture failed ({_first_line(e)}): timed eagerly")
+    graph = torch.cuda.CUDAGraph()
+    error = _record(graph, fn, side, device)
+    if error is not None:
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize(device)
+        return Graphed(fn, reason=f"CUDA graph capture failed ({_first_line(error)}): timed eagerly")
     return Graphed(graph.replay, graph=graph)
