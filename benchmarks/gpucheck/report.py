@@ -26,7 +26,9 @@ def _row_failures(row: dict[str, Any]) -> list[str]:
     if row["speedup"] > row["ideal"] * IDEAL_SLACK:
         lines.append(f"FAIL ideal: {where} measured {row['speedup']:.3f}x > ideal {row['ideal']:.3f}x x {IDEAL_SLACK}")
     if row.get("throttled"):
-        lines.append(f"FAIL throttle: {where} clock event reasons {', '.join(row['clock_reasons'])}")
+        failing = row.get("throttle_reasons") or row["clock_reasons"]
+        lines.append(f"FAIL throttle: {where} {', '.join(failing)} during the timed pairs "
+                     f"(reasons seen: {', '.join(row['clock_reasons'] or []) or '-'})")
     return lines
 
 

@@ -99,8 +99,10 @@ def _sides(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[Callable[[], Any
     return measured, lambda: prefill(model, inputs, None, chunk)
 
 
-def _prefill_pair(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[PairRecord, dict[str, Any], dict[str, Any]]:
-    """The row's prefill pair, how it was timed, and each side's energy block."""
+def _prefill_pair(run: _Row, inputs: dict[str, torch.Tensor],
+                  sampler: Sampler) -> tuple[PairRecord, dict[str, Any], dict[str, Any]]:
+    """The row's prefill pair (``sampler`` reading NVML through its timed pairs), how it was timed, and each
+    side's energy blocks."""
     pop, full = _sides(run, inputs)
     timing: dict[str, Any] = {"mode": "eager", "reason": None, "decode": DECODE_EAGER, "mask": None}
     if run.spec.graphs:
@@ -112,7 +114,7 @@ def _prefill_pair(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[PairRecor
             timing["mask"] = "materialised" if mask_materialised(captured) else "none (causal path)"
         else:
             timing["reason"] = next(g.reason for g in graphed if g.reason)
-    pair = measure_pair(pop, full, timer=run.timer, policy=run.spec.policy)
+    pair = measure_pair(pop, full, timer=run.timer, policy=run.spec.policy, during=sampler)
     seconds = run.spec.energy_seconds
     energy = {"pop": energy_per_call(pop, gpu=run.gpu, timer=run.timer, min_seconds=seconds).to_dict(),
               "full": energy_per_call(full, gpu=run.gpu, timer=run.timer, min_seconds=seconds).to_dict()}
@@ -122,24 +124,24 @@ def _prefill_pair(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[PairRecor
 def _measure_row(run: _Row, prompt: _PromptRow, label: str) -> BenchRow:
     """Time one prompt: the prefill pair, the decode pair (per token) and the ideal ratio, with telemetry."""
     model, transform, inputs, steps = run.model, run.transform, prompt.inputs, run.spec.decode_tokens
-    with Sampler(run.gpu) as sampler:
-        prefill_pair, timing, energy = _prefill_pair(run, inputs)
+    sampler = Sampler(run.gpu)  # entered by the repeat loop around the timed pairs only
+    prefill_pair, timing, energy = _prefill_pair(run, inputs, sampler)
+    if run.progress:
+        run.progress(f"prefill {label}")
+    decode_pair = None
+    if steps:
+        pop, _ = _sides(run, inputs)
+
+        def measured_decode(out: Any) -> None:
+            with applied(model, transform):
+                decode(model, out, inputs, steps)
+
+        _, whole = _sides(run, inputs)
+        full = Staged(whole, lambda out: decode(model, out, inputs, steps))
+        decode_pair = _per_token(measure_pair(Staged(pop, measured_decode), full, timer=run.timer,
+                                              policy=run.spec.policy, during=sampler), steps)
         if run.progress:
-            run.progress(f"prefill {label}")
-        decode_pair = None
-        if steps:
-            pop, _ = _sides(run, inputs)
-
-            def measured_decode(out: Any) -> None:
-                with applied(model, transform):
-                    decode(model, out, inputs, steps)
-
-            _, whole = _sides(run, inputs)
-            full = Staged(whole, lambda out: decode(model, out, inputs, steps))
-            decode_pair = _per_token(measure_pair(Staged(pop, measured_decode), full, timer=run.timer,
-                                                  policy=run.spec.policy), steps)
-            if run.progress:
-                run.progress(f"decode {label}")
+            run.progress(f"decode {label}")
     decoder = decoder_of(model)
     attention = getattr(decoder.config, "_attn_implementation", None)
     dense = timing.get("mask") == "materialised"  # a graph given a 4-D mask computes the whole square

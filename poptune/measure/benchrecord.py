@@ -132,10 +132,11 @@ class BenchRow:
                 "energy_reason": "; ".join(reasons) or None}
 
     def telemetry_figures(self) -> dict[str, Any]:
-        """The row's SM clock range, peak power and temperature, throttle reasons and timing mode."""
+        """The row's SM clock range, peak power and temperature over its timed pairs, the clock event reasons
+        seen, those that fail it (``throttle_reasons``; ``throttled``: any) and the timing mode."""
         tel = self.telemetry or {}
         keys = ("sm_clock_mhz_min", "sm_clock_mhz_max", "power_w_max", "temperature_c_max", "clock_reasons",
-                "throttled")
+                "throttle_reasons", "throttled")
         figures = {key: tel.get(key) for key in keys}
         figures["telemetry_reason"] = tel.get("reason") if tel else "not sampled"
         figures["timing"] = (self.timing or {}).get("mode", "eager")
@@ -318,7 +319,7 @@ class BenchResult:
                 joules = row.energy_figures()
                 line += f"  {_joules(joules['energy_full_j']):>14}  {_joules(joules['energy_pop_j']):>13}"
             if row.telemetry and row.telemetry.get("throttled"):
-                line += "  throttled: " + ",".join(row.telemetry["clock_reasons"])
+                line += "  throttled: " + ",".join(row.telemetry.get("throttle_reasons") or row.telemetry["clock_reasons"])
             lines.append(line)
         return "\n".join(lines)
 

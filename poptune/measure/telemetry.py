@@ -1,9 +1,12 @@
 """GPU telemetry during work: NVML read before and after a block, or sampled in the background per row.
 
 :class:`Telemetry` reads NVML once before and once after a block (a whole run). :class:`Sampler` reads it
-10-20 times a second on a background thread while one row is measured, and sums the readings up per row:
-SM clock range, power, temperature and the clock event (throttle) reasons other than idle. Neither lets an
-NVML error through; where nothing could be read, the reason is recorded instead.
+10-20 times a second on a background thread while a row's timed pairs run (the repeat loop enters it after
+the warm-up, :func:`poptune.measure.timer.measure_pair`'s ``during``), and sums the readings up per row: SM
+clock range, power, temperature, the clock event reasons seen and those that fail the row
+(:func:`failing_reasons`: thermal and hardware slowdowns and an SM-clock dip fail it; the power cap, normal at
+full load, is only recorded). Neither lets an NVML error through; where nothing could be read, the reason is
+recorded instead.
 """
 
 from __future__ import annotations
@@ -23,15 +26,44 @@ from poptune.errors import ConfigError
 from poptune.measure.hardware import HardwareRecord
 from poptune.measure.nvml import NvmlDevice, torch_uuid
 
-__all__ = ["SAMPLE_HZ", "THROTTLES", "Sampler", "Telemetry", "TelemetryResult", "nvml_device"]
+__all__ = ["FAILING_REASONS", "INFORMATIONAL_REASONS", "SAMPLE_HZ", "SM_CLOCK_DIP", "Sampler", "Telemetry",
+           "TelemetryResult", "failing_reasons", "nvml_device"]
 
 #: How often :class:`Sampler` reads NVML (per second): often enough to see a clock dip within one prefill
 #: pair, rare enough that the sampling thread costs the timed work nothing measurable.
 SAMPLE_HZ = 15.0
 
-#: Clock event reasons that mean the GPU slowed itself down (power cap or heat): a row with one is not a
-#: measurement of the chip at its clocks. ``gpu_idle`` and ``applications_clocks_setting`` are not.
-THROTTLES = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+#: Clock event reasons that fail a row: the GPU slowed itself down for heat or by a hardware signal, so the row
+#: is not a measurement of the chip at its working clocks.
+FAILING_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+
+#: Clock event reasons recorded but normal at full load: a compute-bound row at the board's power limit shows
+#: ``sw_power_cap`` in some reading (the clock governor holding power at its limit is how a healthy GPU runs),
+#: and the others are settings or idleness, not slowdowns.
+INFORMATIONAL_REASONS = ("sw_power_cap", "gpu_idle", "applications_clocks_setting", "sync_boost",
+                         "display_clock_setting")
+
+#: A row fails as ``sm_clock_dip`` when its lowest SM clock during the timed pairs is more than this fraction below
+#: the median of its readings: a transient slowdown within the row, whatever reason NVML gave (a threshold the
+#: check chooses, not a measured figure).
+SM_CLOCK_DIP = 0.15
+
+
+def failing_reasons(reasons: list[str], sm_clocks: list[int]) -> list[str]:
+    """The reasons that fail a row: those in :data:`FAILING_REASONS` (and unknown bits), plus ``sm_clock_dip``
+    when the lowest of ``sm_clocks`` is more than :data:`SM_CLOCK_DIP` below their median.
+
+    Example: ``failing_reasons(["sw_power_cap"], [1980, 1965, 1980]) == []``;
+    ``failing_reasons(["hw_thermal_slowdown"], [1980, 1400, 1980]) == ["hw_thermal_slowdown", "sm_clock_dip"]``.
+    """
+    failing = [r for r in reasons if r not in INFORMATIONAL_REASONS]
+    if sm_clocks:
+        ordered = sorted(sm_clocks)
+        median = ordered[len(ordered) // 2]
+        if ordered[0] < (1 - SM_CLOCK_DIP) * median:
+            failing.append("sm_clock_dip")
+    return failing
+
 
 _SAMPLE_KEYS = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "clock_reasons")
 
@@ -147,11 +179,12 @@ def _span(values: list[Any], fn: Any) -> Any:
 
 
 class Sampler:
-    """Reads an open :class:`~poptune.measure.nvml.NvmlDevice` ``hz`` times a second while a block runs.
+    """Reads an open :class:`~poptune.measure.nvml.NvmlDevice` ``hz`` times a second while blocks run.
 
-    ``with Sampler(gpu) as s: <measure one row>``; then :meth:`summary`. The readings are taken on a daemon
-    thread (NVML calls do not touch the CUDA stream the work runs on), plus one at the start and one at the end,
-    so even a block shorter than the period has two.
+    ``with sampler: <timed pairs>``, as often as the row has timed loops (prefill pairs, decode pairs); then
+    :meth:`summary` of every window together. The readings are taken on a daemon thread (NVML calls do not
+    touch the CUDA stream the work runs on), plus one at the start and one at the end of each window, so even a
+    window shorter than the period has two.
 
     Args:
         gpu: An open NVML view (inside its ``with``); an unavailable one gives a summary with the reason.
@@ -163,16 +196,19 @@ class Sampler:
             raise ConfigError(f"`hz` must be in [10, 20], got {hz}")
         self.gpu, self.hz = gpu, hz
         self.samples: list[dict[str, Any]] = []
+        self.windows = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._start = self._end = 0.0
+        self._start = 0.0
+        self._seconds = 0.0
 
     def _run(self) -> None:
         while not self._stop.wait(1.0 / self.hz):
             self.samples.append(self.gpu.sample())
 
     def __enter__(self) -> Sampler:
-        self.samples, self._start = [], time.perf_counter()
+        self._start = time.perf_counter()
+        self.windows += 1
         if self.gpu.available:
             self.samples.append(self.gpu.sample())
             self._stop.clear()
@@ -187,22 +223,25 @@ class Sampler:
             self._thread.join()
             self._thread = None
             self.samples.append(self.gpu.sample())
-        self._end = time.perf_counter()
+        self._seconds += max(time.perf_counter() - self._start, 0.0)
 
     def summary(self) -> dict[str, Any]:
-        """The row's telemetry: readings and their rate, SM clock min/max (MHz), memory clock min, power mean and
-        max (W), temperature max (°C), the clock event reasons seen other than ``gpu_idle``, and ``throttled``
-        (one of :data:`THROTTLES` seen). Without readings every figure is None and ``reason`` says why."""
-        duration = max(self._end - self._start, 0.0)
+        """The row's telemetry over its windows: readings and their rate, SM clock min/max (MHz), memory clock
+        min, power mean and max (W), temperature max (°C), the clock event reasons seen other than ``gpu_idle``
+        (``clock_reasons``), those that fail the row (``throttle_reasons``, :func:`failing_reasons`) and
+        ``throttled`` (any such). Without readings every figure is None and ``reason`` says why."""
+        duration = self._seconds
         if not self.samples:
             reason = "; ".join(self.gpu.notes) or "NVML not available"
             return {"samples": 0, "hz": None, "duration_s": duration, "reason": reason}
         column = {key: [s[key] for s in self.samples] for key in _SAMPLE_KEYS}
         seen = sorted({r for reasons in column["clock_reasons"] if reasons for r in reasons} - {"gpu_idle"})
         power = [p for p in column["power_w"] if p is not None]
+        failing = failing_reasons(seen, [c for c in column["sm_clock_mhz"] if c is not None])
+        periods = len(self.samples) - self.windows  # a window of k readings spans k - 1 periods
         return {
             "samples": len(self.samples),
-            "hz": (len(self.samples) - 1) / duration if duration > 0 else None,
+            "hz": periods / duration if duration > 0 else None,
             "duration_s": duration,
             "sm_clock_mhz_min": _span(column["sm_clock_mhz"], min),
             "sm_clock_mhz_max": _span(column["sm_clock_mhz"], max),
@@ -211,6 +250,7 @@ class Sampler:
             "power_w_max": max(power) if power else None,
             "temperature_c_max": _span(column["temperature_c"], max),
             "clock_reasons": seen,
-            "throttled": any(r in THROTTLES for r in seen),
+            "throttle_reasons": failing,
+            "throttled": bool(failing),
             "reason": None,
         }

@@ -13,10 +13,12 @@ reach its confidence (:func:`~poptune.measure.stats.pairs_for`: 6 at 95%).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,8 +222,10 @@ class _Rounds:
     started: float
 
 
-def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> _Rounds:
-    """Runs the one repeat loop: warm-up rounds, then timed rounds (a pair's order per ``policy.order``)."""
+def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy,
+            during: AbstractContextManager[Any] | None = None) -> _Rounds:
+    """Runs the one repeat loop: warm-up rounds, then timed rounds (a pair's order per ``policy.order``), inside
+    ``during`` (entered after the warm-up, left once the timed work finished on the device)."""
     orders = _orders(policy, policy.max_repeats)
     warm_ns = policy.warmup_seconds * 1e9
     warm_start, i = timer.now_ns() if warm_ns else 0, 0
@@ -232,11 +236,20 @@ def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> _Rounds
             timer.synchronize()  # the GPU's time, not the host's run-ahead, is what warms its clocks
         i += 1
     timer.synchronize()  # so the timed loop's wall clock does not start with warm-up work still queued
-    pending: list[list[object]] = [[] for _ in fns]
-    min_ns = policy.min_seconds * 1e9
     least = policy.min_repeats
     if policy.precision is not None:  # fewer pairs' interval is their range, short of its confidence
         least = max(least, pairs_for(policy.confidence))
+    with during if during is not None else contextlib.nullcontext():
+        rounds, offsets, started, values = _timed(fns, timer, policy, orders, least)
+    used = [o if len(fns) > 1 else "ab" for o in orders[:rounds]]
+    return _Rounds(values, used, offsets, started)
+
+
+def _timed(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy, orders: list[str],
+           least: int) -> tuple[int, list[float], float, list[list[float]]]:
+    """The timed rounds of :func:`_repeat`: their count, start offsets (s), wall-clock start and values (ms)."""
+    pending: list[list[object]] = [[] for _ in fns]
+    min_ns = policy.min_seconds * 1e9
     blocks = len(fns) == 2 and policy.order != "fixed"  # judge a pair's interval on whole A-B/B-A blocks
     max_ns = None if policy.max_seconds is None else policy.max_seconds * 1e9
     started, start = time.time(), timer.now_ns()
@@ -258,18 +271,21 @@ def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy) -> _Rounds
             continue
         if _precise([timer.read(bucket) for bucket in pending], policy):
             break
-    used = [o if len(fns) > 1 else "ab" for o in orders[:rounds]]
-    return _Rounds([timer.read(bucket) for bucket in pending], used, offsets, started)
+    return rounds, offsets, started, [timer.read(bucket) for bucket in pending]  # read: the device synchronised
 
 
-def measure(fn: Timed, *, timer: Timer, policy: RepeatPolicy | None = None) -> LatencyRecord:
+def measure(fn: Timed, *, timer: Timer, policy: RepeatPolicy | None = None,
+            during: AbstractContextManager[Any] | None = None) -> LatencyRecord:
     """Times repeated calls of ``fn()`` (or of a :class:`Staged` call) under ``policy`` (default :class:`RepeatPolicy()`).
+
+    ``during`` (e.g. a telemetry :class:`~poptune.measure.telemetry.Sampler`) is entered around the timed
+    rounds only, not the warm-up.
 
     Example:
         >>> rec = measure(lambda: x @ x, timer=Timer("cpu"), policy=RepeatPolicy(min_seconds=0.1))
         >>> rec.p50  # milliseconds
     """
-    (values,) = _repeat([fn], timer, policy or RepeatPolicy()).values
+    (values,) = _repeat([fn], timer, policy or RepeatPolicy(), during).values
     return LatencyRecord(values_ms=values)
 
 
@@ -279,6 +295,7 @@ def measure_pair(
     *,
     timer: Timer,
     policy: RepeatPolicy | None = None,
+    during: AbstractContextManager[Any] | None = None,
 ) -> PairRecord:
     """Times ``fn_a`` and ``fn_b`` as pairs, one right after the other, so drift in clocks or load hits both alike.
 
@@ -288,10 +305,11 @@ def measure_pair(
     ``policy.precision`` pairs continue until the interval of the speedup is that narrow (judged on whole
     blocks, from ``pairs_for(policy.confidence)`` pairs on, within the caps). The result's ``speedup`` is the
     median of per-pair ``b / a``: pass the POP configuration as A and the full model as B. Each pair's order and
-    start time are kept in the record.
+    start time are kept in the record. ``during`` (e.g. a telemetry sampler) is entered around the timed pairs
+    only: after the warm-up, until the device finished them.
     """
     policy = policy or RepeatPolicy()
-    rounds = _repeat([fn_a, fn_b], timer, policy)
+    rounds = _repeat([fn_a, fn_b], timer, policy, during)
     values_a, values_b = rounds.values
     return PairRecord(a=LatencyRecord(values_ms=values_a), b=LatencyRecord(values_ms=values_b), order=rounds.orders,
                       offsets_s=rounds.offsets_s, started=rounds.started, confidence=policy.confidence,
