@@ -3,6 +3,7 @@
 - :mod:`~poptune.store.urls`: storage URLs (the default, which ones processes may share, shown without passwords).
 - :mod:`~poptune.store.studies`: the one place that opens storages and loads studies.
 - :mod:`~poptune.store.shared`: storages several worker processes can share and survive (retries, heartbeats).
+- :mod:`~poptune.store.journal`: journal files, and the partial last record a killed writer left cut before an append.
 - :mod:`~poptune.store.measurement`: one configuration's measurement as a study stores it.
 - :mod:`~poptune.store.trials`: the one reader of stored trials (:class:`StoredTrial`) and the latency objective.
 - :mod:`~poptune.store.front`: a study's Pareto front of POP configurations.
@@ -18,6 +19,7 @@ from poptune.store.studies import (
     load_study,
     open_reader,
     open_storage,
+    read_study,
     sole_sqlite_worker,
     study_names,
 )
@@ -31,12 +33,12 @@ from poptune.store.trials import (
     measured_table,
     reference_ms,
 )
-from poptune.store.urls import DEFAULT_STORAGE, is_server, public_url, study_name
+from poptune.store.urls import DEFAULT_STORAGE, check_study_name, check_url, is_server, public_url, study_name
 
 __all__ = [
     "DEFAULT_STORAGE", "HEARTBEAT_S", "MAX_RETRY", "POP", "RETRY_S", "FrontRow", "Measurement", "StoredTrial",
-    "certified", "check_storage", "completed", "confirmations", "front", "is_answer", "is_pop", "is_server", "latency_objective",
-    "load_study",
-    "measured_table", "method_of", "open_reader", "open_storage", "pareto", "public_url", "reference_ms",
+    "certified", "check_storage", "check_study_name", "check_url", "completed", "confirmations", "front", "is_answer",
+    "is_pop", "is_server", "latency_objective", "load_study", "measured_table", "method_of", "open_reader",
+    "open_storage", "pareto", "public_url", "read_study", "reference_ms",
     "sole_sqlite_worker", "study_name", "study_names",
 ]

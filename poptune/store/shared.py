@@ -3,7 +3,7 @@
 :func:`poptune.store.studies.open_storage` builds these (this module imports Optuna's storage back-ends, so it is only
 imported there, when a storage is opened):
 
-- :class:`SharedRDBStorage` (PostgreSQL, MySQL, SQLite): every storage call is retried with backoff while the
+- :class:`SharedRDBStorage` (PostgreSQL, SQLite): every storage call is retried with backoff while the
   database is unreachable (a restart, a dropped connection), for up to :data:`poptune.store.studies.RETRY_S` seconds;
   SQLAlchemy checks a pooled connection before use, so the first call after a restart reconnects.
 - Both storages give a trial its first heartbeat the moment it starts RUNNING (created, or taken from the
@@ -12,27 +12,35 @@ imported there, when a storage is opened):
   the study's trial budget would then wait forever too.
 - :class:`SharedJournalStorage`: Optuna's journal storage has no heartbeats; here a beat is a trial system
   attribute (the wall-clock time), and a trial whose beat is older than the grace period is stale.
+- :class:`SafeJournalFileBackend`: Optuna's journal file, never appended onto a partial record that a writer
+  killed mid-append left (:mod:`poptune.store.journal` cuts it first, under the journal's lock).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import json
 import logging
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.storages._heartbeat import BaseHeartbeat
-from optuna.storages.journal import JournalStorage
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock, JournalStorage
 from optuna.trial import FrozenTrial, TrialState
+
+from poptune.store.journal import cut_partial_record
 
 if TYPE_CHECKING:
     from poptune.errors import StorageError
 
-__all__ = ["SharedRDBStorage", "SharedJournalStorage", "is_transient", "is_permanent_sqlite", "storage_error"]
+__all__ = ["SafeJournalFileBackend", "SharedRDBStorage", "SharedJournalStorage", "is_permanent_sqlite", "is_transient",
+           "is_unresolved_host", "storage_error"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +86,15 @@ def is_permanent_sqlite(error: BaseException) -> bool:
     if name is not None:
         return any(name == code or name.startswith(code + "_") for code in _SQLITE_PERMANENT)
     return any(text in str(cause) for text in _SQLITE_PERMANENT_TEXT)
+
+
+#: How the PostgreSQL drivers say a host name did not resolve (psycopg 3; libpq through psycopg2).
+_UNRESOLVED_TEXT = ("failed to resolve host", "could not translate host name")
+
+
+def is_unresolved_host(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is a server host name that does not resolve: a typo, not a restart."""
+    return any(text in str(current) for current in _chain(error) for text in _UNRESOLVED_TEXT)
 
 
 def is_transient(error: BaseException) -> bool:
@@ -262,3 +279,37 @@ class SharedJournalStorage(JournalStorage, BaseHeartbeat):
 
     def get_heartbeat_stale_trial_callback(self) -> Callable[["optuna.Study", FrozenTrial], None] | None:
         return self._stale_trial_callback
+
+
+class SafeJournalFileBackend(JournalFileBackend):
+    """Optuna's journal file whose appends never continue a partial record (see the module docstring).
+
+    Each append takes the journal's lock (the same ``PATH.lock`` as Optuna's own backend, so workers of either
+    kind exclude each other), cuts a partial last record a killed writer left
+    (:func:`poptune.store.journal.cut_partial_record`), then appends as Optuna does.
+
+    Args:
+        file_path: The journal file (created empty if missing, as Optuna does).
+    """
+
+    def __init__(self, file_path: str) -> None:
+        self.lock = JournalFileSymlinkLock(file_path)
+        super().__init__(file_path, self.lock)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Within: this process holds the journal's lock (no other writer is mid-append)."""
+        self.lock.acquire()
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        with self.locked():
+            cut_partial_record(self._file_path)
+            text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
+            with open(self._file_path, "ab") as f:
+                f.write(text.encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())

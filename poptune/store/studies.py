@@ -9,14 +9,15 @@ heartbeats from a trial's first moment, heartbeats for the journal file.
 
 A database is never modified unless it already is an Optuna database (or does not exist yet): pointing poptune
 at any other file (a journal path at a text file too) is refused before anything is written. Readers
-(:func:`open_reader`) never create a database. An SQLite file serves one worker process at a time
-(:func:`sole_sqlite_worker`); a second one is refused in one line naming the storages that share safely.
+(:func:`open_reader`) never create a database, nor change a journal; a writer first cuts a journal's partial last
+record (:mod:`poptune.store.journal`). :func:`read_study` refuses a study poptune did not write. An SQLite file
+serves one worker process at a time (:func:`sole_sqlite_worker`); a second one is refused in one line naming the
+storages that share safely.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import time
@@ -25,16 +26,20 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from poptune.errors import ConfigError
-from poptune.store.urls import DEFAULT_STORAGE, file_of, public_url
+from poptune.errors import ConfigError, PoptuneError
+from poptune.store.journal import check_journal_file
+from poptune.store.urls import DEFAULT_STORAGE, URL_FORMS, check_url, file_of, public_url
 
 if TYPE_CHECKING:
     import optuna
 
 __all__ = [
     "HEARTBEAT_S", "MAX_RETRY", "RETRY_S", "check_storage", "load_study", "open_reader", "open_storage",
-    "sole_sqlite_worker", "study_names",
+    "read_study", "sole_sqlite_worker", "study_names",
 ]
+
+#: The user attribute every study poptune writes holds (its tuning problem), first of all.
+POPTUNE_ATTR = "problem"
 
 # Heartbeats let a resumed study fail the trials a killed process left RUNNING, then retry them (a few times:
 # a configuration that kills its worker every time is not retried forever).
@@ -82,7 +87,7 @@ def _check_sqlite_file(path: Path) -> None:
 
 
 def open_storage(
-    url: str | None = None, *, heartbeat: int | None = HEARTBEAT_S, retry_s: float = RETRY_S
+    url: str | None = None, *, heartbeat: int | None = HEARTBEAT_S, retry_s: float = RETRY_S, writer: bool = True
 ) -> "optuna.storages.BaseStorage":
     """Open ``url`` (default :data:`DEFAULT_STORAGE`) as an Optuna storage several workers may share.
 
@@ -92,15 +97,17 @@ def open_storage(
             heartbeats is failed, and retried up to :data:`MAX_RETRY` times, by the next worker that starts a
             trial.
         retry_s: Seconds a database call is retried while the server is unreachable (see
-            :mod:`poptune.store.shared`).
+            :mod:`poptune.store.shared`). A host name that does not resolve is not retried.
+        writer: This process will write: a journal's partial last record is cut now, in one warning (a journal
+            never gets an append onto one, whoever opened it; a reader that never writes leaves the file as it is).
 
     Raises:
-        ConfigError: a malformed URL, an unreadable file or one that is not an Optuna database, a server that
-            cannot be reached, a missing database driver.
+        ConfigError: a malformed URL or one of another kind (MySQL, Redis, ...), an unreadable file or one that
+            is not an Optuna database, a server that cannot be reached, a missing database driver.
     """
     import optuna
 
-    url = url or DEFAULT_STORAGE
+    url = check_url(url)
     beat: dict[str, Any] = {}
     retry = None
     if heartbeat:
@@ -111,15 +118,10 @@ def open_storage(
             retry = RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)
         beat = {"heartbeat_interval": heartbeat, "grace_period": 3 * heartbeat}
     if url.startswith("journal:"):
-        return _open_journal(url, beat, retry)
-    if "://" not in url:
-        raise ConfigError(f"malformed storage URL {url!r}: use sqlite:///PATH, postgresql://... or journal:PATH")
-    try:
-        from sqlalchemy.engine import make_url
+        return _open_journal(url, beat, retry, writer=writer)
+    from sqlalchemy.engine import make_url
 
-        parsed = make_url(url)
-    except Exception as e:
-        raise ConfigError(f"malformed storage URL {url!r}: {e}") from e
+    parsed = make_url(url)  # check_url parsed it
     engine_kwargs: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
         if not parsed.database:
@@ -136,7 +138,7 @@ def open_storage(
 
     if retry is not None:
         beat["heartbeat_stale_trial_callback"] = retry
-    from poptune.store.shared import is_transient
+    from poptune.store.shared import is_transient, is_unresolved_host
 
     started, races = time.monotonic(), 0
     try:
@@ -150,7 +152,8 @@ def open_storage(
                 if races == 3:
                     raise
             except Exception as e:  # a server restarting as a worker starts: wait a little, not as long as later
-                if not is_transient(e) or time.monotonic() - started > min(retry_s, OPEN_RETRY_S):
+                late = time.monotonic() - started > min(retry_s, OPEN_RETRY_S)
+                if not is_transient(e) or is_unresolved_host(e) or late:
                     raise
             time.sleep(0.5)
     except ModuleNotFoundError as e:  # the database driver
@@ -159,6 +162,9 @@ def open_storage(
             "pip install 'poptune[postgres]'"
         ) from e
     except Exception as e:  # server down, authentication, ...
+        if is_unresolved_host(e):
+            raise ConfigError(f"cannot open storage {public_url(url)!r}: its host {parsed.host!r} does not resolve "
+                              "(nothing retried): check the host name") from e
         first = str(e).splitlines()[0] if str(e) else ""
         raise ConfigError(f"cannot open storage {public_url(url)!r}: {type(e).__name__}: {first}") from e
 
@@ -170,11 +176,14 @@ def open_reader(url: str | None = None) -> "optuna.storages.BaseStorage":
         ConfigError: no database file at the URL's path (or an empty one), and everything
             :func:`open_storage` refuses.
     """
-    url = url or DEFAULT_STORAGE
+    url = check_url(url)
     path = file_of(url)
+    if path is not None and path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a study database: --storage names the database's file "
+                          f"({URL_FORMS})")
     if path is not None and (not path.is_file() or path.stat().st_size == 0):
         raise ConfigError(f"no study database at {path}: run `poptune study` first, or name the storage with --storage")
-    return open_storage(url, heartbeat=None)
+    return open_storage(url, heartbeat=None, writer=False)
 
 
 def check_storage(url: str | None = None) -> None:
@@ -183,16 +192,16 @@ def check_storage(url: str | None = None) -> None:
     A file storage is checked where it lies (a folder, a missing folder, a file that is not an Optuna
     database or journal); a server URL is opened, since that is the only way to know it answers.
     """
-    url = url or DEFAULT_STORAGE
+    url = check_url(url)
     path = file_of(url)
     if path is None:
-        open_storage(url, heartbeat=None)
+        open_storage(url, heartbeat=None, writer=False)
     elif url.startswith("journal:"):
         if not str(path) or not path.parent.exists():
             raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
         if path.is_dir():
             raise ConfigError(f"{path} is a directory, not a journal file")
-        _check_journal_file(path)
+        check_journal_file(path)
     elif url != DEFAULT_STORAGE or path.exists():
         _check_sqlite_file(path)
 
@@ -237,43 +246,30 @@ def sole_sqlite_worker(url: str | None) -> Iterator[bool]:
         os.close(fd)  # releases the lock
 
 
-def _check_journal_file(path: Path) -> None:
-    """Refuse an existing file that is not an Optuna journal (before the journal appends to it)."""
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    try:
-        with open(path, "rb") as f:
-            first = f.readline(1 << 20)
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror or e}") from e
-    if first.startswith(b"SQLite format 3\x00"):
-        raise ConfigError(f"{path} is an SQLite database, not a journal file: use --storage sqlite:///{path}")
-    try:
-        record = json.loads(first)
-    except ValueError:
-        record = None
-    if not isinstance(record, dict) or "op_code" not in record:
-        raise ConfigError(f"{path} is not an Optuna journal file (its first line is not a journal record)")
-
-
-def _open_journal(url: str, beat: dict[str, Any], retry: Any) -> "optuna.storages.BaseStorage":
+def _open_journal(url: str, beat: dict[str, Any], retry: Any, *, writer: bool) -> "optuna.storages.BaseStorage":
     path = Path(url.removeprefix("journal:"))
     if not str(path) or not path.parent.exists():
         raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
     if path.is_dir():
         raise ConfigError(f"{path} is a directory, not a journal file")
-    _check_journal_file(path)
-    from optuna.storages.journal import JournalFileBackend
-
-    from poptune.store.shared import SharedJournalStorage
+    check_journal_file(path)
+    from poptune.store.journal import cut_partial_record
+    from poptune.store.shared import SafeJournalFileBackend, SharedJournalStorage
 
     try:
-        return SharedJournalStorage(JournalFileBackend(str(path)), stale_trial_callback=retry, **beat)
+        backend = SafeJournalFileBackend(str(path))
+        if writer:
+            with backend.locked():
+                cut_partial_record(path)
+        return SharedJournalStorage(backend, stale_trial_callback=retry, **beat)
+    except PoptuneError:  # a partial record that cannot be cut
+        raise
     except Exception as e:  # a file that is not a journal
         raise ConfigError(f"cannot open journal {path}: {e}") from e
 
 
 def study_names(storage: "optuna.storages.BaseStorage") -> list[str]:
+    """The names of the studies ``storage`` holds, sorted."""
     return sorted(s.study_name for s in storage.get_all_studies())
 
 
@@ -290,3 +286,23 @@ def load_study(storage: "optuna.storages.BaseStorage", name: str | None) -> "opt
     if name not in names:
         raise ConfigError(f"no study {name!r} in this storage (studies: {', '.join(names) or 'none'})")
     return optuna.load_study(study_name=name, storage=storage)
+
+
+def read_study(url: str | None, name: str | None) -> "optuna.Study":
+    """Open ``url`` to read (:func:`open_reader`) and load study ``name`` (:func:`load_study`), refusing a study
+    that poptune did not write (another tool's study in a shared database) in one line naming what it holds.
+
+    Raises:
+        ConfigError: everything :func:`open_reader` and :func:`load_study` refuse, and a study without the
+            ``problem`` attribute every poptune study records first.
+    """
+    study = load_study(open_reader(url), name)
+    attrs = study.user_attrs
+    if POPTUNE_ATTR not in attrs:
+        shown = ", ".join(sorted(attrs)[:8]) + (f", ... ({len(attrs)} in all)" if len(attrs) > 8 else "")
+        raise ConfigError(
+            f"study {study.study_name!r} in {public_url(url)} was not written by poptune (no {POPTUNE_ATTR!r} "
+            f"attribute; its attributes: {shown or 'none'}; {len(study.trials)} trials): name a poptune study with "
+            "--study"
+        )
+    return study

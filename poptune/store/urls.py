@@ -1,21 +1,82 @@
 """Storage URLs: the default, which ones several processes may share, and how they are shown.
 
-``sqlite:///PATH`` (the default, ``studies/poptune.db``), any SQLAlchemy URL such as
-``postgresql://user@host/db``, and ``journal:PATH`` for a journal file several processes on one host may share.
+``sqlite:///PATH`` (the default, ``studies/poptune.db``), a PostgreSQL SQLAlchemy URL such as
+``postgresql://user@host/db`` (or ``postgresql+psycopg2://...``), and ``journal:PATH`` for a journal file several
+processes on one host may share. Any other scheme is refused (:func:`check_url`).
+
+Study names become file names (a study's report, its leaderboard files): :func:`check_study_name` refuses the
+names that cannot be one.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DEFAULT_STORAGE", "file_of", "is_server", "public_url", "study_name"]
+from poptune.errors import ConfigError
+from poptune.files import safe_name
+
+__all__ = ["DEFAULT_STORAGE", "URL_FORMS", "check_study_name", "check_url", "file_of", "is_server", "public_url",
+           "study_name"]
 
 DEFAULT_STORAGE = "sqlite:///studies/poptune.db"
+
+#: The storage URLs poptune opens, as every message about a URL names them.
+URL_FORMS = "sqlite:///PATH, postgresql://USER@HOST/DB or journal:PATH"
+
+#: SQLAlchemy back-ends poptune opens (others may work through Optuna but are neither tested nor supported).
+_BACKENDS = ("sqlite", "postgresql")
+
+#: The most a study name adds around itself in a file name: the leaderboard's ``methods-NAME.csv``, written
+#: through a temporary ``.methods-NAME.csv.tmp``.
+_NAME_AFFIXES = len(".methods-") + len(".csv.tmp")
+
+#: The longest file name most file systems take, in bytes.
+_NAME_MAX = 255
 
 
 def study_name(model: str, hardware_id: str) -> str:
     """One study per model and machine kind: ``<model>@<hardware-id>``."""
     return f"{model}@{hardware_id}"
+
+
+def check_study_name(name: str | None) -> str | None:
+    """``name`` if it can name a study (None: the default name), else a :class:`~poptune.errors.ConfigError`.
+
+    A study's report and leaderboard files are named after it (:func:`poptune.files.safe_name`), so a name is
+    refused that is empty, ``.`` or ``..``, holds ``/`` or a NUL, or makes a file name longer than 255 bytes.
+    """
+    if name is None:
+        return None
+    shown = name if len(name) <= 60 else f"{name[:40]}... ({len(name)} characters)"
+    if not name.strip():
+        raise ConfigError("a study name must not be empty")
+    if name in (".", "..") or "/" in name or "\0" in name:
+        raise ConfigError(f"study name {shown!r} cannot name its report files: it must not be '.' or '..' nor "
+                          "hold '/'")
+    size = len(safe_name(name).encode("utf-8", "surrogateescape"))
+    if size + _NAME_AFFIXES > _NAME_MAX:
+        raise ConfigError(f"study name {shown!r} is too long to name its report files: {size} bytes, at most "
+                          f"{_NAME_MAX - _NAME_AFFIXES}")
+    return name
+
+
+def check_url(url: str | None) -> str:
+    """``url`` (default :data:`DEFAULT_STORAGE`) if it is a storage URL poptune opens, else a one-line
+    :class:`~poptune.errors.ConfigError` naming :data:`URL_FORMS`."""
+    url = url or DEFAULT_STORAGE
+    if url.startswith("journal:"):
+        return url
+    if "://" not in url:
+        raise ConfigError(f"malformed storage URL {url!r}: use {URL_FORMS}")
+    try:
+        from sqlalchemy.engine import make_url
+
+        backend = make_url(url).get_backend_name()
+    except Exception as e:
+        raise ConfigError(f"malformed storage URL {url!r}: {e}") from e
+    if backend not in _BACKENDS:
+        raise ConfigError(f"unsupported storage URL {public_url(url)!r} ({backend}): use {URL_FORMS}")
+    return url
 
 
 def is_server(url: str | None) -> bool:
