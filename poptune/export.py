@@ -51,13 +51,16 @@ def best_within_budget(study: Any, max_drop: float) -> Any:
 
 def export_config(storage: str | None, study_name: str | None, *, max_drop: float, model: str | None = None) -> dict:
     """The deployable configuration of a stored study, as a JSON-serialisable dict."""
-    study = store.load_study(store.open_reader(storage), study_name)
+    study = store.read_study(storage, study_name)
     attrs = study.user_attrs
     if model is not None:
         from poptune.models import resolve_model
 
         if resolve_model(model).name != attrs.get("model"):
             raise ConfigError(f"study {study.study_name!r} is of model {attrs.get('model')!r}, not {model!r}")
+    if not store.completed(study):
+        raise ConfigError(f"study {study.study_name!r} has no completed trial yet: run `poptune study` on it first "
+                          "(or wait for its first trial)")
     row = best_within_budget(study, max_drop)
     trial = StoredTrial.of(study.trials[row.trial])
     return {

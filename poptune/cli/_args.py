@@ -52,7 +52,17 @@ def add_storage(parser: argparse.ArgumentParser, *, study: str | None = "the sto
                         "sqlite:///studies/poptune.db), journal:PATH (several processes on one host), "
                         "postgresql://USER@HOST/DB (several machines)")
     if study is not None:
-        parser.add_argument("--study", metavar="NAME", help=f"study name (default: {study})")
+        parser.add_argument("--study", metavar="NAME", type=_study_name, help=f"study name (default: {study})")
+
+
+def _study_name(text: str) -> str:
+    """``--study``: a name that can name the study's files (:func:`poptune.store.urls.check_study_name`)."""
+    from poptune.store.urls import check_study_name
+
+    try:
+        return check_study_name(text) or text
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def add_model(parser: argparse.ArgumentParser) -> None:

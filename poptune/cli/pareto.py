@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out:
         check_output_path(args.out)
-    study = store.load_study(store.open_reader(args.storage), args.study)
+    study = store.read_study(args.storage, args.study)
     rows = store.front(study)
     refs = report.references(study, rows)
     certified = store.certified(study)

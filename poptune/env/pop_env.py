@@ -161,7 +161,7 @@ class ReplayEnv(_OneStepEnv):
         from poptune import store
         from poptune.tune.replay import Replay
 
-        loaded = store.load_study(store.open_reader(storage), study)
+        loaded = store.read_study(storage, study)
         replay = Replay.of(loaded)
         problem = TuningProblem.from_dict(loaded.user_attrs["problem"])
         # An image problem's prompt length is known from its measurements, not from the problem.

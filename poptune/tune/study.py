@@ -145,6 +145,8 @@ class StudySpec:
             raise ConfigError(f"`heartbeat_s` must be a positive integer, got {self.heartbeat_s!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"`sampler` must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        store.check_study_name(self.study)
+        store.check_url(self.storage)
 
 
 def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import time
 
 import optuna
 import pytest
 
 from poptune import store
 from poptune.cli import main
+from poptune.errors import ConfigError
 from poptune.env import TuningProblem
 
 STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "300", "--repeats", "1",
@@ -111,3 +113,72 @@ def test_a_second_worker_on_sqlite_is_refused(capsys, scratch):
 def test_a_read_only_output_is_refused_before_any_work(capsys, scratch, argv, read_only_dir):
     line = _refused(capsys, scratch, *[a.format(ro=read_only_dir) for a in argv])
     assert "cannot write in" in line
+
+
+def _foreign_study(url: str, name: str = "other") -> None:
+    """A study another tool wrote into the same database: no poptune attributes."""
+    study = optuna.create_study(storage=url, study_name=name)
+    study.set_user_attr("owner", "someone else")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+
+
+@pytest.mark.parametrize("command", [["pareto"], ["export", "--max-drop", "1"]])
+@pytest.mark.parametrize("study", [["--study", "other"], []])
+def test_readers_refuse_a_study_poptune_did_not_write(capsys, scratch, command, study):
+    url = f"sqlite:///{scratch}/s.db"
+    _foreign_study(url)
+    line = _refused(capsys, scratch, *command, "--storage", url, *study)
+    assert "study 'other' in sqlite:///" in line and "was not written by poptune" in line
+    assert "no 'problem' attribute" in line and "owner" in line
+
+
+def test_export_of_a_study_with_no_completed_trial_says_so(capsys, scratch):
+    url = f"sqlite:///{scratch}/s.db"
+    study = optuna.create_study(storage=url, study_name="s", directions=["minimize", "maximize"])
+    study.set_user_attr("problem", TuningProblem(model="tiny-llama", tasks=("passkey",), lengths=(300,)).to_dict())
+    study.set_user_attr("model", "tiny-llama")
+    line = _refused(capsys, scratch, "export", "--storage", url, "--max-drop", "1")
+    assert "study 's' has no completed trial" in line and "points" not in line
+
+
+@pytest.mark.parametrize("command", [["pareto"], ["export", "--max-drop", "1"]])
+@pytest.mark.parametrize("scheme", ["sqlite:///", "journal:"])
+def test_readers_on_a_directory_say_it_is_one(capsys, scratch, command, scheme):
+    (scratch / "studies").mkdir()
+    line = _refused(capsys, scratch, *command, "--storage", f"{scheme}{scratch}/studies")
+    assert "studies is a directory" in line and "no study database" not in line
+
+
+@pytest.mark.parametrize("url", ["mysql://u@localhost/x", "redis://localhost", "mongodb://localhost/x"])
+@pytest.mark.parametrize("command", [["pareto"], ["export", "--max-drop", "1"], STUDY])
+def test_an_unsupported_storage_scheme_is_refused_with_the_supported_urls(capsys, scratch, url, command):
+    line = _refused(capsys, scratch, *command, "--storage", url)
+    assert "unsupported storage URL" in line and "sqlite:///PATH, postgresql://" in line and "journal:PATH" in line
+
+
+def test_a_postgres_host_that_does_not_resolve_fails_at_once(capsys, scratch):
+    pytest.importorskip("psycopg")
+    started = time.monotonic()
+    line = _refused(capsys, scratch, "pareto", "--storage", "postgresql://u:secret@no-such-host.invalid/x")
+    assert time.monotonic() - started < 5.0  # not retried as a server restarting would be
+    assert "'no-such-host.invalid' does not resolve" in line and "secret" not in line
+
+
+@pytest.mark.parametrize("name", [".", "..", "../up", "a/b", "x" * 250, "é" * 120])
+@pytest.mark.parametrize("command", [["pareto"], ["export", "--max-drop", "1"], STUDY])
+def test_a_study_name_that_cannot_name_a_file_is_refused_before_any_work(capsys, scratch, name, command):
+    url = f"sqlite:///{scratch}/s.db"
+    line = _refused(capsys, scratch, *command, "--storage", url, "--study", name)
+    assert "argument --study: study name" in line and ("cannot name" in line or "too long" in line)
+    assert not (scratch / "s.db").exists()
+
+
+def test_a_long_study_name_that_fits_is_taken():
+    from poptune.store import check_study_name
+    from poptune.tune.study import StudySpec
+
+    assert check_study_name("x" * 238) == "x" * 238
+    with pytest.raises(ConfigError, match="too long"):
+        StudySpec(problem=TuningProblem(model="tiny-llama"), study="x" * 239)
+    with pytest.raises(ConfigError, match="cannot name its report files"):
+        StudySpec(problem=TuningProblem(model="tiny-llama"), study="..")
