@@ -61,8 +61,14 @@ def _target(data: dict[str, Any]) -> str | None:
             f"(>= {TARGET.of_ideal})")
 
 
-_HEAD = ("| model | prompt | batch | full ms | POP ms | speedup [95% CI] | ideal | meas/ideal | J/prefill full | "
-         "J/prefill POP | SM MHz min-max | W max | °C max | throttle | kernels | GPU busy | label |")
+_HEAD = ("| model | prompt | batch | full ms | POP ms | speedup [95% CI] | ideal | meas/ideal | J/prefill full (net) | "
+         "J/prefill POP (net) | idle W | SM MHz min-max | W max | °C max | clock reasons | kernels | GPU busy | label |")
+
+
+def _joules(r: dict[str, Any], side: str) -> str:
+    """Gross joules per prefill, and net of idle power beside it."""
+    gross, net = r.get(f"energy_{side}_j"), r.get(f"energy_{side}_net_j")
+    return "-" if gross is None else f"{gross:.3g} J" + ("" if net is None else f" ({net:.3g} J)")
 
 
 def _table_row(r: dict[str, Any]) -> str:
@@ -71,7 +77,7 @@ def _table_row(r: dict[str, Any]) -> str:
     label = "launch-bound" if r.get("launch_bound") else ("compute" if r.get("launch_bound") is False else "-")
     return (f"| {r['model']} | {prompt} | {r['batch']} | {r['full_ms']:.2f} | {r['pop_ms']:.2f} | "
             f"{r['speedup']:.3f}x [{r['speedup_lo']:.3f}, {r['speedup_hi']:.3f}] | {r['ideal']:.3f}x | "
-            f"{r['of_ideal']:.2f} | {_fmt(r['energy_full_j'], '.3g', ' J')} | {_fmt(r['energy_pop_j'], '.3g', ' J')} | "
+            f"{r['of_ideal']:.2f} | {_joules(r, 'full')} | {_joules(r, 'pop')} | {_fmt(r.get('idle_w'), '.0f')} | "
             f"{clocks} | {_fmt(r['power_w_max'], '.0f')} | {_fmt(r['temperature_c_max'], 'd')} | "
             f"{', '.join(r['clock_reasons'] or []) or '-'} | {_fmt(r['kernels'], 'd')} | {_fmt(r['busy'], '.0%')} | "
             f"{label} |")

@@ -50,7 +50,7 @@ def _inputs(model: Any, tokenizer: Any, case: Case, row: BenchRow, batch: int) -
 def _record(case: Case, batch: int, row: BenchRow, profiled: dict[str, Any]) -> dict[str, Any]:
     figures = row.summary()
     keep = ("full_ms", "pop_ms", "speedup", "speedup_lo", "speedup_hi", "pairs", "ideal", "energy_full_j",
-            "energy_pop_j", "energy_reason", "sm_clock_mhz_min", "sm_clock_mhz_max", "power_w_max",
+            "energy_pop_j", "energy_full_net_j", "energy_pop_net_j", "idle_w", "energy_reason", "sm_clock_mhz_min", "sm_clock_mhz_max", "power_w_max",
             "temperature_c_max", "clock_reasons", "throttle_reasons", "throttled", "telemetry_reason", "timing")
     return {"model": case.model, "skip": case.skip, "batch": batch, "length": row.length, "image": row.image,
             "image_tokens": row.image_tokens, **{k: figures.get(k) for k in keep},

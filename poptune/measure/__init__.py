@@ -1,6 +1,6 @@
 """Measurement: the one timer and repeat loop, latency records, hardware fingerprints and NVML telemetry."""
 
-from poptune.measure.energy import EnergyReading, energy_per_call
+from poptune.measure.energy import EnergyReading, energy_pair, energy_per_call, idle_power
 from poptune.measure.hardware import HardwareRecord, fingerprint
 from poptune.measure.nvml import NvmlDevice, decode_clock_reasons
 from poptune.measure.telemetry import Sampler, Telemetry, TelemetryResult, nvml_device
@@ -28,8 +28,10 @@ __all__ = [
     "TelemetryResult",
     "Timer",
     "decode_clock_reasons",
+    "energy_pair",
     "energy_per_call",
     "fingerprint",
+    "idle_power",
     "measure",
     "measure_pair",
     "nvml_device",

@@ -10,8 +10,8 @@ order-statistic interval (:mod:`poptune.measure.stats`), and pairs continue unti
 (:mod:`poptune.measure.flops`) is reported beside the measured one. Null checks
 (:mod:`poptune.measure.nullcheck`) say whether the machine was quiet enough to trust the figures.
 
-On a GPU each row also records NVML telemetry sampled through it, each side's joules per prefill from an
-energy block of its own, and, with ``graphs``, prefills timed as replayed CUDA graphs (records:
+On a GPU each row also records NVML telemetry sampled through its timed pairs, each side's joules per prefill
+from energy blocks of its own (alternated, with the idle power beside them: :mod:`poptune.measure.energy`), and, with ``graphs``, prefills timed as replayed CUDA graphs (records:
 :mod:`poptune.measure.benchrecord`).
 """
 
@@ -26,8 +26,8 @@ import torch
 
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
-from poptune.measure.benchrecord import DEFAULT_POLICY, BenchResult, BenchRow, BenchSpec
-from poptune.measure.energy import energy_per_call
+from poptune.measure.benchrecord import DEFAULT_POLICY, BenchResult, BenchRow, BenchSpec, device_policy
+from poptune.measure.energy import IdleReading, energy_pair, idle_power
 from poptune.measure.flops import assumption, prefill_flops, vision_flops
 from poptune.measure.graphs import DECODE_EAGER, capture, graph_inputs, mask_materialised
 from poptune.measure.hardware import fingerprint
@@ -86,6 +86,7 @@ class _Row:
     gpu: NvmlDevice
     transform: Transform | None
     progress: Callable[[str], None] | None
+    idle: IdleReading  # the GPU's idle power, measured once per run before the first row
 
 
 def _sides(run: _Row, inputs: dict[str, torch.Tensor]) -> tuple[Callable[[], Any], Callable[[], Any]]:
@@ -115,9 +116,8 @@ def _prefill_pair(run: _Row, inputs: dict[str, torch.Tensor],
         else:
             timing["reason"] = next(g.reason for g in graphed if g.reason)
     pair = measure_pair(pop, full, timer=run.timer, policy=run.spec.policy, during=sampler)
-    seconds = run.spec.energy_seconds
-    energy = {"pop": energy_per_call(pop, gpu=run.gpu, timer=run.timer, min_seconds=seconds).to_dict(),
-              "full": energy_per_call(full, gpu=run.gpu, timer=run.timer, min_seconds=seconds).to_dict()}
+    sides = energy_pair(pop, full, gpu=run.gpu, timer=run.timer, min_seconds=run.spec.energy_seconds, idle=run.idle)
+    energy = {name: reading.to_dict() for name, reading in sides.items()} | {"idle": run.idle.to_dict()}
     return pair, timing, energy
 
 
@@ -217,11 +217,13 @@ def run_bench(
     decoder = decoder_of(model)
     limit = getattr(decoder.config, "max_position_embeddings", None)
     device = next(model.parameters()).device
+    spec = replace(spec, policy=device_policy(spec.policy, device))  # a GPU warms up >= 1 s at the timed shape
     hardware = fingerprint(device)
     record = provenance(model, model_name=model_name, weights=weights)
     rows, prompts = [], []
     with Telemetry(hardware) as telemetry, nvml_device(hardware) as gpu, kept_rope_state(model):
-        run = _Row(model, config, spec, Timer(device), gpu, transform, progress)
+        timer = Timer(device)
+        run = _Row(model, config, spec, timer, gpu, transform, progress, idle_power(gpu, timer, spec.energy_seconds))
         for item in spec.images or spec.lengths:
             prompt = _prompt_row(model, tokenizer, item, spec.batch_size, device)
             if limit and prompt.length + spec.decode_tokens > limit:

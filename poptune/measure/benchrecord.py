@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -27,7 +27,7 @@ from poptune.measure.timer import RepeatPolicy
 from poptune.models.vision import ImageSize
 from poptune.segments import chunk_bounds
 
-__all__ = ["DEFAULT_POLICY", "BenchSpec", "BenchRow", "BenchResult"]
+__all__ = ["DEFAULT_POLICY", "GPU_WARMUP_SECONDS", "BenchSpec", "BenchRow", "BenchResult", "device_policy"]
 
 
 def _joules(value: float | None) -> str:
@@ -37,6 +37,18 @@ def _joules(value: float | None) -> str:
 #: the interval is +-2% (60 pairs, 20 s at most).
 DEFAULT_POLICY = RepeatPolicy(warmup=1, min_repeats=MIN_PAIRS_95, min_seconds=1.0, max_repeats=60, precision=0.02,
                               max_seconds=20.0)
+
+
+#: The least warm-up on a GPU, at the timed shape, before its pairs: its clocks ramp up from idle meanwhile.
+GPU_WARMUP_SECONDS = 1.0
+
+
+def device_policy(policy: RepeatPolicy, device: torch.device) -> RepeatPolicy:
+    """``policy`` as timed on ``device``: on CUDA its warm-up lasts at least :data:`GPU_WARMUP_SECONDS` (and at
+    least one pair), so the first timed pairs do not run at idle clocks; elsewhere unchanged."""
+    if device.type != "cuda" or (policy.warmup_seconds >= GPU_WARMUP_SECONDS and policy.warmup >= 1):
+        return policy
+    return replace(policy, warmup=max(policy.warmup, 1), warmup_seconds=max(policy.warmup_seconds, GPU_WARMUP_SECONDS))
 
 
 @dataclass(frozen=True)
@@ -54,8 +66,9 @@ class BenchSpec:
             question (a vision-language model only) and ``lengths`` are not timed.
         graphs: Time each side's prefill as a replayed CUDA graph (CUDA only; see
             :mod:`poptune.measure.graphs` for where it applies).
-        energy_seconds: Length of each side's energy block per row (0: none; else at least 1 s; without
-            NVML no block runs and the row says why).
+        energy_seconds: Length of each energy block (0: none; else at least 1 s): per row, three blocks per side,
+            alternated, and once per run an idle block (see :mod:`poptune.measure.energy`); without NVML no
+            block runs and the row says why.
         prefill_chunk: Prefill in chunks of this many tokens, POP and the full model alike (None: whole
             prompts; text prompts only), see :mod:`poptune.segments`.
     """
@@ -122,14 +135,20 @@ class BenchRow:
         return self.prefill.count >= MIN_JUDGED and above_ideal(self.prefill.speedup_ci[0], self.ideal)
 
     def energy_figures(self) -> dict[str, Any]:
-        """Joules per prefill of each side (``energy_pop_j``, ``energy_full_j``), or None with ``energy_reason``."""
+        """Joules per prefill of each side (``energy_pop_j``, ``energy_full_j``: the median of its blocks, with
+        ``_lo``/``_hi``), the net figures beside them (less the idle power, ``energy_pop_net_j``,
+        ``energy_full_net_j``) and that idle power (``idle_w``); None with ``energy_reason`` where not measured."""
         sides = self.energy or {}
         pop, full = sides.get("pop") or {}, sides.get("full") or {}
         reasons = sorted({r for r in (pop.get("reason"), full.get("reason")) if r})
         if not sides:
             reasons = ["not measured (a record made before energy blocks)"]
-        return {"energy_pop_j": pop.get("j_per_call"), "energy_full_j": full.get("j_per_call"),
-                "energy_reason": "; ".join(reasons) or None}
+        figures: dict[str, Any] = {}
+        for name, side in (("pop", pop), ("full", full)):
+            figures |= {f"energy_{name}_j": side.get("j_per_call"), f"energy_{name}_j_lo": side.get("j_per_call_lo"),
+                        f"energy_{name}_j_hi": side.get("j_per_call_hi"),
+                        f"energy_{name}_net_j": side.get("net_j_per_call")}
+        return figures | {"idle_w": (sides.get("idle") or {}).get("watts"), "energy_reason": "; ".join(reasons) or None}
 
     def telemetry_figures(self) -> dict[str, Any]:
         """The row's SM clock range, peak power and temperature over its timed pairs, the clock event reasons

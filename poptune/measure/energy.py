@@ -1,31 +1,51 @@
-"""Energy per prefill: NVML's energy counter across a block of repeated calls of one side, at least 1 s long.
+"""Energy per prefill: NVML's energy counter across blocks of repeated calls of one side, aligned on its steps.
 
 The timed pairs alternate POP and the full model call by call, far faster than NVML's energy counter
-updates, so energy cannot be split between the sides there. Each side is therefore run on its own in a block
+updates, so energy cannot be split between the sides there. Each side is therefore run on its own in blocks
 of back-to-back calls lasting at least ``min_seconds`` (1 s or more: the counter advances in steps, and a
-shorter block would be mostly step); the block starts on a step of the counter, and the joules of the block
-divided by its calls are the joules per prefill. Where the counter cannot be read, or blocks are turned off,
-the figure is ``None`` and ``reason`` says why.
+shorter block would be mostly step). How a block is read:
+
+- **Both ends on a step.** The counter moves in steps and lags the work (by up to about 100 ms). A block
+  starts on a step reached while the side's calls already run (a busy lead-in, not counted) and ends on the
+  first step after its last counted call, the calls going on until that step (counted). Both ends are then
+  read in the same busy state, so the lag shifts a window of steady work instead of cutting off the end of the
+  block; the block's seconds are step to step, on the timer's clock.
+- **Blocks alternate.** :func:`energy_pair` runs at least :data:`ENERGY_BLOCKS` blocks per side in balanced
+  order (POP, full, full, POP, POP, full, ...), so a drifting temperature or clock hits both sides alike; each
+  side's joules per call is the median of its blocks with the order-statistic interval of
+  :func:`poptune.measure.stats.median_ci` (three blocks: their range, coverage 0.75, stated as such).
+- **Idle power beside it.** :func:`idle_power` reads the counter across a block with no work (aligned the same
+  way); each reading reports the gross joules per call and, beside it, the net figure: gross less idle
+  power times the call's seconds (the energy the call added to what the idle GPU draws anyway).
+
+Where the counter cannot be read, or blocks are turned off, the figures are ``None`` and ``reason`` says why.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from poptune.errors import ConfigError
 from poptune.measure.nvml import NvmlDevice
+from poptune.measure.stats import median_ci
 from poptune.measure.timer import Timer
 
-__all__ = ["MIN_BLOCK_SECONDS", "EnergyReading", "check_block_seconds", "energy_per_call"]
+__all__ = ["ENERGY_BLOCKS", "MIN_BLOCK_SECONDS", "EnergyBlock", "EnergyReading", "IdleReading", "check_block_seconds",
+           "energy_pair", "energy_per_call", "idle_power"]
 
 #: The shortest energy block that gives a figure: shorter ones are dominated by the counter's update steps.
 MIN_BLOCK_SECONDS = 1.0
 
-# How long to wait for the counter's next step before a block starts (its update period is well under this).
+#: Blocks per side of :func:`energy_pair`: the fewest whose median has an interval (their range).
+ENERGY_BLOCKS = 3
+
+# How long to wait for the counter's next step at either end of a block (its update period is well under this).
 _ALIGN_S = 0.5
+_IDLE_POLL_S = 0.002  # the idle block's wait between two reads of the counter
+_sleep = time.sleep  # how the idle block waits (a test's simulated clock replaces it)
 
 
 def check_block_seconds(seconds: float) -> None:
@@ -37,13 +57,48 @@ def check_block_seconds(seconds: float) -> None:
 
 
 @dataclass(frozen=True)
+class EnergyBlock:
+    """One block, step to step: ``calls`` counted, ``seconds`` between the steps, ``joules`` between them."""
+
+    calls: int
+    seconds: float
+    joules: float
+
+    def j_per_call(self) -> float:
+        return self.joules / self.calls
+
+    def net_j_per_call(self, idle_w: float) -> float:
+        """Joules per call less what the idle GPU draws in the call's time."""
+        return (self.joules - idle_w * self.seconds) / self.calls
+
+
+@dataclass(frozen=True)
+class IdleReading:
+    """The GPU's power with no work, from one block aligned on the counter's steps (None with the reason)."""
+
+    watts: float | None
+    seconds: float = 0.0
+    joules: float | None = None
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class EnergyReading:
-    """One side's energy block.
+    """One side's energy blocks.
 
     Attributes:
-        j_per_call: Joules per call (per prefill), or None.
-        calls: Calls in the block; ``seconds``: its wall-clock length (device synchronised at both ends).
-        joules: The counter's difference across the block; ``watts``: joules over seconds.
+        j_per_call: Joules per call (per prefill): the median of the blocks', or None.
+        j_per_call_lo, j_per_call_hi: Its order-statistic interval; ``coverage``: that interval's exact coverage
+            (0.75 for three blocks: their range).
+        net_j_per_call: The median of the blocks' net joules per call (gross less ``idle_w`` times the call's
+            seconds); None without an idle reading.
+        idle_w: The idle power subtracted (W), or None.
+        calls: Calls counted in all blocks; ``seconds``: their length, step to step; ``joules``: the counter's
+            difference over them; ``watts``: joules over seconds.
+        blocks: Each block as ``{calls, seconds, joules}``, in the order run.
         reason: Why there is no figure (None when there is one).
     """
 
@@ -53,50 +108,139 @@ class EnergyReading:
     joules: float | None = None
     watts: float | None = None
     reason: str | None = None
+    j_per_call_lo: float | None = None
+    j_per_call_hi: float | None = None
+    coverage: float | None = None
+    net_j_per_call: float | None = None
+    idle_w: float | None = None
+    blocks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _next_step(gpu: NvmlDevice) -> int | None:
-    """Waits (at most ``_ALIGN_S``) for the energy counter to change and returns its new value."""
+def _reason(gpu: NvmlDevice, default: str) -> str:
+    return "; ".join(gpu.notes) or default
+
+
+def _step(gpu: NvmlDevice, timer: Timer, fn: Callable[[], object] | None) -> tuple[int | None, int, int]:
+    """Waits (at most ``_ALIGN_S``) for the counter's next step, calling ``fn`` meanwhile (device synchronised
+    after each call) or, without ``fn``, waiting idle. Returns the counter's new value (None: no step came),
+    the timer's clock then (ns) and the calls made."""
     first = gpu.energy_mj()
-    deadline = time.perf_counter() + _ALIGN_S
-    value = first
-    while value == first and first is not None and time.perf_counter() < deadline:
+    start = timer.now_ns()
+    calls = 0
+    while first is not None and timer.now_ns() - start < _ALIGN_S * 1e9:
+        if fn is None:
+            _sleep(_IDLE_POLL_S)
+        else:
+            fn()
+            timer.synchronize()
+            calls += 1
         value = gpu.energy_mj()
-    return value
+        if value is None:
+            return None, timer.now_ns(), calls
+        if value != first:
+            return value, timer.now_ns(), calls
+    return None, timer.now_ns(), calls
+
+
+def _block(fn: Callable[[], object] | None, gpu: NvmlDevice, timer: Timer, seconds: float) -> EnergyBlock | str:
+    """One block of ``fn`` (None: idle) lasting at least ``seconds``, both ends on a step; or why not."""
+    timer.synchronize()
+    start_mj, start_ns, _ = _step(gpu, timer, fn)  # the lead-in's calls are not counted
+    if start_mj is None:
+        return _reason(gpu, f"energy counter did not step within {_ALIGN_S} s")
+    calls = 0
+    while (fn is not None and calls == 0) or timer.now_ns() - start_ns < seconds * 1e9:
+        if fn is None:
+            _sleep(_IDLE_POLL_S)
+        else:
+            fn()
+            calls += 1
+    timer.synchronize()
+    end_mj, end_ns, tail = _step(gpu, timer, fn)  # busy up to the step that ends the block: its calls count
+    if end_mj is None:
+        return _reason(gpu, f"energy counter did not step within {_ALIGN_S} s")
+    joules = (end_mj - start_mj) / 1000.0
+    if joules <= 0:
+        return f"energy counter did not advance in {(end_ns - start_ns) / 1e9:.2f} s"
+    return EnergyBlock(calls + tail, (end_ns - start_ns) / 1e9, joules)
+
+
+def _unavailable(gpu: NvmlDevice, min_seconds: float) -> str | None:
+    check_block_seconds(min_seconds)
+    if min_seconds == 0:
+        return "energy blocks off (energy_seconds=0)"
+    if not gpu.available:
+        return _reason(gpu, "NVML not available")
+    return None
+
+
+def idle_power(gpu: NvmlDevice, timer: Timer, seconds: float = MIN_BLOCK_SECONDS) -> IdleReading:
+    """The GPU's power with no work: the counter across ``seconds`` of waiting (device synchronised first), both
+    ends on a step. ``seconds`` as :func:`check_block_seconds` (0: not measured)."""
+    why = _unavailable(gpu, seconds)
+    if why is not None:
+        return IdleReading(None, reason=why)
+    block = _block(None, gpu, timer, seconds)
+    if isinstance(block, str):
+        return IdleReading(None, reason=block)
+    return IdleReading(block.joules / block.seconds, block.seconds, block.joules)
+
+
+def _reading(blocks: list[EnergyBlock], idle: IdleReading | None, confidence: float) -> EnergyReading:
+    per_call = median_ci([b.j_per_call() for b in blocks], confidence)
+    values = sorted(b.j_per_call() for b in blocks)
+    idle_w = idle.watts if idle is not None else None
+    net = None if idle_w is None else sorted(b.net_j_per_call(idle_w) for b in blocks)
+    seconds, joules = sum(b.seconds for b in blocks), sum(b.joules for b in blocks)
+    return EnergyReading(
+        j_per_call=_median(values), calls=sum(b.calls for b in blocks), seconds=seconds, joules=joules,
+        watts=joules / seconds, j_per_call_lo=per_call.low, j_per_call_hi=per_call.high, coverage=per_call.coverage,
+        net_j_per_call=None if net is None else _median(net), idle_w=idle_w, blocks=[asdict(b) for b in blocks])
+
+
+def _median(ordered: list[float]) -> float:
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
 def energy_per_call(fn: Callable[[], object], *, gpu: NvmlDevice, timer: Timer,
-                    min_seconds: float = MIN_BLOCK_SECONDS) -> EnergyReading:
-    """Runs ``fn`` back to back for at least ``min_seconds`` and returns the joules per call.
+                    min_seconds: float = MIN_BLOCK_SECONDS, blocks: int = 1,
+                    idle: IdleReading | None = None) -> EnergyReading:
+    """Runs ``fn`` in ``blocks`` blocks of at least ``min_seconds`` each and returns its joules per call.
 
     Args:
         fn: One side's call (a prefill), warmed up already.
         gpu: The open NVML view of the device ``fn`` runs on.
-        timer: The device's timer (it synchronises the device around the block).
-        min_seconds: The block's least length: 0 turns blocks off, else at least :data:`MIN_BLOCK_SECONDS`.
+        timer: The device's timer (it synchronises the device; its clock times the blocks).
+        min_seconds: Each block's least length: 0 turns blocks off, else at least :data:`MIN_BLOCK_SECONDS`.
+        blocks: Blocks to run (the figure is their median).
+        idle: The idle power to report the net figure against (None: no net figure).
     """
-    check_block_seconds(min_seconds)
-    if min_seconds == 0:
-        return EnergyReading(None, reason="energy blocks off (energy_seconds=0)")
-    if not gpu.available:
-        return EnergyReading(None, reason="; ".join(gpu.notes) or "NVML not available")
-    timer.synchronize()
-    start_mj = _next_step(gpu)
-    if start_mj is None:
-        return EnergyReading(None, reason="; ".join(gpu.notes) or "energy counter unavailable")
-    start, calls = time.perf_counter(), 0
-    while calls == 0 or time.perf_counter() - start < min_seconds:
-        fn()
-        calls += 1
-    timer.synchronize()
-    seconds = time.perf_counter() - start
-    end_mj = gpu.energy_mj()
-    if end_mj is None:
-        return EnergyReading(None, calls, seconds, reason="; ".join(gpu.notes) or "energy counter unavailable")
-    joules = (end_mj - start_mj) / 1000.0
-    if joules <= 0:
-        return EnergyReading(None, calls, seconds, joules, reason=f"energy counter did not advance in {seconds:.2f} s")
-    return EnergyReading(joules / calls, calls, seconds, joules, joules / seconds)
+    return energy_pair(fn, None, gpu=gpu, timer=timer, min_seconds=min_seconds, blocks=blocks, idle=idle)["pop"]
+
+
+def energy_pair(pop: Callable[[], object], full: Callable[[], object] | None, *, gpu: NvmlDevice, timer: Timer,
+                min_seconds: float = MIN_BLOCK_SECONDS, blocks: int = ENERGY_BLOCKS, idle: IdleReading | None = None,
+                confidence: float = 0.95) -> dict[str, EnergyReading]:
+    """Joules per call of two sides from ``blocks`` blocks each, alternated POP, full, full, POP, ...
+
+    Returns ``{"pop": reading, "full": reading}`` (only ``pop`` when ``full`` is None); each reading is the
+    median of its blocks with its interval at ``confidence`` and, given ``idle``, the net figure. Arguments as
+    :func:`energy_per_call`.
+    """
+    sides = {"pop": pop} if full is None else {"pop": pop, "full": full}
+    why = _unavailable(gpu, min_seconds)
+    if why is not None:
+        return {name: EnergyReading(None, reason=why) for name in sides}
+    runs: dict[str, list[EnergyBlock]] = {name: [] for name in sides}
+    names = list(sides)
+    for index in range(blocks):
+        for name in names if index % 2 == 0 else names[::-1]:
+            block = _block(sides[name], gpu, timer, min_seconds)
+            if isinstance(block, str):
+                return {side: EnergyReading(None, reason=block) for side in sides}
+            runs[name].append(block)
+    return {name: _reading(runs[name], idle, confidence) for name in sides}

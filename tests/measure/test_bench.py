@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from poptune import ConfigError, PopConfig, load_model
 from poptune.measure import RepeatPolicy
@@ -149,3 +150,15 @@ def test_cuda_graph_timing_is_refused_on_cpu(tiny):
                   model_name="tiny-gemma3")
     with pytest.raises(ConfigError, match=r"`energy_seconds` must be 0 \(off\) or >= 1, got 0.5"):
         BenchSpec(energy_seconds=0.5)
+
+
+def test_a_gpu_warms_up_at_least_a_second_at_the_timed_shape() -> None:
+    from poptune.measure.benchrecord import GPU_WARMUP_SECONDS, device_policy
+
+    one_pair = RepeatPolicy(warmup=1, min_repeats=5, min_seconds=0.2)  # `poptune bench`'s own policy
+    on_gpu = device_policy(one_pair, torch.device("cuda", 0))
+    assert GPU_WARMUP_SECONDS >= 1.0 and on_gpu.warmup_seconds == GPU_WARMUP_SECONDS and on_gpu.warmup == 1
+    assert device_policy(RepeatPolicy(warmup=0, min_repeats=3), torch.device("cuda")).warmup == 1
+    assert device_policy(one_pair, torch.device("cpu")) == one_pair  # a CPU has no clocks to ramp up
+    longer = RepeatPolicy(warmup=2, warmup_seconds=3.0)
+    assert device_policy(longer, torch.device("cuda")) == longer
