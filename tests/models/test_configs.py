@@ -63,3 +63,19 @@ def test_configs_are_copies_and_unknown_names_have_none():
     nested["text_config"]["num_hidden_layers"] = 1
     assert full_config("gemma-3-4b")["text_config"]["num_hidden_layers"] != 1
     assert tiny_config("gemma-3-1b") is None and full_config("tiny-llama") is None and full_config("nope") is None
+
+
+# Published parameter counts of the full-size models (model cards: Llama-3.1-8B 8.03B, Qwen3-8B 8.19B, Qwen3-VL-8B
+# 8.77B; Gemma-3-12B 12.19B as its architecture builds, the vision tower and projector included).
+PUBLISHED_PARAMETERS = {"llama-3.1": 8.03e9, "gemma-3-12b": 12.19e9, "qwen3-vl": 8.77e9, "qwen3": 8.19e9}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS))
+def test_full_size_models_built_on_meta_have_their_published_parameter_counts(name):
+    import torch
+
+    from poptune.models.registry import _random_model
+
+    model = _random_model(full_config(name), torch.device("meta"), torch.bfloat16)  # shapes only, no memory
+    count = sum(p.numel() for p in model.parameters())  # tied embeddings counted once
+    assert count == pytest.approx(PUBLISHED_PARAMETERS[name], rel=0.002), f"{name}: {count / 1e9:.3f}B"
