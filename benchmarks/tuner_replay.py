@@ -4,7 +4,8 @@ Two sources of the grid:
 
 - ``--grid PATH``: a grid file (CSV, written by ``benchmarks/build_grid.py``; no database). Defaults: every
   sampler of :data:`poptune.tune.replay.TUNER_SAMPLERS` (TPE, NSGA-II, random, the grid in a seeded order,
-  Optuna's GP sampler), 20 seeds, the file's accuracy budget, 64 trials to look for 95% of the hypervolume.
+  Optuna's GP sampler, the structure-aware sampler of :mod:`poptune.tune.structured`), 20 seeds, the file's
+  accuracy budget, 64 trials to look for 95% of the hypervolume.
 - ``--storage URL`` (``--build`` first runs a grid study for real into it): a stored grid study, as before
   (TPE, NSGA-II and random, 10 seeds, budget 1.0 points).
 
@@ -12,7 +13,10 @@ Then :func:`poptune.tune.replay.tuner_efficiency`: per sampler and seed an in-me
 replay answers (``--noise``: drawn from each figure's recorded 95% interval, one draw per seed and
 configuration), and the asked configurations are scored by their recorded figures: the best within-budget
 speedup, the hit rate and the hypervolume after 8, 16 and 32 trials (means over seeds with 95% bootstrap
-intervals), and the trials needed to reach 95% of the grid's hypervolume.
+intervals), and the trials needed to reach 95% of the grid's hypervolume. For a grid file it also counts where
+the grid breaks the order the structure-aware sampler assumes (:func:`poptune.tune.structured.order_violations`)
+and how many of the verdicts that sampler implies after 16 trials the recorded figures bear out
+(:func:`poptune.tune.replay.implied_held`).
 
 Usage::
 
@@ -129,6 +133,35 @@ def _verdicts(rows, checkpoints) -> list[str]:
                      "its interval."]
 
 
+def _hits(hits: int, seeds: int) -> str:
+    """``hits/seeds`` with the rate's 95% Wilson score interval."""
+    z, p = 1.959964, hits / seeds
+    centre, half = (p + z * z / (2 * seeds)), z * (p * (1 - p) / seeds + z * z / (4 * seeds * seeds)) ** 0.5
+    scale = 1 + z * z / seeds
+    return f"{hits}/{seeds} [{max(centre - half, 0) / scale:.2f}, {min(centre + half, scale) / scale:.2f}]"
+
+
+def _order(replay, args) -> list[str]:
+    """Where the grid breaks the order, and how many implied verdicts held."""
+    from poptune.tune.replay import implied_held
+    from poptune.tune.structured import order_violations
+
+    lines = []
+    for what, family_only in (("one family (boundary, offset, K/V source; `skip` ascending)", True),
+                              ("the whole order (skipped blocks nested, boundaries nested)", False)):
+        v = order_violations(replay.table, replay.num_layers, args.max_drop, family_only=family_only)
+        lines.append(f"- {what}: {v.pairs} ordered pairs; a shallower configuration decided beyond the budget "
+                     f"(drop lo > {args.max_drop:g}) while a deeper one is decided within (drop hi <= "
+                     f"{args.max_drop:g}): **{v.decided}**; drop intervals wholly inverted: **{v.separated}**; by "
+                     f"the drop points alone (noise included): {v.point}. The grid decides {v.decided_within} "
+                     f"configurations within and {v.decided_beyond} beyond, so the first count can see little.")
+    held, implied = implied_held(replay, max_drop=args.max_drop, trials=16, seeds=args.seeds, noise=args.noise)
+    lines.append(f"- Verdicts the structure-aware sampler implies after 16 trials (never counted as measured), "
+                 f"checked against the recorded figures (candidate or not), over {args.seeds} seeds: {held} of "
+                 f"{implied} held ({held / max(implied, 1):.0%}).")
+    return lines
+
+
 def _markdown(replay, rows, args, where: list[str], seconds: float) -> str:
     from poptune.tune.replay import CHECKPOINTS, HV_SHARE
 
@@ -156,7 +189,8 @@ def _markdown(replay, rows, args, where: list[str], seconds: float) -> str:
     lines += [f"| {r.sampler} | " + " | ".join(_cell(r.best_mean[n]) for n in CHECKPOINTS) + " |" for r in rows]
     lines += ["", "## Hit rate: seeds that asked a configuration as fast as the fastest candidate", "",
               f"| sampler | {ns} |", "|---|" + "---:|" * len(CHECKPOINTS)]
-    lines += [f"| {r.sampler} | " + " | ".join(f"{r.hit_counts[n]}/{r.seeds}" for n in CHECKPOINTS) + " |" for r in rows]
+    lines += [f"| {r.sampler} | " + " | ".join(_hits(r.hit_counts[n], r.seeds) for n in CHECKPOINTS) + " |"
+              for r in rows]
     lines += ["", f"## Hypervolume of (latency objective ms, accuracy) after N trials, and trials to "
               f"{HV_SHARE:.0%} of the grid's", "",
               f"| sampler | {ns} | trials to {HV_SHARE:.0%} (median) | seeds that reached it |",
@@ -166,6 +200,8 @@ def _markdown(replay, rows, args, where: list[str], seconds: float) -> str:
         lines.append(f"| {r.sampler} | " + " | ".join(_cell(r.hv[n]) for n in CHECKPOINTS)
                      + f" | {reach} | {r.reached}/{r.seeds} within {r.horizon} |")
     lines += ["", "## Against random search", ""] + _verdicts(rows, CHECKPOINTS)
+    if args.grid and "structured" in args.samplers.split(","):
+        lines += ["", "## The order on this grid", ""] + _order(replay, args)
     command = "python benchmarks/tuner_replay.py " + shlex.join(sys.argv[1:])
     lines += ["", "## Provenance", "", f"- command: `{command.strip()}`",
               f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}; replay wall time "

@@ -31,20 +31,22 @@ from poptune.errors import ConfigError
 from poptune.store.measurement import Measurement
 from poptune.tune.grid import draw, noise_rng, read_grid
 from poptune.tune.problem import TuningProblem
-from poptune.tune.space import all_configs, make_sampler, suggest_config
+from poptune.tune.samplers import make_sampler
+from poptune.tune.space import all_configs, suggest_config
 
 if TYPE_CHECKING:
     import numpy as np
     import optuna
 
 __all__ = ["CHECKPOINTS", "HV_SHARE", "TUNER_SAMPLERS", "Interval", "Replay", "TunerRow", "covers_grid",
-           "hypervolume", "mean_interval", "tuner_efficiency"]
+           "hypervolume", "implied_held", "mean_interval", "tuner_efficiency"]
 
 CHECKPOINTS = (8, 16, 32)
 
-#: The samplers of the tuner table: Optuna's TPE, NSGA-II, random search, the grid in a seeded order, and
-#: Optuna's Gaussian-process sampler (torch and scipy, offline).
-TUNER_SAMPLERS = ("tpe", "nsga2", "random", "grid", "gp")
+#: The samplers of the tuner table: Optuna's TPE, NSGA-II, random search, the grid in a seeded order,
+#: Optuna's Gaussian-process sampler (torch and scipy, offline), and the structure-aware sampler
+#: (:mod:`poptune.tune.structured`, given the grid's FLOPs ideals).
+TUNER_SAMPLERS = ("tpe", "nsga2", "random", "grid", "gp", "structured")
 
 #: The share of the grid's hypervolume whose first reach is counted in trials.
 HV_SHARE = 0.95
@@ -181,21 +183,57 @@ class TunerRow:
 def _history(replay: Replay, sampler: str, seed: int, trials: int, max_drop: float,
              reference_ms: float) -> list[Measurement]:
     """The recorded measurement of each configuration a sampler asks for, the sampler seeing the replay's answers."""
+    return _replayed(replay, sampler, seed, trials, max_drop, reference_ms)[0]
+
+
+def _replayed(replay: Replay, sampler: str, seed: int, trials: int, max_drop: float,
+              reference_ms: float) -> tuple[list[Measurement], "optuna.Study"]:
+    """:func:`_history` and the in-memory study that made it."""
     import optuna
 
-    study = optuna.create_study(directions=["minimize", "maximize"],
-                                sampler=make_sampler(sampler, seed, replay.num_layers, replay.kv))
+    ideal = {c: float(m.info()["ideal"]) for c, m in replay.table.items()}
+    study = optuna.create_study(directions=["minimize", "maximize"], sampler=make_sampler(
+        sampler, seed, replay.num_layers, replay.kv, max_drop=max_drop, ideal=ideal))
     history = []
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         config = suggest_config(trial, replay.num_layers, replay.kv)
         answered = replay.answer(config)
         trial.set_constraint("max_drop", answered.drop_lower - max_drop)  # the study's constraint
+        trial.set_user_attr("drop", answered.drop)  # as a study stores it
+        trial.set_user_attr("drop_points", answered.drop_points)
         history.append(replay.table[config])
         return store.latency_objective(reference_ms, answered.speedup), answered.objective_accuracy
 
     study.optimize(objective, n_trials=trials)
-    return history
+    return history, study
+
+
+def implied_held(replay: Replay, *, max_drop: float, trials: int, seeds: int = 20, noise: bool = True
+                 ) -> tuple[int, int]:
+    """How many of the verdicts the structure-aware sampler's order implies after ``trials`` trials
+    (:func:`poptune.tune.structured.implied_verdicts`, over ``seeds`` seeds) the grid's recorded figures bear
+    out (implied within: the configuration is a candidate, :meth:`Measurement.candidate`; implied beyond: it
+    is not): ``(held, implied)``."""
+    import optuna
+
+    from poptune.tune.structured import implied_verdicts, observations
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    reference = replay.reference_ms
+    if reference is None:
+        raise ConfigError(f"the replay of {replay.study_name!r} has no reference latency")
+    held = total = 0
+    for seed in range(seeds):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            _, study = _replayed(replay.noisy(seed if noise else None), "structured", seed, trials, max_drop,
+                                 reference)
+        seen = observations(study.trials, replay.num_layers, max_drop)
+        for verdict in implied_verdicts(seen, replay.num_layers, replay.kv):
+            total += 1
+            held += verdict.within == replay.table[verdict.config].candidate(max_drop)
+    return held, total
 
 
 def _first_reach(points: list[tuple[float, float]], reference: tuple[float, float], goal: float) -> float:

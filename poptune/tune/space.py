@@ -23,12 +23,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SAMPLER", "SAMPLERS", "SpaceGridSampler", "all_configs", "config_of_trial", "distributions_of",
-    "make_sampler", "paper_default", "params_of", "suggest_config",
+    "paper_default", "params_of", "suggest_config",
 ]
 
 
-#: The samplers a study may use; the first is the default.
-SAMPLERS = ("tpe", "nsga2", "random", "grid")
+#: The samplers a study may use (:func:`poptune.tune.samplers.make_sampler`); the first is the default.
+SAMPLERS = ("tpe", "nsga2", "random", "grid", "structured")
 DEFAULT_SAMPLER = SAMPLERS[0]
 
 
@@ -142,19 +142,3 @@ def SpaceGridSampler(num_layers: int, seed: int, kv: tuple[str, ...] = OWN  # no
             return self._pick(study, trial)[param_name]
 
     return _Grid()
-
-
-def make_sampler(name: str, seed: int, num_layers: int, kv: tuple[str, ...] = OWN) -> "optuna.samplers.BaseSampler":
-    """A seeded sampler (:data:`SAMPLERS`, or ``gp``: Optuna's Gaussian-process sampler, for the replay's
-    tuner table); the accuracy budget reaches TPE, NSGA-II and GP through ``trial.set_constraint``."""
-    import optuna
-
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "gp":  # the replay's tuner table only: needs torch and scipy
-        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
-    return SpaceGridSampler(num_layers, seed, kv)

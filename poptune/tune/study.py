@@ -67,7 +67,8 @@ from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
 from poptune.tune.presets import STANDARD
 from poptune.tune.problem import TuningProblem
-from poptune.tune.space import DEFAULT_SAMPLER, SAMPLERS, all_configs, make_sampler, paper_default, params_of
+from poptune.tune.samplers import make_sampler
+from poptune.tune.space import DEFAULT_SAMPLER, SAMPLERS, all_configs, paper_default, params_of
 
 if TYPE_CHECKING:
     import optuna

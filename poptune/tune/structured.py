@@ -1,0 +1,449 @@
+"""A sampler that knows the order of POP's search space (:class:`StructuredSampler`), and what the order implies.
+
+**The order.** Configuration ``a`` is *no deeper* than ``b`` (:func:`no_deeper`) when both use the same K/V
+source, the layers ``a`` skips are a subset of those ``b`` skips, and ``a`` keeps at least as many final prompt
+tokens at full depth (boundary width: ``none`` 0 < ``last`` 1 < ``window-4`` < ``window-16`` < ``window-64``).
+Within a family (boundary, offset, K/V source) that is ``skip`` ascending; across boundaries at one block, the
+wider window; across offsets it relates nested blocks (skip 6 at offset 1 skips a subset of skip 7 at offset
+0). Up to noise the accuracy drop grows along the order, and the FLOPs ideal speedup, known before anything is
+measured, grows with the skipped layers and with narrower boundaries.
+
+**The search**, one proposal per trial, each a configuration no trial of the study holds:
+
+1. *Budget search.* Within budget is modelled as ``skip + offset <= T_b`` (the block's depth from the top:
+   at one depth, offset 0 skips the most layers) with one threshold ``T_b`` per boundary, nested
+   (``T_none <= T_last <= ... <= T_window-64``), under a uniform prior over nested thresholds. Each measured
+   trial updates the posterior with the probability that its drop is within the budget given its interval
+   (``Phi((budget - drop) / sigma)``, sigma the interval's half-width / 1.96): probabilistic bisection with
+   noisy answers (Horstein 1963; Waeber, Frazier & Henderson, "Bisection search with noisy responses", SIAM
+   J. Control Optim. 2013), here on a chain per boundary tied by the nesting. The proposal is the offset-0
+   configuration of greatest expected improvement (Jones, Schonlau & Welch 1998) of the ideal speedup over the
+   fastest measured within budget: ``P(within) * (ideal - best)``, ranking families by their ideal.
+2. *Front.* Once no configuration's expected improvement reaches :attr:`StructuredSampler.min_gain` of the
+   best, the configuration whose optimistic point adds the most hypervolume to the measured front
+   (hypervolume improvement; Emmerich, Beume & Naujoks, EMO 2005): its latency predicted from its ideal
+   (``latency = a * ideal ** -beta`` fitted to the measured trials), its accuracy the least of the measured
+   configurations whose block starts no deeper and keeps as many tokens (the budget model's order; the best
+   measured where none is).
+3. *Spot checks.* When no unmeasured configuration can enter the front (no improvement at all), the fastest
+   of the rest: a check of the verdicts the order implies, where a break of the order would gain the most; so
+   a grid that breaks the order is still covered, its gains first.
+
+A trial's verdict is read from what the study stored: the ``drop`` user attribute (``mean``/``lo``/``hi``
+points, and ``drop_points``) against the budget (``max_drop``, else inferred from the trial's constraint,
+which a POP study sets to ``drop lo - budget``); without a drop, the trial's constraints (feasible: all <= 0);
+without either, none (then only the front is searched). Objectives: ``(latency to minimise, accuracy to
+maximise)``, as a POP study's.
+
+:func:`implied_verdicts` lists what the order implies for configurations no trial measured (never reported as
+measured); :func:`order_violations` counts where a measured grid breaks the order beyond its intervals.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import optuna
+
+from poptune.engine import BOUNDARIES, PopConfig
+from poptune.store.measurement import Measurement
+from poptune.tune.space import OWN, all_configs, config_of_trial, params_of
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["ImpliedVerdict", "Observation", "OrderViolations", "StructuredSampler", "implied_verdicts",
+           "no_deeper", "observations", "order_violations", "proxy_ideal"]
+
+#: The answer probabilities kept away from 0 and 1: no single trial rules a threshold out.
+_CLIP = 0.02
+
+#: The weight of the other boundaries' trials in a boundary's own chance of being within the budget.
+_OTHERS = 0.5
+
+#: How sure a typical answer is, for the look-ahead: P(seen within | within).
+_ANSWER = 0.8
+
+
+def _width(boundary: str) -> int:
+    return PopConfig(skip=1, boundary=boundary).boundary_width
+
+
+def no_deeper(a: PopConfig, b: PopConfig, num_layers: int) -> bool:
+    """Whether ``a`` is no deeper than ``b`` in the order (see the module): its drop is expected no larger."""
+    if a.skip == 0:
+        return True
+    if b.skip == 0 or a.kv != b.kv or _width(a.boundary) < _width(b.boundary):
+        return False
+    a_start, a_end = num_layers - a.offset - a.skip, num_layers - a.offset
+    b_start, b_end = num_layers - b.offset - b.skip, num_layers - b.offset
+    return b_start <= a_start and a_end <= b_end
+
+
+def _shallower_block(a: PopConfig, b: PopConfig) -> bool:
+    """The budget model's order (see the module): ``a``'s block starts no deeper (``skip + offset``) and keeps
+    at least as many tokens; it contains :func:`no_deeper`."""
+    if a.skip == 0:
+        return True
+    return (b.skip > 0 and a.kv == b.kv and a.skip + a.offset <= b.skip + b.offset
+            and _width(a.boundary) >= _width(b.boundary))
+
+
+def proxy_ideal(config: PopConfig, num_layers: int, length: int = 1024, kv_share: float = 0.1) -> float:
+    """A model-free stand-in for the FLOPs ideal speedup (:func:`poptune.measure.flops.ideal_speedup`) where
+    the model is not at hand: layers of equal cost, a skipped layer's pruned tokens paying ``kv_share`` of it
+    (their K/V projections), ``length`` prompt tokens. It orders configurations as the FLOPs ideal does within
+    a family and across boundaries."""
+    if config.skip == 0:
+        return 1.0
+    pruned = max(length - config.boundary_width, 0) / length
+    return num_layers / (num_layers - config.skip * pruned * (1 - kv_share))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one completed trial says to the sampler.
+
+    Attributes:
+        config, number: The configuration and the trial.
+        latency, accuracy: Its objective values (minimised, maximised).
+        within: The probability that its drop is within the budget (None: the trial says nothing of it).
+    """
+
+    config: PopConfig
+    number: int
+    latency: float
+    accuracy: float
+    within: float | None
+
+
+def _budget(trials: Sequence["optuna.trial.FrozenTrial"]) -> float | None:
+    """The budget a POP study's constraint encodes (``drop lo - budget``), from its first trial with both."""
+    for t in trials:
+        drop, constraints = t.user_attrs.get("drop"), list(t.constraints.values())
+        if isinstance(drop, Mapping) and drop.get("lo") is not None and len(constraints) == 1:
+            return float(drop["lo"]) - float(constraints[0])
+    return None
+
+
+def _within(trial: "optuna.trial.FrozenTrial", budget: float | None) -> float | None:
+    drop = trial.user_attrs.get("drop")
+    if budget is not None and isinstance(drop, Mapping) and drop.get("lo") is not None:
+        mean = float(trial.user_attrs.get("drop_points", drop.get("mean", drop["lo"])))
+        lo, hi = float(drop["lo"]), float(drop.get("hi", drop["lo"]))
+        if lo > budget:  # rejected: the study's own constraint
+            return _CLIP
+        sigma = max((hi - lo) / (2 * 1.959964), 1e-3)
+        return min(max(0.5 * math.erfc((mean - budget) / (sigma * math.sqrt(2))), _CLIP), 1 - _CLIP)
+    constraints = trial.constraints.values()
+    if constraints:
+        return 1 - _CLIP if all(c <= 0 for c in constraints) else _CLIP
+    return None
+
+
+def observations(trials: Sequence["optuna.trial.FrozenTrial"], num_layers: int,
+                 max_drop: float | None = None) -> dict[PopConfig, Observation]:
+    """Each configuration's first completed two-objective trial, read as an :class:`Observation`."""
+    budget = max_drop if max_drop is not None else _budget(trials)
+    seen: dict[PopConfig, Observation] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        if t.state != optuna.trial.TrialState.COMPLETE or t.values is None or len(t.values) != 2:
+            continue
+        config = config_of_trial(t, num_layers)
+        if config is not None and config not in seen:
+            seen[config] = Observation(config, t.number, float(t.values[0]), float(t.values[1]), _within(t, budget))
+    return seen
+
+
+@dataclass(frozen=True)
+class ImpliedVerdict:
+    """A budget verdict the order implies for a configuration no trial measured.
+
+    Attributes:
+        config: The configuration.
+        within: True: implied within the budget (no deeper than one measured within); False: implied beyond.
+        basis: The trials it follows from.
+        measured: Always False: an implied verdict is never a measurement.
+    """
+
+    config: PopConfig
+    within: bool
+    basis: tuple[int, ...]
+    measured: bool = False
+
+
+def implied_verdicts(seen: Mapping[PopConfig, Observation], num_layers: int, kv: tuple[str, ...] = OWN
+                     ) -> list[ImpliedVerdict]:
+    """The verdicts the order implies for the configurations ``seen`` lacks: within where the configuration
+    is no deeper than a trial judged within (probability > 1/2) and no trial judged beyond is no deeper than
+    it; beyond the other way round; nothing where the two conflict (the order broken by noise) or neither."""
+    judged = [o for o in seen.values() if o.within is not None and o.config.skip > 0]
+    implied = []
+    for config in all_configs(num_layers, kv):
+        if config in seen or config.skip == 0:
+            continue
+        up = tuple(o.number for o in judged if o.within > 0.5 and no_deeper(config, o.config, num_layers))
+        down = tuple(o.number for o in judged if o.within < 0.5 and no_deeper(o.config, config, num_layers))
+        if up and not down:
+            implied.append(ImpliedVerdict(config, True, up))
+        elif down and not up:
+            implied.append(ImpliedVerdict(config, False, down))
+    return implied
+
+
+@dataclass(frozen=True)
+class OrderViolations:
+    """Pairs ``(a, b)`` of a measured grid with ``a`` no deeper than ``b`` that break the order.
+
+    Attributes:
+        pairs: Ordered pairs compared (``a != b``, both measured with a drop interval).
+        decided: ``a`` decided beyond the budget (drop lo > budget) while ``b`` is decided within (drop hi <=
+            budget): the order broken beyond both intervals, in verdicts.
+        separated: ``a``'s drop interval lies wholly above ``b``'s: broken beyond the intervals, in drops.
+        point: ``a``'s drop point above the budget while ``b``'s lies within it (what a search sees of the
+            points alone, noise included).
+        decided_within, decided_beyond: Configurations decided within (drop hi <= budget) and beyond (drop lo >
+            budget): how much the count of ``decided`` could see.
+    """
+
+    pairs: int
+    decided: int
+    separated: int
+    point: int
+    decided_within: int = 0
+    decided_beyond: int = 0
+
+
+def order_violations(table: Mapping[PopConfig, Measurement], num_layers: int, max_drop: float, *,
+                     family_only: bool = False) -> OrderViolations:
+    """Count the breaks of the order in ``table`` (a measured grid) at budget ``max_drop``; with
+    ``family_only``, only pairs of one family (boundary, offset, K/V source: ``skip`` ascending)."""
+    rows = [(c, m) for c, m in table.items() if c.skip > 0 and m.drop is not None]
+    pairs = decided = separated = point = 0
+    for (a, ma), (b, mb) in itertools.permutations(rows, 2):
+        if family_only and (a.boundary, a.offset, a.kv) != (b.boundary, b.offset, b.kv):
+            continue
+        if not no_deeper(a, b, num_layers):
+            continue
+        pairs += 1
+        decided += ma.drop_lower > max_drop and mb.drop_upper <= max_drop
+        separated += ma.drop_lower > mb.drop_upper
+        point += ma.drop_points > max_drop >= mb.drop_points
+    return OrderViolations(pairs, decided, separated, point, sum(m.drop_upper <= max_drop for _, m in rows),
+                           sum(m.drop_lower > max_drop for _, m in rows))
+
+
+def _nested_thresholds(num_layers: int) -> "np.ndarray":
+    """Every nested tuple of thresholds ``T_none <= ... <= T_window-64`` in ``[0, L-1]``: (n, boundaries)."""
+    import numpy as np
+
+    tuples = itertools.combinations_with_replacement(range(num_layers), len(BOUNDARIES))
+    return np.array(list(tuples), dtype=np.int16)
+
+
+def _hypervolume(points: Sequence[tuple[float, float]], reference: tuple[float, float]) -> float:
+    """2-D hypervolume of (latency to minimise, accuracy to maximise) against ``reference``."""
+    volume, best = 0.0, reference[1]
+    for latency, accuracy in sorted(p for p in points if p[0] < reference[0] and p[1] > reference[1]):
+        if accuracy > best:
+            volume += (reference[0] - latency) * (accuracy - best)
+            best = accuracy
+    return volume
+
+
+class StructuredSampler(optuna.samplers.BaseSampler):
+    """An Optuna sampler over POP's space that searches it by its order (see the module for the method).
+
+    Usable by any Optuna study whose objective asks :func:`~poptune.tune.space.suggest_config` and returns
+    ``(latency, accuracy)``; seeded, so a study is reproducible. Example::
+
+        sampler = StructuredSampler(18, max_drop=2.0, seed=0)
+        study = optuna.create_study(directions=["minimize", "maximize"], sampler=sampler)
+
+    Args:
+        num_layers: The model's layers (the space of :func:`~poptune.tune.space.all_configs`).
+        kv: The space's K/V sources.
+        max_drop: The accuracy budget in points (None: inferred from the trials' constraints).
+        ideal: The ideal speedup of every configuration (a mapping or a function; default
+            :func:`proxy_ideal`).
+        seed: Seeds the random fallback.
+        min_gain: The least expected improvement, relative to the best speedup within the budget, that keeps
+            the budget search going.
+    """
+
+    def __init__(self, num_layers: int, *, kv: tuple[str, ...] = OWN, max_drop: float | None = None,
+                 ideal: Mapping[PopConfig, float] | Callable[[PopConfig], float] | None = None,
+                 seed: int | None = None, min_gain: float = 0.01) -> None:
+        import numpy as np
+
+        self.num_layers, self.kv, self.max_drop, self.min_gain = num_layers, kv, max_drop, min_gain
+        self._configs = all_configs(num_layers, kv)
+        get = ideal.__getitem__ if isinstance(ideal, Mapping) else ideal
+        self._ideal = {c: float(get(c)) if get is not None else proxy_ideal(c, num_layers) for c in self._configs}
+        self._rng = random.Random(seed)
+        self._tuples = _nested_thresholds(num_layers)
+        # Uniform on the widest boundary's threshold, then uniform over the nested ones below it.
+        widest = self._tuples[:, -1].astype(float)
+        self._log_prior = -np.array([math.log(math.comb(int(t) + len(BOUNDARIES) - 1, len(BOUNDARIES) - 1))
+                                     for t in widest])
+        self._picked: dict[int, dict[str, Any]] = {}
+
+    def infer_relative_search_space(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial"
+                                    ) -> dict[str, Any]:
+        return {}
+
+    def sample_relative(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial",
+                        search_space: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial", param_name: str,
+                           param_distribution: Any) -> Any:
+        if trial.number not in self._picked:
+            trials = study.get_trials(deepcopy=False)
+            self._picked[trial.number] = params_of(self.propose(trials, exclude=trial.number), self.kv)
+        params = self._picked[trial.number]
+        if param_name not in params:  # an objective asking more than the space: Optuna's own draw
+            return optuna.samplers.RandomSampler(seed=self._rng.randrange(2**31)).sample_independent(
+                study, trial, param_name, param_distribution)
+        return params[param_name]
+
+    def propose(self, trials: Sequence["optuna.trial.FrozenTrial"], *, exclude: int | None = None) -> PopConfig:
+        """The next configuration given the study's ``trials``: budget search, then the front, then random."""
+        taken = {config_of_trial(t, self.num_layers) for t in trials if t.number != exclude}
+        free = [c for c in self._configs if c not in taken]
+        if not free:
+            return self._rng.choice(self._configs)
+        seen = observations(trials, self.num_layers, self.max_drop)
+        fastest = max(self._configs, key=self._ideal.__getitem__)
+        if fastest in free:  # always on the front: nothing can be faster
+            return fastest
+        for step in (self._budget_step, self._front_step):
+            config = step(seen, free)
+            if config is not None:
+                return config
+        return self._spot_check(free)
+
+    def _spot_check(self, free: list[PopConfig]) -> PopConfig:
+        """Where the order leaves nothing to gain: a check of what it implies, where a break would gain most
+        (the fastest free configuration; among equals, a seeded random one)."""
+        fastest = max(self._ideal[c] for c in free)
+        return self._rng.choice([c for c in free if self._ideal[c] == fastest])
+
+    def _posterior(self, seen: Mapping[PopConfig, Observation], source: str, own: int | None = None
+                   ) -> "np.ndarray":
+        """Posterior weights of the nested threshold tuples of K/V source ``source`` given the trials; with
+        ``own`` (a boundary's index), the other boundaries' trials count with the weight :data:`_OTHERS` (the
+        nesting holds up to noise: a boundary's own trials say most of it)."""
+        import numpy as np
+
+        log_post = self._log_prior.copy()
+        for o in seen.values():
+            if o.within is None or o.config.skip == 0 or o.config.kv != source:
+                continue
+            b = BOUNDARIES.index(o.config.boundary)
+            holds = self._tuples[:, b] >= o.config.skip + o.config.offset
+            weight = 1.0 if own is None or own == b else _OTHERS
+            log_post += weight * np.where(holds, math.log(o.within), math.log(1 - o.within))
+        weights = np.exp(log_post - log_post.max())
+        return weights / weights.sum()
+
+    def _marginals(self, weights: "np.ndarray") -> "np.ndarray":
+        """``P(T_b >= d)``: an array (boundaries, depths 0..L-1)."""
+        import numpy as np
+
+        mass = np.stack([np.bincount(self._tuples[:, b], weights, minlength=self.num_layers)
+                         for b in range(len(BOUNDARIES))])  # (boundaries, thresholds)
+        return mass[:, ::-1].cumsum(axis=1)[:, ::-1]
+
+    def within_probability(self, seen: Mapping[PopConfig, Observation]) -> dict[str, "np.ndarray"]:
+        """Per K/V source, ``P(within)`` of every boundary (rows, :data:`~poptune.engine.BOUNDARIES`) and block
+        depth ``skip + offset`` (columns) under the posterior."""
+        return {source: self._marginals(self._posterior(seen, source)) for source in self.kv}
+
+    def _gains(self, source: str) -> "np.ndarray":
+        """The ideal speedup's gain over the full model of each (boundary, skip) at offset 0: (boundaries, L)."""
+        import numpy as np
+
+        gains = np.zeros((len(BOUNDARIES), self.num_layers))
+        for b, boundary in enumerate(BOUNDARIES):
+            for skip in range(1, self.num_layers):
+                config = PopConfig(skip=skip, boundary=boundary, kv=source if skip >= 2 else "own")
+                gains[b, skip] = self._ideal.get(config, proxy_ideal(config, self.num_layers)) - 1
+        return gains
+
+    def _budget_step(self, seen: Mapping[PopConfig, Observation], free: list[PopConfig]) -> PopConfig | None:
+        """The free offset-0 configuration of the greatest knowledge gradient plus expected improvement, if any
+        reaches :attr:`min_gain` of the best bet's value."""
+        import numpy as np
+
+        if seen and all(o.within is None for o in seen.values()):
+            return None  # the study says nothing of a budget: only the front
+        best, scored = 0.0, []
+        posts = {source: self._posterior(seen, source) for source in self.kv}
+        marginals = {source: np.stack([self._marginals(self._posterior(seen, source, b))[b]
+                                       for b in range(len(BOUNDARIES))]) for source in self.kv}
+        for c, o in seen.items():
+            if c.skip and o.within is not None and marginals[c.kv][BOUNDARIES.index(c.boundary),
+                                                                   c.skip + c.offset] > 0.5:
+                best = max(best, self._ideal[c] - 1)
+        for source in self.kv:
+            gains = self._gains(source)
+            now = float((marginals[source] * gains).max())
+            for c in free:
+                if c.skip == 0 or c.offset or (c.kv != source and c.skip >= 2):
+                    continue
+                b = BOUNDARIES.index(c.boundary)
+                p = float(marginals[source][b, c.skip])
+                scored.append((self._lookahead(posts[source], b, c.skip, gains) - now
+                               + p * max(gains[b, c.skip] - best, 0.0), self._ideal[c], c))
+        if not scored:
+            return None
+        score, _, config = max(scored, key=lambda s: (s[0], s[1]))
+        return config if score >= self.min_gain * max(best, 1e-9) else None
+
+    def _lookahead(self, weights: "np.ndarray", b: int, depth: int, gains: "np.ndarray") -> float:
+        """The best bet's expected value after one more answer on (boundary ``b``, ``depth``): the knowledge
+        gradient (Frazier, Powell & Dayanik 2008) with a typical answer's strength (:data:`_ANSWER`)."""
+        import numpy as np
+
+        holds = self._tuples[:, b] >= depth
+        value = 0.0
+        for strength in (_ANSWER, 1 - _ANSWER):
+            joint = weights * np.where(holds, strength, 1 - strength)
+            mass = float(joint.sum())
+            value += mass * float((self._marginals(joint / mass) * gains).max())
+        return value
+
+    def _front_step(self, seen: Mapping[PopConfig, Observation], free: list[PopConfig]) -> PopConfig | None:
+        """The free configuration whose optimistic point adds the most hypervolume, if any adds some."""
+        if len(seen) < 2:
+            return None
+        predict = self._latency_model(seen)
+        points = [(o.latency, o.accuracy) for o in seen.values()]
+        best_accuracy = max(p[1] for p in points)
+        candidates = []
+        for c in free:
+            bound = min((o.accuracy for o in seen.values() if _shallower_block(o.config, c)), default=best_accuracy)
+            candidates.append((predict(self._ideal[c]), bound, c))
+        reference = (max(max(p[0] for p in points), max(p[0] for p in candidates)) * 1.01,
+                     min(p[1] for p in points) - 0.01)
+        base = _hypervolume(points, reference)
+        gain, config = max(((_hypervolume(points + [(lat, acc)], reference) - base, c) for lat, acc, c in candidates),
+                           key=lambda g: (g[0], self._ideal[g[1]]))
+        return config if gain > self.min_gain * base else None
+
+    def _latency_model(self, seen: Mapping[PopConfig, Observation]) -> Callable[[float], float]:
+        """``latency = a * ideal ** -beta``, fitted by least squares in logs (beta in [0.5, 1])."""
+        xs = [math.log(self._ideal.get(c, proxy_ideal(c, self.num_layers))) for c in seen]
+        ys = [math.log(max(o.latency, 1e-12)) for o in seen.values()]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        var = sum((x - mx) ** 2 for x in xs)
+        beta = 1.0 if var < 1e-12 else -sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
+        beta = min(max(beta, 0.5), 1.0)
+        a = math.exp(my + beta * mx)
+        return lambda ideal: a * ideal ** -beta
