@@ -9,12 +9,18 @@ tiny random models in seconds, on CPU in the test suite.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from poptune.measure import RepeatPolicy
+from poptune.measure.energy import ENERGY_BLOCKS
+from poptune.measure.flops import prefill_flops
+from poptune.measure.nullcheck import AA_PAIRS
+from poptune.measure.stats import pairs_for
+from poptune.models import configs
 from poptune.models.vision import ImageSize
 
 __all__ = ["AA_TOLERANCE", "Case", "DECODE_TOLERANCE", "IDEAL_SLACK", "LAUNCH_BOUND_BUSY", "Plan", "TARGET", "Target",
-           "full_plan", "tiny_plan"]
+           "case_seconds", "full_plan", "row_seconds", "tiny_plan"]
 
 #: A/A (full against full) may read 1 +- this before the check fails.
 AA_TOLERANCE = 0.02
@@ -29,13 +35,19 @@ LAUNCH_BOUND_BUSY = 0.5
 
 @dataclass(frozen=True)
 class Case:
-    """One model of the plan: its rows are every length (or the image) at every batch size."""
+    """One model of the plan: its rows are every length (or the image) at every batch size, except those of more
+    than ``max_tokens`` tokens (length times batch), whose time the plan's budget has no room for."""
 
     model: str
     skip: int
     lengths: tuple[int, ...] = ()
     batches: tuple[int, ...] = (1,)
     image: ImageSize | None = None
+    max_tokens: int | None = None
+
+    def lengths_at(self, batch: int) -> tuple[int, ...]:
+        """The lengths timed at ``batch``."""
+        return tuple(n for n in self.lengths if self.max_tokens is None or n * batch <= self.max_tokens)
 
 
 @dataclass(frozen=True)
@@ -68,14 +80,18 @@ class Plan:
     scores_items: int = 50
     scores_context: int = 128
     scores_continuation: int = 8
+    #: The prefill rate the plan's time estimates assume (TFLOP/s): an assumption of the arithmetic, not a
+    #: measurement. The full plan takes half the H200's dense BF16 peak (989 TFLOP/s, NVIDIA's datasheet).
+    tflops: float = 494.5
 
 
 def full_plan() -> Plan:
-    """The plan for one large GPU (about 4-6 minutes on an H200)."""
+    """The plan for one large GPU: about 4.5 minutes of rows on an H200 by its own arithmetic
+    (:func:`case_seconds`), model builds aside."""
     return Plan(
         tiny=False,
         cases=(
-            Case("llama-3.1", 10, (512, 2048, 8192), (1, 8)),
+            Case("llama-3.1", 10, (512, 2048, 8192), (1, 8), max_tokens=16384),  # 8192 x 8: ~90 s, no room
             Case("gemma-3-12b", 16, (512, 2048), (1, 8)),
             Case("qwen3-vl", 12, image=ImageSize(1280, 720)),
         ),
@@ -108,3 +124,60 @@ def tiny_plan() -> Plan:
         scores_context=32,
         scores_continuation=4,
     )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The plan's own arithmetic: how long each stage is expected to take, from its policy, its energy blocks and the
+# FLOPs of its prefills at the plan's assumed rate. It excludes building the model (random weights on the GPU)
+# and the vision encoder of image rows (counted as text prompts of their image-token count); the report records
+# every stage's measured seconds beside it.
+
+_ALIGN_S = 0.5  # the energy blocks' longest wait for a counter step at either end (poptune.measure.energy)
+
+
+def _prompt_tokens(case: Case, model_config: dict) -> tuple[int, ...]:
+    if case.image is None:
+        return case.lengths
+    vision = model_config.get("vision_config") or {}
+    side = (vision.get("patch_size") or 14) * (vision.get("spatial_merge_size") or 1)  # pixels per image token
+    return ((case.image.width // side) * (case.image.height // side),)
+
+
+def _call_seconds(plan: Plan, case: Case, tokens: int, batch: int) -> float:
+    """Seconds of one full-model prefill at the plan's rate (POP's is shorter; both counted at this)."""
+    config = configs.full_config(case.model) or configs.tiny_config(case.model)
+    assert config is not None, case.model  # every case names a registered configuration
+    text = SimpleNamespace(**{"layer_types": None, "sliding_window": None, "head_dim": None, "num_key_value_heads": None,
+                              **config.get("text_config", config)})
+    return batch * prefill_flops(text, tokens, attention="sdpa") / (plan.tflops * 1e12)
+
+
+def row_seconds(plan: Plan, case: Case, tokens: int, batch: int) -> float:
+    """Expected seconds of one row: warm-up, timed pairs (up to the policy's time cap while chasing precision),
+    each side's energy blocks (each at most two step waits longer) and the profiler pass (two calls)."""
+    call = _call_seconds(plan, case, tokens, batch)
+    pair, policy = 2 * call, plan.policy
+    least = max(policy.min_repeats, pairs_for(policy.confidence) if policy.precision else 0)
+    warmup = max(policy.warmup * pair, policy.warmup_seconds) + pair
+    timed = max(least * pair, policy.max_seconds or policy.min_seconds) + pair
+    energy = 0.0
+    if plan.energy_seconds:
+        energy = 2 * ENERGY_BLOCKS * (plan.energy_seconds + call + 2 * max(_ALIGN_S, call))
+    return warmup + timed + energy + 2 * call
+
+
+def case_seconds(plan: Plan, case: Case) -> float:
+    """Expected seconds of one model's stage: its rows, the run's idle block per batch size, and the null checks
+    (an A/A run of :data:`~poptune.measure.nullcheck.AA_PAIRS` pairs and a decode pair) on the null case's model."""
+    config = configs.full_config(case.model) or configs.tiny_config(case.model) or {}
+    tokens = _prompt_tokens(case, config)
+    rows = [(n, b) for b in case.batches for n in (case.lengths_at(b) if case.image is None else tokens)]
+    total = sum(row_seconds(plan, case, n, b) for n, b in rows)
+    total += len(case.batches) * (plan.energy_seconds + 2 * _ALIGN_S)  # idle power, once per run
+    if case.model == plan.null_case.model:
+        n = plan.null_case.lengths[0]
+        call = _call_seconds(plan, case, n, 1)
+        total += row_seconds(plan, case, n, 1) + plan.energy_seconds + 2 * _ALIGN_S
+        total += max(AA_PAIRS * 2 * call, plan.policy.min_seconds) + plan.policy.warmup_seconds  # A/A
+        total += max(plan.policy.min_repeats * 2 * call, plan.policy.min_seconds) + plan.policy.warmup_seconds  # decode
+    return total

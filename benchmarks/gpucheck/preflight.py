@@ -1,17 +1,31 @@
-"""Preflight: CUDA present, NVML matched to the torch device by UUID, the energy counter advancing during a
-1-second matmul, clocks readable. The first failure stops the check with one line."""
+"""Preflight: package versions, CUDA present, NVML matched to the torch device by UUID, the energy counter
+advancing during a 1-second matmul, clocks readable. The first failure stops the check with one line.
+
+The version lines need no import of the packages they check (package metadata only), so they run, and say
+what is missing, where importing transformers would fail: transformers imports ``regex`` at import, and the
+statistics call ``scipy.stats.bootstrap(rng=...)``, which needs scipy 1.15.
+"""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 import torch
 
 from poptune.measure import NvmlDevice, fingerprint, nvml_device
 
-__all__ = ["Check", "preflight"]
+__all__ = ["Check", "REQUIREMENTS", "preflight", "version_checks"]
+
+#: What the check needs that a device's preinstalled packages may lack: package, least version, why.
+REQUIREMENTS: tuple[tuple[str, str | None, str], ...] = (
+    ("regex", None, "transformers imports it at import"),
+    ("scipy", "1.15", "scipy.stats.bootstrap(rng=...)"),
+    ("transformers", "5.20", "the model classes and cache API poptune uses"),
+)
 
 
 @dataclass(frozen=True)
@@ -24,6 +38,26 @@ class Check:
 
     def line(self) -> str:
         return f"{self.status} {self.name}: {self.detail}"
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
+
+
+def version_checks(requirements: tuple[tuple[str, str | None, str], ...] = REQUIREMENTS) -> list[Check]:
+    """One line per required package: PASS with its version, FAIL when missing or older than needed."""
+    checks = []
+    for package, least, why in requirements:
+        try:
+            found = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            checks.append(Check(package, "FAIL", f"not installed (needed: {why})"))
+            continue
+        if least is not None and _release(found) < _release(least):
+            checks.append(Check(package, "FAIL", f"{found} < {least} (needed: {why})"))
+        else:
+            checks.append(Check(package, "PASS", f"{found}" + (f" (>= {least})" if least else "")))
+    return checks
 
 
 def _busy_energy(gpu: NvmlDevice, device: torch.device, seconds: float) -> tuple[float | None, float]:

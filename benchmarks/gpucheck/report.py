@@ -95,7 +95,7 @@ class Report:
     def __post_init__(self) -> None:
         self.data = {"tiny": self.plan.tiny, "device": self.device, "hardware": None, "preflight": [],
                      "null_checks": None, "rows": [], "profiles": {}, "scores": None, "benches": [], "errors": {},
-                     "skipped": {}, "seconds": {}}
+                     "skipped": {}, "seconds": {}, "expected": {}}
 
     def lines(self) -> list[str]:
         """The summary's status lines: preflight, null checks, scores, skipped stages, target and FAIL lines."""
@@ -120,7 +120,8 @@ class Report:
         hw = self.data["hardware"] or {}
         head = [f"# GPU check ({'tiny, ' if self.plan.tiny else ''}{hw.get('name', self.device)})", "",
                 f"Device {self.device}; driver {hw.get('driver_version')}; torch {hw.get('torch_version')}; "
-                f"seconds per stage {json.dumps(self.data['seconds'])}.", "", "```"]
+                f"seconds per stage {json.dumps(self.data['seconds'])}; expected by the plan "
+                f"{json.dumps(self.data['expected'])}.", "", "```"]
         table = [_HEAD, "|" + "---|" * _HEAD.count(" | ") + "---|"] + [_table_row(r) for r in self.data["rows"]]
         return "\n".join(head + self.lines() + ["```", ""] + table) + "\n"
 

@@ -19,7 +19,7 @@ __all__ = ["null_checks", "measure_case"]
 
 def _bench(model: Any, tokenizer: Any, case: Case, plan: Plan, batch: int, *, decode: bool) -> BenchResult:
     spec = BenchSpec(
-        lengths=case.lengths or (2,),  # image rows time the image prompt, whose length the image sets
+        lengths=case.lengths_at(batch) or (2,),  # image rows time the image prompt, whose length the image sets
         images=(case.image,) if case.image else (),
         batch_size=batch,
         decode_tokens=plan.decode_tokens if decode else 0,
@@ -62,7 +62,8 @@ def measure_case(model: Any, tokenizer: Any, case: Case, plan: Plan) -> tuple[li
     """Every row of ``case`` (lengths or its image, at each batch size), each with its profile; and the bench
     records behind them."""
     device = next(model.parameters()).device
-    results = [(batch, _bench(model, tokenizer, case, plan, batch, decode=False)) for batch in case.batches]
+    results = [(batch, _bench(model, tokenizer, case, plan, batch, decode=False)) for batch in case.batches
+               if case.image is not None or case.lengths_at(batch)]
     rows = []
     with kept_rope_state(model):
         for batch, result in results:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,7 +33,9 @@ def test_tiny_check_writes_every_record(gpu_check, tmp_path: Path, capsys: pytes
     data = json.loads((tmp_path / "gpu-check.json").read_text())
     summary = (tmp_path / "gpu-check.md").read_text()
     assert data["errors"] == {} and data["skipped"] == {}
-    assert [c["status"] for c in data["preflight"]] == ["SKIP"] * 4  # no CUDA, no NVML: said, not failed
+    statuses = [(c["name"], c["status"]) for c in data["preflight"]]
+    assert statuses[:3] == [("regex", "PASS"), ("scipy", "PASS"), ("transformers", "PASS")]  # the version lines
+    assert [s for _, s in statuses[3:]] == ["SKIP"] * 4  # no CUDA, no NVML: said, not failed
     # Rows: tiny-llama 2 lengths x 2 batches, tiny-gemma3 1, tiny-qwen3-vl one image.
     assert [(r["model"], r["length"] if not r["image"] else r["image"], r["batch"]) for r in data["rows"]] == [
         ("tiny-llama", 24, 1), ("tiny-llama", 48, 1), ("tiny-llama", 24, 2), ("tiny-llama", 48, 2),
@@ -55,9 +59,67 @@ def test_tiny_check_writes_every_record(gpu_check, tmp_path: Path, capsys: pytes
 
 def test_full_check_without_cuda_stops_at_preflight(gpu_check, tmp_path: Path, capsys) -> None:
     assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
-    printed = capsys.readouterr().out
-    assert printed.strip() == "FAIL cuda: CUDA is not available: the full check needs one GPU (or pass --tiny)"
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[-1] == "FAIL cuda: CUDA is not available: the full check needs one GPU (or pass --tiny)"
+    assert [line.split(":")[0] for line in printed[:-1]] == ["PASS regex", "PASS scipy", "PASS transformers"]
     assert json.loads((tmp_path / "gpu-check.json").read_text())["rows"] == []
+
+
+def test_dry_run_skips_every_stage_with_the_time_its_plan_expects(gpu_check, tmp_path: Path, capsys) -> None:
+    from gpucheck.plan import case_seconds, full_plan
+
+    assert gpu_check.main(["--dry-run", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "gpu-check.json").read_text())
+    plan = full_plan()
+    assert list(data["skipped"]) == [c.model for c in plan.cases] + ["scores"] and data["rows"] == []
+    for case in plan.cases:
+        assert data["expected"][case.model] == round(case_seconds(plan, case), 1) > 0
+        assert data["skipped"][case.model].startswith("dry run: no device work (expected ")
+    assert "SKIP llama-3.1: dry run" in capsys.readouterr().out and "expected by the plan" in (
+        tmp_path / "gpu-check.md").read_text()
+
+
+def test_a_stage_that_cannot_finish_in_the_budget_left_is_skipped_not_started(gpu_check, tmp_path: Path,
+                                                                            monkeypatch) -> None:
+    started = []
+    monkeypatch.setattr(gpu_check, "load_model", lambda *a, **k: started.append(a) or (_ for _ in ()).throw(
+        AssertionError("a stage over budget must not start")))
+    gpu_check.run(tmp_path, tiny=True, device="cpu", budget=5.0)  # each tiny stage expects more than 5 s
+    data = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert not started and data["errors"] == {} and "tiny-llama" in data["skipped"]
+    assert data["skipped"]["tiny-llama"].startswith("time budget spent (expected ")
+
+
+def test_the_full_plan_fits_its_budget_by_its_own_arithmetic(gpu_check) -> None:
+    from gpucheck.plan import case_seconds, full_plan
+
+    plan = full_plan()
+    total = sum(case_seconds(plan, case) for case in plan.cases) + gpu_check.SCORES_SECONDS
+    assert total <= gpu_check.BUDGET_SECONDS
+    assert plan.policy.warmup_seconds >= 1.0  # every row warms up a second at its own shape first
+
+
+def test_version_preflight_says_what_is_missing_one_line_each(gpu_check) -> None:
+    from gpucheck.preflight import REQUIREMENTS, version_checks
+
+    assert {(p, v) for p, v, _ in REQUIREMENTS} >= {("regex", None), ("scipy", "1.15")}
+    lines = [c.line() for c in version_checks((("pytest", None, "tests"), ("pytest", "999.1", "the future"),
+                                               ("no-such-package-poptune", None, "nothing")))]
+    assert lines[0].startswith("PASS pytest: ")
+    assert lines[1].startswith("FAIL pytest: ") and "< 999.1 (needed: the future)" in lines[1]
+    assert lines[2] == "FAIL no-such-package-poptune: not installed (needed: nothing)"
+
+
+def test_the_check_sets_the_hub_offline_before_transformers_is_imported(tmp_path: Path) -> None:
+    code = ("import importlib.util, sys; sys.path.insert(0, sys.argv[1]); "
+            "spec = importlib.util.spec_from_file_location('gpu_check', sys.argv[1] + '/gpu_check.py'); "
+            "spec.loader.exec_module(importlib.util.module_from_spec(spec)); "
+            "import huggingface_hub.constants as c, os; "
+            "print(c.HF_HUB_OFFLINE, os.environ['HF_DATASETS_OFFLINE'])")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    out = subprocess.run([sys.executable, "-c", code, str(BENCHMARKS)], env=env, capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.split() == ["True", "1"]
 
 
 def test_busy_union_counts_overlaps_once(gpu_check) -> None:
