@@ -12,9 +12,11 @@ in float64, with ``lam = ridge * trace(X^T X) / C``. With little text the fit st
 projection; when ``Y`` is an exact linear function of ``X`` the fit recovers it. The residual stream of the
 calibration text is computed once (:class:`KVFitter`) and serves every block.
 
-Maps are kept under ``<cache>/kv-maps/<weights fingerprint>/`` (``$POPTUNE_CACHE``, else ``~/.cache/poptune``;
-``$POPTUNE_KV_MAPS`` names the folder itself), one safetensors file per block and calibration
-(:func:`calibrated_kv_maps`), and reused.
+Maps are kept under ``<cache>/kv-maps/<weights fingerprint>/`` (:mod:`poptune.cache`: ``$POPTUNE_CACHE``, else
+the user cache folder, ``~/.cache/poptune`` on Linux; ``$POPTUNE_KV_MAPS`` names the folder itself), one
+safetensors file per block and calibration (:func:`calibrated_kv_maps`), and reused. Where that folder cannot be
+written, they are kept in the cache's fallback folder (one warning line), and where none can, used without
+being kept (one warning line); never a traceback.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from poptune.cache import cache_dir as default_cache_dir
+from poptune.cache import fallback_dir, warn_unwritable
 from poptune.calibration import Calibration, CalibrationSpec, calibration, calibration_file, residual_stream
 from poptune.engine import PopConfig, attach_kv_maps, decoder_of
 from poptune.errors import ConfigError, DataError
@@ -129,25 +133,48 @@ class KVFitter:
 
 def kv_maps_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Where fitted maps are kept: ``<cache_dir>/kv-maps``, else ``$POPTUNE_KV_MAPS``, else
-    ``<$POPTUNE_CACHE or ~/.cache/poptune>/kv-maps``."""
+    ``<poptune cache>/kv-maps`` (:func:`poptune.cache.cache_dir`)."""
     if cache_dir is None and os.environ.get("POPTUNE_KV_MAPS"):
         return Path(os.environ["POPTUNE_KV_MAPS"]).expanduser()
-    root = cache_dir or os.environ.get("POPTUNE_CACHE") or Path.home() / ".cache" / "poptune"
-    return Path(root).expanduser() / "kv-maps"
+    return Path(cache_dir or default_cache_dir()).expanduser() / "kv-maps"
 
 
-def _file_for(fingerprint: str, block: tuple[int, int], spec: KVFitSpec, cache_dir: Any) -> Path:
+def _fallback_maps_dir() -> Path:
+    return fallback_dir() / "kv-maps"
+
+
+def _relative_file(fingerprint: str, block: tuple[int, int], spec: KVFitSpec) -> Path:
+    """``<fingerprint>/block-S-E-<calibration tag>.safetensors``: a block's maps file inside the maps folder."""
     source = calibration_file(spec.data_dir, "valid")
     described = {**asdict(spec), "data_dir": None, "source": "generated" if source is None else source.name}
     tag = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:12]
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in fingerprint)
-    return kv_maps_dir(cache_dir) / safe / f"block-{block[0]}-{block[1]}-{tag}.safetensors"
+    return Path(safe) / f"block-{block[0]}-{block[1]}-{tag}.safetensors"
+
+
+def _keep(maps: KVMaps, relative: Path, cache_dir: Any) -> None:
+    """Save fitted maps in the maps folder; where it cannot be written, in the fallback folder; where neither can
+    be, not at all (the maps stay attached): each said once, in one warning line."""
+    primary = kv_maps_dir(cache_dir)
+    maps.meta["cache_file"] = relative.as_posix()  # what the maps are, saved or not (see calibrated_kv_maps)
+    for folder in (primary, _fallback_maps_dir()):
+        try:
+            maps.save(folder / relative)
+        except OSError:
+            continue
+        if folder != primary:
+            warn_unwritable(primary, folder)
+        return
+    warn_unwritable(primary, None)
 
 
 def calibrated_kv_maps(model: "nn.Module", tokenizer: Any, config: PopConfig, *, fingerprint: str,
                        spec: KVFitSpec | None = None, cache_dir: str | os.PathLike[str] | None = None,
                        fitter: KVFitter | None = None) -> KVMaps:
     """The maps of ``config``'s block, loaded from the cache or fitted (and kept there), attached to ``model``.
+
+    The cache is the maps folder (:func:`kv_maps_dir`), then the fallback folder of an unwritable cache
+    (:func:`poptune.cache.fallback_dir`); fitted maps are kept in the first that can be written, or only in memory.
 
     Args:
         fingerprint: The loaded weights' identity (:func:`poptune.models.weights_fingerprint`).
@@ -161,19 +188,22 @@ def calibrated_kv_maps(model: "nn.Module", tokenizer: Any, config: PopConfig, *,
     skipped = config.skipped_layers(len(decoder_of(model).layers))
     block = (min(skipped), max(skipped) + 1)
     spec = fitter.spec if fitter is not None else (spec or KVFitSpec())
-    path = _file_for(fingerprint, block, spec, cache_dir)
+    relative = _relative_file(fingerprint, block, spec)
+    paths = [folder / relative for folder in dict.fromkeys((kv_maps_dir(cache_dir), _fallback_maps_dir()))]
     held = kv_maps_of(decoder_of(model)).get(block)
-    if held is not None and held.path == path and held.fingerprint == fingerprint:
+    if held is not None and held.fingerprint == fingerprint and (
+            held.path in paths or held.path is None and held.meta.get("cache_file") == relative.as_posix()):
         return held  # attached already (a trial's timing and its scoring need the same maps)
     maps = None
-    if path.is_file():
+    for path in (p for p in paths if p.is_file()):
         try:
             maps = KVMaps.load(path, fingerprint=fingerprint)
+            break
         except DataError:
-            maps = None  # an unreadable or foreign file in the cache is fitted anew (and replaced)
+            continue  # an unreadable or foreign file in the cache is fitted anew (and replaced)
     if maps is None:
         maps = (fitter or KVFitter(model, tokenizer, spec, fingerprint)).fit(*block)
-        maps.save(path)
+        _keep(maps, relative, cache_dir)
     attach_kv_maps(model, maps)
     return maps
 

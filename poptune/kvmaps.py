@@ -82,7 +82,12 @@ class KVMaps:
         return {"block": [self.start, self.stop], "fingerprint": self.fingerprint, **where, **fit}
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the maps and their metadata to ``path`` (safetensors, written atomically)."""
+        """Write the maps and their metadata to ``path`` (safetensors, written atomically).
+
+        Raises:
+            OSError: ``path`` cannot be written (safetensors' own write errors included).
+        """
+        from safetensors import SafetensorError
         from safetensors.torch import save_file
 
         tensors = {}
@@ -94,7 +99,10 @@ class KVMaps:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
-        save_file(tensors, str(partial), metadata=metadata)
+        try:
+            save_file(tensors, str(partial), metadata=metadata)
+        except SafetensorError as e:  # its I/O errors are not OSErrors
+            raise OSError(f"cannot write {path}: {e}") from e
         os.replace(partial, path)
         self.path = path
         return path

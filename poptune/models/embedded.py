@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from poptune.cache import cache_dirs, writable_cache_dir
 from poptune.errors import ModelNotFoundError
 
 __all__ = ["built_model_dir", "embedded_model_dir"]
@@ -48,23 +49,26 @@ def embedded_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> pathl
     builds it from the GGUF package (about 100 s on CPU); later calls return at once.
 
     Args:
-        cache_dir: Cache root. Defaults to the environment variable ``POPTUNE_CACHE``, else
-            ``~/.cache/poptune``. The model lives in ``<root>/gemma-3-270m/``.
+        cache_dir: Cache root. Defaults to the poptune cache (:func:`poptune.cache.cache_dir`: ``$POPTUNE_CACHE``,
+            else ``~/.cache/poptune`` on Linux); one built there or in the fallback folder of an unwritable cache
+            is used, else it is built in the first of the two that can be written. The model lives in
+            ``<root>/gemma-3-270m/``.
 
     Returns:
         The path of the complete model directory.
 
     Raises:
-        ModelNotFoundError: The cache is not built yet and the GGUF package is not installed.
+        ModelNotFoundError: The cache is not built yet and the GGUF package is not installed, or no cache folder
+            can be written to build it in.
     """
-    root = _cache_root(cache_dir)
-    target = root / _MODEL_DIR_NAME
-    if _is_complete(target):
-        return target
+    built = built_model_dir(cache_dir)
+    if built is not None:
+        return built
     from filelock import FileLock
 
     _gguf_package()  # a missing package fails before the cache folder and its lock file are made
-    root.mkdir(parents=True, exist_ok=True)
+    root = _writable_root(cache_dir)
+    target = root / _MODEL_DIR_NAME
     # One build at a time across processes (the others wait, then find it built); the atomic publish below
     # still guards a cache shared where file locks do not hold (some network file systems).
     with FileLock(str(root / f"{_MODEL_DIR_NAME}.lock")):
@@ -75,8 +79,8 @@ def embedded_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> pathl
 
 def built_model_dir(cache_dir: str | os.PathLike[str] | None = None) -> pathlib.Path | None:
     """The embedded model's directory if its cache is already built, else None (never builds it)."""
-    target = _cache_root(cache_dir) / _MODEL_DIR_NAME
-    return target if _is_complete(target) else None
+    roots = (pathlib.Path(cache_dir).expanduser(),) if cache_dir is not None else cache_dirs()
+    return next((root / _MODEL_DIR_NAME for root in roots if _is_complete(root / _MODEL_DIR_NAME)), None)
 
 
 def _is_complete(model_dir: pathlib.Path) -> bool:
@@ -88,10 +92,17 @@ def _is_complete(model_dir: pathlib.Path) -> bool:
     return isinstance(marker, dict) and "gguf_sha256" in marker
 
 
-def _cache_root(cache_dir: str | os.PathLike[str] | None) -> pathlib.Path:
-    if cache_dir is None:
-        cache_dir = os.environ.get("POPTUNE_CACHE") or pathlib.Path.home() / ".cache" / "poptune"
-    return pathlib.Path(cache_dir).expanduser()
+def _writable_root(cache_dir: str | os.PathLike[str] | None) -> pathlib.Path:
+    """The folder to build in: ``cache_dir`` as given (made if missing), else the writable poptune cache."""
+    root = pathlib.Path(cache_dir).expanduser() if cache_dir is not None else None
+    try:
+        if root is None:
+            return writable_cache_dir()
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+    except OSError as e:
+        raise ModelNotFoundError(f"the embedded model is not built and no cache folder can be written to build it "
+                                 f"in ({e}): set POPTUNE_CACHE to a writable folder") from e
 
 
 def _build_and_publish(
