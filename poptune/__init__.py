@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["Baseline", "LayerRemoval", "build_baseline"], "poptune.baselines"),
     "CalibrationSpec": "poptune.calibration",
+    "cache_dir": "poptune.cache",
     **dict.fromkeys(["BOUNDARIES", "KV_SOURCES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "attach_kv_maps",
                      "detach_kv_maps", "get_pop_config", "remove_pop", "stage"], "poptune.engine"),
     **dict.fromkeys(["KVFitSpec", "calibrated_kv_maps"], "poptune.kvfit"),
@@ -23,8 +24,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["ConfigError", "DataError", "DeviceError", "InputError", "MeasurementError",
                      "ModelNotFoundError", "PoptuneError", "StorageError", "UnsupportedModelError"], "poptune.errors"),
     "load_config": "poptune.export",
-    **dict.fromkeys(["ImageSize", "ModelSpec", "image_prompt", "load_model", "model_names", "resolve_model",
-                     "synthetic_image"], "poptune.models"),
+    **dict.fromkeys(["ImageSize", "ModelSpec", "image_prompt", "load_model", "max_positions", "model_names",
+                     "resolve_model", "synthetic_image"], "poptune.models"),
     **dict.fromkeys(["chunk_bounds", "prefill_prompt"], "poptune.segments"),
     **dict.fromkeys(["BenchSpec", "run_bench"], "poptune.measure.bench"),
     **dict.fromkeys(["EvalSpec", "run_eval"], "poptune.evaluate.suite"),
@@ -36,6 +37,7 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
     from poptune.baselines import Baseline, LayerRemoval, build_baseline
+    from poptune.cache import cache_dir
     from poptune.calibration import CalibrationSpec
     from poptune.engine import (
         BOUNDARIES, KV_SOURCES, STAGES, PopConfig, PopHandle, apply_pop, attach_kv_maps, detach_kv_maps, get_pop_config,
@@ -50,7 +52,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from poptune.kvfit import KVFitSpec, calibrated_kv_maps
     from poptune.kvmaps import KVMaps
     from poptune.measure.bench import BenchSpec, run_bench
-    from poptune.models import ImageSize, ModelSpec, image_prompt, load_model, model_names, resolve_model
+    from poptune.models import ImageSize, ModelSpec, image_prompt, load_model, max_positions, model_names, resolve_model
     from poptune.models import synthetic_image
     from poptune.segments import chunk_bounds, prefill_prompt
     from poptune.tune.problem import TuningProblem

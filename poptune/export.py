@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ __all__ = ["FORMAT", "export_config", "load_config", "load_kv_maps", "write_expo
 FORMAT = "poptune-config/1"
 
 
-def best_within_budget(study: Any, max_drop: float) -> Any:
-    """The fastest POP configuration whose accuracy drop is at most ``max_drop`` points at 95%.
+def best_within_budget(study: Any, max_drop: float | None) -> Any:
+    """The fastest POP configuration whose accuracy drop is at most ``max_drop`` points at 95% (None: whatever its
+    drop).
 
     Where the study certified its front on fresh items (:mod:`poptune.tune.certify`), only the certification's
     rows count, with their fresh items' interval: a drop measured on the items that selected it is not a
@@ -36,21 +38,26 @@ def best_within_budget(study: Any, max_drop: float) -> Any:
     trials marked noisy and configurations confirmed above their FLOPs ideal are not on it), a trial within the
     budget when its interval's upper end is (an old trial without one: its point estimate).
     """
-    if max_drop < 0:
-        raise ConfigError(f"`max_drop` must be >= 0 accuracy points, got {max_drop}")
+    if max_drop is not None and not (math.isfinite(max_drop) and max_drop >= 0):
+        raise ConfigError(f"`max_drop` must be >= 0 accuracy points (finite) or None, got {max_drop}")
+
     def within(rows: list[Any]) -> list[Any]:
-        return [r for r in rows if r.method == "pop" and (r.drop if r.drop_hi is None else r.drop_hi) <= max_drop]
+        return [r for r in rows if r.method == "pop"
+                and (max_drop is None or (r.drop if r.drop_hi is None else r.drop_hi) <= max_drop)]
 
     rows = within([r for r in store.certified(study) if r.verdict != "not certified"])
     if not rows:  # nothing certified within this budget: the search's front, said so in the export's `verdict`
         rows = within(store.front(study))
     if not rows:
-        raise ConfigError(f"no configuration of study {study.study_name!r} is within {max_drop} points of the full model")
+        within_what = f"within {max_drop} points of the full model" if max_drop is not None else "on its front"
+        raise ConfigError(f"no configuration of study {study.study_name!r} is {within_what}")
     return min(rows, key=lambda r: (r.prefill_ms, r.drop, r.trial))
 
 
-def export_config(storage: str | None, study_name: str | None, *, max_drop: float, model: str | None = None) -> dict:
-    """The deployable configuration of a stored study, as a JSON-serialisable dict."""
+def export_config(storage: str | None, study_name: str | None, *, max_drop: float | None,
+                  model: str | None = None) -> dict:
+    """The deployable configuration of a stored study, as a JSON-serialisable dict (``max_drop`` None: the fastest
+    configuration, whatever its drop)."""
     study = store.read_study(storage, study_name)
     attrs = study.user_attrs
     if model is not None:

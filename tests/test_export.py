@@ -127,3 +127,15 @@ def test_a_calibrated_configuration_exports_its_maps_and_generate_applies_them(t
     assert main(["generate", "--model", "tiny-llama", "--config", str(path), "--prompt", "Hello"]) == 2
     err = capsys.readouterr().err.strip()
     assert "does not match its recorded sha256" in err and len(err.splitlines()) == 1
+
+
+def test_no_budget_exports_the_fastest_configuration(stored, capsys):
+    """Issue 33, case 7: `--max-drop none` (as `study` takes it) exports the fastest, its budget JSON's null."""
+    url, study = stored
+    assert main(["export", "--storage", url, "--max-drop", "none"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["objectives"]["max_drop"] is None
+    fastest = min((r for r in store.front(study) if r.method == "pop"), key=lambda r: (r.prefill_ms, r.drop, r.trial))
+    assert data["provenance"]["trial"] == fastest.trial
+    with pytest.raises(ConfigError, match="finite"):
+        export_config(url, None, max_drop=float("inf"))

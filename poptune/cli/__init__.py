@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from poptune.errors import PoptuneError
 
 from . import baseline, bench, envs, eval, export, generate, importance, leaderboard, pareto, study
+from ._checks import check_args
 
 __all__ = ["main"]
 
@@ -64,13 +65,24 @@ def _check_encoding(argv: list[str]) -> None:
             raise SystemExit(2) from None
 
 
+def _check_double_dash(argv: list[str]) -> None:
+    """Refuse ``--option=--`` in one line: Python's argparse drops the ``--`` and stores an empty list, which no
+    command can use (a traceback later, or a file named ``[]``)."""
+    for arg in argv:
+        if arg.startswith("-") and arg.endswith("=--"):
+            print(f"poptune: error: argument {arg[:-3]}: expected one argument (`--` is not a value)", file=sys.stderr)
+            raise SystemExit(2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     process = argv is None  # the program itself, not a caller in the same process (tests)
     argv = list(sys.argv[1:] if argv is None else argv)
     _check_encoding(argv)
+    _check_double_dash(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv  # a command that starts workers hands them the same options
     try:
+        check_args(args)  # every argument, before any work
         code = args.run(args) or 0
         if code in (130, 143) and process:
             # Interrupted, and everything stored is committed: skip the interpreter's slow teardown (seconds

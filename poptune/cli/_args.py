@@ -13,6 +13,8 @@ from poptune.files import write_text  # noqa: F401  (the commands' one way to wr
 from poptune.tune.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
 from poptune.tune.problem import DEFAULT_MAX_DROP, STUDY_TASKS, TuningProblem
 
+from ._checks import BENCH_LENGTHS, budget, finite, int_list, positive  # noqa: F401  (shared with the commands)
+
 
 def default_of(cls: type, name: str) -> Any:
     """The library's default of dataclass ``cls``'s field ``name``: the one place a command's default comes from."""
@@ -114,17 +116,6 @@ def pop_config(args: argparse.Namespace) -> PopConfig:
     return PopConfig(skip=args.skip, boundary=args.boundary, offset=args.offset, kv=args.kv)
 
 
-def int_list(text: str, option: str) -> list[int]:
-    """``"128,512"`` -> ``[128, 512]``, or a one-line ConfigError naming the option."""
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as e:
-        raise ConfigError(f"`{option}` must be comma-separated integers, got {text!r}") from e
-    if not values:
-        raise ConfigError(f"`{option}` must name at least one value")
-    return values
-
-
 def check_output_path(path: str) -> None:
     """Fail before any work if ``path`` cannot be written later (a folder, a missing or read-only folder)."""
     from poptune.files import check_writable_file
@@ -141,16 +132,6 @@ def seed(text: str) -> int:
     if not 0 <= value <= 2**32 - 1:
         raise argparse.ArgumentTypeError(f"must be in [0, 2**32 - 1], got {value}")
     return value
-
-
-def _budget(text: str) -> float | None:
-    """``--max-drop``: points, or ``none`` for no budget."""
-    if text.strip().lower() == "none":
-        return None
-    try:
-        return float(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected points or `none`, got {text!r}") from e
 
 
 def add_problem(parser: argparse.ArgumentParser) -> None:
@@ -173,7 +154,7 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--items", type=int, help="items per task in the first round (default: the preset's; "
                         f"standard: {STANDARD.items})")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
-    parser.add_argument("--max-drop", type=_budget, default=DEFAULT_MAX_DROP,
+    parser.add_argument("--max-drop", type=budget, default=DEFAULT_MAX_DROP,
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): the search "
                         "rejects a configuration whose drop's 95%% lower end exceeds it (an Optuna constraint); the "
                         "front's fastest candidate is then certified within it, or not, on fresh items")
@@ -204,12 +185,12 @@ def add_precision(parser: argparse.ArgumentParser, *, repeats: int, max_pairs: i
     parser.add_argument("--repeats", type=int, default=repeats,
                         help=f"least measured/full timing pairs (default: {repeats})")
     precision = default_of(TuningProblem, "precision")
-    parser.add_argument("--precision", type=float, default=precision,
+    parser.add_argument("--precision", type=finite, default=precision,
                         help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
                              f"(default: {precision}; 0: stop at {stop})")
     parser.add_argument("--max-pairs", type=int, default=None if preset else max_pairs,
                         help=f"most timing pairs per measurement (default: {origin}{max_pairs})")
-    parser.add_argument("--max-seconds", type=float, default=None if preset else max_seconds,
+    parser.add_argument("--max-seconds", type=finite, default=None if preset else max_seconds,
                         help=f"most seconds per measurement while chasing --precision (default: {origin}{max_seconds:g})")
 
 

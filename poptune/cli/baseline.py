@@ -9,6 +9,7 @@ from typing import Any
 from poptune.baselines.methods import METHODS, WANDA_SPARSITY
 
 from ._args import add_calibration, add_model, add_output, add_problem, calibration_spec, check_output_path, emit
+from ._args import finite
 from ._args import problem
 
 
@@ -16,7 +17,7 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("baseline", help="measure a structured-pruning baseline beside the full model")
     add_model(parser)
     parser.add_argument("--method", required=True, choices=METHODS)
-    parser.add_argument("--ratio", type=float, help=f"share of layers removed (default: 1/3; wanda: its sparsity, "
+    parser.add_argument("--ratio", type=finite, help=f"share of layers removed (default: 1/3; wanda: its sparsity, "
                         f"default {WANDA_SPARSITY})")
     add_problem(parser)
     add_calibration(parser)

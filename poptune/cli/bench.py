@@ -7,6 +7,7 @@ from typing import Any
 
 
 from ._args import (
+    BENCH_LENGTHS,
     add_model,
     add_output,
     add_pop,
@@ -14,6 +15,7 @@ from ._args import (
     add_prefill_chunk,
     check_output_path,
     emit,
+    finite,
     int_list,
     pop_config,
     prefill_chunk,
@@ -26,7 +28,7 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("bench", help="time POP prefill and decode against the full model")
     add_model(parser)
     add_pop(parser)
-    parser.add_argument("--lengths", help="text prompt lengths in tokens (default: 128,512,2048)")
+    parser.add_argument("--lengths", help=f"text prompt lengths in tokens (default: {BENCH_LENGTHS})")
     parser.add_argument("--image", metavar="WxH[,WxH...]",
                         help="image prompts instead (a vision-language model): one image of each size and a short "
                              "question, e.g. 640x480,1280x720,2560x1440")
@@ -34,7 +36,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--decode-tokens", type=int, default=16, help="new tokens per decode measurement (0: none)")
     add_prefill_chunk(parser)
     add_precision(parser, repeats=6, max_pairs=60, max_seconds=20.0, stop="--repeats and --min-seconds")
-    parser.add_argument("--min-seconds", type=float, default=1.0, help="least time per measurement (default: 1)")
+    parser.add_argument("--min-seconds", type=finite, default=1.0, help="least time per measurement (default: 1)")
     parser.add_argument("--order", choices=("alternate", "random", "fixed"), default="alternate",
                         help="pair order: A-B then B-A in turn (default), blocks of both in a seeded random order, or "
                              "POP first always")
@@ -43,7 +45,7 @@ def register(sub: Any) -> None:
                         help="time each side's prefill as a replayed CUDA graph, so a small model's rows time its "
                              "kernels, not Python dispatch (CUDA only; decode stays eager; a prefill that cannot be "
                              "captured is timed eagerly and its row says why)")
-    parser.add_argument("--energy-seconds", type=float, default=1.0,
+    parser.add_argument("--energy-seconds", type=finite, default=1.0,
                         help="per row and side, an energy block of at least this long for joules per prefill "
                              "(0: none; else >= 1; needs NVML, else the row says why) (default: 1)")
     add_output(parser, "the result, with the hardware record,")
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if images:
         check_takes_images(args.model)  # a text-only model poptune knows is refused before it loads
     spec = BenchSpec(
-        lengths=tuple(int_list(args.lengths or "128,512,2048", "--lengths")),
+        lengths=tuple(int_list(args.lengths or BENCH_LENGTHS, "--lengths")),
         images=images,
         batch_size=args.batch_size,
         decode_tokens=args.decode_tokens,

@@ -6,14 +6,15 @@ import argparse
 import json
 from typing import Any
 
-from ._args import add_storage, check_output_path
+from ._args import add_storage, budget, check_output_path
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("export", help="write the fastest stored configuration within an accuracy budget")
     parser.add_argument("--model", help="check that the study is of this model")
     add_storage(parser)
-    parser.add_argument("--max-drop", type=float, required=True, help="accuracy budget in points")
+    parser.add_argument("--max-drop", type=budget, required=True,
+                        help="accuracy budget in points (`none`: the fastest configuration, whatever its drop)")
     parser.add_argument("--out", metavar="PATH", help="write the configuration as JSON to PATH (default: print it)")
     parser.set_defaults(run=run)
 

@@ -12,7 +12,7 @@ from poptune.errors import ConfigError
 
 from poptune.files import check_writable_folder
 
-from ._args import add_model, seed, write_text
+from ._args import add_model, finite, seed, write_text
 
 _PAPER_RATIO = 1 / 3  # the paper skips the last third of the layers in prefill
 
@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
                         "$POPTUNE_DATA; neither: prompts sampled from the model)")
     parser.add_argument("--out", default=".", help="folder for importance-<model>.json and .png (default: .)")
     parser.add_argument("--seed", type=seed, default=0, help="seed of the sampling generator (default: 0)")
-    parser.add_argument("--ratio", type=float, default=_PAPER_RATIO,
+    parser.add_argument("--ratio", type=finite, default=_PAPER_RATIO,
                         help="prefill pruning ratio of the proposed block (default: 1/3, the paper's)")
     parser.set_defaults(run=run)
 

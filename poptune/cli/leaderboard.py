@@ -6,24 +6,21 @@ import argparse
 import shlex
 from typing import Any
 
-from ._args import add_storage
+from ._args import add_storage, positive
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("leaderboard", help="regenerate leaderboards/ (POP vs baselines, tuners) from studies")
     add_storage(parser, study=None)  # every study of the storage
     parser.add_argument("--out", default="leaderboards", help="output folder (default: leaderboards)")
-    parser.add_argument("--seeds", type=int, default=10, help="seeds per sampler in the tuner tables (default: 10)")
+    parser.add_argument("--seeds", type=positive, default=10, help="seeds per sampler in the tuner tables (default: 10)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from poptune import store
-    from poptune.errors import ConfigError
     from poptune.leaderboard import write_leaderboards
 
-    if args.seeds < 1:
-        raise ConfigError(f"`--seeds` must be a positive integer, got {args.seeds}")
     command = "poptune leaderboard " + shlex.join(
         [*(["--storage", store.public_url(args.storage)] if args.storage else []),
          *(["--out", args.out] if args.out != "leaderboards" else []),

@@ -11,7 +11,7 @@ from poptune.store.studies import HEARTBEAT_S
 from poptune.tune.space import DEFAULT_SAMPLER, SAMPLERS
 
 from ._args import add_calibration, add_model, add_preset, add_problem, add_storage, calibration_spec
-from ._args import method_list, preset_of
+from ._args import finite, method_list, positive, preset_of
 from ._args import problem as problem_of
 from ._bars import Bars
 
@@ -28,16 +28,16 @@ def register(sub: Any) -> None:
     parser.add_argument("--gpus", help="start one worker process per GPU of this host (e.g. 0,1,2,3), each pinned "
                         "with CUDA_VISIBLE_DEVICES; needs --storage journal:PATH or a database server")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # started by --gpus: no report
-    parser.add_argument("--timeout", type=float, help="stop starting trials after this many seconds")
+    parser.add_argument("--timeout", type=finite, help="stop starting trials after this many seconds")
     add_preset(parser)
     add_problem(parser)
     parser.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER)
     add_storage(parser, study="<model>@<hardware-id>")
-    parser.add_argument("--heartbeat", type=int, default=HEARTBEAT_S,
+    parser.add_argument("--heartbeat", type=positive, default=HEARTBEAT_S,
                         help=f"seconds between trial heartbeats (default: {HEARTBEAT_S})")
     parser.add_argument("--init-from-importance", metavar="JSON",
                         help="enqueue the block the importance analysis proposes (poptune importance)")
-    parser.add_argument("--init-ratio", type=float, default=1 / 3,
+    parser.add_argument("--init-ratio", type=finite, default=1 / 3,
                         help="pruning ratio of that proposal (default: 1/3)")
     parser.add_argument("--no-confirm", action="store_true",
                         help="skip the A/A checks, the re-measures of noisy trials and the confirmation pass")

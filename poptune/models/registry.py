@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["ModelSpec", "resolve_model", "load_model", "model_names", "weights_fingerprint"]
+__all__ = ["ModelSpec", "resolve_model", "load_model", "max_positions", "model_names", "weights_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,46 @@ def load_model(
     model.eval()
     _prepare_tokenizer(tokenizer, model)
     return model, tokenizer
+
+
+def max_positions(name: str, weights: str = "pretrained") -> int | None:
+    """The model's context in tokens (``max_position_embeddings``), read from its configuration without loading
+    it: poptune's own config of a tiny model, the embedded model or random weights (what is built), the
+    ``config.json`` of a local directory or of a hub model already in the local Hugging Face cache (never
+    downloaded); None where none is at hand or it names none (loading the model checks again).
+
+    Raises:
+        ModelNotFoundError: an unknown name (:func:`resolve_model`).
+    """
+    import json
+
+    spec = resolve_model(name)
+    config: Any = configs.tiny_config(spec.name)
+    if config is None and (spec.source == "embedded" or weights == "random" and spec.source == "hub"):
+        config = configs.full_config(spec.name)
+    if config is None:
+        found = Path(spec.path) / "config.json" if spec.path else _cached_hub_file(spec.hub_id, "config.json")
+        try:
+            config = json.loads(found.read_text(encoding="utf-8")) if found is not None else None
+        except (OSError, ValueError):
+            config = None
+    if not isinstance(config, dict):
+        return None
+    for level in (config, config.get("text_config")):
+        value = level.get("max_position_embeddings") if isinstance(level, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _cached_hub_file(hub_id: str | None, filename: str) -> Path | None:
+    """``filename`` of ``hub_id`` if the local Hugging Face cache holds it (nothing is downloaded)."""
+    if hub_id is None:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(hub_id, filename)
+    return Path(found) if isinstance(found, str) else None
 
 
 def weights_fingerprint(name: str, weights: str = "pretrained") -> str:

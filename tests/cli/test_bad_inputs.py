@@ -115,6 +115,76 @@ def test_a_read_only_output_is_refused_before_any_work(capsys, scratch, argv, re
     assert "cannot write in" in line
 
 
+@pytest.fixture
+def no_work(monkeypatch):
+    """Loading a model fails the test: what is refused must be refused before any work."""
+
+    def load_model(*args, **kwargs):
+        raise AssertionError("a model was loaded for an argument that should have been refused first")
+
+    monkeypatch.setattr("poptune.models.load_model", load_model)
+    monkeypatch.setattr("poptune.models.registry.load_model", load_model)
+
+
+@pytest.mark.parametrize("argv", [
+    [*STUDY, "--lengths", "999999"],  # issue 33, case 2: hung for minutes building items
+    [*STUDY, "--lengths", "4000"],  # fits 4096 positions, but not with the room an answer needs
+    ["baseline", "--model", "tiny-llama", "--method", "shortgpt", "--tasks", "passkey", "--lengths", "999999"],
+    ["bench", "--model", "tiny-llama", "--skip", "1", "--lengths", "16,999999"],
+    ["bench", "--model", "tiny-llama", "--skip", "1", "--lengths", "4090", "--decode-tokens", "16"],
+])
+def test_lengths_past_the_models_context_are_refused_before_any_work(capsys, scratch, no_work, argv):
+    import time
+
+    began = time.perf_counter()
+    line = _refused(capsys, scratch, *argv, *(["--storage", f"sqlite:///{scratch}/s.db"] if argv[0] == "study" else []))
+    assert "exceed this model's 4096 positions" in line and time.perf_counter() - began < 5
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "NaN"])
+@pytest.mark.parametrize("argv", [
+    [*STUDY, "--timeout={v}"],  # issue 33, case 6: nan ran with no limit
+    [*STUDY, "--precision={v}"],
+    [*STUDY, "--init-ratio={v}"],
+    ["bench", "--model", "tiny-llama", "--skip", "1", "--min-seconds={v}"],
+    ["bench", "--model", "tiny-llama", "--skip", "1", "--max-seconds={v}"],
+    ["importance", "--model", "tiny-llama", "--ratio={v}"],
+])
+def test_a_number_that_is_not_finite_is_refused(capsys, scratch, no_work, argv, value):
+    option = argv[-1].split("=")[0]
+    line = _refused(capsys, scratch, *[a.format(v=value) for a in argv])
+    assert f"argument {option}: must be a finite number" in line
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "x"])
+@pytest.mark.parametrize("command", [["export"], [*STUDY]])
+def test_max_drop_is_one_rule_in_every_command(capsys, scratch, no_work, command, value):
+    """Issue 33, case 7: `export --max-drop inf` wrote `Infinity` (not JSON), `nan` looked for a configuration
+    within nan points, `none` was refused by export and accepted by study."""
+    line = _refused(capsys, scratch, *command, f"--max-drop={value}")
+    assert "argument --max-drop: expected accuracy points >= 0" in line and "`none`" in line
+
+
+@pytest.mark.parametrize("command", [["export"], ["pareto"]])
+def test_export_takes_none_as_study_does(capsys, scratch, command):
+    args = [*command, "--storage", f"sqlite:///{scratch}/missing.db"] + (["--max-drop", "none"] if command == ["export"]
+                                                                        else [])
+    line = _refused(capsys, scratch, *args)
+    assert "no study database" in line  # parsed: the storage is what is missing
+
+
+def test_a_data_directory_that_is_a_file(capsys, scratch, no_work):
+    line = _refused(capsys, scratch, "eval", "--model", "tiny-llama", "--skip", "1", "--data-dir",
+                    str(scratch / "notes.txt"))
+    assert "notes.txt is a file, not a directory" in line
+
+
+@pytest.mark.parametrize("argv", [["leaderboard", "--seeds", "0"], [*STUDY, "--heartbeat", "0"]])
+def test_counts_below_one(capsys, scratch, no_work, argv):
+    line = _refused(capsys, scratch, *argv)
+    assert "must be an integer >= 1, got 0" in line
+
+
 def _foreign_study(url: str, name: str = "other") -> None:
     """A study another tool wrote into the same database: no poptune attributes."""
     study = optuna.create_study(storage=url, study_name=name)
@@ -182,3 +252,11 @@ def test_a_long_study_name_that_fits_is_taken():
         StudySpec(problem=TuningProblem(model="tiny-llama"), study="x" * 239)
     with pytest.raises(ConfigError, match="cannot name its report files"):
         StudySpec(problem=TuningProblem(model="tiny-llama"), study="..")
+
+
+@pytest.mark.parametrize("argv", [["generate", "--model", "tiny-llama", "--skip", "1", "--prompt=--"],
+                                  ["leaderboard", "--out=--"]])
+def test_a_double_dash_value(capsys, scratch, no_work, argv):
+    """Found by the fuzz (tests/cli/test_fuzz.py): argparse stored `--option=--` as an empty list (a traceback)."""
+    line = _refused(capsys, scratch, *argv)
+    assert "expected one argument" in line

@@ -1,0 +1,120 @@
+"""Every argument checked before any work: the number types of every command's flags, and :func:`check_args`.
+
+A number flag takes one of four kinds, the same kind for the same flag in every command: a finite float
+(:func:`finite`), an integer >= 1 (:func:`positive`), a seed (``_args.seed``) or an accuracy budget in points
+or ``none`` (:func:`budget`). NaN and infinity are refused where a number is parsed, so no command reads them
+as "no limit". :func:`check_args` then checks what needs the arguments together -- prompt lengths against the
+model's context, read from its configuration without loading it; a data directory that is a directory -- before
+the command starts, so a refusal takes moments, not the minutes of building items or loading a model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from poptune.errors import ConfigError
+
+__all__ = ["BENCH_LENGTHS", "budget", "check_args", "finite", "int_list", "positive"]
+
+#: ``bench``'s prompt lengths when neither ``--lengths`` nor ``--image`` is given.
+BENCH_LENGTHS = "128,512,2048"
+
+
+def finite(text: str) -> float:
+    """An argparse type: a finite number (``nan``, ``inf`` and numbers past the float range are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def budget(text: str) -> float | None:
+    """An argparse type: an accuracy budget, finite points >= 0, or ``none`` for no budget."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected accuracy points >= 0 or `none`, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected accuracy points >= 0 (finite) or `none`, got {text!r}")
+    return value
+
+
+def int_list(text: str, option: str) -> list[int]:
+    """``"128,512"`` -> ``[128, 512]``, or a one-line ConfigError naming the option."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as e:
+        raise ConfigError(f"`{option}` must be comma-separated integers, got {text!r}") from e
+    if not values:
+        raise ConfigError(f"`{option}` must name at least one value")
+    return values
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse, before the command starts, what its arguments make impossible together.
+
+    Raises:
+        ConfigError: prompt lengths the model cannot hold, a data directory that is not a directory.
+        ModelNotFoundError: an unknown model, where the lengths are checked against it.
+    """
+    _check_data_dir(getattr(args, "data_dir", None))
+    _check_lengths(args)
+
+
+def _check_data_dir(text: str | None) -> None:
+    if text is None:
+        return
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"`--data-dir` {text} is a file, not a directory (the evaluation data directory)")
+    if not path.exists():
+        raise ConfigError(f"`--data-dir` {text} does not exist (expected the layout of /work/shared/data)")
+
+
+def _check_lengths(args: argparse.Namespace) -> None:
+    """``--lengths`` against the model's context: bench's prompts plus their decode tokens, a study's synthetic
+    prompts plus the room a generation needs (:data:`poptune.evaluate.workload.GENERATION_ROOM`)."""
+    if getattr(args, "image", None) is not None or not hasattr(args, "lengths") or not hasattr(args, "model"):
+        return
+    from poptune.models import max_positions
+
+    text = args.lengths if args.lengths is not None else _default_lengths(args)
+    if text is None:
+        return
+    lengths = int_list(text, "--lengths")
+    limit = max_positions(args.model, getattr(args, "weights", "pretrained"))
+    if limit is None:
+        return
+    if args.command == "bench":
+        room, why = getattr(args, "decode_tokens", 0) or 0, "with its decode tokens"
+    else:
+        from poptune.evaluate.workload import GENERATION_ROOM
+
+        room, why = GENERATION_ROOM, "with room for an answer"
+    too_long = [n for n in lengths if n + room > limit]
+    if too_long:
+        raise ConfigError(f"prompt lengths {too_long} exceed this model's {limit} positions ({why}: at most "
+                          f"{limit - room} tokens)")
+
+
+def _default_lengths(args: argparse.Namespace) -> Any:
+    return BENCH_LENGTHS if args.command == "bench" else None
