@@ -7,7 +7,9 @@ lm-eval 0.4 discovers models only by import, so ``lm_eval --model poptune`` work
         --model_args pretrained=gemma-3,skip=6,boundary=last --tasks piqa --device cpu
 
 With ``POPTUNE_DATA`` set, the task pack reading that directory is added as an ``--include_path``, so the task
-names resolve to the local files instead of the hub.
+names resolve to the local files instead of the hub. A poptune error (a bad ``--model_args`` value, an unknown
+model, a missing device) ends the run as one line on stderr with exit code 2, as ``poptune``'s own commands do;
+lm-eval's own errors are lm-eval's.
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ def check_tasks(argv: list[str]) -> None:
 
 
 def main() -> None:
+    """``lm_eval`` with ``poptune`` registered; a :class:`~poptune.errors.PoptuneError` is one line, exit code 2."""
     check_tasks(sys.argv[1:])
     import poptune.evaluate.lm  # noqa: F401  (registers "poptune")
     from lm_eval.__main__ import cli_evaluate
 
+    from poptune.errors import PoptuneError
     from poptune.evaluate.taskpack import data_dir, render_tasks
 
     directory = data_dir()
@@ -53,7 +57,11 @@ def main() -> None:
         if directory is not None and len(sys.argv) > 1 and sys.argv[1] == "run" and "--include_path" not in sys.argv:
             render_tasks(directory, Path(rendered))
             sys.argv += ["--include_path", rendered]
-        cli_evaluate()
+        try:
+            cli_evaluate()
+        except PoptuneError as e:
+            print(f"poptune harness: error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

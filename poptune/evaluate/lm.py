@@ -14,6 +14,7 @@ registry, and ``python -m poptune.evaluate.harness ...`` is ``lm_eval ...`` with
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -31,6 +32,39 @@ from poptune.speculate import generate
 
 __all__ = ["PopLM"]
 
+log = logging.getLogger(__name__)
+
+#: The CUDA devices lm-eval passes when none is given (its command line's default is ``cuda:0``).
+_DEFAULT_CUDA = ("cuda", "cuda:0")
+
+
+def _pop_config(skip: Any, boundary: Any, offset: Any, layers: Any, kv: Any) -> PopConfig:
+    """The configuration of ``--model_args`` values (strings there), or a one-line ConfigError."""
+    try:
+        if isinstance(layers, str):  # lm-eval's --model_args splits on commas: layers are dash-separated there
+            layers = tuple(int(i) for i in layers.replace(",", "-").split("-") if i)
+        if layers is not None:
+            layers = tuple(layers)
+            skip = skip or len(layers)
+        skip, offset = int(skip), int(offset)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"PopLM: `skip`, `offset` and `layers` must be integers, got skip={skip!r}, "
+                          f"offset={offset!r}, layers={layers!r}") from e
+    return PopConfig(skip=skip, boundary=str(boundary), offset=offset, layers=layers, kv=str(kv))
+
+
+def _load(name: str, device: Any, dtype: Any, weights: str) -> tuple[Any, Any]:
+    """:func:`poptune.load_model`, with lm-eval's default CUDA device falling back to the CPU where CUDA is absent."""
+    import torch
+
+    from poptune.models import load_model
+
+    if str(device) in _DEFAULT_CUDA and not torch.cuda.is_available():
+        log.warning("poptune: warning: CUDA is not available on this machine: evaluating on the CPU (give "
+                    "--device cpu to silence this)")
+        device = "cpu"
+    return load_model(name, device=device, dtype=dtype, weights=weights)
+
 
 @register_model("poptune")
 class PopLM(HFLM):
@@ -42,12 +76,18 @@ class PopLM(HFLM):
         skip, boundary, offset: The :class:`~poptune.engine.PopConfig`; ``skip=0`` is the full model.
         layers: An explicit set of skipped layers (a tuple, or ``"3-5-9"`` from ``--model_args``) instead of the
             final block; ``skip`` then defaults to its size.
-        kv: ``own`` or ``calibrated`` (the model must hold the block's fitted maps, see
-            :func:`poptune.calibrated_kv_maps`; refused here otherwise).
-        device, dtype, weights: As :func:`poptune.load_model` (ignored for a loaded model).
-        batch_size: Contexts prefilled together (left-padded).
+        kv: ``own`` or ``calibrated``: with a model name, the block's maps are read from the poptune cache or
+            fitted there first, as a study does (:func:`poptune.calibrated_kv_maps`, on WikiText-2 validation text
+            from ``$POPTUNE_DATA``, else text sampled from the model); a loaded model must hold them already.
+        device, dtype, weights: As :func:`poptune.load_model` (ignored for a loaded model). lm-eval's default
+            device is CUDA: where CUDA is not available, ``cuda`` and ``cuda:0`` fall back to the CPU with one
+            warning line, as lm-eval's own Hugging Face model does for a device it does not know.
+        batch_size: Contexts prefilled together (left-padded), an integer (lm-eval's ``auto`` is refused).
         prefill_chunk: Prefill contexts in chunks of this many tokens (None: whole); generation too.
         **kwargs: Passed to ``HFLM`` (``max_length``, ``add_bos_token``, ...).
+
+    Raises:
+        PoptuneError: a bad argument, a missing model or device (:mod:`poptune.errors`), before any request.
 
     Example:
         >>> lm = PopLM(pretrained="gemma-3", skip=6, boundary="last")
@@ -70,20 +110,20 @@ class PopLM(HFLM):
         prefill_chunk: int | None = None,
         **kwargs: Any,
     ) -> None:
-        if isinstance(layers, str):  # lm-eval's --model_args splits on commas: layers are dash-separated there
-            layers = tuple(int(i) for i in layers.replace(",", "-").split("-") if i)
-        if layers is not None:
-            layers = tuple(layers)
-            skip = skip or len(layers)
-        config = PopConfig(skip=int(skip), boundary=str(boundary), offset=int(offset), layers=layers, kv=str(kv))
+        config = _pop_config(skip, boundary, offset, layers, kv)
         if isinstance(pretrained, str):
-            from poptune.models import load_model
+            name = pretrained
+            pretrained, tokenizer = _load(name, device, dtype, weights)
+            if config.kv == "calibrated":  # fitted once per block and kept in the cache, as a study does
+                config.check(len(decoder_of(pretrained).layers))  # a bad block fails before the fit
+                from poptune.kvfit import prepare_kv
+                from poptune.models import weights_fingerprint
 
-            pretrained, tokenizer = load_model(pretrained, device=device, dtype=dtype, weights=weights)
+                prepare_kv(pretrained, tokenizer, config, fingerprint=weights_fingerprint(name, weights))
         elif tokenizer is None:
             raise ConfigError("PopLM needs `tokenizer` when given a loaded model")
-        if batch_size == "auto":
-            raise ConfigError("PopLM batches contexts itself: give `batch_size` as an integer")
+        if batch_size == "auto" or not str(batch_size).strip().isdigit() or int(batch_size) < 1:
+            raise ConfigError(f"PopLM batches contexts itself: give `batch_size` as an integer >= 1, got {batch_size!r}")
         chunk_bounds(2, prefill_chunk)  # validates it
         super().__init__(pretrained=pretrained, tokenizer=tokenizer, batch_size=int(batch_size), **kwargs)
         config.check(len(decoder_of(self.model).layers))  # refused before any request, not at the first

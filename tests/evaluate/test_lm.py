@@ -7,7 +7,7 @@ import torch
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 
-from poptune import ConfigError, PopConfig, apply_pop, load_model, remove_pop
+from poptune import ConfigError, PopConfig, PoptuneError, apply_pop, load_model, remove_pop
 from poptune.evaluate.lm import PopLM
 
 PAIRS = [
@@ -129,6 +129,9 @@ def test_request_cache_is_per_configuration(tiny, tmp_path):
 
 def test_bad_arguments(tiny):
     model, tok = tiny
+    for bad in ({"skip": "x"}, {"layers": "1-y"}, {"batch_size": "auto"}, {"batch_size": "0"}):
+        with pytest.raises(ConfigError, match="PopLM"):
+            PopLM(pretrained=model, tokenizer=tok, **bad)
     with pytest.raises(ConfigError, match="needs `tokenizer`"):
         PopLM(pretrained=model)
     with pytest.raises(ConfigError, match="`boundary`"):
@@ -171,3 +174,57 @@ def test_prefill_chunk_scores_and_generates_the_same(tiny):
     assert chunked_text == text
     with pytest.raises(ConfigError, match="`prefill_chunk` must be an integer >= 1"):
         PopLM(pretrained=model, tokenizer=tok, skip=1, prefill_chunk=0)
+
+
+def test_calibrated_kv_from_model_args_fits_then_reads_the_maps(eval_data, monkeypatch):
+    """Issue 33, case 8: `--model_args ...,kv=calibrated` was refused with a pointer to the Python API; now the maps
+    are read from the cache or fitted there first, as a study does."""
+    from poptune.engine import decoder_of
+    from poptune.kvfit import KVFitter
+    from poptune.kvmaps import kv_maps_of
+
+    monkeypatch.setenv("POPTUNE_DATA", str(eval_data))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        monkeypatch.setenv("POPTUNE_KV_MAPS", folder)
+        lm = PopLM.create_from_arg_string("pretrained=tiny-llama,skip=3,kv=calibrated", {"device": "cpu"})
+        maps = kv_maps_of(decoder_of(lm.model))[(3, 6)]
+        assert lm.pop_config.kv == "calibrated" and maps.path is not None and maps.path.is_file()
+        monkeypatch.setattr(KVFitter, "fit", lambda *a: pytest.fail("fitted again instead of read from the cache"))
+        again = PopLM.create_from_arg_string("pretrained=tiny-llama,skip=3,kv=calibrated", {"device": "cpu"})
+        assert kv_maps_of(decoder_of(again.model))[(3, 6)].path == maps.path
+        scores = again.loglikelihood(_requests(), disable_tqdm=True)
+        assert len(scores) == len(_requests())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="lm-eval's default CUDA device falls back only without CUDA")
+def test_lm_evals_default_cuda_device_falls_back_to_the_cpu(caplog):
+    """Issue 33, case 8: lm-eval's default device is cuda:0, which ended in a DeviceError traceback on a CPU
+    machine; it falls back to the CPU with one warning, as lm-eval's own HFLM does for a device it does not know."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="poptune.evaluate.lm"):
+        lm = PopLM.create_from_arg_string("pretrained=tiny-llama,skip=1", {"device": "cuda:0", "batch_size": None})
+    assert lm.model.device.type == "cpu"
+    assert [r.getMessage() for r in caplog.records if "CUDA is not available" in r.getMessage()]
+    with pytest.raises(PoptuneError):  # a device named explicitly is not replaced
+        PopLM.create_from_arg_string("pretrained=tiny-llama,skip=1", {"device": "cuda:3"})
+
+
+@pytest.mark.parametrize("model_args", ["pretrained=tiny-llama,layers=1-y", "pretrained=no-such-model,skip=1"])
+def test_the_routes_errors_are_one_line(eval_data, monkeypatch, capsys, model_args):
+    """``python -m poptune.evaluate.harness``: a poptune error ends lm-eval's run in one line, exit code 2."""
+    import sys
+
+    from poptune.evaluate import harness
+
+    monkeypatch.setenv("POPTUNE_DATA", str(eval_data))
+    monkeypatch.setattr("lm_eval.__main__.setup_logging", lambda: None)  # its handler would outlive the test
+    monkeypatch.setattr(sys, "argv", ["lm_eval", "run", "--model", "poptune", "--model_args", model_args,
+                                      "--tasks", "piqa", "--limit", "2", "--device", "cpu"])
+    with pytest.raises(SystemExit) as exit_:
+        harness.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("poptune harness: error: ")
