@@ -147,8 +147,8 @@ def _call_seconds(plan: Plan, case: Case, tokens: int, batch: int) -> float:
     """Seconds of one full-model prefill at the plan's rate (POP's is shorter; both counted at this)."""
     config = configs.full_config(case.model) or configs.tiny_config(case.model)
     assert config is not None, case.model  # every case names a registered configuration
-    text = SimpleNamespace(**{"layer_types": None, "sliding_window": None, "head_dim": None, "num_key_value_heads": None,
-                              **config.get("text_config", config)})
+    unset = dict.fromkeys(("layer_types", "sliding_window", "head_dim", "num_key_value_heads"))
+    text = SimpleNamespace(**{**unset, **config.get("text_config", config)})
     return batch * prefill_flops(text, tokens, attention="sdpa") / (plan.tflops * 1e12)
 
 

@@ -11,7 +11,8 @@ order-statistic interval (:mod:`poptune.measure.stats`), and pairs continue unti
 (:mod:`poptune.measure.nullcheck`) say whether the machine was quiet enough to trust the figures.
 
 On a GPU each row also records NVML telemetry sampled through its timed pairs, each side's joules per prefill
-from energy blocks of its own (alternated, with the idle power beside them: :mod:`poptune.measure.energy`), and, with ``graphs``, prefills timed as replayed CUDA graphs (records:
+from energy blocks of its own (alternated, with the idle power beside them: :mod:`poptune.measure.energy`),
+and, with ``graphs``, prefills timed as replayed CUDA graphs (records:
 :mod:`poptune.measure.benchrecord`).
 """
 

@@ -338,7 +338,8 @@ class BenchResult:
                 joules = row.energy_figures()
                 line += f"  {_joules(joules['energy_full_j']):>14}  {_joules(joules['energy_pop_j']):>13}"
             if row.telemetry and row.telemetry.get("throttled"):
-                line += "  throttled: " + ",".join(row.telemetry.get("throttle_reasons") or row.telemetry["clock_reasons"])
+                reasons = row.telemetry.get("throttle_reasons") or row.telemetry["clock_reasons"]
+                line += "  throttled: " + ",".join(reasons)
             lines.append(line)
         return "\n".join(lines)
 

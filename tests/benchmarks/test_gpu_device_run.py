@@ -20,5 +20,6 @@ def test_dry_run_completes_and_writes_its_summary(tmp_path: Path) -> None:
                  "SKIP llama-3.1: dry run: no device work (expected ", "SKIP qwen3-vl: dry run"):
         assert line in summary, summary
     assert "of at most 390 s" in summary
-    for name in ("device-run.log", "versions.txt", "cuda-tests.txt", "gpu-check/gpu-check.json", "gpu-check/gpu-check.md"):
+    written = ("device-run.log", "versions.txt", "cuda-tests.txt", "gpu-check/gpu-check.json", "gpu-check/gpu-check.md")
+    for name in written:
         assert (tmp_path / name).is_file(), name  # everything under $OUT, written as it went
