@@ -82,5 +82,24 @@ def test_bench_end_to_end_on_cuda(graphs: bool) -> None:
     assert result.hardware.kind == "cuda" and result.hardware.nvml_index is not None
     assert figures["energy_pop_j"] > 0 and figures["energy_full_j"] > 0 and figures["energy_reason"] is None
     assert row.telemetry["samples"] >= 2 and figures["sm_clock_mhz_max"] > 0
-    assert figures["timing"] == ("cuda-graph" if graphs else "eager"), row.timing
+    assert figures["timing"] == ("cuda-graph" if graphs else "eager"), row.timing  # POP captures too
+    assert row.timing["mask"] == ("none (causal path)" if graphs else None)  # no dense square under capture
     assert row.prefill.a.count >= 5 and row.decode is not None
+    assert result.spec.policy.warmup_seconds >= 1.0  # a GPU warms up a second at the timed shape
+    assert 0 < figures["idle_w"] < 2000 and len(row.energy["pop"]["blocks"]) == 3  # three alternated blocks
+    assert figures["energy_pop_net_j"] < figures["energy_pop_j"]  # net of idle power, beside the gross figure
+    torch.cuda.empty_cache()  # the allocator is not left mid-capture
+
+
+def test_a_failed_capture_leaves_the_allocator_usable() -> None:
+    from poptune.measure.graphs import capture
+
+    x = torch.ones(1 << 16, device="cuda")
+    failed = capture(lambda: (x * 2).sum().item(), torch.device("cuda"))  # a host sync: capture must fail
+    assert failed.mode == "eager" and "capture failed" in failed.reason
+    torch.cuda.empty_cache()  # raised an internal assert when the allocator was left mid-capture
+    assert torch.empty(1 << 20, device="cuda").numel() == 1 << 20
+    graphed = capture(lambda: x * 2, torch.device("cuda"))
+    assert graphed.mode == "cuda-graph", graphed.reason
+    graphed.call()
+    torch.cuda.synchronize()
