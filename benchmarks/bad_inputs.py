@@ -5,8 +5,9 @@ Usage::
     python benchmarks/bad_inputs.py            # every case (tiny random models; a few minutes on 2 CPUs)
     python benchmarks/bad_inputs.py -k enqueue # only cases whose name holds "enqueue"
 
-Each case runs ``python -m poptune ...`` in a scratch folder holding a small stored study (``ok.db``), a text file,
-a file that is not a database and a read-only folder. "Files touched" lists every file of that folder created,
+Each case runs ``python -m poptune ...`` in a scratch folder holding a small stored study (``ok.db``), a study
+another tool wrote (``foreign.db``), a poptune study with no completed trial (``empty.db``), a text file, a file
+that is not a database and a read-only folder. "Files touched" lists every file of that folder created,
 changed or removed by the case (by size, modification time and content hash): the promise is *none* for every
 row, with exit code 2 and the error as the first (and only) line on stderr.
 """
@@ -34,6 +35,21 @@ EVAL = ["eval", "--model", "tiny-llama", "--skip", "1", "--tasks", "passkey", "-
 GEN = ["generate", "--model", "tiny-llama", "--max-new-tokens", "2"]
 NOT_UTF8 = os.fsdecode(b"caf\xe9 \xff")
 
+#: Writes ``foreign.db`` (an Optuna study poptune did not write) and ``empty.db`` (a poptune study, no trial yet).
+OTHER_STUDIES = """
+import sys, optuna
+from poptune.tune.problem import TuningProblem
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+d = sys.argv[1]
+other = optuna.create_study(storage=f"sqlite:///{d}/foreign.db", study_name="other")
+other.set_user_attr("owner", "another tool")
+other.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+empty = optuna.create_study(storage=f"sqlite:///{d}/empty.db", study_name="empty", directions=["minimize", "maximize"])
+empty.set_user_attr("problem", TuningProblem(model="tiny-llama", tasks=("passkey",), lengths=(300,)).to_dict())
+empty.set_user_attr("model", "tiny-llama")
+empty.set_user_attr("num_layers", 6)
+"""
+
 #: (name, argv). ``{d}`` is the scratch folder.
 CASES: list[tuple[str, list[str]]] = [
     ("unknown command", ["frobnicate"]),
@@ -47,9 +63,12 @@ CASES: list[tuple[str, list[str]]] = [
     ("generate: --config not JSON", [*GEN, "--config", "{d}/notes.txt", "--prompt", "hi"]),
     ("generate: zero new tokens", [*GEN, "--skip", "1", "--prompt", "hi", "--max-new-tokens", "0"]),
     ("generate: unknown boundary", [*GEN, "--skip", "1", "--boundary", "middle", "--prompt", "hi"]),
+    ("generate: --prompt=--", [*GEN, "--skip", "1", "--prompt=--"]),
     ("generate: cuda without a GPU", [*GEN, "--skip", "1", "--prompt", "hi", "--device", "cuda:7"]),
     ("bench: lengths not integers", [*BENCH, "--lengths", "12,x"]),
     ("bench: zero length", [*BENCH, "--lengths", "0"]),
+    ("bench: --lengths past the context", [*BENCH, "--lengths", "999999"]),
+    ("bench: --min-seconds inf", [*BENCH, "--min-seconds", "inf"]),
     ("bench: zero repeats", [*BENCH, "--repeats", "0"]),
     ("bench: negative batch", [*BENCH, "--batch-size", "-2"]),
     ("bench: --out in a missing folder", [*BENCH, "--out", "{d}/missing/b.json"]),
@@ -60,11 +79,15 @@ CASES: list[tuple[str, list[str]]] = [
     ("eval: unknown task", [*EVAL, "--tasks", "no_such_task"]),
     ("eval: negative limit", [*EVAL, "--limit", "-3"]),
     ("eval: missing data dir", [*EVAL, "--tasks", "piqa", "--data-dir", "{d}/nodata"]),
+    ("eval: --data-dir is a file", [*EVAL, "--data-dir", "{d}/notes.txt"]),
     ("eval: --out in a read-only folder", [*EVAL, "--out", "{d}/ro/e.json"]),
     ("study: negative seed", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--seed", "-1"]),
     ("study: seed past 2**32", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--seed", "4294967296"]),
     ("study: zero trials", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--trials", "0"]),
     ("study: negative timeout", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--timeout", "-1"]),
+    ("study: --timeout nan", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--timeout", "nan"]),
+    ("study: --lengths past the context", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--lengths", "999999"]),
+    ("study: --max-drop inf", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--max-drop", "inf"]),
     ("study: --enqueue skip past the layers", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--enqueue", "99/last/0"]),
     ("study: --enqueue malformed", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--enqueue", "last"]),
     ("study: --enqueue zero fields", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--enqueue", "0"]),
@@ -77,6 +100,9 @@ CASES: list[tuple[str, list[str]]] = [
     ("study: journal on a text file", [*STUDY, "--storage", "journal:{d}/notes.txt"]),
     ("study: journal on an SQLite file", [*STUDY, "--storage", "journal:{d}/ok.db"]),
     ("study: journal is a folder", [*STUDY, "--storage", "journal:{d}"]),
+    ("study: Redis URL", [*STUDY, "--storage", "redis://localhost"]),
+    ("study: --study .", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--study", "."]),
+    ("study: --study too long for a file name", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--study", "x" * 250]),
     ("study: unreachable PostgreSQL", [*STUDY, "--storage", "postgresql://u@127.0.0.1:1/x"]),
     ("study: --gpus on SQLite", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--gpus", "0"]),
     ("study: unknown baseline", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--baselines", "magic"]),
@@ -90,10 +116,23 @@ CASES: list[tuple[str, list[str]]] = [
     ("pareto: unknown study", ["pareto", "--storage", "sqlite:///{d}/ok.db", "--study", "nope"]),
     ("pareto: not a database", ["pareto", "--storage", "sqlite:///{d}/notes.txt"]),
     ("pareto: corrupt database", ["pareto", "--storage", "sqlite:///{d}/corrupt.db"]),
+    ("pareto: sqlite URL of a folder", ["pareto", "--storage", "sqlite:///{d}"]),
+    ("pareto: journal URL of a folder", ["pareto", "--storage", "journal:{d}"]),
+    ("pareto: a study poptune did not write", ["pareto", "--storage", "sqlite:///{d}/foreign.db"]),
+    ("pareto: MySQL URL", ["pareto", "--storage", "mysql://u@localhost/x"]),
+    ("pareto: PostgreSQL host that does not resolve", ["pareto", "--storage", "postgresql://u@no-such-host.invalid/x"]),
+    ("pareto: --study ..", ["pareto", "--storage", "sqlite:///{d}/ok.db", "--study", ".."]),
     ("export: missing database", ["export", "--storage", "sqlite:///{d}/missing.db", "--max-drop", "1"]),
     ("export: --out in a read-only folder", ["export", "--storage", "sqlite:///{d}/ok.db", "--max-drop", "100",
                                             "--out", "{d}/ro/c.json"]),
     ("export: --out is a folder", ["export", "--storage", "sqlite:///{d}/ok.db", "--max-drop", "100", "--out", "{d}"]),
+    ("export: a study poptune did not write", ["export", "--storage", "sqlite:///{d}/foreign.db", "--study", "other",
+                                               "--max-drop", "1"]),
+    ("export: no completed trial", ["export", "--storage", "sqlite:///{d}/empty.db", "--max-drop", "1"]),
+    ("export: --study with a slash", ["export", "--storage", "sqlite:///{d}/ok.db", "--study", "a/b", "--max-drop",
+                                      "1"]),
+    ("export: --max-drop inf", ["export", "--storage", "sqlite:///{d}/ok.db", "--max-drop", "inf"]),
+    ("export: --max-drop nan", ["export", "--storage", "sqlite:///{d}/ok.db", "--max-drop", "nan"]),
     ("export: other model", ["export", "--storage", "sqlite:///{d}/ok.db", "--max-drop", "100", "--model", "tiny-qwen3"]),
     ("baseline: unknown method", ["baseline", "--model", "tiny-llama", "--method", "magic"]),
     ("baseline: ratio 2", ["baseline", "--model", "tiny-llama", "--method", "sleb", "--ratio", "2", "--tasks",
@@ -101,6 +140,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("leaderboard: missing database", ["leaderboard", "--storage", "sqlite:///{d}/missing.db", "--out", "{d}"]),
     ("leaderboard: --out in a read-only folder", ["leaderboard", "--storage", "sqlite:///{d}/ok.db", "--out",
                                                  "{d}/ro"]),
+    ("leaderboard: zero seeds", ["leaderboard", "--storage", "sqlite:///{d}/ok.db", "--out", "{d}", "--seeds", "0"]),
     ("importance: zero samples", ["importance", "--model", "tiny-llama", "--samples", "0", "--out", "{d}"]),
     ("importance: negative seed", ["importance", "--model", "tiny-llama", "--seed", "-1", "--out", "{d}"]),
     ("importance: --out read-only", ["importance", "--model", "tiny-llama", "--samples", "2", "--length", "8",
@@ -141,6 +181,10 @@ def make_scratch(folder: Path) -> None:
         raise SystemExit(f"could not make the scratch study: {done.stderr[-2000:]}")
     _poptune(["export", "--storage", f"sqlite:///{folder}/ok.db", "--max-drop", "100", "--out",
               f"{folder}/export.json"], folder)
+    made = subprocess.run([sys.executable, "-c", OTHER_STUDIES, str(folder)], env=_env(), capture_output=True,
+                          text=True)
+    if made.returncode:
+        raise SystemExit(f"could not make the other studies: {made.stderr[-2000:]}")
     (folder / "notes.txt").write_text("my notes, not a journal\n")
     (folder / "corrupt.db").write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
     for stray in folder.glob("*.png"):

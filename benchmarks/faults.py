@@ -7,7 +7,8 @@ Usage::
 
 Faults: kill -9 mid-trial then the same command again, SIGINT and SIGTERM mid-trial (time to exit, the summary
 line) then the same command again, a second process on the same SQLite study, a full disk (a 1 MiB tmpfs filled
-up, as root), a read-only output folder. For each: the exit code, the line printed, the seconds, and what was lost
+up, as root), a read-only output folder, a journal whose last record a killed writer cut (then the same command).
+For each: the exit code, the line printed, the seconds, and what was lost
 (completed trials before the fault against after the recovery; a configuration measured twice).
 """
 
@@ -193,6 +194,41 @@ def full_disk_fault(folder: Path) -> dict:
         subprocess.run(["umount", str(disk)])
 
 
+def journal_completed(path: Path) -> dict[int, tuple]:
+    """Completed trials of a journal's one study, number -> values, read as Optuna reads (the file unchanged)."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    studies = storage.get_all_studies()
+    if not studies:
+        return {}
+    trials = storage.get_all_trials(studies[0]._study_id, states=(optuna.trial.TrialState.COMPLETE,))
+    return {t.number: tuple(t.values) for t in trials}
+
+
+def journal_cut_fault(folder: Path) -> dict:
+    """A journal whose last record was cut mid-append (what kill -9 or a full disk leaves), then the same command."""
+    journal = folder / "s.journal"
+    argv = [*STUDY, "--trials", "2", "--storage", f"journal:{journal}"]
+    run(argv, folder)
+    data = journal.read_bytes()
+    last = data.rfind(b"\n", 0, len(data) - 1) + 1
+    journal.write_bytes(data[:last + (len(data) - last) // 2])  # half of the last record written
+    before = journal_completed(journal)
+    started = time.monotonic()
+    code, err = run([*argv[:-4], "--trials", "3", *argv[-2:]], folder)
+    seconds = time.monotonic() - started
+    after = journal_completed(journal)
+    lost = [n for n in before if after.get(n) != before[n]]
+    aside = folder / "s.journal.partial"
+    cut = next((line for line in err.splitlines() if "partial" in line), "no line about the cut")
+    return dict(exit=code, line=cut, seconds=seconds,
+                lost=f"{len(before)} completed before, {'all kept' if not lost else f'{lost} lost'}; "
+                     f"{len(after)} completed after the resume; the cut bytes kept in s.journal.partial "
+                     f"({aside.stat().st_size if aside.exists() else 0} B)")
+
+
 def read_only_output_fault(folder: Path) -> dict:
     out = folder / "ro"
     out.mkdir()
@@ -218,6 +254,7 @@ FAULTS = {
     "two processes on one SQLite study": two_processes_fault,
     "full disk (1 MiB tmpfs) on resume": full_disk_fault,
     "read-only output folder (bench --out)": read_only_output_fault,
+    "journal cut mid-append, then the same command": journal_cut_fault,
 }
 
 
