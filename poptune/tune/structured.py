@@ -10,24 +10,29 @@ measured, grows with the skipped layers and with narrower boundaries.
 
 **The search**, one proposal per trial, each a configuration no trial of the study holds:
 
+0. *Anchor.* The fastest configuration (greatest ideal): nothing can be faster, so it is always on the front.
 1. *Budget search.* Within budget is modelled as ``skip + offset <= T_b`` (the block's depth from the top:
    at one depth, offset 0 skips the most layers) with one threshold ``T_b`` per boundary, nested
-   (``T_none <= T_last <= ... <= T_window-64``), under a uniform prior over nested thresholds. Each measured
-   trial updates the posterior with the probability that its drop is within the budget given its interval
-   (``Phi((budget - drop) / sigma)``, sigma the interval's half-width / 1.96): probabilistic bisection with
-   noisy answers (Horstein 1963; Waeber, Frazier & Henderson, "Bisection search with noisy responses", SIAM
-   J. Control Optim. 2013), here on a chain per boundary tied by the nesting. The proposal is the offset-0
-   configuration of greatest expected improvement (Jones, Schonlau & Welch 1998) of the ideal speedup over the
-   fastest measured within budget: ``P(within) * (ideal - best)``, ranking families by their ideal.
-2. *Front.* Once no configuration's expected improvement reaches :attr:`StructuredSampler.min_gain` of the
-   best, the configuration whose optimistic point adds the most hypervolume to the measured front
+   (``T_none <= T_last <= ... <= T_window-64``), under a prior uniform on ``T_window-64`` and uniform over the
+   nested thresholds below it. Each measured trial updates the posterior with the probability that its drop is
+   within the budget given its interval (``Phi((budget - drop) / sigma)``, sigma the interval's half-width /
+   1.96, kept within [0.02, 0.98]): probabilistic bisection with noisy answers (Horstein 1963; Waeber, Frazier
+   & Henderson, "Bisection search with noisy responses", SIAM J. Control Optim. 2013), on a chain per boundary
+   tied by the nesting. The proposal is the offset-0 configuration of greatest knowledge gradient (Frazier,
+   Powell & Dayanik 2008: how much one more answer there raises the best bet ``P(within) * (ideal - 1)``) plus
+   expected improvement (Jones, Schonlau & Welch 1998: ``P(within) * (ideal - best)`` over the fastest
+   measured configuration the posterior puts within), so families are ranked by their known ideal. A
+   boundary's own ``P(within)`` counts the other boundaries' trials at half weight (the nesting holds up to
+   noise).
+2. *Front.* Once no configuration's score reaches :attr:`StructuredSampler.min_gain` of the best, the
+   configuration whose optimistic point adds the most hypervolume to the measured front
    (hypervolume improvement; Emmerich, Beume & Naujoks, EMO 2005): its latency predicted from its ideal
    (``latency = a * ideal ** -beta`` fitted to the measured trials), its accuracy the least of the measured
    configurations whose block starts no deeper and keeps as many tokens (the budget model's order; the best
    measured where none is).
-3. *Spot checks.* When no unmeasured configuration can enter the front (no improvement at all), the fastest
-   of the rest: a check of the verdicts the order implies, where a break of the order would gain the most; so
-   a grid that breaks the order is still covered, its gains first.
+3. *Spot checks.* When no unmeasured configuration can enter the front (no improvement of at least 1% of the
+   hypervolume), the fastest of the rest: a check of the verdicts the order implies, where a break of
+   the order would gain the most; so a grid that breaks the order is still covered, its gains first.
 
 A trial's verdict is read from what the study stored: the ``drop`` user attribute (``mean``/``lo``/``hi``
 points, and ``drop_points``) against the budget (``max_drop``, else inferred from the trial's constraint,
@@ -52,6 +57,7 @@ import optuna
 
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.store.measurement import Measurement
+from poptune.store.trials import is_pop
 from poptune.tune.space import OWN, all_configs, config_of_trial, params_of
 
 if TYPE_CHECKING:
@@ -65,6 +71,9 @@ _CLIP = 0.02
 
 #: The weight of the other boundaries' trials in a boundary's own chance of being within the budget.
 _OTHERS = 0.5
+
+#: The least hypervolume improvement, relative to the measured front's, worth a trial.
+_FRONT_GAIN = 0.01
 
 #: How sure a typical answer is, for the look-ahead: P(seen within | within).
 _ANSWER = 0.8
@@ -152,8 +161,8 @@ def observations(trials: Sequence["optuna.trial.FrozenTrial"], num_layers: int,
     budget = max_drop if max_drop is not None else _budget(trials)
     seen: dict[PopConfig, Observation] = {}
     for t in sorted(trials, key=lambda t: t.number):
-        if t.state != optuna.trial.TrialState.COMPLETE or t.values is None or len(t.values) != 2:
-            continue
+        if t.state != optuna.trial.TrialState.COMPLETE or t.values is None or len(t.values) != 2 or not is_pop(t):
+            continue  # a baseline's trial is not a point of the space
         config = config_of_trial(t, num_layers)
         if config is not None and config not in seen:
             seen[config] = Observation(config, t.number, float(t.values[0]), float(t.values[1]), _within(t, budget))
@@ -278,7 +287,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
 
     def __init__(self, num_layers: int, *, kv: tuple[str, ...] = OWN, max_drop: float | None = None,
                  ideal: Mapping[PopConfig, float] | Callable[[PopConfig], float] | None = None,
-                 seed: int | None = None, min_gain: float = 0.01) -> None:
+                 seed: int | None = None, min_gain: float = 0.002) -> None:
         import numpy as np
 
         self.num_layers, self.kv, self.max_drop, self.min_gain = num_layers, kv, max_drop, min_gain
@@ -314,7 +323,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
 
     def propose(self, trials: Sequence["optuna.trial.FrozenTrial"], *, exclude: int | None = None) -> PopConfig:
         """The next configuration given the study's ``trials``: budget search, then the front, then random."""
-        taken = {config_of_trial(t, self.num_layers) for t in trials if t.number != exclude}
+        taken = {config_of_trial(t, self.num_layers) for t in trials if t.number != exclude and is_pop(t)}
         free = [c for c in self._configs if c not in taken]
         if not free:
             return self._rng.choice(self._configs)
@@ -435,7 +444,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         base = _hypervolume(points, reference)
         gain, config = max(((_hypervolume(points + [(lat, acc)], reference) - base, c) for lat, acc, c in candidates),
                            key=lambda g: (g[0], self._ideal[g[1]]))
-        return config if gain > self.min_gain * base else None
+        return config if gain > _FRONT_GAIN * base else None
 
     def _latency_model(self, seen: Mapping[PopConfig, Observation]) -> Callable[[float], float]:
         """``latency = a * ideal ** -beta``, fitted by least squares in logs (beta in [0.5, 1])."""
