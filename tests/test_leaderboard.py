@@ -93,7 +93,7 @@ def test_leaderboard_files_are_deterministic(study_url, tmp_path, capsys):
          "sleb can remove 1 to 4"),
         (["baseline", "--model", "nope", "--method", "shortgpt", "--tasks", "embedded"], "unknown model"),
         (["baseline", "--model", "tiny-llama", "--method", "shortgpt", "--tasks", "embedded", "--data-dir",
-          "/no/such/dir"], "wikitext"),
+          "/no/such/dir"], "/no/such/dir does not exist"),
         (["study", "--model", "tiny-llama", "--tasks", "embedded", "--baselines", "shortgpt,magic"],
          "unknown baseline(s) magic"),
         (["study", "--model", "tiny-llama", "--tasks", "embedded", "--baselines", "all", "--baseline-ratios", "0,2"],

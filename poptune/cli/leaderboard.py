@@ -13,7 +13,8 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("leaderboard", help="regenerate leaderboards/ (POP vs baselines, tuners) from studies")
     add_storage(parser, study=None)  # every study of the storage
     parser.add_argument("--out", default="leaderboards", help="output folder (default: leaderboards)")
-    parser.add_argument("--seeds", type=positive, default=10, help="seeds per sampler in the tuner tables (default: 10)")
+    parser.add_argument("--seeds", type=positive, default=10,
+                        help="seeds per sampler in the tuner tables (default: 10)")
     parser.set_defaults(run=run)
 
 

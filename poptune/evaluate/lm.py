@@ -111,6 +111,9 @@ class PopLM(HFLM):
         **kwargs: Any,
     ) -> None:
         config = _pop_config(skip, boundary, offset, layers, kv)
+        if not str(batch_size).strip().isdigit() or int(batch_size) < 1:  # lm-eval's "auto" too
+            raise ConfigError(f"PopLM batches contexts itself: give `batch_size` as an integer >= 1, "
+                              f"got {batch_size!r}")
         if isinstance(pretrained, str):
             name = pretrained
             pretrained, tokenizer = _load(name, device, dtype, weights)
@@ -122,8 +125,6 @@ class PopLM(HFLM):
                 prepare_kv(pretrained, tokenizer, config, fingerprint=weights_fingerprint(name, weights))
         elif tokenizer is None:
             raise ConfigError("PopLM needs `tokenizer` when given a loaded model")
-        if batch_size == "auto" or not str(batch_size).strip().isdigit() or int(batch_size) < 1:
-            raise ConfigError(f"PopLM batches contexts itself: give `batch_size` as an integer >= 1, got {batch_size!r}")
         chunk_bounds(2, prefill_chunk)  # validates it
         super().__init__(pretrained=pretrained, tokenizer=tokenizer, batch_size=int(batch_size), **kwargs)
         config.check(len(decoder_of(self.model).layers))  # refused before any request, not at the first

@@ -144,6 +144,7 @@ def test_every_command_line_is_accepted_or_refused_in_one_line(argv):
             assert len(err.strip().splitlines()) == 1, (argv, err)
             assert _files(root) == before, (argv, "a refusal touched files")
         assert (root / "work" / "notes.txt").read_text() == "the user's file\n"
+        assert not _files(root / "home"), (argv, "files written in $HOME outside the poptune cache")
 
 
 def test_every_command_is_fuzzed():
