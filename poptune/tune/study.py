@@ -90,7 +90,8 @@ class StudySpec:
             the same spec run again finishes at once (workers sharing a study stop together).
         add: Measure ``add`` configurations more than the study holds instead (``trials`` is then ignored).
         timeout: Stop starting trials after this many seconds.
-        sampler: ``tpe`` (seeded, default), ``nsga2``, ``random`` or ``grid``.
+        sampler: ``tpe`` (seeded, default), ``nsga2``, ``random``, ``grid`` or ``structured``
+            (:mod:`poptune.tune.structured`).
         storage: Storage URL (default ``sqlite:///studies/poptune.db``).
         study: Study name (default ``<model>@<hardware-id>``).
         seed: Sampler seed (on a journal or database storage, mixed with each worker's process id).
