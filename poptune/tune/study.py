@@ -90,8 +90,9 @@ class StudySpec:
             the same spec run again finishes at once (workers sharing a study stop together).
         add: Measure ``add`` configurations more than the study holds instead (``trials`` is then ignored).
         timeout: Stop starting trials after this many seconds.
-        sampler: ``tpe`` (seeded, default), ``nsga2``, ``random``, ``grid`` or ``structured``
-            (:mod:`poptune.tune.structured`).
+        sampler: ``structured`` (default: :mod:`poptune.tune.structured`, the search that uses POP's order;
+            it beat TPE, NSGA-II, random search and GP on the real grid's replay, ``leaderboards/tuner-*``),
+            ``tpe`` (seeded), ``nsga2``, ``random`` or ``grid``.
         storage: Storage URL (default ``sqlite:///studies/poptune.db``).
         study: Study name (default ``<model>@<hardware-id>``).
         seed: Sampler seed (on a journal or database storage, mixed with each worker's process id).
@@ -227,8 +228,9 @@ def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tu
     """Create the study, or load it when it exists (another worker may create it at the same moment)."""
     import optuna
 
-    kwargs = dict(study_name=name, storage=storage, sampler=make_sampler(spec.sampler, _sampler_seed(spec), num_layers,
-                                                                        spec.problem.kv))
+    sampler = make_sampler(spec.sampler, _sampler_seed(spec), num_layers, spec.problem.kv,
+                           max_drop=spec.problem.max_drop)
+    kwargs = dict(study_name=name, storage=storage, sampler=sampler)
     try:
         return optuna.create_study(directions=["minimize", "maximize"], **kwargs), True
     except optuna.exceptions.DuplicatedStudyError:
