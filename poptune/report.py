@@ -147,7 +147,7 @@ def _notes(rows: list[FrontRow], reference_ms: float | None) -> list[str]:
              + "over the speedup, what ranks trials however busy the machine was; accuracy: the full model's on the "
              "reference items minus the paired drop (points, full - POP)"]
     if any(r.confirmed for r in rows):
-        notes.append("*: figures of the confirmation pass (the front's configurations re-timed together)")
+        notes.append("*: figures of the confirmation pass (configurations re-timed together after the search)")
     return notes
 
 
