@@ -215,6 +215,21 @@ def verdict_line(study: "optuna.Study") -> str:
             + " (a larger --certify or the thorough preset scores more fresh items)")
 
 
+def order_line(study: "optuna.Study") -> str:
+    """What the order of POP's space implied (:mod:`poptune.tune.structured`) and how much of it later trials
+    bore out: implied verdicts are never counted as measured, and this line is where they are checked."""
+    from poptune.tune.structured import spot_checks
+
+    kv = tuple(study.user_attrs.get("problem", {}).get("kv", ("own",)))
+    checks = spot_checks(store.completed(study), int(study.user_attrs.get("num_layers", 0)), budget_of(study), kv)
+    if not checks:
+        return "implied verdicts (by the order of POP's space): no trial measured a configuration with one"
+    held = sum(c.held for c in checks)
+    trials = ", ".join(f"{c.trial} ({'within' if c.implied_within else 'beyond'})" for c in checks)
+    return (f"implied verdicts (by the order of POP's space) measured by a later trial: {held} of {len(checks)} "
+            f"held (trials {trials})")
+
+
 def _plot_point(row: FrontRow) -> Any:
     from poptune.plots import PlotPoint
 
@@ -293,6 +308,7 @@ def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
               "## Search front (not a verdict: drops on the items that selected them)", "",
               front_table(rows, refs, reference_ms=store.reference_ms(study), markdown=True), "",
               *([f"- {line}", ""] if (line := undecided_line(undecided(study), budget)) else []),
+              f"- {order_line(study)}", "",
               "## Null checks (full model against itself)", ""]
     for check in attrs.get("null_checks", []):
         lines.append(f"- A/A at {check['when']} ({check['date']}): {check['speedup']:.3f} [{check['lo']:.3f}, "

@@ -63,8 +63,8 @@ from poptune.tune.space import OWN, all_configs, config_of_trial, params_of
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["ImpliedVerdict", "Observation", "OrderViolations", "StructuredSampler", "implied_verdicts",
-           "no_deeper", "observations", "order_violations", "proxy_ideal"]
+__all__ = ["ImpliedVerdict", "Observation", "OrderViolations", "SpotCheck", "StructuredSampler",
+           "implied_verdicts", "no_deeper", "observations", "order_violations", "proxy_ideal", "spot_checks"]
 
 #: The answer probabilities kept away from 0 and 1: no single trial rules a threshold out.
 _CLIP = 0.02
@@ -203,6 +203,38 @@ def implied_verdicts(seen: Mapping[PopConfig, Observation], num_layers: int, kv:
         elif down and not up:
             implied.append(ImpliedVerdict(config, False, down))
     return implied
+
+
+@dataclass(frozen=True)
+class SpotCheck:
+    """A trial that measured a configuration whose verdict the trials before it implied by the order.
+
+    Attributes:
+        trial, config: The trial and its configuration.
+        implied_within: The implied verdict (True: within the budget).
+        held: Whether the trial's own verdict (its drop within the budget with probability > 1/2) agrees.
+    """
+
+    trial: int
+    config: PopConfig
+    implied_within: bool
+    held: bool
+
+
+def spot_checks(trials: Sequence["optuna.trial.FrozenTrial"], num_layers: int, max_drop: float | None = None,
+                kv: tuple[str, ...] = OWN) -> list[SpotCheck]:
+    """The implied verdicts a study's later trials measured: for each judged trial, what the trials before it
+    implied of its configuration (:func:`implied_verdicts`), if anything, against what it measured."""
+    done = sorted(trials, key=lambda t: t.number)
+    checks = []
+    for obs in observations(done, num_layers, max_drop).values():
+        if obs.within is None:
+            continue
+        before = observations([t for t in done if t.number < obs.number], num_layers, max_drop)
+        implied = {v.config: v for v in implied_verdicts(before, num_layers, kv)}.get(obs.config)
+        if implied is not None:
+            checks.append(SpotCheck(obs.number, obs.config, implied.within, implied.within == (obs.within > 0.5)))
+    return checks
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import pytest
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.store.measurement import Measurement
 from poptune.tune.samplers import make_sampler
-from poptune.tune.space import SAMPLERS, all_configs, suggest_config
+from poptune.tune.space import SAMPLERS, all_configs, params_of, suggest_config
 from poptune.tune.structured import (
-    StructuredSampler, implied_verdicts, no_deeper, observations, order_violations, proxy_ideal,
+    StructuredSampler, implied_verdicts, no_deeper, observations, order_violations, proxy_ideal, spot_checks,
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -192,3 +192,22 @@ def test_a_study_runs_with_it_by_name(eval_data, tmp_path):
     assert configs[:2] == [PopConfig(skip=0), paper_default(layers)]  # the study's own first two
     assert configs[2] == max(all_configs(layers), key=lambda c: proxy_ideal(c, layers))  # then the sampler's
     assert len(configs) == len(set(configs)) == 3
+
+
+def test_spot_checks_compare_what_the_order_implied_with_what_a_later_trial_measured():
+    # 3/window-64 within, so 2/window-64 and 1/window-64 are implied within; the grid breaks the order at 1.
+    drops = {PopConfig(skip=3, boundary="window-64"): 0.1, PopConfig(skip=2, boundary="window-64"): 0.1,
+             PopConfig(skip=1, boundary="window-64"): 9.0}
+    study = optuna.create_study(directions=["minimize", "maximize"])
+    for config in drops:
+        study.enqueue_trial(params_of(config, ("own",)))
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        config = suggest_config(trial, LAYERS)
+        d = drops[config]
+        trial.set_user_attr("drop", {"mean": d, "lo": d - 0.5, "hi": d + 0.5})
+        return 100.0 / proxy_ideal(config, LAYERS), 0.6 - d / 100
+
+    study.optimize(objective, n_trials=len(drops))
+    checks = spot_checks(study.trials, LAYERS, BUDGET)
+    assert [(c.trial, c.implied_within, c.held) for c in checks] == [(1, True, True), (2, True, False)]
