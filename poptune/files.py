@@ -7,12 +7,26 @@ from pathlib import Path
 
 from poptune.errors import ConfigError
 
-__all__ = ["safe_name", "write_text", "check_writable_folder", "check_writable_file"]
+__all__ = ["safe_name", "result_name", "write_text", "check_writable_folder", "check_writable_file"]
 
 
 def safe_name(name: str) -> str:
     """``name`` as a file name: letters, digits, ``-._`` kept, anything else (``@``, ``:``, ``/``) as ``_``."""
     return "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
+
+
+def result_name(kind: str, study_name: str) -> str:
+    """The file stem of a result of ``kind`` on a study: ``<kind>-<model>-<hardware>`` (leaderboards/README.md).
+
+    A study named ``<model>@<hardware>`` (the default) gives ``<kind>-<model>-<hardware>``; one named
+    ``<model>@<hardware>:<tag>`` puts the tag into the kind (``<kind>-<tag>-<model>-<hardware>``), so every result
+    of one model and machine sorts together; any other name is kept as :func:`safe_name` writes it.
+    """
+    model, at, hardware = study_name.partition("@")
+    hardware, colon, tag = hardware.partition(":")
+    if not (at and model and hardware) or (colon and not tag):
+        return safe_name(f"{kind}-{study_name}")
+    return safe_name("-".join(part for part in (kind, tag, model, hardware) if part))
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:

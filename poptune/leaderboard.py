@@ -2,11 +2,12 @@
 
 For each POP study in a storage (one per ``<model>@<hardware-id>``) :func:`write_leaderboards` writes
 
-- ``methods-<study>.md`` and ``.csv``: the full model, POP's Pareto front (and the paper's rule), and every
-  stored baseline, with the prefill speedup at each timed length, the FLOPs ideal, decode speed, accuracy per
-  task, mean and drop; for each baseline, POP's best accuracy at an equal or higher speedup beside it;
-- ``methods-<study>.png``: speedup against accuracy, POP's front against every baseline;
-- ``tuner-<study>.md`` for a study that measured the whole search space: samplers x seeds on its replay.
+- ``methods-<model>-<hardware>.md`` and ``.csv`` (named by :func:`poptune.files.result_name`): the full model,
+  POP's Pareto front (and the paper's rule), and every stored baseline, with the prefill speedup at each timed
+  length, the FLOPs ideal, decode speed, accuracy per task, mean and drop; for each baseline, POP's best accuracy at an equal or higher speedup beside it;
+- ``methods-<model>-<hardware>.png``: speedup against accuracy, POP's front against every baseline;
+- ``tuner-<model>-<hardware>.md`` for a study that measured the whole search space: samplers x seeds on its
+  replay.
 
 Everything is read from the storage and ordered deterministically; the date in the provenance is the last
 stored trial's, so the same database gives byte-identical files.
@@ -274,12 +275,12 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
     studies = [s for s in studies if "problem" in s.user_attrs and store.completed(s)]
     if not studies:
         raise ConfigError(f"no POP study with completed trials in {store.public_url(storage)}")
-    from poptune.files import safe_name, write_text
+    from poptune.files import result_name, write_text
 
     written: list[Path] = []
     for study in studies:
         rows = entries(study)
-        base = out / f"methods-{safe_name(study.study_name)}"
+        base = out / result_name("methods", study.study_name)
         md, table = _tables(study, rows, command, f"{base.name}.png")
         write_text(f"{base}.md", md.rstrip("\n"))
         write_text(f"{base}.csv", table.rstrip("\n"))
@@ -300,7 +301,7 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
             lines.append(f"| {r.sampler} | {r.seeds} | " + " | ".join(_fmt(r.best[n], ".3f") + "x" for n in CHECKPOINTS)
                          + f" | {r.hits}/{r.seeds} | {r.hypervolume:.2f} |")
         lines += [""] + _provenance(study, command)
-        path = out / f"tuner-{safe_name(study.study_name)}.md"
+        path = out / f"{result_name('tuner', study.study_name)}.md"
         write_text(str(path), "\n".join(lines).rstrip("\n"))
         written.append(path)
     return written

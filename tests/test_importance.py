@@ -235,8 +235,10 @@ def test_cli_writes_json_and_png(tmp_path, capsys) -> None:
     argv = ["importance", "--model", "tiny-llama", "--samples", "2", "--length", "16", "--new-tokens", "3",
             "--batch-size", "2", "--out", str(tmp_path)]
     assert main(argv) == 0
-    result = load_importance(tmp_path / "importance-tiny-llama.json")
-    assert (tmp_path / "importance-tiny-llama.png").stat().st_size > 0
+    (path,) = tmp_path.glob("importance-tiny-llama-*.json")
+    result = load_importance(path)
+    assert path.name == f"importance-tiny-llama-{result.hardware_id}.json"  # <kind>-<model>-<hardware>
+    assert path.with_suffix(".png").stat().st_size > 0
     assert result.num_layers == 6 and result.command.startswith("poptune importance --model tiny-llama")
     out = capsys.readouterr().out
     assert "| layer |" in out and "proposed at ratio 0.33: skip=2" in out

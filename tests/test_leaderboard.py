@@ -70,6 +70,9 @@ def test_leaderboard_files_are_deterministic(study_url, tmp_path, capsys):
     names = sorted(p.name for p in one.iterdir())
     assert names == sorted(p.name for p in two.iterdir())
     assert {n.rsplit(".", 1)[1] for n in names} == {"md", "csv", "png"}
+    (name,) = store.study_names(store.open_reader(url))
+    assert name.startswith("tiny-llama@")  # so its files are methods-tiny-llama-<hardware>.*, no "@" or "_"
+    assert {n.rsplit(".", 1)[0] for n in names} == {f"methods-tiny-llama-{name.split('@', 1)[1]}"}
     match, mismatch, errors = filecmp.cmpfiles(one, two, names, shallow=False)
     assert mismatch == [] and errors == []
     md = (one / [n for n in names if n.endswith(".md")][0]).read_text()
@@ -122,3 +125,21 @@ def test_a_speedup_above_the_flops_ideal_is_flagged():
 
     assert _flag(entry(2.5), 512, 512) == "†" and _flag(entry(2.1), 512, 512) == ""
     assert _flag(entry(2.5), 128, 512) == ""  # the ideal is known at the target length only
+
+
+@pytest.mark.parametrize(
+    "kind, study, expected",
+    [
+        ("methods", "gemma-3-270m@cpu-intel-xeon-processor-2t", "methods-gemma-3-270m-cpu-intel-xeon-processor-2t"),
+        ("methods", "gemma-3-270m@cpu-intel-xeon-processor-2t:limit48",
+         "methods-limit48-gemma-3-270m-cpu-intel-xeon-processor-2t"),
+        ("tuner", "tiny-llama@cuda-nvidia-h200", "tuner-tiny-llama-cuda-nvidia-h200"),
+        ("methods", "my study", "methods-my_study"),
+        ("methods", "@cpu", "methods-_cpu"),
+        ("methods", "m@h:", "methods-m_h_"),
+    ],
+)
+def test_result_names_follow_the_leaderboards_scheme(kind, study, expected):
+    from poptune.files import result_name
+
+    assert result_name(kind, study) == expected

@@ -10,7 +10,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-from poptune.files import check_writable_folder
+from poptune.files import check_writable_folder, safe_name
 
 from ._args import add_model, finite, seed, write_text
 
@@ -27,7 +27,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="samples per forward/backward (default: 8)")
     parser.add_argument("--data-dir", help="folder with wikitext-2/test.txt for the prompts (default: "
                         "$POPTUNE_DATA; neither: prompts sampled from the model)")
-    parser.add_argument("--out", default=".", help="folder for importance-<model>.json and .png (default: .)")
+    parser.add_argument("--out", default=".", help="folder for importance-<model>-<hardware>.json and .png "
+                        "(default: .)")
     parser.add_argument("--seed", type=seed, default=0, help="seed of the sampling generator (default: 0)")
     parser.add_argument("--ratio", type=finite, default=_PAPER_RATIO,
                         help="prefill pruning ratio of the proposed block (default: 1/3, the paper's)")
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         result = compute_importance(model, tokenizer, spec, model_name=name, data_dir=args.data_dir,
                                     progress=progress)
     result = replace(result, command=_command(args))
-    json_path, png_path = out / f"importance-{slug}.json", out / f"importance-{slug}.png"
+    stem = f"importance-{slug}-{safe_name(result.hardware_id or 'unknown')}"  # leaderboards/README.md's naming scheme
+    json_path, png_path = out / f"{stem}.json", out / f"{stem}.png"
     write_text(str(json_path), result.to_json())
     importance_plot(result, png_path)
 
