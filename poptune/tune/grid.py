@@ -190,7 +190,7 @@ def _measurement(row: dict[str, str], where: str) -> Measurement:
 
 def _open_rows(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
-        raise InputError(f"grid file {path} does not exist (build it with benchmarks/build_grid.py)")
+        raise InputError(f"grid file {path} does not exist (build it with `poptune grid`)")
     try:
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
