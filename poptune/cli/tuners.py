@@ -12,6 +12,9 @@ import argparse
 import shlex
 from typing import Any
 
+from poptune.tunertable import TunerSpec
+
+from ._args import default_of
 from ._checks import finite, int_list, positive
 
 
@@ -21,10 +24,12 @@ def register(sub: Any) -> None:
     source.add_argument("--grid", help="a grid file (CSV) to replay: no database needed")
     source.add_argument("--storage", help="a stored grid study (default route: sqlite:///studies/grid.db)")
     parser.add_argument("--build", action="store_true", help="first run the grid study for real into --storage")
-    parser.add_argument("--model", default="tiny-llama", help="the model of --build (default: tiny-llama)")
-    parser.add_argument("--tasks", default="piqa", help="the tasks of --build (default: piqa)")
-    parser.add_argument("--limit", type=positive, default=8, help="items per task of --build (default: 8)")
-    parser.add_argument("--lengths", default="512", help="prompt lengths of --build (default: 512)")
+    model, tasks, limit, lengths = (default_of(TunerSpec, name) for name in ("model", "tasks", "limit", "lengths"))
+    parser.add_argument("--model", default=model, help=f"the model of --build (default: {model})")
+    parser.add_argument("--tasks", default=",".join(tasks), help=f"the tasks of --build (default: {','.join(tasks)})")
+    parser.add_argument("--limit", type=positive, default=limit, help=f"items per task of --build (default: {limit})")
+    parser.add_argument("--lengths", default=",".join(map(str, lengths)),
+                        help=f"prompt lengths of --build (default: {','.join(map(str, lengths))})")
     parser.add_argument("--max-drop", type=finite, help="accuracy budget in points (default: the grid's; 1.0 for "
                         "a storage)")
     parser.add_argument("--samplers", help="comma-separated (default: all six for --grid, tpe,nsga2,random else)")
@@ -37,7 +42,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poptune.tunertable import TunerSpec, summary_line, tuner_table
+    from poptune.tunertable import summary_line, tuner_table
 
     spec = TunerSpec(grid=args.grid, storage=args.storage, build=args.build, model=args.model,
                      tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()), limit=args.limit,

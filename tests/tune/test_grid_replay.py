@@ -273,3 +273,22 @@ def test_the_grid_is_stored_by_default_in_a_journal_beside_its_table(tmp_path):
     spec = GridSpec(problem=TuningProblem(model="tiny-llama"), out=tmp_path)
     assert storage_of(spec) == url and storage_of(GridSpec(problem=spec.problem, storage="sqlite:///x.db")) == (
         "sqlite:///x.db")
+
+
+def test_a_runs_command_is_shown_as_it_was_typed():
+    from poptune.gridtable import _shown
+
+    assert _shown(["benchmarks/build_grid.py", "--model", "x"]) == "python benchmarks/build_grid.py --model x"
+    assert _shown(["/venv/bin/poptune", "grid", "--model", "x"]) == "poptune grid --model x"
+    assert _shown(["/repo/poptune/__main__.py", "grid"]) == "poptune grid" and _shown([]) == "python ?"
+
+
+def test_a_tuner_spec_refuses_two_sources_or_a_build_of_a_grid_file():
+    from poptune.tunertable import TunerSpec
+
+    with pytest.raises(ConfigError, match="not both"):
+        TunerSpec(grid="g.csv", storage="sqlite:///g.db")
+    with pytest.raises(ConfigError, match="does not go with `--grid`"):
+        TunerSpec(grid="g.csv", build=True)
+    with pytest.raises(ConfigError, match="`seeds` must be >= 1, got 0"):
+        TunerSpec(seeds=0)
