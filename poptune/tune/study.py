@@ -156,7 +156,7 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
     """Refuse to mix other settings into an existing study (before anything is written to it)."""
     from dataclasses import replace
 
-    stored = study.user_attrs.get("problem")
+    stored = store.StoredStudy.of(study).problem or None
     if stored is not None:  # the certification's size changes no trial: a resumed study may certify on more items
         stored_problem = TuningProblem.from_dict(stored)
         problem = replace(problem, certify_limit=stored_problem.certify_limit,
@@ -172,7 +172,8 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
 def _record_problem(
     study: "optuna.Study", problem: TuningProblem, num_layers: int, hardware: dict[str, Any], target_length: int
 ) -> None:
-    if "problem" not in study.user_attrs:
+    stored = store.StoredStudy.of(study)
+    if not stored.recorded:
         import optuna
 
         from poptune.measure.provenance import versions
@@ -181,13 +182,9 @@ def _record_problem(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([f"prefill_ms@{problem.target_label}", "accuracy"])
-        study.set_user_attr("problem", problem.to_dict())  # with `image` for an image-prompt study
-        study.set_user_attr("target_length", target_length)  # prompt tokens timed (an image prompt's, all told)
-        study.set_user_attr("model", resolve_model(problem.model).name)
-        study.set_user_attr("weights_fingerprint", weights_fingerprint(problem.model, problem.weights))
-        study.set_user_attr("num_layers", num_layers)
-        study.set_user_attr("hardware", hardware)
-        study.set_user_attr("versions", versions())
+        stored.record_problem(problem.to_dict(), target_length=target_length, model=resolve_model(problem.model).name,
+                              weights_fingerprint=weights_fingerprint(problem.model, problem.weights),
+                              num_layers=num_layers, hardware=hardware, versions=versions())
 
 
 def check_enqueue(configs: tuple[PopConfig, ...], num_layers: int, kv: tuple[str, ...] = ("own",)) -> None:
@@ -271,8 +268,8 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
 
 def _enqueue_unmeasured(study: "optuna.Study", rng: Any) -> None:
     """Enqueue a random configuration no trial of the study has (none when the space is exhausted)."""
-    num_layers = int(study.user_attrs["num_layers"])
-    kv = TuningProblem.from_dict(study.user_attrs["problem"]).kv
+    stored = store.StoredStudy.of(study)
+    num_layers, kv = stored.num_layers, TuningProblem.from_dict(stored.problem).kv
     taken = {config_of(t, num_layers) for t in study.get_trials(deepcopy=False)}
     free = [c for c in all_configs(num_layers, kv) if c not in taken]
     if free:
@@ -411,13 +408,12 @@ def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, 
 
 def _prepare(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec) -> None:
     """State reuse checked and on; the full model's stored outcomes restored, or its reference measured."""
+    stored = store.StoredStudy.of(study)
     if spec.reuse_states and spec.problem.image is None and evaluator.states is None:
-        diff = evaluator.enable_state_reuse()
-        study.set_user_attr("state_reuse_check", {"max_abs_logit_diff": diff})
-    if study.user_attrs.get("full_run"):
-        evaluator.restore_full_run(study.user_attrs["full_run"])
-    if "full_accuracy" not in study.user_attrs:
-        study.set_user_attr("full_accuracy", evaluator.full_accuracy())
-        study.set_user_attr("workload", evaluator.workload.to_dict())
-        study.set_user_attr("latency_points", [list(p) for p in evaluator.latency_points()])
+        stored.set_state_reuse_check(evaluator.enable_state_reuse())
+    full_run = stored.full_run
+    if full_run:
+        evaluator.restore_full_run(full_run)
+    if stored.full_accuracy is None:
+        stored.record_full(evaluator.full_accuracy(), evaluator.workload.to_dict(), evaluator.latency_points())
         store_full_run(study, evaluator)
