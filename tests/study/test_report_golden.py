@@ -59,3 +59,24 @@ def test_the_report_renders_as_before(name, tmp_path):
     rendered = render(STUDIES[name], tmp_path)
     for suffix, text in rendered.items():
         assert text == (HERE / "golden" / f"{name}.{suffix}").read_text(), f"{name}.{suffix} differs"
+
+
+def test_the_report_reads_the_study_once_and_renders_without_it(tmp_path, monkeypatch):
+    from poptune import store
+    from poptune.report import StudyReport
+
+    copy = tmp_path / "s.journal"
+    shutil.copyfile(STUDIES["fake"], copy)
+    study = store.read_study(f"journal:{copy}", None)
+    built = StudyReport.of(study)
+
+    def gone(*args, **kwargs):
+        raise AssertionError("a rendering read the study again")
+
+    for name in ("get_trials", "set_user_attr"):
+        monkeypatch.setattr(study, name, gone)
+    monkeypatch.setattr(type(study), "user_attrs", property(gone))
+    monkeypatch.setattr(type(study), "trials", property(gone))
+    text, md = built.text(), built.markdown("p.png")
+    _, png = built.write(tmp_path)
+    assert text.startswith("study fake: 8 measured") and md.startswith("# Study fake") and png.exists()
