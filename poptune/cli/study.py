@@ -109,12 +109,11 @@ def run_study(args: argparse.Namespace) -> int:
     import optuna
 
     from poptune import progress, store
-    from poptune.models import resolve_model
     from poptune.tune.study import run_study as run
+    from poptune.tune.study import target_of
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    resolve_model(spec.problem.model)  # bad input fails before the model loads and the storage
-    store.check_storage(spec.storage)
+    target = target_of(spec)  # the model resolved once, here (unknown: one line before anything), and passed down
     bars = Bars(disable=args.worker)
 
     def finished(study: Any, trial: Any) -> None:
@@ -133,13 +132,13 @@ def run_study(args: argparse.Namespace) -> int:
 
     try:
         with interruptible(), progress.listening(bars):  # a signal in the report too ends with the summary line
-            study = run(spec, callbacks=[finished], started=bars.open)
+            study = run(spec, callbacks=[finished], started=bars.open, target=target)
             bars.close()
             if not args.worker:
                 _report(study, spec, complete_already=not bars.opened)
     except KeyboardInterrupt as e:  # SIGINT or SIGTERM: the running trial is failed already
         bars.close()
-        return _interrupted(e, spec)
+        return _interrupted(e, spec, target)
     finally:
         bars.close()
     return 0
@@ -157,7 +156,7 @@ def trial_line(trial: Any) -> str:
             f"speedup {speed}  drop {drop} pts  {trial.items or 0} items  {how} ({trial.seconds:.0f} s)")
 
 
-def _interrupted(error: BaseException, spec: Any) -> int:
+def _interrupted(error: BaseException, spec: Any, target: Any) -> int:
     """The one summary line of an interrupted study, and the shell's exit status (130 SIGINT, 143 SIGTERM)."""
     import sys
 
@@ -165,7 +164,7 @@ def _interrupted(error: BaseException, spec: Any) -> int:
     from poptune.tune.interrupt import exit_code
 
     try:
-        stored = sum(len(store.completed(s, method=None)) for s in _studies(spec))
+        stored = sum(len(store.completed(s, method=None)) for s in _studies(spec, target))
     except Exception:  # the storage itself may be what failed; the summary still comes
         stored = "no"
     print(f"interrupted: {stored} trials stored in {store.public_url(spec.storage)}; run the same command to "
@@ -173,7 +172,7 @@ def _interrupted(error: BaseException, spec: Any) -> int:
     return exit_code(error)
 
 
-def _studies(spec: Any) -> list[Any]:
+def _studies(spec: Any, target: Any) -> list[Any]:
     import optuna
 
     from poptune import store
@@ -184,7 +183,7 @@ def _studies(spec: Any) -> list[Any]:
         storage = store.open_reader(spec.storage)
     except ConfigError:
         return []  # interrupted before the database was made
-    name = study_name_of(spec)
+    name = study_name_of(spec, target)
     return [optuna.load_study(study_name=name, storage=storage)] if name in store.study_names(storage) else []
 
 
