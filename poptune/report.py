@@ -23,8 +23,8 @@ from poptune.store.trials import StoredTrial
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["Reference", "StudyReport", "references", "undecided", "front_table", "verdict_table", "verdict_line", "summary_markdown",
-           "front_plot", "write_report"]
+__all__ = ["Reference", "StudyReport", "references", "undecided", "front_table", "verdict_table", "verdict_line",
+           "summary_markdown", "front_plot", "write_report"]
 
 #: What the embedded tasks are (the real tasks are named by their lm-eval names).
 _TASKS = {"passkey": "synthetic passkey retrieval", "kv_recall": "synthetic key-value recall"}
@@ -438,7 +438,8 @@ class StudyReport:
         limit = self.budget
         full = self.references[0].row
         if limit is not None and full is not None:
-            budget = (100 * full.accuracy - limit, f"budget: drop <= {limit:g} points at 95% (lower bar above the line)")
+            budget = (100 * full.accuracy - limit,
+                      f"budget: drop <= {limit:g} points at 95% (lower bar above the line)")
         return pareto_plot(points, [_plot_point(r) for r in self.front], path, references=marked, budget=budget,
                            title=f"{self.name}: POP configurations (skip/boundary/offset)")
 

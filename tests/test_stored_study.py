@@ -26,8 +26,9 @@ _OLD_PROBLEM = {"model": "tiny-llama", "tasks": ["piqa"], "lengths": [16], "targ
 
 def _old_study() -> optuna.Study:
     study = optuna.create_study(directions=["minimize", "maximize"])
-    for key, value in {"problem": _OLD_PROBLEM, "model": "tiny-llama", "num_layers": 6, "hardware": {"hardware_id": "x"},
-                       "full_accuracy": {"piqa": 0.75}, "reference_prefill_ms": 10.0}.items():
+    attrs = {"problem": _OLD_PROBLEM, "model": "tiny-llama", "num_layers": 6, "hardware": {"hardware_id": "x"},
+             "full_accuracy": {"piqa": 0.75}, "reference_prefill_ms": 10.0}
+    for key, value in attrs.items():
         study.set_user_attr(key, value)
     return study
 

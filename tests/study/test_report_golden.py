@@ -15,7 +15,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-#: Golden name -> the stored study (journal file) it renders: a synthetic one with a certification, and the committed grid study (an older study, stored before the certification existed).
+#: Golden name -> the stored study (journal file) it renders: a synthetic one with a certification, and the
+#: committed grid study (an older study, stored before the certification existed).
 STUDIES = {
     "fake": HERE / "golden" / "fake-study.journal",
     "grid": next(iter(sorted(ROOT.glob("leaderboards/**/grid-gemma-3-270m-cpu-amd-epyc-2t.journal"))),
