@@ -4,6 +4,9 @@
 #   OUT=/some/folder bash benchmarks/gpu_device_run.sh      # from the repository root; the device tool sets $OUT
 #   DRY_RUN=1 OUT=/tmp/dry bash benchmarks/gpu_device_run.sh  # no device work (also automatic without CUDA)
 #
+# Imports: the device machine installs nothing and copies the working tree only, so the repository root goes on
+# PYTHONPATH (after the carried wheels' /tmp/site) and the check runs as `python -m poptune gpu-check`.
+#
 # Order: install the carried wheels (if any), the version preflight, the GPU check (first: it is what the call is
 # for), then the CUDA tests if their allowance still fits. Everything goes under $OUT as it happens (python -u,
 # tee): device-run.log, versions.txt, gpu-check/ (json and md after every stage), cuda-tests.txt, summary.md.
@@ -39,7 +42,7 @@ fi
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 t=$SECONDS
-if "$PY" -u benchmarks/gpu_check.py --versions | tee "$OUT/versions.txt"; then
+if "$PY" -u -m poptune gpu-check --versions | tee "$OUT/versions.txt"; then
     step versions PASS "$t" "seconds (package metadata only)"
 else
     step versions FAIL "$t" "seconds (package metadata only)"
@@ -57,7 +60,7 @@ t=$SECONDS
 budget=$((RUN_SECONDS - (SECONDS - START) - TESTS_SECONDS - GRACE_SECONDS))
 args=(--out "$OUT/gpu-check" --budget "$budget")
 [ "$DRY" = 1 ] && args+=(--dry-run --device cpu)
-timeout $((budget + GRACE_SECONDS)) "$PY" -u benchmarks/gpu_check.py "${args[@]}"
+timeout $((budget + GRACE_SECONDS)) "$PY" -u -m poptune gpu-check "${args[@]}"
 rc=$?
 case $rc in
     0) status=PASS ;;

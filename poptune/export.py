@@ -59,12 +59,12 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
     """The deployable configuration of a stored study, as a JSON-serialisable dict (``max_drop`` None: the fastest
     configuration, whatever its drop)."""
     study = store.read_study(storage, study_name)
-    attrs = study.user_attrs
+    stored = store.StoredStudy.of(study)
     if model is not None:
         from poptune.models import resolve_model
 
-        if resolve_model(model).name != attrs.get("model"):
-            raise ConfigError(f"study {study.study_name!r} is of model {attrs.get('model')!r}, not {model!r}")
+        if resolve_model(model).name != stored.model:
+            raise ConfigError(f"study {study.study_name!r} is of model {stored.model!r}, not {model!r}")
     if not store.completed(study):
         raise ConfigError(f"study {study.study_name!r} has no completed trial yet: run `poptune study` on it first "
                           "(or wait for its first trial)")
@@ -72,8 +72,8 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
     trial = StoredTrial.of(study.trials[row.trial])
     return {
         "format": FORMAT,
-        "model": {"name": attrs["model"], "weights_fingerprint": attrs.get("weights_fingerprint")},
-        "hardware": attrs["hardware"],
+        "model": {"name": stored.model, "weights_fingerprint": stored.weights_fingerprint},
+        "hardware": stored.hardware,
         "pop_config": row.config.to_dict(),
         **({"kv_maps": trial.details["kv_maps"]} if row.kv != "own" else {}),
         "objectives": {
@@ -99,10 +99,10 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "storage": store.public_url(storage),
             "study": study.study_name,
             "trial": row.trial,
-            "problem": attrs["problem"],
-            "versions": attrs.get("versions"),
+            "problem": stored.stored_problem,
+            "versions": stored.versions or None,
             "measurement": trial.provenance,
-            "null_checks": attrs.get("null_checks"),
+            "null_checks": stored.null_checks or None,
             "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         },
     }

@@ -102,7 +102,7 @@ def entries(study: "optuna.Study") -> list[Entry]:
     """The rows of a study's leaderboard: full model, POP's front and paper rule, then baselines by method."""
     from poptune.tune.space import paper_default
 
-    num_layers = int(study.user_attrs["num_layers"])
+    num_layers = store.StoredStudy.of(study).num_layers
     trials = [StoredTrial.of(t) for t in store.completed(study, method=None)]
     front = {row.trial for row in store.front(study)}
     confirmed = store.confirmations(study)
@@ -161,8 +161,8 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _provenance(study: "optuna.Study", command: str) -> list[str]:
-    attrs = study.user_attrs
-    hw, versions, problem = attrs.get("hardware", {}), attrs.get("versions", {}), attrs.get("problem", {})
+    stored = store.StoredStudy.of(study)
+    hw, versions, problem = stored.hardware, stored.versions, stored.problem
     dates = [t.datetime_complete for t in store.completed(study, method=None) if t.datetime_complete]
     tasks = ", ".join(problem.get("tasks", []))
     return [
@@ -181,7 +181,7 @@ def _provenance(study: "optuna.Study", command: str) -> list[str]:
 
 
 def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -> tuple[str, str]:
-    problem = study.user_attrs["problem"]
+    problem = store.StoredStudy.of(study).problem
     lengths = sorted(rows[0].speedup) if rows else []
     target = _target(study, lengths)
     tasks = list(problem["tasks"])
@@ -234,8 +234,7 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
 
 def _target(study: "optuna.Study", lengths: list[int]) -> int:
     """The timed prompt length of the objective (a workload-weighted study's: its longest timed length)."""
-    problem = study.user_attrs["problem"]
-    target = study.user_attrs.get("target_length") or problem.get("target_length") or problem["lengths"][0]
+    target = store.StoredStudy.of(study).timed_length
     return target if not lengths or target in lengths else lengths[-1]
 
 
@@ -272,7 +271,7 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
     check_writable_folder(out)  # a read-only folder fails before any table is computed
     opened = store.open_reader(storage)
     studies = [optuna.load_study(study_name=n, storage=opened) for n in store.study_names(opened)]
-    studies = [s for s in studies if "problem" in s.user_attrs and store.completed(s)]
+    studies = [s for s in studies if store.StoredStudy.of(s).recorded and store.completed(s)]
     if not studies:
         raise ConfigError(f"no POP study with completed trials in {store.public_url(storage)}")
     from poptune.files import result_name, write_text

@@ -2,14 +2,15 @@
 
 The reference rows are always shown, on the front or not: the full model (its accuracy is the reference; its
 trial times it against itself, an A/A check whose speedup is 1 up to noise) and the paper's rule (skip the last third, ``last``), each with why it is or is not on
-the front. :func:`write_report` writes the Markdown summary and the plot side by side (``<study>.md``,
-``<study>.pareto.png``).
+the front. :class:`StudyReport` reads all of it from a study once, and renders it as the command's text, the
+Markdown summary and the plot; :meth:`StudyReport.write` writes the summary and the plot side by side
+(``<study>.md``, ``<study>.pareto.png``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +23,8 @@ from poptune.store.trials import StoredTrial
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["Reference", "references", "undecided", "front_table", "verdict_table", "verdict_line", "summary_markdown",
-           "front_plot", "write_report"]
+__all__ = ["Reference", "StudyReport", "references", "undecided", "front_table", "verdict_table", "verdict_line",
+           "summary_markdown", "front_plot", "write_report"]
 
 #: What the embedded tasks are (the real tasks are named by their lm-eval names).
 _TASKS = {"passkey": "synthetic passkey retrieval", "kv_recall": "synthetic key-value recall"}
@@ -41,7 +42,7 @@ class Reference:
 
 def budget_of(study: "optuna.Study") -> float | None:
     """The study's accuracy budget in points (None: none)."""
-    return study.user_attrs.get("problem", {}).get("max_drop")
+    return store.StoredStudy.of(study).max_drop
 
 
 def default_folder(storage: str | None) -> Path:
@@ -58,10 +59,9 @@ def _label(row: FrontRow) -> str:
     return row.label
 
 
-def _trial_of(study: "optuna.Study", config: PopConfig) -> StoredTrial | None:
+def _trial_of(trials: list[StoredTrial], confirmed: dict[str, Any], config: PopConfig) -> StoredTrial | None:
     """The trial that stands for ``config``: its confirmed one, else its last trusted one, else its first."""
-    confirmed = store.confirmations(study)
-    trials = [t for t in map(StoredTrial.of, store.completed(study)) if t.reused_from is None and t.config == config]
+    trials = [t for t in trials if t.reused_from is None and t.config == config]
     for pick in ([t for t in trials if str(t.number) in confirmed], [t for t in trials if not t.noisy]):
         if pick:
             return pick[-1]
@@ -72,18 +72,23 @@ def references(study: "optuna.Study", front: list[FrontRow] | None = None) -> li
     """The full model and the paper's rule, each with its row and whether (and why not) it is on the front."""
     from poptune.tune.space import paper_default
 
+    stored = store.StoredStudy.of(study)
     front = store.front(study) if front is None else front
-    confirmed = store.confirmations(study)
-    budget = budget_of(study)
+    trials = [StoredTrial.of(t) for t in store.completed(study)]
+    return _references(trials, stored.confirmations, paper_default(stored.num_layers), stored.reference_ms, front,
+                       stored.max_drop)
+
+
+def _references(trials: list[StoredTrial], confirmed: dict[str, Any], paper: PopConfig, reference_ms: float | None,
+                front: list[FrontRow], budget: float | None) -> list[Reference]:
     out = []
-    for name, config in (("full model", PopConfig(skip=0)),
-                         ("paper's rule", paper_default(int(study.user_attrs["num_layers"])))):
-        trial = _trial_of(study, config)
+    for name, config in (("full model", PopConfig(skip=0)), ("paper's rule", paper)):
+        trial = _trial_of(trials, confirmed, config)
         if trial is None:
             out.append(Reference(name, config, None, "not measured in this study"))
             continue
         mine = confirmed.get(str(trial.number))
-        row = FrontRow.from_trial(trial, mine, store.reference_ms(study))
+        row = FrontRow.from_trial(trial, mine, reference_ms)
         out.append(Reference(name, config, row, _status(row, trial, mine, front, budget)))
     return out
 
@@ -107,10 +112,13 @@ def _status(row: FrontRow, trial: StoredTrial, confirmed: dict[str, Any] | None,
 def undecided(study: "optuna.Study") -> list[FrontRow]:
     """Configurations faster than the full model whose drop interval straddles the budget at the item cap: more
     items (``--limit``) would decide them. Fastest first."""
-    budget = budget_of(study)
+    return _undecided([StoredTrial.of(t) for t in store.completed(study)], budget_of(study))
+
+
+def _undecided(trials: list[StoredTrial], budget: float | None) -> list[FrontRow]:
     if budget is None:
         return []
-    rows = [FrontRow.from_trial(t) for t in map(StoredTrial.of, store.completed(study)) if t.measured and t.drop_ci]
+    rows = [FrontRow.from_trial(t) for t in trials if t.measured and t.drop_ci]
     return sorted((r for r in rows if r.skip and r.speedup > 1 and r.drop_lo is not None
                    and r.drop_lo <= budget < r.drop_hi), key=lambda r: -r.speedup)
 
@@ -193,13 +201,15 @@ def verdict_table(rows: list[FrontRow], *, reference_ms: float | None = None, ma
 
 def verdict_line(study: "optuna.Study") -> str:
     """What the certification decided, in one line: the fastest configuration certified within the budget."""
-    record = study.user_attrs.get("certification")
-    budget = budget_of(study)
+    stored = store.StoredStudy.of(study)
+    return _verdict_line(store.certified(study), stored.certification, stored.max_drop)
+
+
+def _verdict_line(rows: list[FrontRow], record: dict[str, Any] | None, budget: float | None) -> str:
     if budget is None:
         return "no accuracy budget: nothing to certify"
     if not record:
         return "not certified: the study has no certification on fresh items (a run with trials to measure makes one)"
-    rows = store.certified(study)
     within = [r for r in rows if r.verdict == "certified within"]
     if within:
         best = within[0]
@@ -218,10 +228,18 @@ def verdict_line(study: "optuna.Study") -> str:
 def order_line(study: "optuna.Study") -> str:
     """What the order of POP's space implied (:mod:`poptune.tune.structured`) and how much of it later trials
     bore out: implied verdicts are never counted as measured, and this line is where they are checked."""
+    return _order_line(_spot_checks(study, store.completed(study)))
+
+
+def _spot_checks(study: "optuna.Study", trials: list["optuna.trial.FrozenTrial"]) -> list[Any]:
     from poptune.tune.structured import spot_checks
 
-    kv = tuple(study.user_attrs.get("problem", {}).get("kv", ("own",)))
-    checks = spot_checks(store.completed(study), int(study.user_attrs.get("num_layers", 0)), budget_of(study), kv)
+    stored = store.StoredStudy.of(study)
+    num_layers = stored.num_layers if stored.recorded else 0
+    return spot_checks(trials, num_layers, stored.max_drop, stored.kv)
+
+
+def _order_line(checks: list[Any]) -> str:
     if not checks:
         return "implied verdicts (by the order of POP's space): no trial measured a configuration with one"
     held = sum(c.held for c in checks)
@@ -243,20 +261,7 @@ def _plot_point(row: FrontRow) -> Any:
 
 def front_plot(study: "optuna.Study", path: str | Path) -> Path:
     """The study's plot: every trial, the front (error bars, step line), the references and the budget."""
-    from poptune.plots import pareto_plot
-
-    rows = store.front(study)
-    refs = references(study, rows)
-    points = [(t.speedup, 100 * t.values[1], "") for t in map(StoredTrial.of, store.completed(study))]
-    marked = {r.name if r.row.skip == 0 else f"{r.name} ({_label(r.row)})": replace(_plot_point(r.row), label="")
-              for r in refs if r.row is not None}  # named in the legend, not labelled beside the point
-    budget = None
-    limit = budget_of(study)
-    full = refs[0].row
-    if limit is not None and full is not None:
-        budget = (100 * full.accuracy - limit, f"budget: drop <= {limit:g} points at 95% (lower bar above the line)")
-    return pareto_plot(points, [_plot_point(r) for r in rows], path, references=marked, budget=budget,
-                       title=f"{study.study_name}: POP configurations (skip/boundary/offset)")
+    return StudyReport.of(study).plot(path)
 
 
 def _duration(run: dict[str, Any]) -> str:
@@ -266,62 +271,182 @@ def _duration(run: dict[str, Any]) -> str:
     return f"{run['started']} to {run['finished']} ({int(seconds // 60)} min {int(seconds % 60)} s)"
 
 
-def _workload_lines(study: "optuna.Study") -> list[str]:
-    attrs = study.user_attrs
-    problem = attrs.get("problem", {})
-    tasks = ", ".join(f"`{t}` ({_TASKS[t]})" if t in _TASKS else f"`{t}`" for t in problem.get("tasks", []))
-    points = ", ".join(f"{n} tokens ({100 * w:.0f}%)" for n, w in attrs.get("latency_points", []))
-    return [f"- workload: {tasks}; items raced from {problem.get('items_start')} to {problem.get('limit')} per task "
-            f"in a fixed order; time to first token timed at {points or problem.get('lengths')} of the scored prompts",
-            f"- timing: interleaved POP/full pairs, at least {problem.get('repeats')}, until +-"
-            f"{100 * (problem.get('precision') or 0):.0f}% or {problem.get('max_pairs')} pairs / "
-            f"{problem.get('max_seconds')} s per length"]
-
-
 def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
     """The study's summary: what it measured and for how long, its front, the references, the null checks."""
-    attrs = study.user_attrs
-    rows = store.front(study)
-    refs = references(study, rows)
-    budget = budget_of(study)
-    trials = store.completed(study)
-    measured = [t for t in map(StoredTrial.of, trials) if t.measured]
-    lines = [f"# Study {study.study_name}", "",
-             f"- model: {attrs.get('model')} (weights {str(attrs.get('weights_fingerprint', ''))[:24]}), "
-             f"{attrs.get('num_layers')} layers; hardware: {attrs.get('hardware', {}).get('hardware_id')}",
-             *_workload_lines(study),
-             f"- accuracy budget: " + (f"drop's 95% upper bound <= {budget:g} points, certified on fresh items "
-                                       "(anytime-valid confidence sequence, see docs/statistics.md)"
-                                       if budget is not None else "none"),
-             f"- {len(measured)} configurations measured ({len(trials)} completed trials with answers from storage "
-             "and re-measures)"]
-    for i, run in enumerate(attrs.get("runs", []), 1):
-        argv = run.get("command") or []
-        command = "poptune " + " ".join(argv[1:]) if argv else "not recorded"
-        lines.append(f"- run {i}: {_duration(run)}; `{command}`; load {run.get('load_start')} -> {run.get('load_end')}")
-    if "state_reuse_check" in attrs:
-        lines.append(f"- state reuse check: max abs logit difference {attrs['state_reuse_check']['max_abs_logit_diff']:.1e}")
-    certified = store.certified(study)
-    lines += ["", "## Verdict: the front's candidates certified on fresh items", "", verdict_line(study), "",
-              *([verdict_table(certified, reference_ms=store.reference_ms(study), markdown=True), ""] if certified
-                else []),
-              "## Search front (not a verdict: drops on the items that selected them)", "",
-              front_table(rows, refs, reference_ms=store.reference_ms(study), markdown=True), "",
-              *([f"- {line}", ""] if (line := undecided_line(undecided(study), budget)) else []),
-              f"- {order_line(study)}", "",
-              "## Null checks (full model against itself)", ""]
-    for check in attrs.get("null_checks", []):
-        lines.append(f"- A/A at {check['when']} ({check['date']}): {check['speedup']:.3f} [{check['lo']:.3f}, "
-                     f"{check['hi']:.3f}], {check['pairs']} pairs: {'TOO NOISY' if check['noisy'] else 'ok'}")
-    if plot:
-        lines += ["", f"![speedup vs accuracy]({plot})"]
-    return "\n".join(lines)
+    return StudyReport.of(study).markdown(plot)
 
 
 def write_report(study: "optuna.Study", folder: str | Path) -> tuple[Path, Path]:
     """Write ``<study>.pareto.png`` and ``<study>.md`` (which shows the plot) in ``folder``; returns both."""
-    base = Path(folder) / safe_name(study.study_name)
-    png = front_plot(study, base.with_name(base.name + ".pareto.png"))
-    md = base.with_name(base.name + ".md")
-    write_text(str(md), summary_markdown(study, plot=png.name))
-    return md, png
+    return StudyReport.of(study).write(folder)
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """What a study's report shows, read from the study once, and its three renderings: the command's text
+    (:meth:`text`), the Markdown summary (:meth:`markdown`) and the plot (:meth:`plot`).
+
+    Attributes:
+        name: The study's name.
+        stored: Its attributes, read once (:meth:`poptune.store.attributes.StoredStudy.snapshot`).
+        trials: POP's completed trials, in number order (answers from storage and re-measures too).
+        baselines: The baselines' completed trials.
+        front: POP's search front within the budget (:func:`poptune.store.front.front`).
+        references: The full model and the paper's rule, with where each stands.
+        certified: The certification's candidates with their verdicts (:func:`poptune.store.front.certified`).
+        undecided: Configurations whose drop interval straddles the budget at the item cap.
+        spot_checks: The implied verdicts later trials measured (:func:`poptune.tune.structured.spot_checks`).
+    """
+
+    name: str
+    stored: store.StoredStudy = field(repr=False)
+    trials: list[StoredTrial]
+    baselines: list[StoredTrial]
+    front: list[FrontRow]
+    references: list[Reference]
+    certified: list[FrontRow]
+    undecided: list[FrontRow]
+    spot_checks: list[Any]
+
+    @classmethod
+    def of(cls, study: "optuna.Study") -> "StudyReport":
+        """Read ``study`` once: its attributes, its trials, its front, references and certification."""
+        from poptune.tune.space import paper_default
+
+        stored = store.StoredStudy.snapshot(study)
+        completed = store.completed(study)
+        trials = [StoredTrial.of(t) for t in completed]
+        budget = stored.max_drop
+        front = store.front(study)
+        refs = _references(trials, stored.confirmations, paper_default(stored.num_layers), stored.reference_ms, front,
+                           budget)
+        return cls(name=study.study_name, stored=stored, trials=trials,
+                   baselines=[t for t in map(StoredTrial.of, store.completed(study, method=None)) if not t.is_pop],
+                   front=front, references=refs, certified=store.certified(study),
+                   undecided=_undecided(trials, budget), spot_checks=_spot_checks(study, completed))
+
+    @property
+    def budget(self) -> float | None:
+        """The accuracy budget in points (None: none)."""
+        return self.stored.max_drop
+
+    @property
+    def reference_ms(self) -> float | None:
+        return self.stored.reference_ms
+
+    @property
+    def measured(self) -> list[StoredTrial]:
+        """The trials that measured their configuration (no answer from storage, no re-measure)."""
+        return [t for t in self.trials if t.measured]
+
+    def verdict_line(self) -> str:
+        """What the certification decided, in one line."""
+        return _verdict_line(self.certified, self.stored.certification, self.budget)
+
+    def text(self, *, asked: int | None = None) -> str:
+        """The command's closing report: what the study holds, the front with the reference rows, the
+        certification and its verdict, the last null checks and the baselines (``asked``: the trials the command
+        asked for, of a study that held them already)."""
+        measured, budget = self.measured, self.budget
+        lines = []
+        if asked is not None:
+            lines.append(f"study {self.name} holds its {len(measured)} measured configurations (--trials {asked}): "
+                         "nothing to measure; `--add N` measures N more")
+        lines.append(f"study {self.name}: {len(measured)} measured configurations ({len(self.trials)} completed trials "
+                     "with answers from storage and re-measures); search front (not yet a verdict: drops on the items "
+                     "that selected them" + (f"; rows not rejected by the budget of {budget:g} points):"
+                                             if budget is not None else "):"))
+        lines.append(front_table(self.front, self.references, reference_ms=self.reference_ms))
+        line = undecided_line(self.undecided, budget)
+        if line:
+            lines.append(line)
+        if self.certified:
+            confidence = self.stored.certification["confidence"]
+            lines.append(f"certified on fresh items (no trial scored them; drop's interval at {100 * confidence:.1f}%, "
+                         "valid at every look):")
+            lines.append(verdict_table(self.certified, reference_ms=self.reference_ms))
+        lines.append(self.verdict_line())
+        noisy = [t.number for t in measured if t.noisy]
+        if noisy:
+            lines.append(f"noisy trials (a null check failed; left off the front, measured again): {noisy}")
+        for check in self.stored.null_checks[-2:]:
+            verdict = "TOO NOISY" if check["noisy"] else "ok"
+            lines.append(f"A/A check at {check['when']}: {check['speedup']:.3f} [{check['lo']:.3f}, {check['hi']:.3f}]"
+                         f", {check['pairs']} pairs, load {check['load_start']}: {verdict}")
+        if self.baselines:
+            lines.append(f"baselines ({len(self.baselines)} stored; `poptune leaderboard` tabulates them):")
+            lines += [f"  {t.method:<13} ratio {t.details['ratio']:.3f}  {t.speedup:.3f}x  "
+                      f"accuracy {100 * t.accuracy_mean:.2f}%  drop {t.drop_points:+.2f}" for t in self.baselines]
+        return "\n".join(lines)
+
+    def _workload_lines(self) -> list[str]:
+        problem = self.stored.problem
+        tasks = ", ".join(f"`{t}` ({_TASKS[t]})" if t in _TASKS else f"`{t}`" for t in problem.get("tasks", []))
+        points = ", ".join(f"{n} tokens ({100 * w:.0f}%)" for n, w in self.stored.latency_points)
+        return [f"- workload: {tasks}; items raced from {problem.get('items_start')} to {problem.get('limit')} per "
+                f"task in a fixed order; time to first token timed at {points or problem.get('lengths')} of the "
+                "scored prompts",
+                f"- timing: interleaved POP/full pairs, at least {problem.get('repeats')}, until +-"
+                f"{100 * (problem.get('precision') or 0):.0f}% or {problem.get('max_pairs')} pairs / "
+                f"{problem.get('max_seconds')} s per length"]
+
+    def markdown(self, plot: str | None = None) -> str:
+        """The summary: what the study measured and for how long, its verdict and front, the null checks (and
+        the plot's file name ``plot``, shown beside)."""
+        stored, budget = self.stored, self.budget
+        lines = [f"# Study {self.name}", "",
+                 f"- model: {stored.model} (weights {str(stored.weights_fingerprint or '')[:24]}), "
+                 f"{stored.num_layers} layers; hardware: {stored.hardware_id}",
+                 *self._workload_lines(),
+                 "- accuracy budget: " + (f"drop's 95% upper bound <= {budget:g} points, certified on fresh items "
+                                          "(anytime-valid confidence sequence, see docs/statistics.md)"
+                                          if budget is not None else "none"),
+                 f"- {len(self.measured)} configurations measured ({len(self.trials)} completed trials with answers "
+                 "from storage and re-measures)"]
+        for i, run in enumerate(stored.runs, 1):
+            argv = run.get("command") or []
+            command = "poptune " + " ".join(argv[1:]) if argv else "not recorded"
+            lines.append(f"- run {i}: {_duration(run)}; `{command}`; load {run.get('load_start')} -> "
+                         f"{run.get('load_end')}")
+        if stored.state_reuse_check is not None:
+            lines.append("- state reuse check: max abs logit difference "
+                         f"{stored.state_reuse_check['max_abs_logit_diff']:.1e}")
+        reference = self.reference_ms
+        lines += ["", "## Verdict: the front's candidates certified on fresh items", "", self.verdict_line(), "",
+                  *([verdict_table(self.certified, reference_ms=reference, markdown=True), ""] if self.certified
+                    else []),
+                  "## Search front (not a verdict: drops on the items that selected them)", "",
+                  front_table(self.front, self.references, reference_ms=reference, markdown=True), "",
+                  *([f"- {line}", ""] if (line := undecided_line(self.undecided, budget)) else []),
+                  f"- {_order_line(self.spot_checks)}", "",
+                  "## Null checks (full model against itself)", ""]
+        for check in stored.null_checks:
+            lines.append(f"- A/A at {check['when']} ({check['date']}): {check['speedup']:.3f} [{check['lo']:.3f}, "
+                         f"{check['hi']:.3f}], {check['pairs']} pairs: {'TOO NOISY' if check['noisy'] else 'ok'}")
+        if plot:
+            lines += ["", f"![speedup vs accuracy]({plot})"]
+        return "\n".join(lines)
+
+    def plot(self, path: str | Path) -> Path:
+        """The plot: every trial, the front (error bars, step line), the references and the budget."""
+        from poptune.plots import pareto_plot
+
+        points = [(t.speedup, 100 * t.values[1], "") for t in self.trials]
+        marked = {r.name if r.row.skip == 0 else f"{r.name} ({_label(r.row)})": replace(_plot_point(r.row), label="")
+                  for r in self.references if r.row is not None}  # named in the legend, not labelled beside the point
+        budget = None
+        limit = self.budget
+        full = self.references[0].row
+        if limit is not None and full is not None:
+            budget = (100 * full.accuracy - limit,
+                      f"budget: drop <= {limit:g} points at 95% (lower bar above the line)")
+        return pareto_plot(points, [_plot_point(r) for r in self.front], path, references=marked, budget=budget,
+                           title=f"{self.name}: POP configurations (skip/boundary/offset)")
+
+    def write(self, folder: str | Path) -> tuple[Path, Path]:
+        """Write ``<study>.pareto.png`` and ``<study>.md`` (which shows the plot) in ``folder``; returns both."""
+        base = Path(folder) / safe_name(self.name)
+        png = self.plot(base.with_name(base.name + ".pareto.png"))
+        md = base.with_name(base.name + ".md")
+        write_text(str(md), self.markdown(plot=png.name))
+        return md, png

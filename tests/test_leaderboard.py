@@ -53,7 +53,7 @@ def test_stored_baselines_are_not_measured_again(study_url):
     url, problem = study_url
     study = store.load_study(store.open_storage(url, heartbeat=None), None)
     before = len(store.completed(study, method=None))
-    evaluator = ConfigEvaluator(problem, full_accuracy=study.user_attrs["full_accuracy"])
+    evaluator = ConfigEvaluator(problem, full_accuracy=store.StoredStudy.of(study).full_accuracy)
     assert add_baselines(study, evaluator, ("shortgpt", "wanda")) == []
     assert len(store.completed(study, method=None)) == before
 

@@ -196,12 +196,10 @@ def add_precision(parser: argparse.ArgumentParser, *, repeats: int, max_pairs: i
 
 def preset_of(args: argparse.Namespace) -> Preset:
     """The preset of ``args`` with the options given explicitly in its place."""
-    from dataclasses import replace
+    from poptune.tune.presets import sized
 
-    chosen = PRESETS[getattr(args, "preset", None) or DEFAULT_PRESET]
-    given = {"trials": getattr(args, "trials", None), "items": args.items, "limit": args.limit,
-             "max_pairs": args.max_pairs, "max_seconds": args.max_seconds}
-    return replace(chosen, **{k: v for k, v in given.items() if v is not None})
+    return sized(getattr(args, "preset", None), trials=getattr(args, "trials", None), items=args.items,
+                 limit=args.limit, max_pairs=args.max_pairs, max_seconds=args.max_seconds)
 
 
 def problem(args: argparse.Namespace) -> Any:

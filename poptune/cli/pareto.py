@@ -23,20 +23,18 @@ def run(args: argparse.Namespace) -> int:
 
     if args.out:
         check_output_path(args.out)
-    study = store.read_study(args.storage, args.study)
-    rows = store.front(study)
-    refs = report.references(study, rows)
-    certified = store.certified(study)
-    data = json.dumps({"study": study.study_name, "front": [asdict(r) for r in rows],
+    built = report.StudyReport.of(store.read_study(args.storage, args.study))
+    rows, refs, certified = built.front, built.references, built.certified
+    data = json.dumps({"study": built.name, "front": [asdict(r) for r in rows],
                        "references": [{"name": r.name, "status": r.status, "row": asdict(r.row) if r.row else None}
                                       for r in refs],
-                       "certified": [asdict(r) for r in certified], "verdict": report.verdict_line(study)}, indent=2)
-    budget = report.budget_of(study)
-    table = (f"study {study.study_name}: search front"
+                       "certified": [asdict(r) for r in certified], "verdict": built.verdict_line()}, indent=2)
+    budget = built.budget
+    table = (f"study {built.name}: search front"
              + (f" (rows not rejected by the budget of {budget:g} points; not a verdict)" if budget is not None else "")
-             + "\n" + report.front_table(rows, refs, reference_ms=store.reference_ms(study)))
+             + "\n" + report.front_table(rows, refs, reference_ms=built.reference_ms))
     if certified:
-        table += "\ncertified on fresh items:\n" + report.verdict_table(certified, reference_ms=store.reference_ms(study))
-    table += "\n" + report.verdict_line(study)
+        table += "\ncertified on fresh items:\n" + report.verdict_table(certified, reference_ms=built.reference_ms)
+    table += "\n" + built.verdict_line()
     emit(args, table, data)
     return 0

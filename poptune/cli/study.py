@@ -109,12 +109,11 @@ def run_study(args: argparse.Namespace) -> int:
     import optuna
 
     from poptune import progress, store
-    from poptune.models import resolve_model
     from poptune.tune.study import run_study as run
+    from poptune.tune.study import target_of
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    resolve_model(spec.problem.model)  # bad input fails before the model loads and the storage
-    store.check_storage(spec.storage)
+    target = target_of(spec)  # the model resolved once, here (unknown: one line before anything), and passed down
     bars = Bars(disable=args.worker)
 
     def finished(study: Any, trial: Any) -> None:
@@ -133,13 +132,13 @@ def run_study(args: argparse.Namespace) -> int:
 
     try:
         with interruptible(), progress.listening(bars):  # a signal in the report too ends with the summary line
-            study = run(spec, callbacks=[finished], started=bars.open)
+            study = run(spec, callbacks=[finished], started=bars.open, target=target)
             bars.close()
             if not args.worker:
                 _report(study, spec, complete_already=not bars.opened)
     except KeyboardInterrupt as e:  # SIGINT or SIGTERM: the running trial is failed already
         bars.close()
-        return _interrupted(e, spec)
+        return _interrupted(e, spec, target)
     finally:
         bars.close()
     return 0
@@ -157,7 +156,7 @@ def trial_line(trial: Any) -> str:
             f"speedup {speed}  drop {drop} pts  {trial.items or 0} items  {how} ({trial.seconds:.0f} s)")
 
 
-def _interrupted(error: BaseException, spec: Any) -> int:
+def _interrupted(error: BaseException, spec: Any, target: Any) -> int:
     """The one summary line of an interrupted study, and the shell's exit status (130 SIGINT, 143 SIGTERM)."""
     import sys
 
@@ -165,7 +164,7 @@ def _interrupted(error: BaseException, spec: Any) -> int:
     from poptune.tune.interrupt import exit_code
 
     try:
-        stored = sum(len(store.completed(s, method=None)) for s in _studies(spec))
+        stored = sum(len(store.completed(s, method=None)) for s in _studies(spec, target))
     except Exception:  # the storage itself may be what failed; the summary still comes
         stored = "no"
     print(f"interrupted: {stored} trials stored in {store.public_url(spec.storage)}; run the same command to "
@@ -173,7 +172,7 @@ def _interrupted(error: BaseException, spec: Any) -> int:
     return exit_code(error)
 
 
-def _studies(spec: Any) -> list[Any]:
+def _studies(spec: Any, target: Any) -> list[Any]:
     import optuna
 
     from poptune import store
@@ -184,50 +183,18 @@ def _studies(spec: Any) -> list[Any]:
         storage = store.open_reader(spec.storage)
     except ConfigError:
         return []  # interrupted before the database was made
-    name = study_name_of(spec)
+    name = study_name_of(spec, target)
     return [optuna.load_study(study_name=name, storage=storage)] if name in store.study_names(storage) else []
 
 
 def _report(study: Any, spec: Any, *, complete_already: bool) -> None:
     """The study's closing report: what it holds, the front with the reference rows, the null checks, and the
-    summary and plot written beside its storage."""
-    from poptune import report, store
+    summary and plot written beside its storage (:class:`poptune.report.StudyReport`, read once)."""
+    from poptune.report import StudyReport, default_folder
 
-    trials = [store.StoredTrial.of(t) for t in store.completed(study)]
-    measured = [t for t in trials if t.measured]
-    if complete_already:
-        print(f"study {study.study_name} holds its {len(measured)} measured configurations (--trials {spec.trials}): "
-              "nothing to measure; `--add N` measures N more")
-    budget = report.budget_of(study)
-    print(f"study {study.study_name}: {len(measured)} measured configurations ({len(trials)} completed trials with "
-          "answers from storage and re-measures); search front (not yet a verdict: drops on the items that "
-          "selected them" + (f"; rows not rejected by the budget of {budget:g} points):" if budget is not None else "):"))
-    rows = store.front(study)
-    print(report.front_table(rows, report.references(study, rows), reference_ms=store.reference_ms(study)))
-    line = report.undecided_line(report.undecided(study), budget)
-    if line:
-        print(line)
-    certified = store.certified(study)
-    if certified:
-        record = study.user_attrs["certification"]
-        print(f"certified on fresh items (no trial scored them; drop's interval at {100 * record['confidence']:.1f}%, "
-              "valid at every look):")
-        print(report.verdict_table(certified, reference_ms=store.reference_ms(study)))
-    print(report.verdict_line(study))
-    noisy = [t.number for t in measured if t.noisy]
-    if noisy:
-        print(f"noisy trials (a null check failed; left off the front, measured again): {noisy}")
-    for check in study.user_attrs.get("null_checks", [])[-2:]:
-        verdict = "TOO NOISY" if check["noisy"] else "ok"
-        print(f"A/A check at {check['when']}: {check['speedup']:.3f} [{check['lo']:.3f}, {check['hi']:.3f}], "
-              f"{check['pairs']} pairs, load {check['load_start']}: {verdict}")
-    baselines = [t for t in map(store.StoredTrial.of, store.completed(study, method=None)) if not t.is_pop]
-    if baselines:
-        print(f"baselines ({len(baselines)} stored; `poptune leaderboard` tabulates them):")
-        for t in baselines:
-            print(f"  {t.method:<13} ratio {t.details['ratio']:.3f}  {t.speedup:.3f}x  "
-                  f"accuracy {100 * t.accuracy_mean:.2f}%  drop {t.drop_points:+.2f}")
-    summary, plot = report.write_report(study, report.default_folder(spec.storage))
+    built = StudyReport.of(study)
+    print(built.text(asked=spec.trials if complete_already else None))
+    summary, plot = built.write(default_folder(spec.storage))
     print(f"summary: {summary}\nplot: {plot}")
 
 

@@ -163,7 +163,7 @@ class ReplayEnv(_OneStepEnv):
 
         loaded = store.read_study(storage, study)
         replay = Replay.of(loaded)
-        problem = TuningProblem.from_dict(loaded.user_attrs["problem"])
+        problem = TuningProblem.from_dict(store.StoredStudy.of(loaded).problem)
         # An image problem's prompt length is known from its measurements, not from the problem.
         target = next(iter(replay.table.values())).target_length if replay.table else problem.target
         return replay, target

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig
+from poptune.store.attributes import StoredStudy
 from poptune.store.trials import StoredTrial, completed, confirmations, latency_objective, reference_ms
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ def certified(study: "optuna.Study") -> list[FrontRow]:
     speed stays the confirmed or trial's figure). Empty where the study has no certification."""
     from dataclasses import replace
 
-    record = study.user_attrs.get("certification", {})
+    record = StoredStudy.of(study).certification or {}
     figures = confirmations(study)
     reference = reference_ms(study)
     rows = []

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from poptune.errors import ConfigError, PoptuneError
+from poptune.store.attributes import PROBLEM_ATTR, StoredStudy
 from poptune.store.journal import check_journal_file
 from poptune.store.urls import DEFAULT_STORAGE, URL_FORMS, check_url, file_of, public_url
 
@@ -37,9 +38,6 @@ __all__ = [
     "HEARTBEAT_S", "MAX_RETRY", "RETRY_S", "check_storage", "load_study", "open_reader", "open_storage",
     "read_study", "sole_sqlite_worker", "study_names",
 ]
-
-#: The user attribute every study poptune writes holds (its tuning problem), first of all.
-POPTUNE_ATTR = "problem"
 
 # Heartbeats let a resumed study fail the trials a killed process left RUNNING, then retry them (a few times:
 # a configuration that kills its worker every time is not retried forever).
@@ -297,12 +295,13 @@ def read_study(url: str | None, name: str | None) -> "optuna.Study":
             ``problem`` attribute every poptune study records first.
     """
     study = load_study(open_reader(url), name)
-    attrs = study.user_attrs
-    if POPTUNE_ATTR not in attrs:
+    if not StoredStudy.of(study).recorded:
+        attrs = study.user_attrs
         shown = ", ".join(sorted(attrs)[:8]) + (f", ... ({len(attrs)} in all)" if len(attrs) > 8 else "")
         raise ConfigError(
-            f"study {study.study_name!r} in {public_url(url)} was not written by poptune (no {POPTUNE_ATTR!r} "
+            f"study {study.study_name!r} in {public_url(url)} was not written by poptune (no {PROBLEM_ATTR!r} "
             f"attribute; its attributes: {shown or 'none'}; {len(study.trials)} trials): name a poptune study with "
             "--study"
         )
+    StoredStudy.of(study).attrs()  # a study of a newer schema is refused here, in one line
     return study

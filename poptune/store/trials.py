@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig
+from poptune.store.attributes import StoredStudy
 from poptune.store.measurement import POP, Measurement, method_of
 
 if TYPE_CHECKING:
@@ -35,12 +36,12 @@ def latency_objective(reference_ms: float, speedup: float) -> float:
 
 def reference_ms(study: "optuna.Study") -> float | None:
     """The study's reference full-model TTFT in ms (None before its first measurement)."""
-    return study.user_attrs.get("reference_prefill_ms")
+    return StoredStudy.of(study).reference_ms
 
 
 def confirmations(study: "optuna.Study") -> dict[str, dict[str, Any]]:
     """The confirmation pass's figures per trial number (a string), where the study ran one."""
-    return study.user_attrs.get("confirmation", {}).get("trials", {})
+    return StoredStudy.of(study).confirmations
 
 
 def is_pop(trial: "optuna.trial.FrozenTrial") -> bool:

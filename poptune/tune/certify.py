@@ -84,6 +84,6 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
                          seconds=round(time.monotonic() - started, 1))
             certified = entry["verdict"] == WITHIN
         record["candidates"].append(entry)
-    study.set_user_attr("certification", record)
+    store.StoredStudy.of(study).set_certification(record)
     store_full_run(study, evaluator)  # the fresh items' full-model outcomes, for a later run
     return record

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from poptune.engine import KV_SOURCES, PopConfig
 from poptune.errors import ConfigError, InputError
 from poptune.store.measurement import Measurement
+from poptune.store.attributes import StoredStudy
 from poptune.store.redecide import redecide
 from poptune.store.trials import measured_table, reference_ms
 from poptune.tune.problem import TuningProblem
@@ -104,17 +105,16 @@ def _row(m: Measurement, study: dict[str, Any]) -> dict[str, str]:
 def grid_rows(study: "optuna.Study") -> list[dict[str, str]]:
     """The rows of ``study``'s measured POP configurations (a trusted measurement of each first), in
     :func:`all_configs` order; a study without any measurement gives none."""
-    attrs = study.user_attrs
-    if "problem" not in attrs:
+    stored = StoredStudy.of(study)
+    if not stored.recorded:
         raise ConfigError(f"study {study.study_name!r} is not a POP study (no problem recorded)")
-    budget = TuningProblem.from_dict(attrs["problem"]).max_drop
-    shared = {"model": str(attrs.get("model", "")), "num_layers": str(attrs["num_layers"]),
-              "max_drop": _number(budget), "reference_ms": _number(reference_ms(study)),
-              "hardware": str(attrs.get("hardware", {}).get("hardware_id", "")), "versions": attrs.get("versions", {})}
-    full_run = attrs.get("full_run")
+    problem = TuningProblem.from_dict(stored.problem)
+    shared = {"model": str(stored.model or ""), "num_layers": str(stored.num_layers),
+              "max_drop": _number(problem.max_drop), "reference_ms": _number(reference_ms(study)),
+              "hardware": str(stored.hardware_id or ""), "versions": stored.versions}
+    full_run = stored.full_run
     table = {c: redecide(m, full_run) for c, m in measured_table(study).items()}  # the current interval
-    kv = TuningProblem.from_dict(attrs["problem"]).kv
-    order = {c: i for i, c in enumerate(all_configs(int(attrs["num_layers"]), kv))}
+    order = {c: i for i, c in enumerate(all_configs(stored.num_layers, problem.kv))}
     configs = sorted(table, key=lambda c: (order.get(c, len(order)), c.skip, c.offset, c.boundary, c.kv))
     return [_row(table[c], shared) for c in configs]
 
@@ -190,7 +190,7 @@ def _measurement(row: dict[str, str], where: str) -> Measurement:
 
 def _open_rows(path: Path) -> list[dict[str, str]]:
     if not path.is_file():
-        raise InputError(f"grid file {path} does not exist (build it with benchmarks/build_grid.py)")
+        raise InputError(f"grid file {path} does not exist (build it with `poptune grid`)")
     try:
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)

@@ -126,7 +126,7 @@ def settle_reference(study: "optuna.Study", measurement: Measurement) -> float:
     reference = store.reference_ms(study)
     if reference is None:
         reference = measurement.full_ms
-        study.set_user_attr("reference_prefill_ms", reference)
+        store.StoredStudy.of(study).set_reference_ms(reference)
     return float(reference)
 
 
@@ -193,8 +193,8 @@ def make_objective(
 def store_full_run(study: "optuna.Study", evaluator: ConfigEvaluator) -> None:
     """Keep the full model's per-item outcomes with the study once they grew (a resumed study reuses them)."""
     stored = evaluator.stored_full_run()
-    if stored is not None and stored != study.user_attrs.get("full_run"):
-        study.set_user_attr("full_run", stored)
+    if stored is not None and stored != store.StoredStudy.of(study).full_run:
+        store.StoredStudy.of(study).set_full_run(stored)
 
 
 def outcome(measurement: Measurement, info: dict[str, Any], problem: TuningProblem,

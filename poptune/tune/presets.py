@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "STANDARD"]
+__all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "STANDARD", "sized"]
 
 
 @dataclass(frozen=True)
@@ -59,3 +59,16 @@ PRESETS: dict[str, Preset] = {
 }
 
 DEFAULT_PRESET = "standard"
+
+
+def sized(name: str | None = None, **given: int | float | None) -> Preset:
+    """The preset ``name`` (default: :data:`DEFAULT_PRESET`) with the sizes given explicitly in its place.
+
+    Args:
+        name: A key of :data:`PRESETS`, or None for the default.
+        **given: Fields of :class:`Preset` (``trials``, ``items``, ``limit``, ``max_pairs``, ``max_seconds``);
+            a None value keeps the preset's.
+    """
+    from dataclasses import replace
+
+    return replace(PRESETS[name or DEFAULT_PRESET], **{k: v for k, v in given.items() if v is not None})

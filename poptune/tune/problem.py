@@ -157,10 +157,10 @@ class TuningProblem:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TuningProblem":
-        data = dict(data)
-        data.setdefault("kv", ["own"])  # a study stored before calibrated K/V searched the paper's space
+        data = dict(data)  # a field it lacks takes its default (a stored study's: poptune.store.attributes)
         for key in ("tasks", "lengths", "kv"):
-            data[key] = tuple(data[key])
+            if key in data:
+                data[key] = tuple(data[key])
         return cls(**data)
 
     def data_path(self) -> Path | None:

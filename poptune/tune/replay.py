@@ -74,9 +74,10 @@ class Replay:
 
     @classmethod
     def of(cls, study: "optuna.Study") -> "Replay":
-        problem = TuningProblem.from_dict(study.user_attrs["problem"])
-        return cls(study.study_name, int(study.user_attrs["num_layers"]), store.measured_table(study), problem.max_drop,
-                   store.reference_ms(study))
+        stored = store.StoredStudy.of(study)
+        problem = TuningProblem.from_dict(stored.problem)
+        return cls(study.study_name, stored.num_layers, store.measured_table(study), problem.max_drop,
+                   stored.reference_ms)
 
     @classmethod
     def from_csv(cls, path: str | Path) -> "Replay":

@@ -73,8 +73,10 @@ from poptune.tune.space import DEFAULT_SAMPLER, SAMPLERS, all_configs, paper_def
 if TYPE_CHECKING:
     import optuna
 
+    from poptune.measure.target import ResolvedTarget
+
 __all__ = [
-    "SAMPLERS", "StudySpec", "run_study", "study_name_of", "make_sampler", "add_baselines", "front_ratios",
+    "SAMPLERS", "StudySpec", "run_study", "study_name_of", "target_of", "make_sampler", "add_baselines", "front_ratios",
     "check_enqueue", "check_problem",
 ]
 
@@ -156,7 +158,7 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
     """Refuse to mix other settings into an existing study (before anything is written to it)."""
     from dataclasses import replace
 
-    stored = study.user_attrs.get("problem")
+    stored = store.StoredStudy.of(study).problem or None
     if stored is not None:  # the certification's size changes no trial: a resumed study may certify on more items
         stored_problem = TuningProblem.from_dict(stored)
         problem = replace(problem, certify_limit=stored_problem.certify_limit,
@@ -170,24 +172,20 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
 
 
 def _record_problem(
-    study: "optuna.Study", problem: TuningProblem, num_layers: int, hardware: dict[str, Any], target_length: int
+    study: "optuna.Study", problem: TuningProblem, num_layers: int, target: "ResolvedTarget", target_length: int
 ) -> None:
-    if "problem" not in study.user_attrs:
+    stored = store.StoredStudy.of(study)
+    if not stored.recorded:
         import optuna
 
         from poptune.measure.provenance import versions
-        from poptune.models import resolve_model, weights_fingerprint
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([f"prefill_ms@{problem.target_label}", "accuracy"])
-        study.set_user_attr("problem", problem.to_dict())  # with `image` for an image-prompt study
-        study.set_user_attr("target_length", target_length)  # prompt tokens timed (an image prompt's, all told)
-        study.set_user_attr("model", resolve_model(problem.model).name)
-        study.set_user_attr("weights_fingerprint", weights_fingerprint(problem.model, problem.weights))
-        study.set_user_attr("num_layers", num_layers)
-        study.set_user_attr("hardware", hardware)
-        study.set_user_attr("versions", versions())
+        stored.record_problem(problem.to_dict(), target_length=target_length, model=target.model.name,
+                              weights_fingerprint=target.model.weights_fingerprint, num_layers=num_layers,
+                              hardware=target.hardware.to_dict(), versions=versions())
 
 
 def check_enqueue(configs: tuple[PopConfig, ...], num_layers: int, kv: tuple[str, ...] = ("own",)) -> None:
@@ -271,8 +269,8 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
 
 def _enqueue_unmeasured(study: "optuna.Study", rng: Any) -> None:
     """Enqueue a random configuration no trial of the study has (none when the space is exhausted)."""
-    num_layers = int(study.user_attrs["num_layers"])
-    kv = TuningProblem.from_dict(study.user_attrs["problem"]).kv
+    stored = store.StoredStudy.of(study)
+    num_layers, kv = stored.num_layers, TuningProblem.from_dict(stored.problem).kv
     taken = {config_of(t, num_layers) for t in study.get_trials(deepcopy=False)}
     free = [c for c in all_configs(num_layers, kv) if c not in taken]
     if free:
@@ -285,6 +283,7 @@ def run_study(
     evaluator: ConfigEvaluator | None = None,
     callbacks: list[Callable[..., None]] | None = None,
     started: Callable[[int, int], None] | None = None,
+    target: "ResolvedTarget | None" = None,
 ) -> "optuna.Study":
     """Run (or resume, or join) the study of ``spec.problem`` on this machine and return it.
 
@@ -300,24 +299,43 @@ def run_study(
         started: Called with the study's measured configurations and its budget once every check has passed
             and the study is open, before any measurement (a command opens its progress bars there, so that an
             error is the first line it prints).
+        target: The problem's model resolved and its machine, made once at the command's edge (default: made
+            here); an unknown model fails before the storage is touched.
     """
     import contextlib
 
+    target = target_of(spec, target)
     with contextlib.ExitStack() as held:
-        return _run_study(spec, held, evaluator=evaluator, callbacks=callbacks, started=started)
+        return _run_study(spec, held, target, evaluator=evaluator, callbacks=callbacks, started=started)
 
 
-def study_name_of(spec: StudySpec) -> str:
-    """The study ``spec`` runs: ``spec.study``, else ``<model>@<hardware-id>`` of this machine."""
-    from poptune.measure.hardware import fingerprint
-    from poptune.models import resolve_model
+def target_of(spec: StudySpec, target: "ResolvedTarget | None" = None) -> "ResolvedTarget":
+    """``target``, checked to be ``spec``'s problem's; else its problem's model resolved on its device.
 
+    Raises:
+        ConfigError: an unknown model, or a target of another model, weights or device than the problem's.
+    """
+    from poptune.measure.target import ResolvedTarget
+
+    p = spec.problem
+    if target is None:
+        return ResolvedTarget.of(p.model, weights=p.weights, device=p.device)
+    if not target.matches(p.model, p.weights, p.device):
+        raise ConfigError(f"the study's target ({target.model.requested}, {target.model.weights}, {target.device}) "
+                          f"is not its problem's ({p.model}, {p.weights}, {p.device})")
+    return target
+
+
+def study_name_of(spec: StudySpec, target: "ResolvedTarget | None" = None) -> str:
+    """The study ``spec`` runs: ``spec.study``, else ``<model>@<hardware-id>`` of this machine (``target``:
+    the problem's, made once, see :func:`target_of`)."""
     if spec.study:
         return spec.study
-    return store.study_name(resolve_model(spec.problem.model).name, fingerprint(spec.problem.device).hardware_id)
+    target = target_of(spec, target)
+    return store.study_name(target.model.name, target.hardware_id)
 
 
-def _complete_already(spec: StudySpec) -> "optuna.Study | None":
+def _complete_already(spec: StudySpec, target: "ResolvedTarget") -> "optuna.Study | None":
     """The stored study when it already holds what ``spec`` asks for (its trials, no baseline to add)."""
     import optuna
     from optuna.trial import TrialState
@@ -328,7 +346,7 @@ def _complete_already(spec: StudySpec) -> "optuna.Study | None":
         storage = store.open_reader(spec.storage)
     except ConfigError:  # no database yet
         return None
-    name = study_name_of(spec)
+    name = study_name_of(spec, target)
     if name not in store.study_names(storage):
         return None
     study = optuna.load_study(study_name=name, storage=storage)
@@ -339,6 +357,7 @@ def _complete_already(spec: StudySpec) -> "optuna.Study | None":
 def _run_study(
     spec: StudySpec,
     held: Any,
+    target: "ResolvedTarget",
     *,
     evaluator: ConfigEvaluator | None,
     callbacks: list[Callable[..., None]] | None,
@@ -347,17 +366,13 @@ def _run_study(
     import optuna
     from optuna.trial import TrialState
 
-    from poptune.measure.hardware import fingerprint
-    from poptune.models import resolve_model
-
     began = trust.now()
     problem = spec.problem
-    resolve_model(problem.model)  # an unknown model fails before the storage is touched
     store.check_storage(spec.storage)  # a file that is not ours fails before the model loads (nothing created)
     # A second worker on one SQLite file is refused in one line, before its model loads (and, for a new file,
     # once the file exists).
     locked = held.enter_context(store.sole_sqlite_worker(spec.storage))
-    finished = _complete_already(spec)
+    finished = _complete_already(spec, target)
     if finished is not None:
         return finished
     if evaluator is None:
@@ -368,8 +383,7 @@ def _run_study(
     storage = store.open_storage(spec.storage, heartbeat=spec.heartbeat_s)
     if not locked:
         held.enter_context(store.sole_sqlite_worker(spec.storage))
-    hardware = fingerprint(problem.device)
-    name = study_name_of(spec)
+    name = study_name_of(spec, target)
     if name in store.study_names(storage):
         check_problem(optuna.load_study(study_name=name, storage=storage), problem)
     study, created = _open_study(spec, storage, name, num_layers)
@@ -379,7 +393,7 @@ def _run_study(
     for config in spec.enqueue:
         config.check(num_layers)
         study.enqueue_trial(params_of(config, problem.kv), skip_if_exists=True)
-    _record_problem(study, problem, num_layers, hardware.to_dict(), target_length)
+    _record_problem(study, problem, num_layers, target, target_length)
     done = count(study, TrialState.COMPLETE)
     budget = done + spec.add if spec.add is not None else spec.trials
     if started is not None:
@@ -411,13 +425,12 @@ def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, 
 
 def _prepare(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec) -> None:
     """State reuse checked and on; the full model's stored outcomes restored, or its reference measured."""
+    stored = store.StoredStudy.of(study)
     if spec.reuse_states and spec.problem.image is None and evaluator.states is None:
-        diff = evaluator.enable_state_reuse()
-        study.set_user_attr("state_reuse_check", {"max_abs_logit_diff": diff})
-    if study.user_attrs.get("full_run"):
-        evaluator.restore_full_run(study.user_attrs["full_run"])
-    if "full_accuracy" not in study.user_attrs:
-        study.set_user_attr("full_accuracy", evaluator.full_accuracy())
-        study.set_user_attr("workload", evaluator.workload.to_dict())
-        study.set_user_attr("latency_points", [list(p) for p in evaluator.latency_points()])
+        stored.set_state_reuse_check(evaluator.enable_state_reuse())
+    full_run = stored.full_run
+    if full_run:
+        evaluator.restore_full_run(full_run)
+    if stored.full_accuracy is None:
+        stored.record_full(evaluator.full_accuracy(), evaluator.workload.to_dict(), evaluator.latency_points())
         store_full_run(study, evaluator)

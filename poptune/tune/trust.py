@@ -86,7 +86,7 @@ def record_aa_check(study: "optuna.Study", evaluator: "ConfigEvaluator", when: s
     reasons = aa_reasons(f"A/A prefill at {p.target_label}", fig)
     entry = {"when": when, "date": now(), **fig, "noisy": bool(reasons), "reasons": reasons,
              "load_start": load_start, "load_end": load_average()}
-    study.set_user_attr("null_checks", list(study.user_attrs.get("null_checks", [])) + [entry])
+    store.StoredStudy.of(study).add_null_check(entry)
     if reasons:
         log.warning("the machine was too noisy: %s", reasons[0])
     return entry
@@ -100,17 +100,18 @@ def record_run(study: "optuna.Study", evaluator: "ConfigEvaluator", started: str
     p = evaluator.problem
     entry = dict(provenance(evaluator.model, model_name=p.model, weights=p.weights), date=now(),
                  started=started or now())
-    study.set_user_attr("runs", list(study.user_attrs.get("runs", [])) + [entry])
+    store.StoredStudy.of(study).add_run(entry)
 
 
 def finish_run(study: "optuna.Study") -> None:
     """Fill the load average and the time at the end of this run into its ``runs`` entry."""
     from poptune.measure.provenance import load_average
 
-    runs = list(study.user_attrs.get("runs", []))
+    stored = store.StoredStudy.of(study)
+    runs = stored.runs
     if runs:
         runs[-1] = dict(runs[-1], load_end=load_average(), finished=now())
-        study.set_user_attr("runs", runs)
+        stored.set_runs(runs)
 
 
 def remeasure_noisy(study: "optuna.Study", evaluator: "ConfigEvaluator", *, attempts: int = 2) -> list[int]:
@@ -174,9 +175,9 @@ def confirm_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rounds
         configs = {r.trial: config_of_trial(study.trials[r.trial], num_layers) for r in rows}
         with progress.phase(f"confirmation pass: {len(configs)} configurations x {rounds} rounds", unit="pair"):
             figures.update(_confirm(evaluator, configs, rounds, pairs, warmup=not figures))
-        study.set_user_attr("confirmation", {"date": now(), "rounds": rounds, "pairs_per_round": pairs,
-                                             "trials": figures})
-    return study.user_attrs.get("confirmation", {})
+        store.StoredStudy.of(study).set_confirmation({"date": now(), "rounds": rounds, "pairs_per_round": pairs,
+                                                      "trials": figures})
+    return store.StoredStudy.of(study).confirmation
 
 
 def _confirm(evaluator: "ConfigEvaluator", configs: dict[int, PopConfig], rounds: int, pairs: int,

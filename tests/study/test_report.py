@@ -109,16 +109,12 @@ def test_the_same_study_again_finishes_at_once_and_add_grows_it(tmp_path, monkey
     (["--preset", "thorough", "--items", "4", "--trials", "30"], (30, 4, 64, 40, 6.0, 512)),
 ])
 def test_presets_size_a_study_and_explicit_options_win(argv, expected):
-    import argparse
+    from poptune.cli import build_parser
+    from poptune.tune.presets import STANDARD, sized
 
-    from poptune.cli._args import add_preset, add_problem, preset_of
-    from poptune.tune.presets import STANDARD
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trials", type=int)
-    add_preset(parser)
-    add_problem(parser)
-    p = preset_of(parser.parse_args(argv))
+    args = build_parser().parse_args(["study", *argv])  # the command's flags, as it parses them
+    p = sized(args.preset, trials=args.trials, items=args.items, limit=args.limit, max_pairs=args.max_pairs,
+              max_seconds=args.max_seconds)
     assert (p.trials, p.items, p.limit, p.max_pairs, p.max_seconds, p.certify) == expected
     default = TuningProblem()
     assert (default.items_start, default.limit, default.max_pairs, default.max_seconds) == (

@@ -3,7 +3,6 @@ it, the tuner table on it, a stored study written as one, and bad files refused 
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -16,23 +15,18 @@ from gymnasium.utils.env_checker import check_env
 
 import poptune.env  # noqa: F401  (registers the environments)
 from poptune import ConfigError, InputError, PopConfig, store
+from poptune.cli import main
 from poptune.env import Measurement, ReplayEnv, TuningProblem, reward
+from poptune.gridtable import write
 from poptune.tune.grid import COLUMNS, draw, read_grid, write_grid
+from poptune.tune.gridstudy import grid_storage
 from poptune.tune.replay import Replay, tuner_efficiency
 from poptune.tune.space import all_configs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 FIXTURE = Path(__file__).with_name("grid-fixture.csv")
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 TARGET = PopConfig(skip=2, boundary="window-16")  # the fixture's fastest configuration within its 2-point budget
-
-
-def _benchmark(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_fixture_is_a_full_grid_read_as_recorded():
@@ -176,19 +170,19 @@ def test_a_missing_or_binary_grid_file_is_refused(tmp_path):
         read_grid(tmp_path / "binary.csv")
 
 
-def test_the_tuner_benchmark_reads_the_csv_and_exits_2_on_a_bad_one(tmp_path, capsys):
-    tuner = _benchmark("tuner_replay")
+def test_the_tuners_command_reads_the_csv_and_exits_2_on_a_bad_one(tmp_path, capsys):
     out = tmp_path / "tuner.md"
-    assert tuner.main(["--grid", str(FIXTURE), "--samplers", "tpe,random,grid", "--seeds", "3", "--noise",
+    assert main(["tuners", "--grid", str(FIXTURE), "--samplers", "tpe,random,grid", "--seeds", "3", "--noise",
                        "--out", str(out)]) == 0
     text = out.read_text()
     assert re.search(r"\| grid \| [^|]+ \| 2\.300 \[2\.300, 2\.300\] \| 2\.300 \[2\.300, 2\.300\] \|", text)
     assert "## Against random search" in text and "drawn from each configuration's recorded 95% intervals" in text
     capsys.readouterr()
-    assert tuner.main(["--grid", str(tmp_path / "missing.csv"), "--out", str(out)]) == 2
+    assert "- command: `poptune tuners --grid " in text
+    assert main(["tuners", "--grid", str(tmp_path / "missing.csv"), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("tuner_replay: error: grid file") and "\n" not in err
-    assert tuner.main(["--grid", str(_bad(tmp_path, lambda ls: ls[:5])), "--out", str(out)]) == 2
+    assert err.startswith("poptune tuners: error: grid file") and "\n" not in err
+    assert main(["tuners", "--grid", str(_bad(tmp_path, lambda ls: ls[:5])), "--out", str(out)]) == 2
     assert "not a full grid" in capsys.readouterr().err
 
 
@@ -223,10 +217,9 @@ def test_a_stored_grid_study_written_as_csv_reads_back_the_same(tmp_path):
     assert stored.reference_ms == 100.0 and stored.table[TARGET].speedup == pytest.approx(2.30)
 
 
-def test_the_build_benchmark_writes_the_table_and_its_readme(tmp_path):
-    build = _benchmark("build_grid")
+def test_the_grid_table_and_its_readme_are_written(tmp_path):
     study = _stored_grid(f"sqlite:///{tmp_path}/grid.db")
-    csv_path, md_path = build.write(study, tmp_path, "python benchmarks/build_grid.py --model tiny-fixture")
+    csv_path, md_path = write(study, tmp_path, "poptune grid --model tiny-fixture")
     assert csv_path.name == "grid-tiny-fixture-cpu-fixture-2t.csv" and len(read_grid(csv_path).measurements) == 16
     text = md_path.read_text()
     for part in ("complete: every configuration", "## How it was measured", "## Commands and wall time",
@@ -234,26 +227,27 @@ def test_the_build_benchmark_writes_the_table_and_its_readme(tmp_path):
         assert part in text
 
 
-def test_the_build_benchmark_refuses_bad_options_in_one_line(tmp_path, capsys):
-    build = _benchmark("build_grid")
-    assert build.main(["--model", "no-such-model", "--out", str(tmp_path)]) == 2
-    assert build.main(["--model", "tiny-llama", "--out", str(tmp_path / "missing")]) == 2
-    assert build.main(["--model", "tiny-llama", "--data-dir", str(tmp_path / "nodata"), "--out", str(tmp_path)]) == 2
+def test_the_grid_command_refuses_bad_options_in_one_line(tmp_path, capsys):
+    assert main(["grid", "--model", "no-such-model", "--out", str(tmp_path)]) == 2
+    assert main(["grid", "--model", "tiny-llama", "--out", str(tmp_path / "missing")]) == 2
+    assert main(["grid", "--model", "tiny-llama", "--data-dir", str(tmp_path / "nodata"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("build_grid: error: ") for line in err)
+    assert len(err) == 3 and all(line.startswith("poptune grid: error: ") for line in err)
     assert not list(tmp_path.glob("*.csv"))
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-def test_the_build_benchmark_writes_a_stored_grid_without_measuring(tmp_path, capsys):
-    build = _benchmark("build_grid")
-    options = ["--model", "tiny-llama", "--tasks", "passkey", "--kv", "own", "--study", "tiny-fixture@cpu-fixture-2t"]
+def test_the_grid_command_writes_a_stored_grid_without_measuring(tmp_path, capsys):
+    options = ["grid", "--model", "tiny-llama", "--tasks", "passkey", "--kv", "own", "--study",
+               "tiny-fixture@cpu-fixture-2t"]
     study = _stored_grid(f"sqlite:///{tmp_path}/grid.db")
-    study.set_user_attr("problem", build.problem(build._parser().parse_args(options)).to_dict())
+    # The problem the command makes of these options: the study's defaults, the tasks and K/V given.
+    problem = TuningProblem(model="tiny-llama", tasks=("passkey",), kv=("own",), certify_limit=128)
+    study.set_user_attr("problem", problem.to_dict())
     url = f"journal:{tmp_path}/grid.journal"
     optuna.copy_study(from_study_name=study.study_name, from_storage=f"sqlite:///{tmp_path}/grid.db",
                       to_storage=store.open_storage(url))
-    assert build.main([*options, "--storage", url, "--table-only", "--out", str(tmp_path)]) == 0  # no model loaded
+    assert main([*options, "--storage", url, "--table-only", "--out", str(tmp_path)]) == 0  # no model loaded
     assert len(read_grid(tmp_path / "grid-tiny-fixture-cpu-fixture-2t.csv").measurements) == 16
     text = (tmp_path / "grid-tiny-fixture-cpu-fixture-2t.md").read_text()
     assert "an Optuna journal file, `grid.journal` beside this file: the raw record" in text
@@ -262,16 +256,39 @@ def test_the_build_benchmark_writes_a_stored_grid_without_measuring(tmp_path, ca
     # Nothing stored under that name, or other settings than the stored grid's: one line, exit 2, nothing written.
     other = tmp_path / "other"
     other.mkdir()
-    assert build.main([*options[:-1], "nobody@nowhere", "--storage", url, "--table-only", "--out", str(other)]) == 2
-    assert build.main([*options, "--limit", "3", "--storage", url, "--table-only", "--out", str(other)]) == 2
+    assert main([*options[:-1], "nobody@nowhere", "--storage", url, "--table-only", "--out", str(other)]) == 2
+    assert main([*options, "--limit", "3", "--storage", url, "--table-only", "--out", str(other)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "no grid study 'nobody@nowhere'" in err[0] and "other settings (limit)" in err[1]
     assert not list(other.iterdir())
 
 
-def test_the_grid_is_stored_by_default_in_a_journal_beside_its_table():
-    build = _benchmark("build_grid")
-    url = build.default_storage("tiny-llama", "cpu")
+def test_the_grid_is_stored_by_default_in_a_journal_beside_its_table(tmp_path):
+    from poptune.gridtable import GridSpec, storage_of
+
+    url = grid_storage("tiny-llama", "cpu", tmp_path)
     assert url.startswith("journal:") and url.endswith(".journal")
     path = Path(url.removeprefix("journal:"))
-    assert path.parent == BENCHMARKS.parent / "leaderboards" and path.name.startswith("grid-tiny-llama-cpu-")
+    assert path.parent == tmp_path and path.name.startswith("grid-tiny-llama-cpu-")
+    spec = GridSpec(problem=TuningProblem(model="tiny-llama"), out=tmp_path)
+    assert storage_of(spec) == url and storage_of(GridSpec(problem=spec.problem, storage="sqlite:///x.db")) == (
+        "sqlite:///x.db")
+
+
+def test_a_runs_command_is_shown_as_it_was_typed():
+    from poptune.gridtable import _shown
+
+    assert _shown(["benchmarks/build_grid.py", "--model", "x"]) == "python benchmarks/build_grid.py --model x"
+    assert _shown(["/venv/bin/poptune", "grid", "--model", "x"]) == "poptune grid --model x"
+    assert _shown(["/repo/poptune/__main__.py", "grid"]) == "poptune grid" and _shown([]) == "python ?"
+
+
+def test_a_tuner_spec_refuses_two_sources_or_a_build_of_a_grid_file():
+    from poptune.tunertable import TunerSpec
+
+    with pytest.raises(ConfigError, match="not both"):
+        TunerSpec(grid="g.csv", storage="sqlite:///g.db")
+    with pytest.raises(ConfigError, match="does not go with `--grid`"):
+        TunerSpec(grid="g.csv", build=True)
+    with pytest.raises(ConfigError, match="`seeds` must be >= 1, got 0"):
+        TunerSpec(seeds=0)

@@ -6,9 +6,9 @@ from typing import Any
 
 import torch
 
-from gpucheck.plan import Case, Plan
-from gpucheck.profile import launch_bound, profile_call
-from poptune import PopConfig
+from poptune.gpucheck.plan import Case, Plan
+from poptune.gpucheck.profile import launch_bound, profile_call
+from poptune.engine import PopConfig
 from poptune.measure.bench import BenchResult, BenchRow, BenchSpec, run_bench
 from poptune.measure.prefill import prefill
 from poptune.measure.prompts import image_prompt_batch, prompt_batch

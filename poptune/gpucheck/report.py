@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucheck.plan import AA_TOLERANCE, DECODE_TOLERANCE, IDEAL_SLACK, TARGET, Plan
-from gpucheck.preflight import Check
+from poptune.gpucheck.plan import AA_TOLERANCE, DECODE_TOLERANCE, IDEAL_SLACK, TARGET, Plan
+from poptune.gpucheck.preflight import Check
 
 __all__ = ["Report", "failures"]
 

@@ -1,4 +1,5 @@
-"""The device script's dry run on CPU: it completes, every GPU stage says SKIP, and its summary is written."""
+"""The device script's dry run on CPU (benchmarks/gpu_device_run.sh): it completes, every GPU stage says SKIP,
+and its summary is written."""
 
 from __future__ import annotations
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,24 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from poptune.cli import main
+from poptune.gpucheck import check
 from poptune.measure.nullcheck import AA_PAIRS
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def gpu_check(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location("gpu_check", BENCHMARKS / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    yield module
-    for name in [n for n in sys.modules if n == "gpucheck" or n.startswith("gpucheck.")]:
-        del sys.modules[name]
-
-
-def test_tiny_check_writes_every_record(gpu_check, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    status = gpu_check.main(["--tiny", "--device", "cpu", "--out", str(tmp_path)])
+def test_tiny_check_writes_every_record(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    status = main(["gpu-check", "--tiny", "--device", "cpu", "--out", str(tmp_path)])
     printed = capsys.readouterr().out
     data = json.loads((tmp_path / "gpu-check.json").read_text())
     summary = (tmp_path / "gpu-check.md").read_text()
@@ -57,18 +47,18 @@ def test_tiny_check_writes_every_record(gpu_check, tmp_path: Path, capsys: pytes
     assert summary.count("| tiny-") == 6 and " --- " not in summary  # an unread clock range is one "-"
 
 
-def test_full_check_without_cuda_stops_at_preflight(gpu_check, tmp_path: Path, capsys) -> None:
-    assert gpu_check.main(["--device", "cpu", "--out", str(tmp_path)]) == 1
+def test_full_check_without_cuda_stops_at_preflight(tmp_path: Path, capsys) -> None:
+    assert main(["gpu-check", "--device", "cpu", "--out", str(tmp_path)]) == 1
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == "FAIL cuda: CUDA is not available: the full check needs one GPU (or pass --tiny)"
     assert [line.split(":")[0] for line in printed[:-1]] == ["PASS regex", "PASS scipy", "PASS transformers"]
     assert json.loads((tmp_path / "gpu-check.json").read_text())["rows"] == []
 
 
-def test_dry_run_skips_every_stage_with_the_time_its_plan_expects(gpu_check, tmp_path: Path, capsys) -> None:
-    from gpucheck.plan import case_seconds, full_plan
+def test_dry_run_skips_every_stage_with_the_time_its_plan_expects(tmp_path: Path, capsys) -> None:
+    from poptune.gpucheck.plan import case_seconds, full_plan
 
-    assert gpu_check.main(["--dry-run", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    assert main(["gpu-check", "--dry-run", "--device", "cpu", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "gpu-check.json").read_text())
     plan = full_plan()
     assert list(data["skipped"]) == [c.model for c in plan.cases] + ["scores"] and data["rows"] == []
@@ -79,28 +69,27 @@ def test_dry_run_skips_every_stage_with_the_time_its_plan_expects(gpu_check, tmp
         tmp_path / "gpu-check.md").read_text()
 
 
-def test_a_stage_that_cannot_finish_in_the_budget_left_is_skipped_not_started(gpu_check, tmp_path: Path,
-                                                                            monkeypatch) -> None:
+def test_a_stage_that_cannot_finish_in_the_budget_left_is_skipped_not_started(tmp_path: Path, monkeypatch) -> None:
     started = []
-    monkeypatch.setattr(gpu_check, "load_model", lambda *a, **k: started.append(a) or (_ for _ in ()).throw(
+    monkeypatch.setattr(check, "load_model", lambda *a, **k: started.append(a) or (_ for _ in ()).throw(
         AssertionError("a stage over budget must not start")))
-    gpu_check.run(tmp_path, tiny=True, device="cpu", budget=5.0)  # each tiny stage expects more than 5 s
+    check.run(tmp_path, tiny=True, device="cpu", budget=5.0)  # each tiny stage expects more than 5 s
     data = json.loads((tmp_path / "gpu-check.json").read_text())
     assert not started and data["errors"] == {} and "tiny-llama" in data["skipped"]
     assert data["skipped"]["tiny-llama"].startswith("time budget spent (expected ")
 
 
-def test_the_full_plan_fits_its_budget_by_its_own_arithmetic(gpu_check) -> None:
-    from gpucheck.plan import case_seconds, full_plan
+def test_the_full_plan_fits_its_budget_by_its_own_arithmetic() -> None:
+    from poptune.gpucheck.plan import case_seconds, full_plan
 
     plan = full_plan()
-    total = sum(case_seconds(plan, case) for case in plan.cases) + gpu_check.SCORES_SECONDS
-    assert total <= gpu_check.BUDGET_SECONDS
+    total = sum(case_seconds(plan, case) for case in plan.cases) + check.SCORES_SECONDS
+    assert total <= check.BUDGET_SECONDS
     assert plan.policy.warmup_seconds >= 1.0  # every row warms up a second at its own shape first
 
 
-def test_version_preflight_says_what_is_missing_one_line_each(gpu_check) -> None:
-    from gpucheck.preflight import REQUIREMENTS, version_checks
+def test_version_preflight_says_what_is_missing_one_line_each() -> None:
+    from poptune.gpucheck.preflight import REQUIREMENTS, version_checks
 
     assert {(p, v) for p, v, _ in REQUIREMENTS} >= {("regex", None), ("scipy", "1.15")}
     lines = [c.line() for c in version_checks((("pytest", None, "tests"), ("pytest", "999.1", "the future"),
@@ -110,20 +99,34 @@ def test_version_preflight_says_what_is_missing_one_line_each(gpu_check) -> None
     assert lines[2] == "FAIL no-such-package-poptune: not installed (needed: nothing)"
 
 
-def test_the_check_sets_the_hub_offline_before_transformers_is_imported(tmp_path: Path) -> None:
-    code = ("import importlib.util, sys; sys.path.insert(0, sys.argv[1]); "
-            "spec = importlib.util.spec_from_file_location('gpu_check', sys.argv[1] + '/gpu_check.py'); "
-            "spec.loader.exec_module(importlib.util.module_from_spec(spec)); "
+def test_the_command_sets_the_hub_offline_before_transformers_is_imported(tmp_path: Path) -> None:
+    # The dry run imports the whole check (torch, transformers, huggingface_hub): the hub's constants, read once
+    # at their import, must see the offline switches the command set first.
+    code = ("import sys; from poptune.cli import main; "
+            "code = main(['gpu-check', '--dry-run', '--device', 'cpu', '--out', sys.argv[1]]); "
             "import huggingface_hub.constants as c, os; "
-            "print(c.HF_HUB_OFFLINE, os.environ['HF_DATASETS_OFFLINE'])")
+            "print(code, c.HF_HUB_OFFLINE, os.environ['HF_DATASETS_OFFLINE'])")
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
-    out = subprocess.run([sys.executable, "-c", code, str(BENCHMARKS)], env=env, capture_output=True, text=True,
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
                          check=True, timeout=120)
-    assert out.stdout.split() == ["True", "1"]
+    assert out.stdout.split()[-3:] == ["0", "True", "1"]
 
 
-def test_busy_union_counts_overlaps_once(gpu_check) -> None:
-    from gpucheck.profile import busy_union, launch_bound
+def test_the_commands_budget_default_is_the_checks(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["gpu-check", "--help"])
+    assert f"(default: {check.BUDGET_SECONDS:g})" in " ".join(capsys.readouterr().out.split())
+
+
+def test_without_out_or_versions_it_is_one_line_and_exit_2(capsys: pytest.CaptureFixture) -> None:
+    assert main(["gpu-check", "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == ("poptune gpu-check: error: `--out` is required (the folder of "
+                                               "gpu-check.json and gpu-check.md), or pass --versions")
+
+
+def test_busy_union_counts_overlaps_once() -> None:
+    from poptune.gpucheck.profile import busy_union, launch_bound
 
     assert busy_union([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == 4
     assert launch_bound({"kernel_ms": 1.0}, 4.0)["launch_bound"] is True

@@ -1,4 +1,4 @@
-"""Several `poptune study` workers on one study, with faults (benchmarks/distributed_study.py, scaled down).
+"""Several `poptune study` workers on one study, with faults (tests/harness/distributed_study.py, scaled down).
 
 Each run must end with exactly its budget of measured configurations, no configuration measured twice, every
 completed trial's attributes present and every worker exiting 0.
@@ -15,13 +15,13 @@ import pytest
 
 pytestmark = pytest.mark.distributed
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "distributed_study.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(tmp_path, *args):
     out = tmp_path / "figures.json"
-    done = subprocess.run([sys.executable, str(SCRIPT), *args, "--json", str(out)], capture_output=True, text=True,
-                          timeout=900)
+    done = subprocess.run([sys.executable, "-m", "tests.harness.distributed_study", *args, "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.exists(), done.stdout + done.stderr
     figures = json.loads(out.read_text())
     budget = int(args[args.index("--trials") + 1])

@@ -12,11 +12,13 @@ from typing import Any
 
 import torch
 
-from gpucheck.plan import Plan
-from poptune import ModelNotFoundError, PopConfig, apply_pop, load_model, remove_pop
+from poptune.gpucheck.plan import Plan
+from poptune.engine import PopConfig, apply_pop, remove_pop
+from poptune.errors import ModelNotFoundError
 from poptune.evaluate.fidelity import FidelitySpec, fidelity_pairs
 from poptune.evaluate.scoring import score_continuations
 from poptune.measure.prompts import demo_prompt
+from poptune.models import load_model
 
 __all__ = ["SCORE_TOLERANCE", "compare_scores"]
 

@@ -1,6 +1,6 @@
 """One profiler pass per model: kernels per full-model prefill and the share of its latency the GPU was busy.
 
-A prefill whose kernels fill less than :data:`~gpucheck.plan.LAUNCH_BOUND_BUSY` of its latency is
+A prefill whose kernels fill less than :data:`~poptune.gpucheck.plan.LAUNCH_BOUND_BUSY` of its latency is
 launch-bound: its latency is Python dispatch and kernel launches, not compute, and its speedup says little
 about POP. Each row's shape is profiled once (full model, one call). The busy time (kernels' union on the
 GPU's clock) is divided by the row's timed p50, not by the profiled call's wall time, which the profiler's
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from gpucheck.plan import LAUNCH_BOUND_BUSY
+from poptune.gpucheck.plan import LAUNCH_BOUND_BUSY
 
 __all__ = ["busy_union", "launch_bound", "profile_call"]
 

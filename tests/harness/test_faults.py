@@ -1,23 +1,20 @@
 """Faults on real processes (tiny model, SQLite): signals, kill -9, two workers, a full disk. Marked ``slow``.
 
-The process helpers are those of ``benchmarks/faults.py``, which prints the same cases as a table.
+The process helpers are those of :mod:`tests.harness.faults`, which prints the same cases as a table
+(``python -m tests.harness.faults``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.slow
 
-_spec = importlib.util.spec_from_file_location("faults", Path(__file__).resolve().parents[1] / "benchmarks" / "faults.py")
-faults = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(faults)
+from . import faults
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

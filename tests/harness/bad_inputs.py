@@ -1,9 +1,9 @@
-"""Benchmark: every command against bad input; prints a Markdown table (exit code, first stderr line, files touched).
+"""Harness: every command against bad input; prints a Markdown table (exit code, first stderr line, files touched).
 
 Usage::
 
-    python benchmarks/bad_inputs.py            # every case (tiny random models; a few minutes on 2 CPUs)
-    python benchmarks/bad_inputs.py -k enqueue # only cases whose name holds "enqueue"
+    python -m tests.harness.bad_inputs            # every case (tiny random models; a few minutes on 2 CPUs)
+    python -m tests.harness.bad_inputs -k enqueue # only cases whose name holds "enqueue"
 
 Each case runs ``python -m poptune ...`` in a scratch folder holding a small stored study (``ok.db``), a study
 another tool wrote (``foreign.db``), a poptune study with no completed trial (``empty.db``), a text file, a file
@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root
 
 #: A quick study problem on a tiny random model.
 STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "300", "--repeats", "1"]

@@ -1,9 +1,9 @@
-"""Benchmark: faults during a study (tiny random model, SQLite); prints a Markdown table of what each cost.
+"""Harness: faults during a study (tiny random model, SQLite); prints a Markdown table of what each cost.
 
 Usage::
 
-    python benchmarks/faults.py                 # every fault (a few minutes on 2 CPUs)
-    python benchmarks/faults.py -k sigint       # only faults whose name holds "sigint"
+    python -m tests.harness.faults                 # every fault (a few minutes on 2 CPUs)
+    python -m tests.harness.faults -k sigint       # only faults whose name holds "sigint"
 
 Faults: kill -9 mid-trial then the same command again, SIGINT and SIGTERM mid-trial (time to exit, the summary
 line) then the same command again, a second process on the same SQLite study, a full disk (a 1 MiB tmpfs filled
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository root
 STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "300", "--repeats", "1",
          "--heartbeat", "2"]
 

@@ -6,9 +6,9 @@ seconds (and starts it again, as a scheduler would) or restarts the database ser
 holds at the end: completed trials, configurations measured (and measured twice), trials answered from
 storage, failed, pruned and left waiting, attributes missing, and the workers' exit codes.
 
-    python benchmarks/distributed_study.py --storage postgres --workers 4 --trials 40
-    python benchmarks/distributed_study.py --storage postgres --workers 4 --trials 40 --kill-every 5
-    python benchmarks/distributed_study.py --storage journal --workers 4 --trials 40 --kill-every 5
+    python -m tests.harness.distributed_study --storage postgres --workers 4 --trials 40
+    python -m tests.harness.distributed_study --storage postgres --workers 4 --trials 40 --kill-every 5
+    python -m tests.harness.distributed_study --storage journal --workers 4 --trials 40 --kill-every 5
 
 A tiny random model and the embedded synthetic tasks keep a trial at a few seconds of CPU.
 """

@@ -1,1 +1,0 @@
-"""The prepared GPU check behind ``benchmarks/gpu_check.py``: plan, preflight, rows, profile, scores, report."""

@@ -1,0 +1,116 @@
+"""The grid study: every configuration of the search space measured once, as one study with the ``grid`` sampler.
+
+As many trials as the canonical space has configurations (:func:`poptune.tune.space.all_configs`: 241 for
+Gemma-3-270M's 18 layers), on a :class:`~poptune.tune.problem.TuningProblem`'s workload. By default it is stored
+in an Optuna journal file beside its table (:func:`grid_storage`), small enough to commit, so that the same
+command continues where it stopped on any machine of the same hardware id (an interrupted trial is measured
+again; a complete grid returns at once). One process per grid: it times the A/A checks, re-times noisy trials and
+confirms the front as a study on SQLite does. A stored grid is found again without loading the model
+(:func:`stored_grid`). Its table and README are :mod:`poptune.gridtable`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from poptune.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+
+    from poptune.tune.problem import TuningProblem
+
+__all__ = ["grid_name", "grid_storage", "measure_grid", "stored_grid"]
+
+
+def grid_storage(model: str, device: str, folder: str | Path) -> str:
+    """The grid's journal file in ``folder`` (its table's): one per model and hardware id, committed with it."""
+    from poptune.files import safe_name
+    from poptune.measure.hardware import fingerprint
+    from poptune.models import resolve_model
+
+    name = f"grid-{safe_name(resolve_model(model).name)}-{safe_name(fingerprint(device).hardware_id)}"
+    return f"journal:{Path(folder) / name}.journal"
+
+
+def grid_name(problem: TuningProblem, study: str | None = None) -> str:
+    """The grid study's name: ``study``, else ``<model>@<hardware-id>`` of this machine."""
+    from poptune.tune.study import StudySpec, study_name_of
+
+    return study_name_of(StudySpec(problem=problem, trials=1, study=study))
+
+
+def _find(problem: TuningProblem, storage: str, study: str | None) -> optuna.Study | None:
+    """The grid study as stored (no model loaded), or None where the storage holds none.
+
+    A storage that cannot be opened (no database file yet) raises ``ConfigError``.
+    """
+    from poptune import store
+
+    name = grid_name(problem, study)
+    reader = store.open_reader(storage)
+    return store.load_study(reader, name) if name in store.study_names(reader) else None
+
+
+def stored_grid(problem: TuningProblem, storage: str, study: str | None = None) -> optuna.Study:
+    """The grid study of ``problem`` in ``storage`` as stored (no model loaded).
+
+    Raises:
+        ConfigError: the storage holds no such study, or one made with other settings.
+    """
+    from poptune import store
+    from poptune.tune.study import check_problem
+
+    found = _find(problem, storage, study)  # a missing database file raises its own message
+    if found is None:
+        raise ConfigError(f"no grid study {grid_name(problem, study)!r} in {store.public_url(storage)}: "
+                          "run without --table-only to measure it")
+    check_problem(found, problem)
+    return found
+
+
+def _num_layers(problem: TuningProblem, storage: str, study: str | None) -> tuple[int, Any]:
+    """The model's layers: from the stored study when there is one (no model loaded), else a loaded evaluator."""
+    from poptune.tune.evaluator import ConfigEvaluator
+
+    try:
+        found = _find(problem, storage, study)
+    except ConfigError:  # no database yet
+        found = None
+    if found is not None and "num_layers" in found.user_attrs:
+        return int(found.user_attrs["num_layers"]), None
+    evaluator = ConfigEvaluator(problem)
+    return evaluator.num_layers, evaluator
+
+
+def measure_grid(problem: TuningProblem, storage: str, *, study: str | None = None, timeout: float | None = None,
+                 confirm: bool = True, callbacks: Sequence[Callable[..., None]] = (),
+                 announce: Callable[[int, int], None] | None = None) -> optuna.Study:
+    """Run (or continue) the grid study of ``problem`` in ``storage``; returns it.
+
+    Args:
+        problem: The workload every configuration is measured on.
+        storage: Where the grid is stored (checked before any work).
+        study: Its name (default: ``<model>@<hardware-id>``).
+        timeout: Stop starting trials after this many seconds (resume later).
+        confirm: Run the A/A checks, re-measure noisy trials and confirm the front.
+        callbacks: Optuna trial callbacks (progress lines).
+        announce: Told ``(configurations, layers)`` once they are known, before the first trial.
+    """
+    import optuna
+
+    from poptune import store
+    from poptune.tune.space import all_configs
+    from poptune.tune.study import StudySpec, run_study
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    store.check_storage(storage)
+    num_layers, evaluator = _num_layers(problem, storage, study)
+    total = len(all_configs(num_layers, problem.kv))
+    spec = StudySpec(problem=problem, trials=total, sampler="grid", storage=storage, study=study,
+                     seed=problem.seed, timeout=timeout, confirm=confirm, sole_worker=True)
+    if announce is not None:
+        announce(total, num_layers)
+    return run_study(spec, evaluator=evaluator, callbacks=list(callbacks))
