@@ -76,6 +76,8 @@ def build_grid(spec: GridSpec, command: str, *, callbacks: Sequence[Callable[...
     from poptune.tune.gridstudy import measure_grid, stored_grid
 
     check_writable_folder(spec.out)
+    if spec.storage is None and not spec.table_only:  # the default journal's folder, <out>/raw/
+        (Path(spec.out) / "raw").mkdir(exist_ok=True)
     storage = storage_of(spec)
     store.check_storage(storage)
     if spec.table_only:
@@ -119,7 +121,10 @@ def _record(storage: str | None, csv_path: Path) -> str:
 
     if storage and storage.startswith("journal:"):
         path = Path(storage.removeprefix("journal:"))
-        where = f"`{path.name}` beside this file" if path.parent.resolve() == csv_path.parent.resolve() else f"`{path}`"
+        folder = path.parent.resolve()
+        where = (f"`{path.name}` beside this file" if folder == csv_path.parent.resolve()
+                 else f"`raw/{path.name}` beside this file" if folder == (csv_path.parent / "raw").resolve()
+                 else f"`{path}`")
         return (f"an Optuna journal file, {where}: the raw record (every trial with its per-item outcomes, timing "
                 "pairs and null checks; `optuna trials --storage-class JournalFileBackend` and optuna-dashboard read "
                 "it), from which the same command resumes on a machine of this hardware id")

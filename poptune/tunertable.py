@@ -16,7 +16,7 @@ and the hypervolume after 8, 16 and 32 trials (means over seeds with 95% bootstr
 needed to reach 95% of the grid's hypervolume. For a grid file it also counts where the grid breaks the order the
 structure-aware sampler assumes (:func:`poptune.tune.structured.order_violations`) and how many of the verdicts
 that sampler implies after 16 trials the recorded figures bear out (:func:`poptune.tune.replay.implied_held`).
-:func:`tuner_table` writes it all as Markdown (default: ``leaderboards/tuner-<grid or study>.md``).
+:func:`tuner_table` writes it all as Markdown (default: ``leaderboards/tuner-replay-<model>-<hardware>.md``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["TunerSpec", "summary_line", "tuner_table"]
+__all__ = ["TunerSpec", "default_name", "summary_line", "tuner_table"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,8 @@ class TunerSpec:
         seeds: Seeds per sampler (default: 20 for a grid file, 10 else).
         noise: Answers drawn from the recorded intervals (seeded).
         horizon: Trials within which 95% of the grid's hypervolume is sought (default: 64 for a grid file, 32 else).
-        out: The Markdown file to write (default: ``leaderboards/tuner-<name>.md`` of the current directory).
+        out: The Markdown file to write (default: :func:`default_name` in ``leaderboards/`` of
+            the current directory).
     """
 
     grid: str | None = None
@@ -224,6 +225,19 @@ def summary_line(row: Any) -> str:
     return f"{row.sampler}: best@16 {best}, hits@16 {row.hits}/{row.seeds}, trials to 95% HV {reach}"
 
 
+def default_name(replayed: str) -> str:
+    """The table's file stem, ``tuner-replay-<model>-<hardware>`` (leaderboards/README.md's scheme).
+
+    ``replayed`` is a grid file's stem (``grid-<model>-<hardware>``) or a stored study's name
+    (``<model>@<hardware>``, :func:`poptune.files.result_name`).
+    """
+    from poptune.files import result_name, safe_name
+
+    if "@" not in replayed and replayed.startswith("grid-"):
+        return safe_name(f"tuner-replay-{replayed.removeprefix('grid-')}")
+    return result_name("tuner-replay", replayed)
+
+
 def tuner_table(spec: TunerSpec, command: str) -> tuple[Path, list[Any]]:
     """Replay the grid of ``spec`` for each sampler and seed, and write the tuner table.
 
@@ -240,7 +254,7 @@ def tuner_table(spec: TunerSpec, command: str) -> tuple[Path, list[Any]]:
     """
     import optuna
 
-    from poptune.files import check_writable_file, safe_name, write_text
+    from poptune.files import check_writable_file, write_text
     from poptune.tune.replay import tuner_efficiency
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -248,7 +262,7 @@ def tuner_table(spec: TunerSpec, command: str) -> tuple[Path, list[Any]]:
     if spec.out:
         check_writable_file(spec.out)
     replay, where, spec = _source(spec)
-    out = Path(spec.out) if spec.out else Path("leaderboards") / f"tuner-{safe_name(replay.study_name)}.md"
+    out = Path(spec.out) if spec.out else Path("leaderboards") / f"{default_name(replay.study_name)}.md"
     started = time.monotonic()
     rows = tuner_efficiency(replay, max_drop=spec.max_drop, samplers=spec.samplers, seeds=spec.seeds,
                             noise=spec.noise, horizon=spec.horizon)

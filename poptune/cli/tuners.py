@@ -37,7 +37,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--noise", action="store_true", help="answers drawn from the recorded intervals (seeded)")
     parser.add_argument("--horizon", type=positive, help="trials within which 95%% of the grid's hypervolume is "
                         "sought (default: 64 for --grid, 32 else)")
-    parser.add_argument("--out", help="the Markdown file to write (default: leaderboards/tuner-<name>.md)")
+    parser.add_argument("--out", help="the Markdown file to write "
+                        "(default: leaderboards/tuner-replay-<model>-<hardware>.md)")
     parser.set_defaults(run=run)
 
 

@@ -26,13 +26,14 @@ __all__ = ["grid_name", "grid_storage", "measure_grid", "stored_grid"]
 
 
 def grid_storage(model: str, device: str, folder: str | Path) -> str:
-    """The grid's journal file in ``folder`` (its table's): one per model and hardware id, committed with it."""
+    """The grid's journal file in ``folder/raw/`` (beside its table, with the raw records of leaderboards/README.md):
+    one per model and hardware id, committed with it."""
     from poptune.files import safe_name
     from poptune.measure.hardware import fingerprint
     from poptune.models import resolve_model
 
     name = f"grid-{safe_name(resolve_model(model).name)}-{safe_name(fingerprint(device).hardware_id)}"
-    return f"journal:{Path(folder) / name}.journal"
+    return f"journal:{Path(folder) / 'raw' / name}.journal"
 
 
 def grid_name(problem: TuningProblem, study: str | None = None) -> str:

@@ -20,7 +20,7 @@ ROOT = HERE.parents[1]
 STUDIES = {
     "fake": HERE / "golden" / "fake-study.journal",
     "grid": next(iter(sorted(ROOT.glob("leaderboards/**/grid-gemma-3-270m-cpu-amd-epyc-2t.journal"))),
-                 ROOT / "leaderboards" / "raw/grid-gemma-3-270m-cpu-amd-epyc-2t.journal"),
+                 ROOT / "leaderboards" / "grid-gemma-3-270m-cpu-amd-epyc-2t.journal"),
 }
 
 

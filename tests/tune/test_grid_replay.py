@@ -269,7 +269,7 @@ def test_the_grid_is_stored_by_default_in_a_journal_beside_its_table(tmp_path):
     url = grid_storage("tiny-llama", "cpu", tmp_path)
     assert url.startswith("journal:") and url.endswith(".journal")
     path = Path(url.removeprefix("journal:"))
-    assert path.parent == tmp_path and path.name.startswith("grid-tiny-llama-cpu-")
+    assert path.parent == tmp_path / "raw" and path.name.startswith("grid-tiny-llama-cpu-")  # leaderboards/raw/
     spec = GridSpec(problem=TuningProblem(model="tiny-llama"), out=tmp_path)
     assert storage_of(spec) == url and storage_of(GridSpec(problem=spec.problem, storage="sqlite:///x.db")) == (
         "sqlite:///x.db")
@@ -292,3 +292,23 @@ def test_a_tuner_spec_refuses_two_sources_or_a_build_of_a_grid_file():
         TunerSpec(grid="g.csv", build=True)
     with pytest.raises(ConfigError, match="`seeds` must be >= 1, got 0"):
         TunerSpec(seeds=0)
+
+
+@pytest.mark.parametrize("replayed, expected", [
+    ("grid-gemma-3-270m-cpu-amd-epyc-2t", "tuner-replay-gemma-3-270m-cpu-amd-epyc-2t"),
+    ("gemma-3-270m@cpu-amd-epyc-2t", "tuner-replay-gemma-3-270m-cpu-amd-epyc-2t"),
+    ("my grid", "tuner-replay-my_grid"),
+])
+def test_the_tuner_tables_default_name_follows_the_leaderboards_scheme(replayed, expected):
+    from poptune.tunertable import default_name
+
+    assert default_name(replayed) == expected
+
+
+def test_the_grid_readme_names_a_journal_under_raw(tmp_path):
+    from poptune.gridtable import _record
+
+    csv_path = tmp_path / "grid-x-cpu.csv"
+    assert "`raw/grid-x-cpu.journal` beside this file" in _record(
+        f"journal:{tmp_path / 'raw' / 'grid-x-cpu.journal'}", csv_path)
+    assert "`grid-x-cpu.journal` beside this file" in _record(f"journal:{tmp_path / 'grid-x-cpu.journal'}", csv_path)
