@@ -143,3 +143,19 @@ def test_result_names_follow_the_leaderboards_scheme(kind, study, expected):
     from poptune.files import result_name
 
     assert result_name(kind, study) == expected
+
+
+def test_the_leaderboards_index_lists_every_file_and_its_names_follow_the_scheme():
+    """leaderboards/README.md names each file there (a row may list a stem's other extensions as `.csv`)."""
+    import re
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "leaderboards"
+    rows = (folder / "README.md").read_text().splitlines()
+    files = [p for p in folder.rglob("*") if p.is_file() and p.name != "README.md"]
+    assert files
+    for path in files:
+        stem, _, ext = path.name.partition(".")
+        assert any(path.name in row or (f"`{stem}." in row and f"`.{ext}`" in row) for row in rows), path.name
+        # <kind>-<model>-<hardware>: every result ends with the hardware id of the machine that made it
+        assert re.search(r"-(cpu|cuda)-[a-z0-9-]+-\d+t$|-cuda-[a-z0-9-]+$", stem), path.name
