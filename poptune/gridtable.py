@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from poptune.store.attributes import StoredStudy
 from poptune.tune.problem import TuningProblem
 
 if TYPE_CHECKING:
@@ -105,9 +106,9 @@ def _range(row: dict[str, str], key: str, spec: str) -> str:
     return value + (f" [{format(float(lo), spec)}, {format(float(hi), spec)}]" if lo and hi else "")
 
 
-def _checks(attrs: dict[str, Any]) -> str:
+def _checks(attrs: "StoredStudy") -> str:
     """What the study's A/A checks and re-measures say."""
-    checks = attrs.get("null_checks", [])
+    checks = attrs.null_checks
     if not checks:
         return "no A/A null check (run with --no-confirm)"
     failed = sum(bool(c.get("noisy")) for c in checks)
@@ -190,32 +191,32 @@ def _shown(command: list[str]) -> str:
     return "python " + (" ".join(command) or "?")
 
 
-def _state(attrs: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
+def _state(attrs: "StoredStudy", rows: list[dict[str, str]]) -> dict[str, Any]:
     """What the README's sections share: the problem, the space, the runs and their spans, the trials' times."""
     from poptune import store
     from poptune.tune.space import all_configs
 
-    p = TuningProblem.from_dict(attrs["problem"])
-    space = all_configs(int(attrs["num_layers"]), p.kv)
+    p = TuningProblem.from_dict(attrs.problem)
+    space = all_configs(attrs.num_layers, p.kv)
     trusted = [r for r in rows if r["noisy"] != "1"]  # a measurement that failed a null check is never ranked
     feasible = [r for r in trusted if p.max_drop is None or float(r["drop_hi"] or r["drop"]) <= p.max_drop]
     return {"p": p, "space": space, "total": len(space), "trusted": trusted, "partial": len(rows) < len(space),
-            "fastest": sorted(feasible, key=lambda r: -float(r["speedup"]))[:5], "hw": attrs.get("hardware", {}),
+            "fastest": sorted(feasible, key=lambda r: -float(r["speedup"]))[:5], "hw": attrs.hardware,
             "budget": "no budget" if p.max_drop is None else f"{p.max_drop:g} points on the drop's 95% upper bound",
-            "runs": attrs.get("runs", []), "store": store}
+            "runs": attrs.runs, "store": store}
 
 
 def _measured(study: Any, csv_path: Path, rows: list[dict[str, str]], s: dict[str, Any], storage: str | None,
               ) -> list[str]:
     """The title, what the table holds, and how it was measured."""
-    attrs, p, hw = study.user_attrs, s["p"], s["hw"]
-    versions = ", ".join(f"{k} {v}" for k, v in sorted(attrs.get("versions", {}).items()))
+    attrs, p, hw = StoredStudy.of(study), s["p"], s["hw"]
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(attrs.versions.items()))
     state = ("complete: every configuration of the space" if len(rows) >= s["total"] else
              f"PARTIAL: {len(rows)} of {s['total']} configurations; run the command again to continue")
     return [
-        f"# Grid: every POP configuration of {attrs.get('model')} on {hw.get('hardware_id')}", "",
+        f"# Grid: every POP configuration of {attrs.model} on {hw.get('hardware_id')}", "",
         f"`{csv_path.name}`: {len(rows)} rows ({state}), one per configuration of the canonical search space "
-        f"(`poptune.tune.space.all_configs`, {attrs['num_layers']} layers: skip 0..{int(attrs['num_layers']) - 1}, "
+        f"(`poptune.tune.space.all_configs`, {attrs.num_layers} layers: skip 0..{attrs.num_layers - 1}, "
         "offset 0..2 where the block fits, 5 boundaries; skip 0 is the full model).", "",
         "## How it was measured", "",
         f"- A study (`poptune.tune.study.run_study`) with the `grid` sampler, {s['total']} trials (study "
@@ -230,17 +231,17 @@ def _measured(study: Any, csv_path: Path, rows: list[dict[str, str]], s: dict[st
         "bootstrap interval, which closed at [0, 0] when no item flipped: the rows it let stop early as within "
         "the budget now read undecided on their 32 items.",
         f"- Latency: paired POP/full time to first token at the workload's prompt-length quantiles "
-        f"({attrs.get('latency_points')}: [length, share]), combined by share into the expected TTFT speedup; at "
+        f"({attrs.latency_points}: [length, share]), combined by share into the expected TTFT speedup; at "
         f"least {p.repeats} pairs, " + (f"on until the interval is +-{p.precision:.0%} (at most {p.max_pairs} pairs, "
                                         f"{p.max_seconds:g} s per length)" if p.precision else "no more")
         + "; the speedup's interval is the one stored when the trial was timed (a seeded bootstrap of the median "
         "pair ratio, the pairs' range below 3 pairs; 3-5 pairs cover the median 75-94% of the time, not 95%: the "
         "current order-statistic interval needs the raw pairs, kept in the journal).",
-        f"- Model {attrs.get('model')} (weights {p.weights}, fingerprint `{attrs.get('weights_fingerprint')}`), device "
+        f"- Model {attrs.model} (weights {p.weights}, fingerprint `{attrs.weights_fingerprint}`), device "
         f"{p.device}, dtype {p.dtype or 'default'}; hardware {hw.get('hardware_id')} ({hw.get('name', '')}); "
         f"{versions}.",
         f"- Trust: {_checks(attrs)}; `noisy` = 1 where a null check failed and no trusted re-measure replaced it; "
-        f"state reuse checked against the plain forward ({attrs.get('state_reuse_check')}).", "",
+        f"state reuse checked against the plain forward ({attrs.state_reuse_check}).", "",
     ]
 
 
@@ -268,7 +269,7 @@ def _columns_and_fastest(study: Any, rows: list[dict[str, str]], s: dict[str, An
 
 def _commands_and_cite(study: Any, csv_path: Path, command: str, s: dict[str, Any]) -> list[str]:
     """The runs and their wall time, how to replay the table, how to cite it."""
-    attrs, runs, hw = study.user_attrs, s["runs"], s["hw"]
+    attrs, runs, hw = StoredStudy.of(study), s["runs"], s["hw"]
     spans = _spans(runs, study)
     wall = sum(_seconds(start, end) for start, end in spans)
     trial_s = sum(s["store"].StoredTrial.of(t).seconds for t in s["store"].completed(study))
@@ -278,7 +279,7 @@ def _commands_and_cite(study: Any, csv_path: Path, command: str, s: dict[str, An
         "## Commands and wall time", "",
         f"Wall time {_hours(wall)} over {len(runs)} run(s) (each run's start to finish, measured {dates}); the "
         f"trials themselves {_hours(trial_s)}. The runs, each resuming the stored grid:", "",
-        *_runs(runs, spans, attrs.get("null_checks", [])), "",
+        *_runs(runs, spans, attrs.null_checks), "",
         f"This table was written by `{command}`.", "",
         "## Replay it", "",
         f"`Replay.from_csv('{csv_path.name}')` (`poptune.tune.replay`), `gymnasium.make('poptune/POP-Replay-v0', "
@@ -287,8 +288,8 @@ def _commands_and_cite(study: Any, csv_path: Path, command: str, s: dict[str, An
         "sigma = half-width / 1.96 on each side, clipped to the recorded 95% interval (seeded).", "",
         "## How to cite", "",
         f"```\n@misc{{poptune_{csv_path.stem.replace('-', '_')},\n  title = {{poptune grid table: every prefill-only "
-        f"pruning configuration of {attrs.get('model')} on {hw.get('hardware_id')}}},\n  howpublished = {{poptune "
-        f"leaderboards/{csv_path.name}}},\n  note = {{poptune {attrs.get('versions', {}).get('poptune', '?')}"
+        f"pruning configuration of {attrs.model} on {hw.get('hardware_id')}}},\n  howpublished = {{poptune "
+        f"leaderboards/{csv_path.name}}},\n  note = {{poptune {attrs.versions.get('poptune', '?')}"
         f"{', commit ' + commit if commit else ''}; measured {dates}}}\n}}\n```", "",
     ]
 
@@ -296,7 +297,7 @@ def _commands_and_cite(study: Any, csv_path: Path, command: str, s: dict[str, An
 def readme(study: optuna.Study, csv_path: Path, rows: list[dict[str, str]], command: str,
            storage: str | None = None) -> str:
     """The README of a grid table: what it holds, how it was measured, the command, the wall time, how to cite."""
-    s = _state(study.user_attrs, rows)
+    s = _state(StoredStudy.of(study), rows)
     return "\n".join(_measured(study, csv_path, rows, s, storage) + _columns_and_fastest(study, rows, s)
                      + _commands_and_cite(study, csv_path, command, s))
 
@@ -306,8 +307,9 @@ def write(study: optuna.Study, out: str | Path, command: str, storage: str | Non
     from poptune.files import safe_name, write_text
     from poptune.tune.grid import grid_rows, write_grid
 
-    hardware = study.user_attrs.get("hardware", {}).get("hardware_id", "unknown")
-    base = Path(out) / f"grid-{safe_name(str(study.user_attrs.get('model')))}-{safe_name(hardware)}"
+    attrs = StoredStudy.of(study)
+    hardware = attrs.hardware_id or "unknown"
+    base = Path(out) / f"grid-{safe_name(str(attrs.model))}-{safe_name(hardware)}"
     csv_path, md_path = base.with_suffix(".csv"), base.with_suffix(".md")
     write_grid(study, csv_path)
     write_text(md_path, readme(study, csv_path, grid_rows(study), command, storage).rstrip("\n"))

@@ -95,6 +95,7 @@ def _build(spec: TunerSpec) -> None:
 def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
     """The replay, its provenance lines, and ``spec`` with the route's defaults filled in."""
     from poptune import store
+    from poptune.store.attributes import StoredStudy
     from poptune.tune.problem import DEFAULT_MAX_DROP
     from poptune.tune.replay import TUNER_SAMPLERS, Replay
 
@@ -115,7 +116,7 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
         replay = Replay.of(study)
         defaults = dict(samplers=("tpe", "nsga2", "random"), seeds=10, horizon=32, max_drop=1.0)
         where = [f"- grid study: `{study.study_name}` in {store.public_url(spec.storage)}, measured on "
-                 f"{study.user_attrs.get('hardware', {}).get('hardware_id')}"]
+                 f"{StoredStudy.of(study).hardware_id}"]
     spec = replace(spec, **{k: v for k, v in defaults.items() if getattr(spec, k) is None})
     return replay, where, spec
 

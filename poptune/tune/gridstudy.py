@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from poptune.errors import ConfigError
+from poptune.store.attributes import StoredStudy
 
 if TYPE_CHECKING:
     import optuna
@@ -80,8 +81,11 @@ def _num_layers(problem: TuningProblem, storage: str, study: str | None) -> tupl
         found = _find(problem, storage, study)
     except ConfigError:  # no database yet
         found = None
-    if found is not None and "num_layers" in found.user_attrs:
-        return int(found.user_attrs["num_layers"]), None
+    if found is not None:
+        try:
+            return StoredStudy.of(found).num_layers, None
+        except ConfigError:  # a study that records no layers yet
+            pass
     evaluator = ConfigEvaluator(problem)
     return evaluator.num_layers, evaluator
 
