@@ -1,8 +1,8 @@
 """Write the fixture study (a synthetic study in a journal file) and the golden renderings of the report.
 
 The golden files are what ``poptune study`` printed and wrote for these studies at commit ca4c9a0 (before the
-report model): ``tests/study/test_report_golden.py`` checks that the report still renders them byte for byte.
-Run from the repository root: ``python tests/study/golden/make_golden.py [--study]`` (``--study`` makes the
+report model): ``tests/report/test_golden.py`` checks that the report still renders them byte for byte.
+Run from the repository root: ``python -m tests.report.golden.make_golden [--study]`` (``--study`` makes the
 fixture study again first: new dates, so new golden files).
 """
 
@@ -21,7 +21,7 @@ def make_study() -> None:
 
     from poptune.env import TuningProblem
     from poptune.tune.study import StudySpec, run_study
-    from study.fakes import FakeEvaluator, pair, true, ideal
+    from tests.tune.fakes import FakeEvaluator, ideal, pair, true
 
     import poptune.tune.trust as trust
 
@@ -39,8 +39,7 @@ def make_study() -> None:
 
 
 def main() -> None:
-    sys.path.insert(0, str(HERE.parent))
-    from test_report_golden import STUDIES, render
+    from tests.report.test_golden import STUDIES, render
 
     if "--study" in sys.argv:
         make_study()

@@ -13,7 +13,7 @@ from poptune.env import TuningProblem
 from poptune.plots import PlotPoint, attainment_steps, place_labels, pyplot
 from poptune.tune.study import StudySpec, run_study
 
-from .fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse)
+from ..tune.fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

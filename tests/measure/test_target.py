@@ -12,7 +12,7 @@ from poptune.measure.target import ResolvedTarget
 from poptune.models import ResolvedModel, resolve_model, weights_fingerprint
 from poptune.tune.study import StudySpec, run_study, study_name_of
 
-from .fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse)
+from ..tune.fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
