@@ -278,6 +278,16 @@ def _workload_lines(study: "optuna.Study") -> list[str]:
             f"{problem.get('max_seconds')} s per length"]
 
 
+def _kv_lines(study: "optuna.Study") -> list[str]:
+    """Which text the study's calibrated K/V maps were fitted on (nothing where it measured none)."""
+    sources: dict[str, None] = {}
+    for trial in map(StoredTrial.of, store.completed(study)):
+        source = ((trial.details or {}).get("kv_maps") or {}).get("calibration", {}).get("source")
+        if source:
+            sources[source] = None
+    return [f"- calibrated K/V maps fitted on: {'; '.join(sources)}"] if sources else []
+
+
 def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
     """The study's summary: what it measured and for how long, its front, the references, the null checks."""
     attrs = study.user_attrs
@@ -289,7 +299,7 @@ def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
     lines = [f"# Study {study.study_name}", "",
              f"- model: {attrs.get('model')} (weights {str(attrs.get('weights_fingerprint', ''))[:24]}), "
              f"{attrs.get('num_layers')} layers; hardware: {attrs.get('hardware', {}).get('hardware_id')}",
-             *_workload_lines(study),
+             *_workload_lines(study), *_kv_lines(study),
              f"- accuracy budget: " + (f"drop's 95% upper bound <= {budget:g} points, certified on fresh items "
                                        "(anytime-valid confidence sequence, see docs/statistics.md)"
                                        if budget is not None else "none"),
