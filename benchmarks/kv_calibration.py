@@ -227,7 +227,8 @@ def sweep(args) -> None:
         with states.attached(model), torch.inference_mode():
             for batch in batches:  # the full model's prefill: records the states the POP prefills replay
                 with pop(model, PopConfig(0)):
-                    model(input_ids=batch[:, : -args.continuation], use_cache=True)
+                    model(input_ids=batch[:, : -args.continuation], use_cache=True, logits_to_keep=1)
+            print(f"length {length}: {len(ids)} windows recorded ({time.perf_counter() - began:.0f} s)", flush=True)
             for skip in skips:
                 nll = {kv: [x for batch in batches for x in continuation_nll(
                     model, PopConfig(skip, "last", kv=kv), batch, args.continuation)] for kv in ("own", "calibrated")}

@@ -1,8 +1,10 @@
 """Fitting calibrated K/V maps for POP's skipped block, closed form, and keeping them on disk.
 
 For a block ``[s, e)`` and each layer ``l`` in ``(s, e)``, POP writes the pruned tokens' K/V from the block-entry
-state ``h_s`` where the full model has ``h_l``. On calibration text (WikiText-2 *validation* windows with a data
-directory, text sampled from the model without one; :mod:`poptune.calibration`), with ``X = LN_l(h_s)`` and
+state ``h_s`` where the full model has ``h_l``. On calibration text (:class:`KVFitSpec`: WikiText-2 *validation*
+windows of two lengths, 16 of 512 tokens and 48 of 64, each after BOS, so that short prompts, the sink and the
+first positions weigh in the fit as they do in real prompts; a study's own never-scored prompts; text sampled
+from the model without a data directory; :mod:`poptune.calibration`), with ``X = LN_l(h_s)`` and
 ``Y = W LN_l(h_l)`` (the layer's own projection of its true input, bias excluded, before the key norm and
 RoPE), each of ``W_K`` and ``W_V`` is replaced by the ridge solution pulled towards the layer's own weights:
 
@@ -11,6 +13,15 @@ RoPE), each of ``W_K`` and ``W_V`` is replaced by the ridge solution pulled towa
 in float64, with ``lam = ridge * trace(X^T X) / C``. With little text the fit stays near the layer's own
 projection; when ``Y`` is an exact linear function of ``X`` the fit recovers it. The residual stream of the
 calibration text is computed once (:class:`KVFitter`) and serves every block.
+
+**Validation.** Every ``holdout``-th window is left out of the fit. A projection whose map is not better than
+the layer's own on those windows' tokens keeps its own; then the held-out windows' last tokens are scored at
+full depth after the POP prefill of the rest (:func:`continuation_nll`), and a block whose maps do not lower
+that NLL keeps its layers' own projections altogether (calibrated K/V then are the paper's POP, exactly).
+
+**Sink tokens** (Gemma-3's BOS: a block-entry norm 6-16x every other token's) can get maps of their own, found
+by that norm (``KVFitSpec.sink``, :mod:`poptune.kvmaps`); measured worse than one map for every token, so off
+by default.
 
 Maps are kept under ``<cache>/kv-maps/<weights fingerprint>/`` (:mod:`poptune.cache`: ``$POPTUNE_CACHE``, else
 the user cache folder, ``~/.cache/poptune`` on Linux; ``$POPTUNE_KV_MAPS`` names the folder itself), one
