@@ -14,6 +14,18 @@ Usage::
     python benchmarks/kv_calibration.py --data-dir ../shared/data [--skips 4,6,9,12] [--pairs 48]
 
 Writes ``leaderboards/kv-calibration-<model>.md`` and ``.json``.
+
+**Held-out sweep** (``--lengths``, issue 38): contexts of each length (BOS included) of WikiText-2 *test* at
+evenly spaced offsets, ``--windows`` of them per length, the next ``--continuation`` tokens scored at full depth
+after the POP prefill of the context (:func:`poptune.kvfit.continuation_nll`, as the project's likelihood
+scoring does), own against calibrated K/V at every skip, paired over the same windows: the mean of the per-window
+differences (calibrated minus own) with its 95% t interval (``scipy.stats.ttest_1samp``). The layers before the
+block are replayed from the full model's states (:mod:`poptune.prefix`: exact, and the only way 2,048-token
+contexts fit the budget)::
+
+    python benchmarks/kv_calibration.py --data-dir ../shared/data --lengths 64,128,512,2048 --windows 64,48,24,8
+
+Writes ``leaderboards/kv-heldout-<model>-<hardware>.md`` and its rows ``leaderboards/raw/...json``.
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ from poptune.engine import remove_pop
 from poptune.evaluate.fidelity import FidelitySpec, fidelity_pairs
 from poptune.evaluate.paired import paired_drop
 from poptune.evaluate.scoring import continuation_logprobs
-from poptune.kvfit import KVFitSpec, KVFitter, calibrated_kv_maps
+from poptune.kvfit import KVFitSpec, KVFitter, prepare_kv
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
 from poptune.models.registry import weights_fingerprint
@@ -86,7 +98,12 @@ def main() -> None:
     parser.add_argument("--ridge", type=float, default=KVFitSpec.ridge)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--out", default=str(ROOT / "leaderboards"))
+    parser.add_argument("--lengths", help="the held-out sweep: context lengths (BOS included), e.g. 64,128,512,2048")
+    parser.add_argument("--windows", help="the held-out sweep: contexts per length, e.g. 64,48,24,8")
     args = parser.parse_args()
+    if args.lengths:
+        sweep(args)
+        return
 
     began = time.perf_counter()
     model, tok = load_model(args.model)
@@ -101,7 +118,7 @@ def main() -> None:
         for kv in ("own", "calibrated"):  # null check: one skipped layer has no map
             config = PopConfig(1, kv=kv)
             if kv == "calibrated":
-                calibrated_kv_maps(model, tok, config, fingerprint=weights, fitter=fitter)
+                prepare_kv(model, tok, config, fingerprint=weights, fitter=fitter)
             check[kv] = _figures(full, _per_pair(model, tok, config, pairs[:4], args.batch_size), pairs[:4])
         if check["own"] != check["calibrated"]:
             sys.exit("null check failed: at skip 1 calibrated K/V must equal the layers' own")
@@ -111,7 +128,7 @@ def main() -> None:
             for kv in ("own", "calibrated"):
                 config = PopConfig(skip, "last", kv=kv)
                 if kv == "calibrated":
-                    maps = calibrated_kv_maps(model, tok, config, fingerprint=weights, fitter=fitter)
+                    maps = prepare_kv(model, tok, config, fingerprint=weights, fitter=fitter)
                     row["fit"] = {"seconds": maps.meta.get("seconds"), "tokens": maps.meta.get("tokens"),
                                   "relative_error": maps.meta.get("relative_error")}
                 row[kv] = _figures(full, _per_pair(model, tok, config, pairs, args.batch_size), pairs)
@@ -165,6 +182,126 @@ def _write(args, rows, fitter, seconds) -> None:
     (out / f"{stem}.md").write_text("\n".join(lines))
     (out / f"{stem}.json").write_text(json.dumps({"command": command.strip(), "rows": rows, "calibration": calib,
                                                   "hardware": hw.to_dict(), "versions": versions()}) + "\n")
+    print(f"wrote {out / stem}.md", flush=True)
+
+
+def _windows(tok, text, length, count, continuation):
+    """``count`` windows (count, length + continuation): BOS and ``length - 1`` tokens of context, then the
+    continuation, at evenly spaced offsets of ``text``."""
+    pairs = fidelity_pairs(tok, text, FidelitySpec(length - 1, continuation, count))
+    return torch.tensor([c + n for c, n in pairs])
+
+
+def _paired(calibrated, own):
+    """Calibrated minus own, per window: mean, 95% t interval, count."""
+    from scipy import stats
+
+    diff = [c - o for c, o in zip(calibrated, own)]
+    interval = stats.ttest_1samp(diff, 0.0).confidence_interval(0.95)
+    return {"mean": sum(diff) / len(diff), "lo": float(interval.low), "hi": float(interval.high), "n": len(diff)}
+
+
+def sweep(args) -> None:
+    """The held-out sweep: per length and skip, the continuation NLL with own and with calibrated K/V."""
+    from poptune.engine import apply_pop as pop
+    from poptune.kvfit import continuation_nll
+    from poptune.prefix import PrefixStates
+
+    began = time.perf_counter()
+    torch.manual_seed(0)
+    model, tok = load_model(args.model)
+    weights = weights_fingerprint(args.model)
+    text = wikitext_path(args.data_dir, "test").read_text(encoding="utf-8")
+    fitter = KVFitter(model, tok, KVFitSpec(ridge=args.ridge, data_dir=args.data_dir), weights)
+    skips = [int(s) for s in args.skips.split(",")]
+    fits = {}
+    for skip in skips:  # fitted on validation text only (or read from the cache)
+        maps = prepare_kv(model, tok, PopConfig(skip, kv="calibrated"), fingerprint=weights, fitter=fitter)
+        fits[skip] = {key: maps.meta.get(key) for key in ("sink_norm", "sink_tokens", "kept_own", "validation",
+                                                          "calibration", "seconds")}
+    rows = []
+    for length, count in zip([int(x) for x in args.lengths.split(",")], [int(x) for x in args.windows.split(",")]):
+        ids = _windows(tok, text, length, count, args.continuation)
+        batches = [ids[i : i + args.batch_size] for i in range(0, len(ids), args.batch_size)]
+        states = PrefixStates(max_bytes=6 << 30)
+        with states.attached(model), torch.inference_mode():
+            for batch in batches:  # the full model's prefill: records the states the POP prefills replay
+                with pop(model, PopConfig(0)):
+                    model(input_ids=batch[:, : -args.continuation], use_cache=True, logits_to_keep=1)
+            print(f"length {length}: {len(ids)} windows recorded ({time.perf_counter() - began:.0f} s)", flush=True)
+            for skip in skips:
+                nll = {kv: [x for batch in batches for x in continuation_nll(
+                    model, PopConfig(skip, "last", kv=kv), batch, args.continuation)] for kv in ("own", "calibrated")}
+                row = {"length": length, "skip": skip, "windows": len(ids), "own": nll["own"],
+                       "calibrated": nll["calibrated"], "calibrated_minus_own": _paired(nll["calibrated"], nll["own"])}
+                rows.append(row)
+                d = row["calibrated_minus_own"]
+                print(f"length {length} skip {skip}: own {sum(nll['own']) / len(ids):.3f} calibrated "
+                      f"{sum(nll['calibrated']) / len(ids):.3f} diff {d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] "
+                      f"n={d['n']} ({time.perf_counter() - began:.0f} s)", flush=True)
+        if states.replayed == 0:
+            sys.exit("the POP prefills did not replay the recorded states")
+        _write_sweep(args, rows, fits, fitter, time.perf_counter() - began)
+
+
+def _write_sweep(args, rows, fits, fitter, seconds) -> None:
+    import subprocess
+
+    command = "python benchmarks/kv_calibration.py " + shlex.join(sys.argv[1:])
+    hw = fingerprint("cpu")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
+                            check=False).stdout.strip()
+    calib = fitter.describe() or next(iter(fits.values()))["calibration"]  # maps read from the cache: theirs
+    windows = ", ".join(f"{w['samples']} of {w['length']}" for w in calib.get("windows", []))
+    lines = [
+        f"# Calibrated K/V on held-out text with BOS: {args.model}, WikiText-2 test",
+        "",
+        f"POP with boundary `last`, the skipped block last. Contexts of WikiText-2 **test** (BOS, then the context's "
+        f"other tokens, at evenly spaced offsets), the next {args.continuation} tokens scored at full depth after "
+        "the POP prefill of the context. Maps fitted on WikiText-2 **validation** only "
+        f"({windows} tokens, BOS first, every {calib.get('holdout')}th window held out to validate the fit; "
+        f"ridge {args.ridge}). Each cell: calibrated minus own mean continuation NLL (nats per token), the mean "
+        "of the per-window paired differences with its 95% t interval (scipy.stats.ttest_1samp), and the number "
+        "of windows; negative: calibrated better. **Bold**: the interval excludes 0.",
+        "",
+        "| context tokens | " + " | ".join(f"skip {s}" for s in sorted({r['skip'] for r in rows})) + " |",
+        "|---:|" + "---|" * len({r["skip"] for r in rows}),
+    ]
+    for length in sorted({r["length"] for r in rows}):
+        cells = []
+        for row in [r for r in rows if r["length"] == length]:
+            d = row["calibrated_minus_own"]
+            cell = f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (n={d['n']})"
+            cells.append(f"**{cell}**" if d["lo"] > 0 or d["hi"] < 0 else cell)
+        lines.append(f"| {length} | " + " | ".join(cells) + " |")
+    lines += ["", "Mean continuation NLL, own / calibrated:", "",
+              "| context tokens | " + " | ".join(f"skip {s}" for s in sorted({r['skip'] for r in rows})) + " |",
+              "|---:|" + "---|" * len({r["skip"] for r in rows})]
+    for length in sorted({r["length"] for r in rows}):
+        cells = [f"{sum(r['own']) / r['windows']:.3f} / {sum(r['calibrated']) / r['windows']:.3f}"
+                 for r in rows if r["length"] == length]
+        lines.append(f"| {length} | " + " | ".join(cells) + " |")
+    lines += ["", "The fit per block (sink: tokens whose block-entry norm exceeds the threshold; kept own: projections "
+              "whose fitted map was not better on the held-out windows; validation: held-out continuation NLL):", ""]
+    for skip, fit in fits.items():
+        v = fit.get("validation") or {}
+        lines.append(f"- skip {skip}: sink norm {fit['sink_norm']}, {fit['sink_tokens']} sink tokens in the fit "
+                     f"text, kept own {fit['kept_own'] or 'none'}, validation own {v.get('own_nll', float('nan')):.3f}"
+                     f" / calibrated {v.get('calibrated_nll', float('nan')):.3f} on {v.get('windows')} windows")
+    lines += ["", "## Provenance", "", f"- command: `{command.strip()}`", f"- commit: {commit}",
+              f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
+              f"- hardware: {hw.name} ({hw.hardware_id}), shared with other jobs (the figures do not depend on load)",
+              f"- versions: {', '.join(f'{k} {v}' for k, v in versions().items())}",
+              f"- wall time so far: {seconds:.0f} s", ""]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"kv-heldout-{args.model}-270m-{hw.hardware_id}" if args.model == "gemma-3" else \
+        f"kv-heldout-{args.model}-{hw.hardware_id}"
+    (out / f"{stem}.md").write_text("\n".join(lines))
+    (out / "raw").mkdir(exist_ok=True)
+    (out / "raw" / f"{stem}.json").write_text(json.dumps({"command": command.strip(), "commit": commit, "rows": rows,
+                                                  "fits": fits, "calibration": calib, "hardware": hw.to_dict(),
+                                                  "versions": versions()}) + "\n")
     print(f"wrote {out / stem}.md", flush=True)
 
 

@@ -19,7 +19,7 @@ _EXPORTS: dict[str, str] = {
     "cache_dir": "poptune.cache",
     **dict.fromkeys(["BOUNDARIES", "KV_SOURCES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "attach_kv_maps",
                      "detach_kv_maps", "get_pop_config", "remove_pop", "stage"], "poptune.engine"),
-    **dict.fromkeys(["KVFitSpec", "calibrated_kv_maps"], "poptune.kvfit"),
+    **dict.fromkeys(["KVFitSpec", "prepare_kv"], "poptune.kvfit"),
     "KVMaps": "poptune.kvmaps",
     **dict.fromkeys(["ConfigError", "DataError", "DeviceError", "InputError", "MeasurementError",
                      "ModelNotFoundError", "PoptuneError", "StorageError", "UnsupportedModelError"], "poptune.errors"),
@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     )
     from poptune.evaluate.suite import EvalSpec, run_eval
     from poptune.export import load_config
-    from poptune.kvfit import KVFitSpec, calibrated_kv_maps
+    from poptune.kvfit import KVFitSpec, prepare_kv
     from poptune.kvmaps import KVMaps
     from poptune.measure.bench import BenchSpec, run_bench
     from poptune.models import ImageSize, ModelSpec, image_prompt, load_model, max_positions, model_names, resolve_model

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from .kvmaps import KVMaps
+    from .kvmaps import KVMaps, LayerMaps
 
 __all__ = ["mask_layout", "skipping", "write_prompt_kv"]
 
@@ -68,7 +68,7 @@ def skipping(decoder: "nn.Module", skipped: Sequence[int], pruned: int, layout: 
     try:
         for i in skipped:
             layer = decoder.layers[i]
-            fitted = maps.weights.get(i) if maps is not None else None
+            fitted = maps.layer(i) if maps is not None else None
             build = (lambda inner, layer=layer, fitted=fitted:
                      _skipped_layer_forward(layer, inner, pruned, layout, fitted))
             patches.append(Patch(layer, build))
@@ -79,7 +79,7 @@ def skipping(decoder: "nn.Module", skipped: Sequence[int], pruned: int, layout: 
 
 
 def _skipped_layer_forward(layer: "nn.Module", inner: Any, pruned: int, layout: str,
-                           fitted: "tuple[torch.Tensor, torch.Tensor] | None") -> Any:
+                           fitted: "LayerMaps | None") -> Any:
     """One segment through a skipped layer, all its tokens at once; ``inner`` is the layer's own forward.
 
     Tokens ``[0, pruned)`` pass through unchanged and write their K/V through the layer's own projections
@@ -156,22 +156,20 @@ def _boundary_mask(mask: Any, cache: Any, layer: "nn.Module", queries: tuple[int
 
 
 def write_prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_embeddings: Any, cache: Any,
-                    fitted: "tuple[torch.Tensor, torch.Tensor] | None" = None) -> None:
+                    fitted: "LayerMaps | None" = None) -> None:
     """Independent K/V projection of a skipped layer: k = RoPE(k_norm(W_K LN(x))), v = W_V LN(x).
 
     ``W_K``, ``W_V`` are the layer's own projections, or ``fitted`` ones (calibrated K/V: the same shapes, with
-    the layer's own biases if it has any).
+    the layer's own biases if it has any); with those, a sink token (block-entry norm above
+    ``fitted.sink_norm``) gets the sink projections (the layer's own where the maps hold none).
     """
-    import torch.nn.functional as F
-
     attn = layer.self_attn
     normed = layer.input_layernorm(hidden_states)  # (B, P, C)
     shape = (*normed.shape[:-1], -1, attn.head_dim)
     if fitted is None:
         keys, values = attn.k_proj(normed), attn.v_proj(normed)  # (B, P, H_kv * D) each
     else:
-        keys = F.linear(normed, fitted[0], attn.k_proj.bias)
-        values = F.linear(normed, fitted[1], attn.v_proj.bias)
+        keys, values = _fitted_kv(attn, hidden_states, normed, fitted)
     keys = keys.view(shape)  # (B, P, H_kv, D)
     k_norm = getattr(attn, "k_norm", None)
     if k_norm is not None:
@@ -184,3 +182,23 @@ def write_prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_
     rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
     _, keys = rope(keys, keys, cos, sin)
     cache.update(keys, values, attn.layer_idx)
+
+
+def _fitted_kv(attn: "nn.Module", hidden_states: "torch.Tensor", normed: "torch.Tensor", fitted: "LayerMaps"
+               ) -> "tuple[torch.Tensor, torch.Tensor]":
+    """Keys and values (B, P, H_kv * D) through fitted maps, sink tokens through their own projections.
+
+    The sink test is elementwise (``torch.where``), not an index: no host sync, so CUDA graphs can capture it.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    keys = F.linear(normed, fitted.k, attn.k_proj.bias)
+    values = F.linear(normed, fitted.v, attn.v_proj.bias)
+    if fitted.sink_norm is None:
+        return keys, values
+    sink = hidden_states.float().norm(dim=-1, keepdim=True) > fitted.sink_norm  # (B, P, 1)
+    k_sink, v_sink = fitted.sink if fitted.sink is not None else (attn.k_proj.weight, attn.v_proj.weight)
+    keys = torch.where(sink, F.linear(normed, k_sink, attn.k_proj.bias), keys)
+    values = torch.where(sink, F.linear(normed, v_sink, attn.v_proj.bias), values)
+    return keys, values

@@ -323,7 +323,7 @@ def _maps_for(decoder: "nn.Module", config: PopConfig, skipped: "range | tuple[i
     if maps is None:
         raise ConfigError(
             f"{config} needs fitted K/V maps of layers [{block[0]}, {block[1]}): fit or load them with "
-            "poptune.calibrated_kv_maps (or KVMaps.load) and attach them with poptune.attach_kv_maps"
+            "poptune.prepare_kv (or KVMaps.load) and attach them with poptune.attach_kv_maps"
         )
     return maps
 

@@ -5,8 +5,15 @@ entering the block, a state the layer never saw in training. A :class:`KVMaps` h
 ``[start, stop)`` and each of its layers after the first, a K and a V projection fitted to map the block-entry
 state (after the layer's own input norm) to what the full model's projections output there (before the key
 norm and RoPE, which the engine then applies as usual). They have the shapes of the layers' own projections,
-so a calibrated prefill costs exactly what the plain one does. The block's first layer needs no map: the
-block-entry state is its true input.
+so a calibrated prefill costs what the plain one does, but for one more K/V projection per skipped layer where
+the maps treat sink tokens on their own. The block's first layer needs no map: the block-entry state is its
+true input.
+
+**Sink tokens.** A token whose block-entry state has a norm above :attr:`KVMaps.sink_norm` (Gemma-3's BOS: an
+attention sink whose residual stream is 10-20x every other token's, and is the same in every prompt) writes
+its K/V through the sink projections of :attr:`KVMaps.sinks` (a map fitted on sink tokens alone), else through
+the layer's own. Detecting the sink by its state, not by its position, keeps left-padded rows, chunks and
+later turns right.
 
 Maps are fitted by :mod:`poptune.kvfit`, stored as one safetensors file per (model weights, block) with how
 they were fitted, and attached to a loaded model with :func:`poptune.engine.attach_kv_maps`; ``PopConfig(kv="calibrated")``
@@ -33,13 +40,29 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["KVMaps", "attach_to", "detach_from", "kv_maps_of", "file_sha256"]
+__all__ = ["KVMaps", "LayerMaps", "attach_to", "detach_from", "kv_maps_of", "file_sha256"]
 
 _ATTR = "_poptune_kv_maps"
 
 #: What a maps file's metadata must hold (strings; safetensors metadata is str -> str).
 _REQUIRED = ("format", "fingerprint", "start", "stop")
-_FORMAT = "poptune-kv-maps-1"
+_FORMAT = "poptune-kv-maps-2"  # 2: sink projections and threshold (issue 38)
+
+
+@dataclass(frozen=True)
+class LayerMaps:
+    """What one skipped layer writes its pruned tokens' K/V with (see :func:`poptune.block.write_prompt_kv`).
+
+    Attributes:
+        k, v: The fitted projections (out x in).
+        sink: ``(k, v)`` for sink tokens; None: the layer's own projections.
+        sink_norm: Block-entry state norm above which a token is a sink; None: no token is.
+    """
+
+    k: "torch.Tensor"
+    v: "torch.Tensor"
+    sink: "tuple[torch.Tensor, torch.Tensor] | None" = None
+    sink_norm: float | None = None
 
 
 @dataclass
@@ -54,6 +77,9 @@ class KVMaps:
         fingerprint: The weights the maps were fitted on (:func:`poptune.models.weights_fingerprint`).
         meta: How they were fitted (calibration source, tokens, seed, ridge), stored with them.
         path: The file they were read from or last written to (None: only in memory).
+        sinks: Per layer (some or all of ``(start, stop)``): ``(k_weight, v_weight)`` for sink tokens; a layer
+            without: its own projections for them.
+        sink_norm: Block-entry state norm above which a token is a sink (None: no sink handling).
     """
 
     start: int
@@ -62,6 +88,8 @@ class KVMaps:
     fingerprint: str
     meta: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
+    sinks: dict[int, tuple["torch.Tensor", "torch.Tensor"]] = field(default_factory=dict)
+    sink_norm: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.start < self.stop:
@@ -70,6 +98,18 @@ class KVMaps:
         if set(self.weights) != expected:
             raise ConfigError(f"maps of block [{self.start}, {self.stop}) need layers {sorted(expected)}, "
                               f"got {sorted(self.weights)}")
+        if not set(self.sinks) <= expected:
+            raise ConfigError(f"sink maps of block [{self.start}, {self.stop}) must be of layers {sorted(expected)}, "
+                              f"got {sorted(self.sinks)}")
+        if self.sink_norm is not None and not self.sink_norm > 0:
+            raise ConfigError(f"`sink_norm` must be > 0 (or None), got {self.sink_norm!r}")
+
+    def layer(self, index: int) -> LayerMaps | None:
+        """What layer ``index`` writes its pruned tokens' K/V with (None: a layer without maps)."""
+        if index not in self.weights:
+            return None
+        k, v = self.weights[index]
+        return LayerMaps(k, v, self.sinks.get(index), self.sink_norm)
 
     @property
     def block(self) -> tuple[int, int]:
@@ -77,7 +117,8 @@ class KVMaps:
 
     def describe(self) -> dict[str, Any]:
         """What the maps are, as stored with a measurement and an exported configuration."""
-        fit = {key: self.meta[key] for key in ("calibration", "tokens", "ridge") if key in self.meta}
+        fit = {key: self.meta[key] for key in ("calibration", "tokens", "ridge", "sink_norm", "kept_own", "validation")
+               if key in self.meta}
         where = {} if self.path is None else {"file": str(self.path), "sha256": file_sha256(self.path)}
         return {"block": [self.start, self.stop], "fingerprint": self.fingerprint, **where, **fit}
 
@@ -94,8 +135,12 @@ class KVMaps:
         for layer, (k, v) in self.weights.items():
             tensors[f"layers.{layer}.k"] = k.detach().contiguous().cpu()
             tensors[f"layers.{layer}.v"] = v.detach().contiguous().cpu()
+        for layer, (k, v) in self.sinks.items():
+            tensors[f"sinks.{layer}.k"] = k.detach().cpu().clone()  # never sharing a map's storage
+            tensors[f"sinks.{layer}.v"] = v.detach().cpu().clone()
         metadata = {"format": _FORMAT, "fingerprint": self.fingerprint, "start": str(self.start),
-                    "stop": str(self.stop), "meta": json.dumps(self.meta, sort_keys=True)}
+                    "stop": str(self.stop), "meta": json.dumps(self.meta, sort_keys=True),
+                    "sink_norm": "" if self.sink_norm is None else repr(float(self.sink_norm))}
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
@@ -145,9 +190,13 @@ class KVMaps:
         try:
             weights = {layer: (tensors[f"layers.{layer}.k"], tensors[f"layers.{layer}.v"])
                        for layer in range(start + 1, stop)}
+            sinks = {layer: (tensors[f"sinks.{layer}.k"], tensors[f"sinks.{layer}.v"])
+                     for layer in range(start + 1, stop) if f"sinks.{layer}.k" in tensors}
         except KeyError as exc:
             raise DataError(f"K/V maps: {path} lacks the tensor {exc.args[0]}") from None
-        return cls(start, stop, weights, metadata["fingerprint"], json.loads(metadata.get("meta", "{}")), path)
+        sink_norm = float(metadata["sink_norm"]) if metadata.get("sink_norm") else None
+        return cls(start, stop, weights, metadata["fingerprint"], json.loads(metadata.get("meta", "{}")), path,
+                   sinks, sink_norm)
 
     def check_fits(self, decoder: "nn.Module") -> None:
         """Raise :class:`ConfigError` unless every map has the shape of its layer's own projection."""
@@ -181,13 +230,18 @@ def attach_to(decoder: "nn.Module", maps: KVMaps) -> None:
     moved = {layer: (k.to(reference.device, reference.dtype), v.to(reference.device, reference.dtype))
              for layer, (k, v) in maps.weights.items()}
     held: dict[tuple[int, int], KVMaps] = dict(kv_maps_of(decoder))
-    held[maps.block] = KVMaps(maps.start, maps.stop, moved, maps.fingerprint, dict(maps.meta), maps.path)
+    sinks = {layer: (k.to(reference.device, reference.dtype), v.to(reference.device, reference.dtype))
+             for layer, (k, v) in maps.sinks.items()}
+    held[maps.block] = KVMaps(maps.start, maps.stop, moved, maps.fingerprint, dict(maps.meta), maps.path, sinks,
+                              maps.sink_norm)
     setattr(decoder, _ATTR, held)
 
 
-def detach_from(decoder: "nn.Module") -> None:
-    """Drop every map ``decoder`` holds."""
-    if hasattr(decoder, _ATTR):
+def detach_from(decoder: "nn.Module", block: tuple[int, int] | None = None) -> None:
+    """Drop every map ``decoder`` holds (only those of ``block`` when given)."""
+    if block is not None:
+        setattr(decoder, _ATTR, {b: m for b, m in kv_maps_of(decoder).items() if b != block})
+    elif hasattr(decoder, _ATTR):
         delattr(decoder, _ATTR)
 
 

@@ -390,6 +390,15 @@ class StudyReport:
                 f"{100 * (problem.get('precision') or 0):.0f}% or {problem.get('max_pairs')} pairs / "
                 f"{problem.get('max_seconds')} s per length"]
 
+    def _kv_lines(self) -> list[str]:
+        """Which text the study's calibrated K/V maps were fitted on (nothing where it measured none)."""
+        sources: dict[str, None] = {}
+        for trial in self.trials:
+            source = ((trial.details or {}).get("kv_maps") or {}).get("calibration", {}).get("source")
+            if source:
+                sources[source] = None
+        return [f"- calibrated K/V maps fitted on: {'; '.join(sources)}"] if sources else []
+
     def markdown(self, plot: str | None = None) -> str:
         """The summary: what the study measured and for how long, its verdict and front, the null checks (and
         the plot's file name ``plot``, shown beside)."""
@@ -397,7 +406,7 @@ class StudyReport:
         lines = [f"# Study {self.name}", "",
                  f"- model: {stored.model} (weights {str(stored.weights_fingerprint or '')[:24]}), "
                  f"{stored.num_layers} layers; hardware: {stored.hardware_id}",
-                 *self._workload_lines(),
+                 *self._workload_lines(), *self._kv_lines(),
                  "- accuracy budget: " + (f"drop's 95% upper bound <= {budget:g} points, certified on fresh items "
                                           "(anytime-valid confidence sequence, see docs/statistics.md)"
                                           if budget is not None else "none"),

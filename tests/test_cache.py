@@ -10,7 +10,7 @@ import pytest
 
 from poptune import PopConfig, cache
 from poptune.engine import decoder_of, detach_kv_maps
-from poptune.kvfit import KVFitSpec, calibrated_kv_maps
+from poptune.kvfit import KVFitSpec, prepare_kv
 from poptune.kvmaps import kv_maps_of
 
 
@@ -57,14 +57,14 @@ def test_calibrated_maps_with_an_unwritable_cache(shared, eval_data, monkeypatch
     spec = KVFitSpec(samples=2, length=32, data_dir=str(eval_data))
     config = PopConfig(3, kv="calibrated")
     with caplog.at_level(logging.WARNING, logger="poptune.cache"):
-        maps = calibrated_kv_maps(model, tok, config, fingerprint="test-weights", spec=spec)
-        again = calibrated_kv_maps(model, tok, config, fingerprint="test-weights", spec=spec)
+        maps = prepare_kv(model, tok, config, fingerprint="test-weights", spec=spec)
+        again = prepare_kv(model, tok, config, fingerprint="test-weights", spec=spec)
     assert again is kv_maps_of(decoder_of(model))[(3, 6)]  # attached, and not fitted twice
     assert len(caplog.records) == 1
     if kept == "fallback":
         assert maps.path is not None and maps.path.is_relative_to(temp) and maps.path.is_file()
         detach_kv_maps(model)
-        loaded = calibrated_kv_maps(model, tok, config, fingerprint="test-weights", spec=spec)
+        loaded = prepare_kv(model, tok, config, fingerprint="test-weights", spec=spec)
         assert loaded.path == maps.path and loaded.meta == maps.meta  # read back from the fallback
     else:
         assert maps.path is None and "nothing is kept" in caplog.records[0].getMessage()

@@ -112,7 +112,12 @@ def test_a_calibrated_configuration_exports_its_maps_and_generate_applies_them(t
     study = run_study(StudySpec(problem=problem, trials=2, storage=url, sampler="random", seed=5))
     (trial,) = [t for t in store.completed(study) if t.user_attrs["config"].get("kv") == "calibrated"]
     maps = trial.user_attrs["details"]["kv_maps"]
-    assert maps["block"] == [4, 6] and maps["calibration"]["source"].endswith("valid.txt") and len(maps["sha256"]) == 64
+    assert maps["block"] == [4, 6] and len(maps["sha256"]) == 64
+    # Fitted on the study's own prompts that it never scores (issue 38), and the summary says so.
+    assert maps["calibration"]["source"].startswith("study workload calibration split: piqa: ")
+    from poptune.report import summary_markdown
+
+    assert f"- calibrated K/V maps fitted on: {maps['calibration']['source']}" in summary_markdown(study)
     monkeypatch.setattr(export, "best_within_budget", lambda study, max_drop: FrontRow.from_trial(trial))
     path = tmp_path / "config.json"
     assert main(["export", "--storage", url, "--max-drop", "100", "--out", str(path)]) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 from poptune import ConfigError, DataError, PopConfig, apply_pop, load_model
 from poptune.calibration import calibration
 from poptune.engine import attach_kv_maps, decoder_of, detach_kv_maps
-from poptune.kvfit import KVFitSpec, KVFitter, calibrated_kv_maps, prepare_kv
+from poptune.kvfit import KVFitSpec, KVFitter, prepare_kv
 from poptune.kvmaps import KVMaps, file_sha256
 from poptune.measure.prompts import prompt_batch
 from poptune.models.configs import tiny_names
@@ -166,9 +167,9 @@ def test_the_fit_recovers_an_exact_linear_kv_and_pop_then_equals_the_full_model(
     """On the tokens of the calibration text (fewer distinct ones than dimensions: the fit is judged on the span
     they cover, the ridge keeps the layer's own projection elsewhere)."""
     model, tok, q = _linear_block_model()
-    spec = KVFitSpec(samples=8, length=64, ridge=1e-7, data_dir=str(eval_data))
+    spec = KVFitSpec(samples=8, length=64, short_samples=0, holdout=0, ridge=1e-7, data_dir=str(eval_data))
     maps = KVFitter(model, tok, spec, FINGERPRINT).fit(4, 6)
-    ids = calibration(model, tok, spec.calibration()).ids  # (8, 64)
+    ids = calibration(model, tok, spec.calibrations()[0]).ids  # (8, 64)
     layer = decoder_of(model).layers[5]
     x = layer.input_layernorm(decoder_of(model).embed_tokens(ids).flatten(0, 1))  # what POP projects there
     for fitted, own in zip(maps.weights[5], (layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight)):
@@ -220,12 +221,12 @@ def test_calibrated_maps_are_fitted_once_then_loaded(shared, tmp_path, eval_data
     model = copy.deepcopy(model)
     spec = KVFitSpec(samples=2, length=32, data_dir=str(eval_data))
     config = PopConfig(3, kv="calibrated")
-    fitted = calibrated_kv_maps(model, tok, config, fingerprint=FINGERPRINT, spec=spec, cache_dir=tmp_path)
+    fitted = prepare_kv(model, tok, config, fingerprint=FINGERPRINT, spec=spec, cache_dir=tmp_path)
     files = list(tmp_path.rglob("*.safetensors"))
     assert len(files) == 1 and "block-3-6" in files[0].name
     assert fitted.meta["calibration"]["source"].endswith("valid.txt")
     detach_kv_maps(model)
-    again = calibrated_kv_maps(model, tok, config, fingerprint=FINGERPRINT, spec=spec, cache_dir=tmp_path)
+    again = prepare_kv(model, tok, config, fingerprint=FINGERPRINT, spec=spec, cache_dir=tmp_path)
     assert again.meta == fitted.meta  # read back, not fitted anew
     assert prepare_kv(model, tok, PopConfig(3), fingerprint=None) is None
     with pytest.raises(ConfigError, match="weights fingerprint"):
@@ -261,3 +262,137 @@ def test_accuracy_is_scored_with_the_calibrated_maps(shared, eval_data, monkeypa
         detach_kv_maps(model)
     assert [kv for kv, _ in seen] == ["own", "calibrated"]
     assert seen[0][1] != seen[1][1]  # the fitted projections changed the scored log-likelihoods
+
+
+def _sink_model(name="tiny-llama", scale=200.0):
+    """A tiny model whose BOS behaves as an attention sink does in Gemma-3: its embedding row scaled so that
+    its residual stream is far larger than every other token's."""
+    model, tok = load_model(name)
+    bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    with torch.no_grad():
+        decoder_of(model).embed_tokens.weight[bos] *= scale
+    return model, tok, bos
+
+
+@torch.no_grad()
+def _cache_kv(model, ids, config):
+    with apply_pop(model, config):
+        out = model(input_ids=ids, use_cache=True)
+    return out.cache
+
+
+@torch.no_grad()
+def test_sink_tokens_are_found_by_their_norm_and_written_apart(eval_data):
+    """The fit finds the sink (BOS, scaled) by its block-entry norm; in the engine, a sink token writes its K/V
+    through the sink maps (the layer's own where the maps hold none) and every other token through the fitted
+    maps, at whatever position the sink is (left padding)."""
+    model, tok, bos = _sink_model()
+    spec = KVFitSpec(samples=4, length=32, short_samples=4, short_length=24, data_dir=str(eval_data), sink="fitted")
+    fitter = KVFitter(model, tok, spec, FINGERPRINT)
+    fitter._residual()
+    threshold = fitter.sink_norm(3)
+    assert threshold is not None
+    plain, plain_tok = load_model("tiny-llama")
+    assert KVFitter(plain, plain_tok, spec, FINGERPRINT).sink_norm(3) is None  # no sink: no threshold
+    default = KVFitter(model, tok, dataclasses.replace(spec, sink="none"), FINGERPRINT)
+    assert default.fit(3, 6).sink_norm is None  # the default: one map for every token, the sink included
+    maps = fitter.fit(3, 6)
+    assert maps.sink_norm == threshold and set(maps.sinks) == {4, 5} and maps.meta["sink_tokens"] == 8
+    body = torch.tensor(tok("the cat sat on the mat and", add_special_tokens=False)["input_ids"][:6])
+    ids = torch.cat([torch.tensor([bos]), body]).unsqueeze(0)  # (1, 7)
+    own_cache = _cache_kv(model, ids, PopConfig(3, "none"))
+    random = _maps(model, 3, 6, _random(0))
+    for sinks, sink_equals_own in (({}, True), ({i: random.weights[i] for i in (4, 5)}, False)):
+        random.sinks, random.sink_norm = sinks, threshold
+        attach_kv_maps(model, random)
+        try:
+            cache = _cache_kv(model, ids, PopConfig(3, "none", kv="calibrated"))
+        finally:
+            detach_kv_maps(model)
+        for i in (4, 5):
+            for got, own in ((cache.layers[i].keys, own_cache.layers[i].keys),
+                             (cache.layers[i].values, own_cache.layers[i].values)):
+                assert torch.equal(got[:, :, 0], own[:, :, 0]) == sink_equals_own  # the sink
+                assert not torch.allclose(got[:, :, 1:], own[:, :, 1:])  # the rest: the fitted maps
+    # Fitted sink maps (not random ones) bring the sink's K/V closer to the full model's than its own do.
+    full = model(input_ids=ids, use_cache=True).cache
+    attach_kv_maps(model, maps)
+    try:
+        cache = _cache_kv(model, ids, PopConfig(3, "none", kv="calibrated"))
+    finally:
+        detach_kv_maps(model)
+    for i in (4, 5):
+        truth = full.layers[i].values[:, :, 0]
+        assert float((cache.layers[i].values[:, :, 0] - truth).norm()) < float(
+            (own_cache.layers[i].values[:, :, 0] - truth).norm())
+
+
+def test_maps_round_trip_with_their_sink_maps(shared, tmp_path):
+    model, _ = shared("tiny-qwen3")
+    maps = _maps(model, 2, 5, _random(1))
+    maps.sinks, maps.sink_norm = {3: maps.weights[4]}, 12.5
+    loaded = KVMaps.load(maps.save(tmp_path / "m.safetensors"))
+    assert loaded.sink_norm == 12.5 and set(loaded.sinks) == {3}
+    assert all(torch.equal(a, b) for a, b in zip(loaded.sinks[3], maps.weights[4]))
+    with pytest.raises(ConfigError, match="sink maps of block"):
+        KVMaps(2, 5, maps.weights, FINGERPRINT, sinks={5: maps.weights[4]})
+
+
+@torch.no_grad()
+def test_validation_keeps_the_own_projections_where_the_maps_are_not_better(eval_data, monkeypatch):
+    """Layers whose own projection is already exact (the block's layers add nothing to the residual stream):
+    no fitted map beats it on held-out tokens, so every layer keeps its own (the block-level check passed by
+    hand, to see the layer-level one) and calibrated K/V equal the paper's."""
+    monkeypatch.setattr(KVFitter, "_validate", lambda self, maps: {"calibrated_minus_own": -1.0, "windows": 4})
+    model, tok = load_model("tiny-llama")
+    for layer in decoder_of(model).layers[3:]:
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+    spec = KVFitSpec(samples=8, length=32, short_samples=8, short_length=24, ridge=1e-2, data_dir=str(eval_data))
+    maps = KVFitter(model, tok, spec, FINGERPRINT).fit(3, 6)
+    assert sorted(maps.meta["kept_own"]) == ["4.k", "4.v", "5.k", "5.v"]
+    layers = decoder_of(model).layers
+    for i in (4, 5):
+        assert torch.equal(maps.weights[i][0], layers[i].self_attn.k_proj.weight)
+        assert torch.equal(maps.weights[i][1], layers[i].self_attn.v_proj.weight)
+    for i in ("4", "5"):
+        held_own, held_fitted = maps.meta["relative_error"][i]["held_k"]
+        assert held_own < 1e-6 and held_fitted > held_own
+    monkeypatch.undo()  # and the block-level check: the same NLL is not better, so the block keeps its own
+    assert KVFitter(model, tok, spec, FINGERPRINT).fit(3, 6).meta["kept_own"] == "all (block)"
+
+
+@torch.no_grad()
+def test_a_block_whose_maps_lose_on_held_out_text_keeps_its_own_projections(eval_data, monkeypatch):
+    """The block-level check: held-out continuations scored after the POP prefill; where the maps do not lower
+    their NLL the block's maps become the layers' own (and the fit says so)."""
+    model, tok = load_model("tiny-llama")
+    spec = KVFitSpec(samples=4, length=32, short_samples=4, short_length=24, data_dir=str(eval_data))
+    fitter = KVFitter(model, tok, spec, FINGERPRINT)
+    honest = fitter.fit(3, 6)
+    validation = honest.meta["validation"]
+    assert validation["windows"] == 2 and validation["continuation"] == 16
+    assert validation["calibrated_minus_own"] == pytest.approx(validation["calibrated_nll"] - validation["own_nll"])
+    monkeypatch.setattr(KVFitter, "_validate", lambda self, maps: {"calibrated_minus_own": 0.0})
+    maps = fitter.fit(3, 6)
+    assert maps.meta["kept_own"] == "all (block)" and maps.sinks == {} and maps.sink_norm is None
+    layers = decoder_of(model).layers
+    assert all(torch.equal(maps.weights[i][0], layers[i].self_attn.k_proj.weight) for i in (4, 5))
+
+
+def test_the_study_calibration_split_is_disjoint_from_every_scored_item(shared, eval_data):
+    """The K/V calibration prompts of a study are its tasks' documents it never scores (racing and certification
+    take a prefix of the fixed order; these come from its end), and say so."""
+    from poptune.evaluate.workload import _real_prompts, build_workload, calibration_prompts
+
+    _, tok = shared("tiny-llama")
+    workload = build_workload(tok, ("piqa",), data_dir=eval_data, cap=4)
+    prompts, source = calibration_prompts(tok, workload, data_dir=eval_data, count=3, max_tokens=4096)
+    texts = _real_prompts(("piqa",), eval_data)["piqa"]
+    scored = {texts[i] for i in workload.order["piqa"]}
+    assert len(prompts) == 3 and not scored & set(prompts)
+    assert source.startswith("study workload calibration split: piqa: 3 prompts, the last 3 of ")
+    spec = KVFitSpec(prompts=tuple(prompts * 4), prompts_source=source, short_samples=0)
+    fitter = KVFitter(shared("tiny-llama")[0], tok, spec, FINGERPRINT)
+    maps = fitter.fit(3, 6)
+    assert maps.meta["calibration"]["source"] == source and maps.meta["calibration"]["prompts"] == 12

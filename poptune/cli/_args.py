@@ -86,16 +86,17 @@ def add_pop(parser: argparse.ArgumentParser, *, skip_required: bool = True) -> N
                             "fitted once per block and kept in the poptune cache")
 
 
-def ready_kv(model: Any, tokenizer: Any, config: PopConfig, args: argparse.Namespace,
-             data_dir: Any = None) -> None:
-    """Attach the K/V maps a calibrated configuration needs (read from the cache, else fitted now)."""
+def prepare_kv(model: Any, tokenizer: Any, config: PopConfig, args: argparse.Namespace,
+               data_dir: Any = None) -> None:
+    """:func:`poptune.kvfit.prepare_kv` for the command line's model: the K/V maps a calibrated configuration
+    needs, read from the cache, else fitted now."""
     if config.kv == "own":
         return
-    from poptune.kvfit import KVFitSpec, prepare_kv
+    from poptune import kvfit
     from poptune.models import weights_fingerprint
 
-    prepare_kv(model, tokenizer, config, fingerprint=weights_fingerprint(args.model, args.weights),
-               spec=KVFitSpec(data_dir=str(data_dir) if data_dir is not None else None))
+    kvfit.prepare_kv(model, tokenizer, config, fingerprint=weights_fingerprint(args.model, args.weights),
+                     spec=kvfit.KVFitSpec(data_dir=str(data_dir) if data_dir is not None else None))
 
 
 def add_prefill_chunk(parser: argparse.ArgumentParser) -> None:

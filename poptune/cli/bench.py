@@ -19,7 +19,7 @@ from ._args import (
     int_list,
     pop_config,
     prefill_chunk,
-    ready_kv,
+    prepare_kv,
     write_text,
 )
 
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
-    ready_kv(model, tokenizer, config, args)
+    prepare_kv(model, tokenizer, config, args)
     steps = len(spec.images or spec.lengths) * (2 if spec.decode_tokens else 1) + spec.null_check
     with tqdm(total=steps, desc="bench", unit="measurement", leave=False) as bar:
 

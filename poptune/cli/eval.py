@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ._args import (
-    add_model, add_output, add_pop, add_prefill_chunk, check_output_path, emit, pop_config, prefill_chunk, ready_kv,
+    add_model, add_output, add_pop, add_prefill_chunk, check_output_path, emit, pop_config, prefill_chunk, prepare_kv,
 )
 from ._args import write_text
 
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
-    ready_kv(model, tokenizer, config, args, directory)
+    prepare_kv(model, tokenizer, config, args, directory)
     steps = 2 + int(spec.fidelity is not None)
     with tqdm(total=steps, desc="eval", unit="step") as bar:
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-from ._args import add_model, add_pop, add_prefill_chunk, pop_config, prefill_chunk, ready_kv
+from ._args import add_model, add_pop, add_prefill_chunk, pop_config, prefill_chunk, prepare_kv
 
 #: Below this many prompt tokens the output says why little or no speedup shows.
 SHORT_PROMPT = 256
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         attach_kv_maps(model, load_kv_maps(args.config, fingerprint=weights_fingerprint(args.model, args.weights),
                                            force=args.force))
     else:
-        ready_kv(model, tokenizer, config, args)
+        prepare_kv(model, tokenizer, config, args)
     inputs = tokenizer([args.prompt or demo_prompt()], return_tensors="pt").to(model.device)
     turns = [tokenizer(["\n\n" + text], add_special_tokens=False, return_tensors="pt")["input_ids"].to(model.device)
              for text in args.follow_up]

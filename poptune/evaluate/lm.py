@@ -77,7 +77,7 @@ class PopLM(HFLM):
         layers: An explicit set of skipped layers (a tuple, or ``"3-5-9"`` from ``--model_args``) instead of the
             final block; ``skip`` then defaults to its size.
         kv: ``own`` or ``calibrated``: with a model name, the block's maps are read from the poptune cache or
-            fitted there first, as a study does (:func:`poptune.calibrated_kv_maps`, on WikiText-2 validation text
+            fitted there first, as a study does (:func:`poptune.prepare_kv`, on WikiText-2 validation text
             from ``$POPTUNE_DATA``, else text sampled from the model); a loaded model must hold them already.
         device, dtype, weights: As :func:`poptune.load_model` (ignored for a loaded model). lm-eval's default
             device is CUDA: where CUDA is not available, ``cuda`` and ``cuda:0`` fall back to the CPU with one

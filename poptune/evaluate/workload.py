@@ -194,3 +194,49 @@ def rounds(start: int, cap: int, growth: float = 2.0) -> list[int]:
         n = min(cap, int(math.ceil(n * growth)))
     counts.append(cap)
     return counts
+
+
+def calibration_prompts(
+    tokenizer: Any,
+    workload: Workload,
+    *,
+    data_dir: Path | None,
+    count: int,
+    max_tokens: int,
+) -> tuple[list[str], str]:
+    """Prompts of the workload's tasks that it never scores, for fitting calibrated K/V (:mod:`poptune.kvfit`).
+
+    Real tasks: the last ``count`` documents of the task's fixed permutation (:data:`ORDER_SEED`) that are not
+    in ``workload.order`` -- the racing and certification items are a prefix of that permutation, so these are
+    disjoint from every item accuracy is scored on, however far a race or certification goes. Synthetic tasks:
+    ``count`` pool items after the scored ones (a pool's items are independent draws). Prompts longer than
+    ``max_tokens`` tokens are left out (not truncated).
+
+    Returns:
+        ``(prompts, description)``: the texts and which items they are, said in words.
+    """
+    import numpy as np
+
+    from poptune.evaluate.synthetic import EMBEDDED
+
+    real = [t for t in workload.order if t not in EMBEDDED]
+    texts = _real_prompts(real, data_dir) if real else {}
+    prompts: list[str] = []
+    said = []
+    for task, scored in workload.order.items():
+        if task in EMBEDDED:
+            reach = max(scored, default=-1) + 1
+            pool = synthetic_pool(tokenizer, task, reach + count, lengths=workload.synthetic_lengths,
+                                  seed=workload.seed)[reach:]
+            chosen = [item.prompt for item in pool]
+            where = f"pool items {reach}-{reach + count - 1}"
+        else:
+            taken = set(scored)
+            order = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(texts[task]))]
+            rest = [i for i in order if i not in taken]
+            chosen = [texts[task][i] for i in rest[-count:]]
+            where = f"the last {len(chosen)} of {len(order)} documents of its fixed order (never scored)"
+        kept = [t for t in chosen if len(tokenizer(t)["input_ids"]) <= max_tokens]
+        prompts += kept
+        said.append(f"{task}: {len(kept)} prompts, {where}")
+    return prompts, "study workload calibration split: " + "; ".join(said)

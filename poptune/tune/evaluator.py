@@ -30,10 +30,13 @@ if TYPE_CHECKING:
     from poptune.evaluate.racing import RaceResult, RacingPolicy
     from poptune.evaluate.suite import TaskRun
     from poptune.evaluate.workload import Workload
-    from poptune.kvfit import KVFitter
+    from poptune.kvfit import KVFitSpec, KVFitter
     from poptune.prefix import PrefixStates
 
 __all__ = ["ConfigEvaluator", "STATE_BYTES"]
+
+#: Prompts per task in a study's K/V calibration split (see :meth:`ConfigEvaluator.kv_fit_spec`).
+KV_PROMPTS = 32
 
 #: Memory the reused prefix states of a study may take (see :mod:`poptune.prefix`).
 STATE_BYTES = 4 << 30
@@ -338,20 +341,35 @@ class ConfigEvaluator:
 
     def prepare_kv(self, config: PopConfig) -> dict[str, Any]:
         """Attach the fitted K/V maps of a calibrated configuration's block (fitted once per block and machine,
-        then read from the cache; :mod:`poptune.kvfit`); what they are, for the measurement's details."""
+        then read from the cache; :func:`poptune.kvfit.prepare_kv`); what they are, for the measurement's
+        details. They are fitted on the workload's calibration split (:meth:`kv_fit_spec`)."""
         if config.kv != "calibrated":
             return {}
-        from poptune.kvfit import KVFitSpec, KVFitter, calibrated_kv_maps
+        from poptune.kvfit import KVFitter, prepare_kv
         from poptune.models import weights_fingerprint
 
         p = self.problem
         if self._kv_fitter is None:
-            self._kv_fitter = KVFitter(self.model, self.tokenizer, KVFitSpec(data_dir=p.data_dir),
+            self._kv_fitter = KVFitter(self.model, self.tokenizer, self.kv_fit_spec(),
                                        weights_fingerprint(p.model, p.weights))
-        with progress.phase("K/V calibration"):
-            maps = calibrated_kv_maps(self.model, self.tokenizer, config, fingerprint=self._kv_fitter.fingerprint,
-                                      fitter=self._kv_fitter)
+        with progress.phase(f"K/V calibration ({self._kv_fitter.spec.source()})"):
+            maps = prepare_kv(self.model, self.tokenizer, config, fingerprint=self._kv_fitter.fingerprint,
+                              fitter=self._kv_fitter)
         return {"kv_maps": maps.describe()}
+
+    def kv_fit_spec(self) -> "KVFitSpec":
+        """How the study's maps are fitted: on prompts of its own tasks that it never scores (the last
+        :data:`KV_PROMPTS` of each task's fixed order beyond its racing and certification items,
+        :func:`poptune.evaluate.workload.calibration_prompts`), else -- none left -- WikiText-2 validation."""
+        from poptune.evaluate.workload import calibration_prompts
+        from poptune.kvfit import PROMPT_TOKENS, KVFitSpec
+
+        p = self.problem
+        prompts, source = calibration_prompts(self.tokenizer, self.workload, data_dir=p.data_path(),
+                                              count=KV_PROMPTS, max_tokens=PROMPT_TOKENS)
+        if not prompts:
+            return KVFitSpec(data_dir=p.data_dir)
+        return KVFitSpec(data_dir=p.data_dir, prompts=tuple(prompts), prompts_source=source)
 
     def _timed(self, config: PopConfig, transform: Transform | None) -> dict[str, Any]:
         """The latency fields of a :class:`Measurement` of ``config``, timed now."""
