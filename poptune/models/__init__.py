@@ -1,6 +1,6 @@
 """Model loading: registered names, the embedded Gemma-3-270M, tiny random configs, image prompts for VLMs."""
 
-from .registry import ModelSpec, load_model, max_positions, model_names, resolve_model, weights_fingerprint
+from .registry import ModelSpec, load_model, load_tokenizer, max_positions, model_names, resolve_model, weights_fingerprint
 from .vision import ImageSize, image_prompt, image_token_counts, parse_image_sizes, synthetic_image, vision_family
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "image_prompt",
     "image_token_counts",
     "load_model",
+    "load_tokenizer",
     "max_positions",
     "model_names",
     "parse_image_sizes",

@@ -420,4 +420,11 @@ def _prepare(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec)
         study.set_user_attr("full_accuracy", evaluator.full_accuracy())
         study.set_user_attr("workload", evaluator.workload.to_dict())
         study.set_user_attr("latency_points", [list(p) for p in evaluator.latency_points()])
+        if spec.problem.prompts is not None:  # hashes and lengths, never the text (unless --store-prompts)
+            from poptune.evaluate.prompts import PROMPTS, prompt_record
+
+            w = evaluator.workload
+            study.set_user_attr("prompts", prompt_record(
+                evaluator.tokenizer, spec.problem.prompts, w.order[PROMPTS], w.tokens[PROMPTS],
+                w.skipped.get(PROMPTS, 0), store_text=spec.problem.store_prompts))
         store_full_run(study, evaluator)
