@@ -10,6 +10,7 @@ from ._args import (
     BENCH_LENGTHS,
     add_model,
     add_output,
+    add_prompts,
     add_pop,
     add_precision,
     add_prefill_chunk,
@@ -32,6 +33,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--image", metavar="WxH[,WxH...]",
                         help="image prompts instead (a vision-language model): one image of each size and a short "
                              "question, e.g. 640x480,1280x720,2560x1440")
+    add_prompts(parser, store=False)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--decode-tokens", type=int, default=16, help="new tokens per decode measurement (0: none)")
     add_prefill_chunk(parser)
@@ -64,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give `--lengths` (text prompts) or `--image` (image prompts), not both")
     if images:
         check_takes_images(args.model)  # a text-only model poptune knows is refused before it loads
+    if args.prompts is not None and (images or args.lengths is not None):
+        raise ConfigError("give `--prompts` (time your prompts' lengths) or `--lengths`/`--image`, not both")
     spec = BenchSpec(
         lengths=tuple(int_list(args.lengths or BENCH_LENGTHS, "--lengths")),
         images=images,
@@ -88,6 +92,18 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
     ready_kv(model, tokenizer, config, args)
+    if args.prompts is not None:  # the workload's prompt lengths (quantile groups), as a study times them
+        from dataclasses import replace
+
+        from poptune.evaluate.workload import build_workload
+
+        context = getattr(decoder_of(model).config, "max_position_embeddings", None)
+        workload = build_workload(tokenizer, ("prompts",), data_dir=None, cap=None, max_positions=context,
+                                  prompts=args.prompts)
+        points = workload.latency_points(None, 3)
+        spec = replace(spec, lengths=tuple(n for n, _ in points))
+        print(f"timing the prompts' lengths {[n for n, _ in points]} (shares {[round(w, 2) for _, w in points]}; "
+              f"{workload.skipped.get('prompts', 0)} prompts too long, skipped)")
     steps = len(spec.images or spec.lengths) * (2 if spec.decode_tokens else 1) + spec.null_check
     with tqdm(total=steps, desc="bench", unit="measurement", leave=False) as bar:
 

@@ -204,6 +204,10 @@ def _report(study: Any, spec: Any, *, complete_already: bool) -> None:
           "selected them" + (f"; rows not rejected by the budget of {budget:g} points):" if budget is not None else "):"))
     rows = store.front(study)
     print(report.front_table(rows, report.references(study, rows), reference_ms=store.reference_ms(study)))
+    from ._prompts import prompts_lines
+
+    for line in prompts_lines(study, rows):  # a prompts study: answers unchanged with their exact interval
+        print(line)
     line = report.undecided_line(report.undecided(study), budget)
     if line:
         print(line)
