@@ -91,8 +91,9 @@ def _check_prompts(args: argparse.Namespace) -> None:
     from poptune.models import load_tokenizer, max_positions
 
     requests = read_prompts(path)
-    if getattr(args, "tasks", None):
-        raise ConfigError("give `--prompts` (your own prompts) or `--tasks`, not both")
+    for option in ("tasks", "lengths", "image"):  # the prompts are the items, and their lengths are timed
+        if getattr(args, option, None) is not None:
+            raise ConfigError(f"give `--prompts` (your own prompts) or `--{option}`, not both")
     tokenizer = load_tokenizer(args.model, getattr(args, "weights", "pretrained"))
     if tokenizer is not None:
         check_fit(tokenizer, requests, max_positions(args.model, getattr(args, "weights", "pretrained")), path)

@@ -20,18 +20,29 @@ Answers end at the request's ``max_tokens`` or the end-of-sequence token, whiche
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from poptune import progress
 from poptune.engine import PopConfig, apply_pop, remove_pop
 from poptune.evaluate.prompts import PROMPTS, PromptRequest, encode, prompt_hash, read_prompts
 
-__all__ = ["ITEMS_KEY", "contains_answer", "full_answers", "score_prompts", "summary"]
+__all__ = ["ITEMS_KEY", "PromptRun", "contains_answer", "full_answers", "score_prompts", "summary"]
 
 #: Key of a run's per-item prompt figures in ``TaskRun.details`` (item index -> figures).
 ITEMS_KEY = "prompt_items"
 
 _ATTR = "_poptune_full_answers"
+
+
+@dataclass
+class PromptRun:
+    """A ``TaskRun``'s fields for task ``prompts`` (:class:`poptune.evaluate.suite.TaskRun` has the same)."""
+
+    scores: dict[str, dict[str, float]]
+    items: dict[str, list[int]]
+    outcomes: dict[str, list[float]]
+    details: dict[str, Any]
 
 
 def full_answers(model: Any) -> dict[str, tuple[int, ...]]:
@@ -109,15 +120,13 @@ def _figures(mine: tuple[int, ...], full: tuple[int, ...]) -> dict[str, Any]:
 
 
 def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: str, indices: Sequence[int], *,
-                  batch_size: int = 8, prefill_chunk: int | None = None) -> Any:
-    """A :class:`~poptune.evaluate.suite.TaskRun` of task ``prompts`` on the requests ``indices`` of ``path``.
+                  batch_size: int = 8, prefill_chunk: int | None = None) -> PromptRun:
+    """Task ``prompts`` scored on the requests ``indices`` of ``path`` (the suite makes it a ``TaskRun``).
 
     With ``config`` None or ``skip=0`` the model as it is answers; answers missing from :func:`full_answers`
     are recorded from whichever run first meets the prompt (the full run, first in a study). The run's
     ``details[ITEMS_KEY]`` holds each item's figures (module docstring) and the prompt's hash and length.
     """
-    from poptune.evaluate.suite import TaskRun
-
     requests = read_prompts(path)
     chosen = [requests[i] for i in indices]
     prompts = [encode(tokenizer, r) for r in chosen]
@@ -146,8 +155,8 @@ def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: st
                                                    request.answer))
         figures[int(index)] = row
     outcomes = [figures[int(i)]["unchanged"] for i in indices]
-    return TaskRun({PROMPTS: {"unchanged": sum(outcomes) / len(outcomes)}}, {PROMPTS: [int(i) for i in indices]},
-                   {PROMPTS: outcomes}, {ITEMS_KEY: figures})
+    return PromptRun({PROMPTS: {"unchanged": sum(outcomes) / len(outcomes)}}, {PROMPTS: [int(i) for i in indices]},
+                     {PROMPTS: outcomes}, {ITEMS_KEY: figures})
 
 
 def _text(tokenizer: Any, request: PromptRequest) -> str:

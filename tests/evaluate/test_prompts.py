@@ -75,6 +75,8 @@ def test_the_cli_refuses_a_bad_file_in_one_line_with_exit_2_before_loading(tmp_p
     argv = [command, "--model", "tiny-gemma3", "--prompts", str(path)]
     if command == "study":
         argv += ["--storage", f"sqlite:///{tmp_path / 's.db'}"]
+    else:
+        argv += ["--skip", "1"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error:" in err, err
@@ -167,3 +169,25 @@ def test_the_bound_misses_the_true_share_at_most_5_percent_over_racing_looks():
         assert missed / races <= 0.05 + 0.01, (p, missed / races)  # 0.01: 3 standard errors of 4000 races
         if p == 0.2:
             assert missed_uncorrected / races > missed / races  # the looks do cost coverage
+
+
+def test_a_study_stores_no_prompt_text_unless_asked(tmp_path, capsys):
+    """The database's bytes hold the prompts' hashes and lengths, never their words (and do with
+    --store-prompts); the report quotes no prompt either."""
+    words = ("Zanzibarian", "quokkaphile")
+    path = _write(tmp_path, "p.jsonl", [json.dumps({"prompt": f"The {words[0]} ferry timetable, {i}.",
+                                                    "max_tokens": 3}) for i in range(3)]
+                  + [json.dumps({"messages": [{"role": "user", "content": f"Ask the {words[1]} a question."}],
+                                 "max_tokens": 3})])
+    for store_text, name in ((False, "private.db"), (True, "stored.db")):
+        db = tmp_path / name
+        argv = ["study", "--model", "tiny-llama", "--prompts", str(path), "--trials", "1", "--limit", "4",
+                "--items", "4", "--certify", "0", "--no-confirm", "--repeats", "1", "--max-pairs", "1",
+                "--precision", "0", "--storage", f"sqlite:///{db}"] + (["--store-prompts"] if store_text else [])
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        data = db.read_bytes()
+        found = [w for w in words if w.encode() in data]
+        assert found == (list(words) if store_text else []), (name, found)
+        assert not any(w in out for w in words)
+        assert b'"hash"' in data
