@@ -140,10 +140,8 @@ def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: st
     if pop:
         apply_pop(model, config)
     try:
-        answers = _answer(model, tokenizer, prompts, [r.max_tokens for r in chosen], batch_size, prefill_chunk)
-        for i in missing:
-            kept.setdefault(keys[i], answers[i])
-        logliks = _loglik(model, tokenizer, prompts, [kept[k] for k in keys], prefill_chunk)
+        answers, logliks = _answer(model, tokenizer, prompts, [r.max_tokens for r in chosen], batch_size,
+                                   prefill_chunk, kept=kept, keys=keys)
     finally:
         remove_pop(model)
     figures = {}
@@ -166,24 +164,34 @@ def _text(tokenizer: Any, request: PromptRequest) -> str:
 
 
 def _answer(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int], batch_size: int,
-            prefill_chunk: int | None) -> list[tuple[int, ...]]:
-    """Greedy answers, batched in order of prompt length (less padding), returned in the order given."""
+            prefill_chunk: int | None, *, kept: dict[str, tuple[int, ...]] | None = None,
+            keys: list[str] | None = None) -> tuple[list[tuple[int, ...]], list[float | None]]:
+    """Greedy answers, batched in order of prompt length (less padding), returned in the order given; with
+    ``kept``, answers missing there are recorded, and each batch's full answers are scored (log-likelihood)
+    in the same rows as its generation (so a POP prefill replays the full model's recorded states)."""
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     found: dict[int, tuple[int, ...]] = {}
+    logliks: dict[int, float | None] = {}
     progress.expect(len(prompts))
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
         outs = _generate(model, tokenizer, [prompts[i] for i in batch], [limits[i] for i in batch], prefill_chunk)
         found.update(zip(batch, outs))
+        if kept is not None and keys is not None:
+            for i in batch:
+                kept.setdefault(keys[i], found[i])
+            scores = _loglik(model, tokenizer, [prompts[i] for i in batch], [kept[keys[i]] for i in batch],
+                             prefill_chunk)
+            logliks.update(zip(batch, scores))
         progress.advance(len(batch))
-    return [found[i] for i in range(len(prompts))]
+    return [found[i] for i in range(len(prompts))], [logliks.get(i) for i in range(len(prompts))]
 
 
 def _answer_into(kept: dict[str, tuple[int, ...]], model: Any, tokenizer: Any, which: list[int],
                  prompts: list[list[int]], requests: list[PromptRequest], keys: list[str], batch_size: int,
                  prefill_chunk: int | None) -> None:
-    answers = _answer(model, tokenizer, [prompts[i] for i in which], [requests[i].max_tokens for i in which],
-                      batch_size, prefill_chunk)
+    answers, _ = _answer(model, tokenizer, [prompts[i] for i in which], [requests[i].max_tokens for i in which],
+                         batch_size, prefill_chunk)
     for i, answer in zip(which, answers):
         kept[keys[i]] = answer
 
