@@ -163,18 +163,34 @@ def _text(tokenizer: Any, request: PromptRequest) -> str:
     return render(tokenizer, request)
 
 
+#: Padded prompt tokens per batch at most: a user's lengths are mixed (a few long documents among short chats),
+#: and one long prompt would otherwise pad a whole batch of short ones to its length.
+BATCH_TOKENS = 4096
+
+
+def _batches(prompts: list[list[int]], batch_size: int) -> list[list[int]]:
+    """Indices of ``prompts`` in batches, shortest first: at most ``batch_size`` rows and :data:`BATCH_TOKENS`
+    padded tokens (a prompt longer than that is a batch of its own)."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and len(batches[-1]) < batch_size and (len(batches[-1]) + 1) * len(prompts[i]) <= BATCH_TOKENS:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
 def _answer(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int], batch_size: int,
             prefill_chunk: int | None, *, kept: dict[str, tuple[int, ...]] | None = None,
             keys: list[str] | None = None) -> tuple[list[tuple[int, ...]], list[float | None]]:
     """Greedy answers, batched in order of prompt length (less padding), returned in the order given; with
     ``kept``, answers missing there are recorded, and each batch's full answers are scored (log-likelihood)
     in the same rows as its generation (so a POP prefill replays the full model's recorded states)."""
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     found: dict[int, tuple[int, ...]] = {}
     logliks: dict[int, float | None] = {}
     progress.expect(len(prompts))
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
+    for batch in _batches(prompts, batch_size):
         outs = _generate(model, tokenizer, [prompts[i] for i in batch], [limits[i] for i in batch], prefill_chunk)
         found.update(zip(batch, outs))
         if kept is not None and keys is not None:

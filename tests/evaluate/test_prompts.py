@@ -191,3 +191,14 @@ def test_a_study_stores_no_prompt_text_unless_asked(tmp_path, capsys):
         assert found == (list(words) if store_text else []), (name, found)
         assert not any(w in out for w in words)
         assert b'"hash"' in data
+
+
+def test_batches_keep_a_long_prompt_from_padding_short_ones():
+    from poptune.evaluate.answers import BATCH_TOKENS, _batches
+
+    prompts = [[1] * n for n in (10, 3000, 12, 11, 5000, 9)]
+    batches = _batches(prompts, 8)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert batches[0] == [5, 0, 3, 2]  # the short ones together, shortest first
+    assert all(len(b) * max(len(prompts[i]) for i in b) <= BATCH_TOKENS or len(b) == 1 for b in batches)
+    assert len(_batches([[1] * 5] * 20, 8)) == 3
