@@ -202,3 +202,14 @@ def test_batches_keep_a_long_prompt_from_padding_short_ones():
     assert batches[0] == [5, 0, 3, 2]  # the short ones together, shortest first
     assert all(len(b) * max(len(prompts[i]) for i in b) <= BATCH_TOKENS or len(b) == 1 for b in batches)
     assert len(_batches([[1] * 5] * 20, 8)) == 3
+
+
+def test_eval_reports_answers_unchanged_with_their_exact_interval(tmp_path, capsys):
+    path = _write(tmp_path, "p.jsonl", [json.dumps({"prompt": "The capital of France is", "answer": "Paris",
+                                                    "max_tokens": 4}),
+                                        json.dumps({"messages": [{"role": "user", "content": "Say hi"}],
+                                                    "max_tokens": 4})])
+    assert main(["eval", "--model", "tiny-llama", "--skip", "1", "--prompts", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "answers unchanged" in out and "exact Clopper-Pearson 95%" in out and "references (1 prompts)" in out
+    assert "France" not in out and "Say hi" not in out
