@@ -35,7 +35,8 @@ def arc() -> list[dict]:
 def boolq() -> list[dict]:
     """Medium prompts: a passage and a yes/no question (BoolQ, CC BY-SA 3.0), its label as the answer."""
     return [{"prompt": f"{row['passage']}\n\nQuestion: {row['question']}?\nAnswer (yes or no):",
-             "max_tokens": 4, "answer": "yes" if row["answer"] else "no"} for row in _jsonl(DATA / "boolq" / "dev.jsonl")]
+             "max_tokens": 4, "answer": "yes" if row["answer"] else "no"}
+            for row in _jsonl(DATA / "boolq" / "dev.jsonl")]
 
 
 def piqa() -> list[dict]:

@@ -23,7 +23,8 @@ def prompts_lines(study: Any, rows: list[Any]) -> list[str]:
     policy = problem.racing()
     looks = len(rounds(policy.start, policy.cap, policy.growth))
     trials = {t.number: t for t in map(store.StoredTrial.of, store.completed(study, method=None))}
-    lines = [f"prompts: {record.get('requests', '?')} requests, {record.get('skipped_too_long', 0)} skipped as too long;"
+    lines = [f"prompts: {record.get('requests', '?')} requests, {record.get('skipped_too_long', 0)} skipped as too "
+             "long;"
              f" accuracy = share of greedy answers unchanged from the full model's, exact Clopper-Pearson 95% "
              f"interval (Bonferroni over {looks} planned looks)"]
     for row in rows:

@@ -114,6 +114,7 @@ def _prompt_lines(result: Any) -> list[str]:
     ref = figures.get("reference")
     if ref:
         d = ref["drop"]
-        lines.append(f"references ({ref['items']} prompts): full {100 * ref['full']:.1f}%, POP {100 * ref['pop']:.1f}%, "
+        lines.append(f"references ({ref['items']} prompts): full {100 * ref['full']:.1f}%, "
+                     f"POP {100 * ref['pop']:.1f}%, "
                      f"drop {d['mean']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] pts")
     return lines

@@ -25,7 +25,8 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_TOKENS", "PROMPTS", "ROLES", "PromptRequest", "check_fit", "encode", "prompt_hash", "prompt_record", "read_prompts",
+__all__ = ["DEFAULT_MAX_TOKENS", "PROMPTS", "ROLES", "PromptRequest", "check_fit", "encode", "prompt_hash",
+           "prompt_record", "read_prompts",
            "render", "render_all"]
 
 #: The task name of a prompts workload (its outcome per item: 1 when POP's greedy answer is the full model's).
