@@ -29,6 +29,8 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["chunk_bounds", "prefill_prompt"], "poptune.segments"),
     **dict.fromkeys(["BenchSpec", "run_bench"], "poptune.measure.bench"),
     **dict.fromkeys(["EvalSpec", "run_eval"], "poptune.evaluate.suite"),
+    **dict.fromkeys(["PromptRequest", "read_prompts"], "poptune.evaluate.prompts"),
+    "changed_interval": "poptune.evaluate.changed",
     **dict.fromkeys(["StudySpec", "run_study"], "poptune.tune.study"),
     "TuningProblem": "poptune.tune.problem",
 }
@@ -47,6 +49,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         ConfigError, DataError, DeviceError, InputError, MeasurementError, ModelNotFoundError, PoptuneError,
         StorageError, UnsupportedModelError,
     )
+    from poptune.evaluate.changed import changed_interval
+    from poptune.evaluate.prompts import PromptRequest, read_prompts
     from poptune.evaluate.suite import EvalSpec, run_eval
     from poptune.export import load_config
     from poptune.kvfit import KVFitSpec, prepare_kv

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from poptune import store
 from poptune.engine import PopConfig
 from poptune.files import safe_name, write_text
+from poptune.promptreport import prompts_lines
 from poptune.store.front import FrontRow
 from poptune.store.trials import StoredTrial
 
@@ -357,6 +358,7 @@ class StudyReport:
                      "that selected them" + (f"; rows not rejected by the budget of {budget:g} points):"
                                              if budget is not None else "):"))
         lines.append(front_table(self.front, self.references, reference_ms=self.reference_ms))
+        lines += prompts_lines(self.stored, self.trials, self.front)  # a prompts study: answers unchanged
         line = undecided_line(self.undecided, budget)
         if line:
             lines.append(line)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from dataclasses import fields
 from typing import Any
 
@@ -155,6 +156,7 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--items", type=int, help="items per task in the first round (default: the preset's; "
                         f"standard: {STANDARD.items})")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
+    add_prompts(parser)
     parser.add_argument("--max-drop", type=budget, default=DEFAULT_MAX_DROP,
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): the search "
                         "rejects a configuration whose drop's 95%% lower end exceeds it (an Optuna constraint); the "
@@ -167,6 +169,18 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                              "directory; else text sampled from the model)")
     add_precision(parser, repeats=default_of(TuningProblem, "repeats"), max_pairs=STANDARD.max_pairs,
                   max_seconds=STANDARD.max_seconds, stop="--repeats", preset=True)
+
+
+def add_prompts(parser: argparse.ArgumentParser, *, store: bool = True) -> None:
+    """``--prompts FILE`` (a user's own prompts, :mod:`poptune.evaluate.prompts`) and ``--store-prompts``."""
+    parser.add_argument("--prompts", metavar="FILE",
+                        help="your own prompts instead of --tasks: JSON Lines of {\"prompt\"} or {\"messages\"} "
+                             "(optional max_tokens, answer) or a .txt with one prompt per line; accuracy is then the "
+                             "share of greedy answers unchanged from the full model's (--max-drop 5: at most 5%% "
+                             "changed)")
+    if store:
+        parser.add_argument("--store-prompts", action="store_true",
+                            help="store the prompts' text with the study (default: only their hashes and lengths)")
 
 
 def add_preset(parser: argparse.ArgumentParser) -> None:
@@ -210,7 +224,11 @@ def problem(args: argparse.Namespace) -> Any:
     from poptune.evaluate.taskpack import check_data, data_dir
 
     directory = data_dir(args.data_dir)
-    tasks = resolve_tasks(args.tasks, directory) if args.tasks else default_tasks(directory is not None)
+    prompts = getattr(args, "prompts", None)
+    if prompts is not None:
+        tasks: tuple[str, ...] = ("prompts",)
+    else:
+        tasks = resolve_tasks(args.tasks, directory) if args.tasks else default_tasks(directory is not None)
     real = [t for t in tasks if t not in EMBEDDED]
     if directory is not None and real:
         check_data(directory, real)
@@ -235,6 +253,8 @@ def problem(args: argparse.Namespace) -> Any:
         dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=size.items,
         precision=args.precision or None, max_pairs=max(size.max_pairs, args.repeats), max_seconds=size.max_seconds,
         kv=tuple(part.strip() for part in args.kv.split(",") if part.strip()), certify_limit=certify,
+        prompts=str(Path(prompts).expanduser().resolve()) if prompts else None,
+        store_prompts=bool(getattr(args, "store_prompts", False)),
     )
 
 

@@ -77,7 +77,26 @@ def check_args(args: argparse.Namespace) -> None:
         ModelNotFoundError: an unknown model, where the lengths are checked against it.
     """
     _check_data_dir(getattr(args, "data_dir", None))
+    _check_prompts(args)
     _check_lengths(args)
+
+
+def _check_prompts(args: argparse.Namespace) -> None:
+    """A prompts file read and checked line by line, then against the model's context with its tokenizer alone
+    (where one is at hand without building anything): a file none of whose prompts fits is refused now."""
+    path = getattr(args, "prompts", None)
+    if path is None:
+        return
+    from poptune.evaluate.prompts import check_fit, read_prompts
+    from poptune.models import load_tokenizer, max_positions
+
+    requests = read_prompts(path)
+    for option in ("tasks", "lengths", "image"):  # the prompts are the items, and their lengths are timed
+        if getattr(args, option, None) is not None:
+            raise ConfigError(f"give `--prompts` (your own prompts) or `--{option}`, not both")
+    tokenizer = load_tokenizer(args.model, getattr(args, "weights", "pretrained"))
+    if tokenizer is not None:
+        check_fit(tokenizer, requests, max_positions(args.model, getattr(args, "weights", "pretrained")), path)
 
 
 def _check_data_dir(text: str | None) -> None:

@@ -10,6 +10,7 @@ from ._args import (
     BENCH_LENGTHS,
     add_model,
     add_output,
+    add_prompts,
     add_pop,
     add_precision,
     add_prefill_chunk,
@@ -32,6 +33,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--image", metavar="WxH[,WxH...]",
                         help="image prompts instead (a vision-language model): one image of each size and a short "
                              "question, e.g. 640x480,1280x720,2560x1440")
+    add_prompts(parser, store=False)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--decode-tokens", type=int, default=16, help="new tokens per decode measurement (0: none)")
     add_prefill_chunk(parser)
@@ -52,6 +54,27 @@ def register(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
+def _ready(model: Any, tokenizer: Any, config: Any, args: argparse.Namespace, spec: Any) -> Any:
+    """The configuration's K/V maps attached; ``spec`` at the prompts file's lengths when one is given."""
+    prepare_kv(model, tokenizer, config, args)
+    return _prompt_lengths(model, tokenizer, args.prompts, spec) if args.prompts else spec
+
+
+def _prompt_lengths(model: Any, tokenizer: Any, path: str, spec: Any) -> Any:
+    """``spec`` timed at a prompts file's lengths: three quantile groups' medians (too-long prompts skipped)."""
+    from dataclasses import replace
+
+    from poptune.engine import decoder_of
+    from poptune.evaluate.workload import build_workload
+
+    context = getattr(decoder_of(model).config, "max_position_embeddings", None)
+    workload = build_workload(tokenizer, ("prompts",), data_dir=None, cap=None, max_positions=context, prompts=path)
+    points = workload.latency_points(None, 3)
+    print(f"timing the prompts' lengths {[n for n, _ in points]} (shares {[round(w, 2) for _, w in points]}; "
+          f"{workload.skipped.get('prompts', 0)} prompts too long, skipped)")
+    return replace(spec, lengths=tuple(n for n, _ in points))
+
+
 def run(args: argparse.Namespace) -> int:
     from poptune.errors import ConfigError
     from poptune.measure import RepeatPolicy
@@ -60,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
 
     config = pop_config(args)
     images = parse_image_sizes(args.image, "--image") if args.image is not None else ()
-    if images and args.lengths is not None:
-        raise ConfigError("give `--lengths` (text prompts) or `--image` (image prompts), not both")
     if images:
+        if args.lengths is not None:
+            raise ConfigError("give `--lengths` (text prompts) or `--image` (image prompts), not both")
         check_takes_images(args.model)  # a text-only model poptune knows is refused before it loads
     spec = BenchSpec(
         lengths=tuple(int_list(args.lengths or BENCH_LENGTHS, "--lengths")),
@@ -87,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
-    prepare_kv(model, tokenizer, config, args)
+    spec = _ready(model, tokenizer, config, args, spec)
     steps = len(spec.images or spec.lengths) * (2 if spec.decode_tokens else 1) + spec.null_check
     with tqdm(total=steps, desc="bench", unit="measurement", leave=False) as bar:
 

@@ -9,7 +9,7 @@ from typing import Any
 from ._args import (
     add_model, add_output, add_pop, add_prefill_chunk, check_output_path, emit, pop_config, prefill_chunk, prepare_kv,
 )
-from ._args import write_text
+from ._args import add_prompts, write_text
 
 
 def register(sub: Any) -> None:
@@ -24,6 +24,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--limit", type=int, help="items per task, evenly spaced over the set (same items every run)")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
+    add_prompts(parser, store=False)
     parser.add_argument("--batch-size", type=int, default=8, help="contexts prefilled together (default: 8)")
     add_prefill_chunk(parser)
     parser.add_argument("--fidelity-pairs", type=int, default=8, help="text pairs for fidelity, 0 to skip (default: 8)")
@@ -38,16 +39,17 @@ def run(args: argparse.Namespace) -> int:
 
     config = pop_config(args)
     directory = data_dir(args.data_dir)
-    tasks = resolve_tasks(args.tasks, directory)
-    if directory is not None:
+    tasks = ("prompts",) if args.prompts else resolve_tasks(args.tasks, directory)
+    if directory is not None and not args.prompts:
         check_data(directory, [t for t in tasks if t not in EMBEDDED])
     spec = EvalSpec(
         tasks=tasks,
         data_dir=directory,
         limit=args.limit,
         batch_size=args.batch_size,
-        fidelity=FidelitySpec(pairs=args.fidelity_pairs) if args.fidelity_pairs else None,
+        fidelity=FidelitySpec(pairs=args.fidelity_pairs) if args.fidelity_pairs and not args.prompts else None,
         prefill_chunk=prefill_chunk(args),
+        prompts=args.prompts,
     )
     if args.out:
         check_output_path(args.out)
@@ -76,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"{args.model} [{config}]" + (f", {args.limit} items per task" if args.limit else "")
           + (f", prefill in chunks of {spec.prefill_chunk} tokens" if spec.prefill_chunk else ""))
     print(result.table())
+    if args.prompts:
+        for line in _prompt_lines(result):
+            print(line)
     if result.fidelity is not None:
         f = result.fidelity
         print(
@@ -87,3 +92,29 @@ def run(args: argparse.Namespace) -> int:
         write_text(args.out, data)
         print(f"wrote {args.out}")
     return 0
+
+
+def _prompt_lines(result: Any) -> list[str]:
+    """The answers unchanged with their exact interval, the fidelity means and the references' drop."""
+    from poptune.evaluate.answers import ITEMS_KEY, summary
+    from poptune.evaluate.changed import changed_interval
+    from poptune.evaluate.suite import TaskRun
+
+    sides = result.details.get(ITEMS_KEY, {})
+    runs = {w: TaskRun({}, {"prompts": sorted(rows)}, {}, {ITEMS_KEY: rows}) for w, rows in sides.items()}
+    figures = summary(runs.get("full"), runs["pop"]) if "pop" in runs else {}
+    lines = [f"skipped as too long: {result.details.get('skipped_too_long', {}).get('prompts', 0)} prompts"]
+    p = figures.get("prompts")
+    if p:
+        ci = changed_interval(int(p["changed"]), p["items"])
+        lines.append(f"answers unchanged {p['items'] - int(p['changed'])}/{p['items']} = {100 * (1 - ci.share):.1f}% "
+                     f"[{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}] (exact Clopper-Pearson 95%); changed at most "
+                     f"{100 * ci.upper:.1f}% at 95%; token agreement {100 * p['agreement']:.1f}%; full answer's "
+                     f"log-lik/token under POP {p['loglik']:.3f} (full {p['full_loglik']:.3f})")
+    ref = figures.get("reference")
+    if ref:
+        d = ref["drop"]
+        lines.append(f"references ({ref['items']} prompts): full {100 * ref['full']:.1f}%, "
+                     f"POP {100 * ref['pop']:.1f}%, "
+                     f"drop {d['mean']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] pts")
+    return lines

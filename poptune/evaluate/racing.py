@@ -30,6 +30,7 @@ from typing import Any
 
 from poptune import progress
 from poptune.errors import ConfigError
+from poptune.evaluate.answers import ITEMS_KEY
 from poptune.evaluate.paired import PairedDrop
 from poptune.evaluate.suite import TaskRun, drop_of
 from poptune.evaluate.workload import Workload, rounds
@@ -85,6 +86,8 @@ def extend_run(run: TaskRun | None, more: TaskRun) -> TaskRun:
         return TaskRun({t: dict(m) for t, m in more.scores.items()}, {t: list(v) for t, v in more.items.items()},
                        {t: list(v) for t, v in more.outcomes.items()}, dict(more.details))
     merged = TaskRun({}, {}, {}, {**run.details, **more.details})
+    if ITEMS_KEY in run.details and ITEMS_KEY in more.details:  # per-item prompt figures: every round's kept
+        merged.details[ITEMS_KEY] = {**run.details[ITEMS_KEY], **more.details[ITEMS_KEY]}
     for task in run.items:
         n, m = len(run.items[task]), len(more.items.get(task, []))
         merged.items[task] = run.items[task] + more.items.get(task, [])

@@ -22,6 +22,7 @@ from poptune.errors import ConfigError
 from poptune.evaluate.fidelity import FidelityResult, FidelitySpec, fidelity_pairs, generated_text, measure_fidelity
 from poptune.evaluate.fidelity import wikitext
 from poptune.evaluate.paired import PairedDrop, paired_drop
+from poptune.evaluate.prompts import PROMPTS
 from poptune.evaluate.synthetic import EMBEDDED, run_synthetic
 from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
 from poptune.segments import chunk_bounds
@@ -44,6 +45,7 @@ PRIMARY_METRIC = {
     "boolq": "acc",
     "passkey": "acc",
     "kv_recall": "acc",
+    "prompts": "unchanged",  # a user's prompts: the full model's greedy answer kept (poptune.evaluate.answers)
     # Long prompts: generation scored by the task's own metric; QASPER by the likelier choice.
     "longctx_squad": "f1",
     "longctx_drop": "f1",
@@ -119,6 +121,7 @@ class EvalSpec:
     seed: int = 0
     samples: Mapping[str, Sequence[int]] | None = None
     prefill_chunk: int | None = None
+    prompts: str | None = None
 
     def __post_init__(self) -> None:
         chunk_bounds(2, self.prefill_chunk)  # validates it
@@ -295,9 +298,20 @@ def _synthetic_scores(model: Any, tokenizer: Any, config: PopConfig | None, task
 
 def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec) -> TaskRun:
     """Scores of one configuration on ``spec``'s tasks, with every item's outcome."""
-    real = [t for t in spec.tasks if t not in EMBEDDED]
+    real = [t for t in spec.tasks if t not in EMBEDDED and t != PROMPTS]
     synthetic = [t for t in spec.tasks if t in EMBEDDED]
     run = TaskRun({}, {}, {})
+    if PROMPTS in spec.tasks:
+        from poptune.evaluate.answers import score_prompts
+
+        assert spec.prompts is not None, "task `prompts` needs EvalSpec.prompts"
+        indices = list(spec.samples[PROMPTS]) if spec.samples is not None else list(range(spec.limit or 20))
+        found = score_prompts(model, tokenizer, config, spec.prompts, indices, batch_size=spec.batch_size,
+                              prefill_chunk=spec.prefill_chunk)
+        run.scores.update(found.scores)
+        run.items.update(found.items)
+        run.outcomes.update(found.outcomes)
+        run.details.update(found.details)
     for part, scorer in ((real, _lm_eval_scores), (synthetic, _synthetic_scores)):
         if part:
             found = scorer(model, tokenizer, config, part, spec)
@@ -349,7 +363,8 @@ def run_eval(
 
         context = getattr(decoder_of(model).config, "max_position_embeddings", None)
         workload = build_workload(tokenizer, spec.tasks, data_dir=spec.data_dir, cap=spec.limit,
-                                  synthetic_lengths=spec.synthetic_lengths, max_positions=context, seed=spec.seed)
+                                  synthetic_lengths=spec.synthetic_lengths, max_positions=context, seed=spec.seed,
+                                  prompts=spec.prompts)
         spec = spec.with_samples(workload.order)
         details["skipped_too_long"] = workload.skipped
     runs = {}

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from poptune.errors import ConfigError
+from poptune.evaluate.prompts import PROMPTS
 
 __all__ = ["ORDER_SEED", "Workload", "build_workload", "synthetic_pool"]
 
@@ -133,6 +134,7 @@ def build_workload(
     synthetic_lengths: Sequence[int] = (512,),
     max_positions: int | None = None,
     seed: int = 0,
+    prompts: str | None = None,
 ) -> Workload:
     """The workload of ``tasks``: at most ``cap`` items of each, in scoring order, with their prompt lengths.
 
@@ -145,6 +147,8 @@ def build_workload(
         synthetic_lengths: Prompt lengths of synthetic passkey items.
         max_positions: The model's context; longer prompts (with :data:`GENERATION_ROOM`) are skipped.
         seed: Seed of the synthetic items.
+        prompts: The prompts file of task ``prompts`` (:mod:`poptune.evaluate.prompts`): its requests in a fixed
+            permutation; one fits when it and its ``max_tokens`` fit the context.
     """
     import numpy as np
 
@@ -156,9 +160,15 @@ def build_workload(
     order: dict[str, list[int]] = {}
     tokens: dict[str, list[int]] = {}
     skipped: dict[str, int] = {}
-    real = [t for t in tasks if t not in EMBEDDED]
-    prompts = _real_prompts(real, data_dir) if real else {}
+    real = [t for t in tasks if t not in EMBEDDED and t != PROMPTS]
+    texts_of = _real_prompts(real, data_dir) if real else {}
     for task in tasks:
+        if task == PROMPTS:
+            want, candidates, lengths, fits = _prompt_candidates(tokenizer, prompts, cap, max_positions)
+            order[task] = [i for i in candidates if fits[i]][:want]
+            tokens[task] = [lengths[i] for i in order[task]]
+            skipped[task] = sum(1 for i in candidates if not fits[i])
+            continue
         if task in EMBEDDED:
             want = cap or SYNTHETIC_DEFAULT
             for size in (want, 2 * want):  # twice as many only when some do not fit
@@ -168,7 +178,7 @@ def build_workload(
                 if room is None or sum(n <= room for n in lengths) >= want:
                     break
         else:
-            texts = prompts[task]
+            texts = texts_of[task]
             want = cap or len(texts)
             candidates = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(texts))]
             lengths = [0] * len(texts)
@@ -181,6 +191,22 @@ def build_workload(
         if not order[task]:
             raise ConfigError(f"task {task!r} has no item whose prompt fits this model's {max_positions} positions")
     return Workload(order, tokens, skipped, tuple(synthetic_lengths), seed)
+
+
+def _prompt_candidates(tokenizer: Any, path: str | None, cap: int | None,
+                       max_positions: int | None) -> tuple[int, list[int], list[int], list[bool]]:
+    """Items wanted, the fixed order, each request's prompt length, and whether it fits (task ``prompts``)."""
+    import numpy as np
+
+    from poptune.evaluate.prompts import check_fit, read_prompts
+
+    if path is None:
+        raise ConfigError("task `prompts` needs a prompts file (`--prompts FILE`)")
+    requests = read_prompts(path)
+    lengths = check_fit(tokenizer, requests, max_positions, path)
+    fits = [max_positions is None or n + r.max_tokens <= max_positions for n, r in zip(lengths, requests)]
+    candidates = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(requests))]
+    return cap or len(requests), candidates, lengths, fits
 
 
 def rounds(start: int, cap: int, growth: float = 2.0) -> list[int]:

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["ModelSpec", "resolve_model", "load_model", "max_positions", "model_names", "weights_fingerprint"]
+__all__ = ["ModelSpec", "resolve_model", "load_model", "load_tokenizer", "max_positions", "model_names",
+           "weights_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,27 @@ def max_positions(name: str, weights: str = "pretrained") -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
+
+
+def load_tokenizer(name: str, weights: str = "pretrained") -> Any:
+    """The model's tokenizer alone, without its weights, where it is at hand (a tiny model's, the embedded
+    model's once built, a local directory's or one in the Hugging Face cache); None otherwise (nothing is built
+    or downloaded: loading the model checks again)."""
+    spec = resolve_model(name)
+    if spec.source == "tiny":
+        return _tiny_tokenizer()
+    try:
+        if spec.source == "embedded":
+            from .embedded import built_model_dir
+
+            directory = built_model_dir()
+            return _load_tokenizer(str(directory), spec) if directory is not None else None
+        if spec.source == "local":
+            return _load_tokenizer(str(spec.path), spec)
+        found = _cached_hub_file(spec.hub_id, "tokenizer_config.json")
+        return _load_tokenizer(str(found.parent), spec) if found is not None else None
+    except ModelNotFoundError:
+        return None
 
 
 def _cached_hub_file(hub_id: str | None, filename: str) -> Path | None:

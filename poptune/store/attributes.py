@@ -232,6 +232,14 @@ class StoredStudy:
         self.study.set_user_attr("full_run", dict(run))
 
     @property
+    def prompts(self) -> dict[str, Any] | None:
+        """A prompts study's requests: hashes, lengths and file indices (the text only if the user asked)."""
+        return self._get("prompts")
+
+    def set_prompts(self, record: Mapping[str, Any]) -> None:
+        self.study.set_user_attr("prompts", dict(record))
+
+    @property
     def state_reuse_check(self) -> dict[str, Any] | None:
         return self._get("state_reuse_check")
 

@@ -105,7 +105,8 @@ class ConfigEvaluator:
             limit = getattr(decoder_of(self.model).config, "max_position_embeddings", None)
             cap = p.racing().cap + (p.certify_limit if p.certifies else 0)  # then the certification's fresh items
             self._workload = build_workload(self.tokenizer, p.tasks, data_dir=p.data_path(), cap=cap,
-                                            synthetic_lengths=p.synthetic_lengths, max_positions=limit, seed=p.seed)
+                                            synthetic_lengths=p.synthetic_lengths, max_positions=limit, seed=p.seed,
+                                            prompts=p.prompts)
         return self._workload
 
     def latency_points(self) -> list[tuple[int, float]]:
@@ -136,7 +137,7 @@ class ConfigEvaluator:
 
         p = self.problem
         return EvalSpec(tasks=p.tasks, data_dir=p.data_path(), batch_size=p.eval_batch_size, fidelity=None,
-                        synthetic_lengths=p.synthetic_lengths, seed=p.seed)
+                        synthetic_lengths=p.synthetic_lengths, seed=p.seed, prompts=p.prompts)
 
     def _score(self, config: PopConfig, items: dict[str, list[int]], *, reuse: bool = True) -> "TaskRun":
         from poptune.evaluate.suite import measure_tasks
@@ -293,6 +294,10 @@ class ConfigEvaluator:
                 result = self.race_accuracy(config, transform=transform)
             run, drop = result.run, result.drop
         full = self._full.head(run.counts) if self._full else run
+        if p.prompts is not None:  # means of the prompt figures, never a prompt's text
+            from poptune.evaluate.answers import summary
+
+            details.update(summary(self._full, run))
         return Measurement(
             config=config,
             method=method,

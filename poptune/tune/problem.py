@@ -81,6 +81,10 @@ class TuningProblem:
         certify_limit: Items per task at most on which the front's candidates are certified after the search:
             items no trial scored (:mod:`poptune.tune.certify`); 0: no certification.
         certify_candidates: The front's fastest candidates certified (the error is split among them).
+        prompts: A user's prompts file (:mod:`poptune.evaluate.prompts`), the items of task ``prompts``: accuracy
+            is then the share of greedy answers unchanged from the full model's, the drop the share changed
+            (``max_drop`` 5: answers changed at most 5%). Only its path is stored, never a prompt's text.
+        store_prompts: Store the prompts' text with the study too (default: only their hashes and lengths).
     """
 
     model: str = "gemma-3"
@@ -108,6 +112,8 @@ class TuningProblem:
     kv: tuple[str, ...] = ("own",)
     certify_limit: int = STANDARD.certify
     certify_candidates: int = 1
+    prompts: str | None = None
+    store_prompts: bool = False
 
     def __post_init__(self) -> None:
         if self.image is not None:
@@ -116,6 +122,8 @@ class TuningProblem:
             ImageSize.parse(self.image)
         if not self.tasks:
             raise ConfigError("a tuning problem needs at least one task")
+        if ("prompts" in self.tasks) != (self.prompts is not None):
+            raise ConfigError("task `prompts` and a prompts file go together: give both or neither")
         if not self.lengths or any(not isinstance(n, int) or n < 2 for n in self.lengths):
             raise ConfigError(f"prompt lengths must be integers >= 2, got {list(self.lengths)}")
         if self.target_length is not None and self.target_length not in self.lengths:

@@ -1,0 +1,244 @@
+"""Fidelity without labels: a configuration's greedy answers to a user's prompts against the full model's.
+
+The full model's greedy answer to each prompt is generated once per model in this process (a study's full run
+comes first) and kept on the model (:func:`full_answers`). A configuration's answer to the same prompt is then
+scored against it, per prompt:
+
+- ``unchanged``: 1 when its greedy answer is token for token the full model's (the item's outcome: the
+  study's accuracy is the share of answers unchanged, its drop the share changed, in points);
+- ``agreement``: the share of the full answer's positions where the two answers hold the same token;
+- ``divergence``: the first position where they differ (None: identical);
+- ``loglik``: the mean per-token log-likelihood of the *full* answer under this configuration's prefill
+  (teacher-forced scoring, :func:`poptune.evaluate.scoring.continuation_logprobs`: a prefill, no generation;
+  with state reuse the layers before the skipped block are replayed);
+- ``correct``: when the request gives a reference ``answer``, whether the generated answer contains it
+  (case and surrounding space ignored), for the drop on the references.
+
+Answers end at the request's ``max_tokens`` or the end-of-sequence token, whichever comes first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from poptune import progress
+from poptune.engine import PopConfig, apply_pop, remove_pop
+from poptune.evaluate.prompts import PROMPTS, PromptRequest, encode, prompt_hash, read_prompts
+
+__all__ = ["ITEMS_KEY", "PromptRun", "contains_answer", "full_answers", "score_prompts", "summary"]
+
+#: Key of a run's per-item prompt figures in ``TaskRun.details`` (item index -> figures).
+ITEMS_KEY = "prompt_items"
+
+_ATTR = "_poptune_full_answers"
+
+
+@dataclass
+class PromptRun:
+    """A ``TaskRun``'s fields for task ``prompts`` (:class:`poptune.evaluate.suite.TaskRun` has the same)."""
+
+    scores: dict[str, dict[str, float]]
+    items: dict[str, list[int]]
+    outcomes: dict[str, list[float]]
+    details: dict[str, Any]
+
+
+def full_answers(model: Any) -> dict[str, tuple[int, ...]]:
+    """The full model's greedy answers kept on ``model``: prompt key -> answer token ids."""
+    from poptune.engine import decoder_of
+
+    decoder = decoder_of(model)
+    if not hasattr(decoder, _ATTR):
+        setattr(decoder, _ATTR, {})
+    return getattr(decoder, _ATTR)
+
+
+def contains_answer(output: str, answer: str) -> bool:
+    """Whether ``output`` contains the reference ``answer`` (case and surrounding space ignored)."""
+    return answer.strip().lower() in output.lower()
+
+
+def _key(ids: Sequence[int], max_tokens: int) -> str:
+    return prompt_hash(",".join(map(str, ids)) + f"/{max_tokens}")
+
+
+def _trim(tokens: Sequence[int], limit: int, stops: set[int]) -> tuple[int, ...]:
+    out = []
+    for t in list(tokens)[:limit]:
+        if t in stops:
+            break
+        out.append(int(t))
+    return tuple(out)
+
+
+def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int],
+              prefill_chunk: int | None) -> list[tuple[int, ...]]:
+    import torch
+
+    from poptune.segments import generate
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(map(len, prompts))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
+    with torch.no_grad():
+        out = generate(model, {"input_ids": ids, "attention_mask": mask}, chunk=prefill_chunk,
+                       max_new_tokens=max(limits), do_sample=False, pad_token_id=pad)
+    stops = {t for t in (tokenizer.eos_token_id, pad) if t is not None}
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    stops |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    return [_trim(row[width:].tolist(), n, stops) for row, n in zip(out, limits)]
+
+
+def _loglik(model: Any, tokenizer: Any, prompts: list[list[int]], answers: list[tuple[int, ...]],
+            prefill_chunk: int | None) -> list[float | None]:
+    import torch
+
+    from poptune.evaluate.scoring import continuation_logprobs
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    scored = [i for i, a in enumerate(answers) if a]
+    found: list[float | None] = [None] * len(prompts)
+    if scored:
+        logps = continuation_logprobs(model, [prompts[i] for i in scored], [list(answers[i]) for i in scored],
+                                      pad_id=pad, prefill_chunk=prefill_chunk)
+        for i, logp in zip(scored, logps):
+            target = torch.tensor(answers[i], dtype=torch.long, device=logp.device).unsqueeze(1)
+            found[i] = float(logp.gather(1, target).mean())
+    return found
+
+
+def _figures(mine: tuple[int, ...], full: tuple[int, ...]) -> dict[str, Any]:
+    same = sum(a == b for a, b in zip(mine, full))
+    divergence = next((i for i, (a, b) in enumerate(zip(mine, full)) if a != b), None)
+    if divergence is None and len(mine) != len(full):
+        divergence = min(len(mine), len(full))
+    return {"unchanged": float(mine == full), "agreement": same / len(full) if full else float(not mine),
+            "divergence": divergence}
+
+
+def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: str, indices: Sequence[int], *,
+                  batch_size: int = 8, prefill_chunk: int | None = None) -> PromptRun:
+    """Task ``prompts`` scored on the requests ``indices`` of ``path`` (the suite makes it a ``TaskRun``).
+
+    With ``config`` None or ``skip=0`` the model as it is answers; answers missing from :func:`full_answers`
+    are recorded from whichever run first meets the prompt (the full run, first in a study). The run's
+    ``details[ITEMS_KEY]`` holds each item's figures (module docstring) and the prompt's hash and length.
+    """
+    requests = read_prompts(path)
+    chosen = [requests[i] for i in indices]
+    prompts = [encode(tokenizer, r) for r in chosen]
+    keys = [_key(p, r.max_tokens) for p, r in zip(prompts, chosen)]
+    kept = full_answers(model)
+    missing = [i for i, k in enumerate(keys) if k not in kept]
+    pop = config is not None and config.skip > 0
+    if missing and pop:  # a resumed study's full run came from storage: the full model answers first
+        remove_pop(model)
+        _answer_into(kept, model, tokenizer, missing, prompts, chosen, keys, batch_size, prefill_chunk)
+    if pop:
+        apply_pop(model, config)
+    try:
+        answers, logliks = _answer(model, tokenizer, prompts, [r.max_tokens for r in chosen], batch_size,
+                                   prefill_chunk, kept=kept, keys=keys)
+    finally:
+        remove_pop(model)
+    figures = {}
+    for index, request, ids, key, answer, loglik in zip(indices, chosen, prompts, keys, answers, logliks):
+        row = {**_figures(answer, kept[key]), "loglik": loglik, "hash": prompt_hash(_text(tokenizer, request)),
+               "tokens": len(ids)}
+        if request.answer is not None:
+            row["correct"] = float(contains_answer(tokenizer.decode(list(answer), skip_special_tokens=True),
+                                                   request.answer))
+        figures[int(index)] = row
+    outcomes = [figures[int(i)]["unchanged"] for i in indices]
+    return PromptRun({PROMPTS: {"unchanged": sum(outcomes) / len(outcomes)}}, {PROMPTS: [int(i) for i in indices]},
+                     {PROMPTS: outcomes}, {ITEMS_KEY: figures})
+
+
+def _text(tokenizer: Any, request: PromptRequest) -> str:
+    from poptune.evaluate.prompts import render
+
+    return render(tokenizer, request)
+
+
+#: Padded prompt tokens per batch at most: a user's lengths are mixed (a few long documents among short chats),
+#: and one long prompt would otherwise pad a whole batch of short ones to its length.
+BATCH_TOKENS = 4096
+
+
+def _batches(prompts: list[list[int]], batch_size: int) -> list[list[int]]:
+    """Indices of ``prompts`` in batches, shortest first: at most ``batch_size`` rows and :data:`BATCH_TOKENS`
+    padded tokens (a prompt longer than that is a batch of its own)."""
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and len(batches[-1]) < batch_size and (len(batches[-1]) + 1) * len(prompts[i]) <= BATCH_TOKENS:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def _answer(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int], batch_size: int,
+            prefill_chunk: int | None, *, kept: dict[str, tuple[int, ...]] | None = None,
+            keys: list[str] | None = None) -> tuple[list[tuple[int, ...]], list[float | None]]:
+    """Greedy answers, batched in order of prompt length (less padding), returned in the order given; with
+    ``kept``, answers missing there are recorded, and each batch's full answers are scored (log-likelihood)
+    in the same rows as its generation (so a POP prefill replays the full model's recorded states)."""
+    found: dict[int, tuple[int, ...]] = {}
+    logliks: dict[int, float | None] = {}
+    progress.expect(len(prompts))
+    for batch in _batches(prompts, batch_size):
+        outs = _generate(model, tokenizer, [prompts[i] for i in batch], [limits[i] for i in batch], prefill_chunk)
+        found.update(zip(batch, outs))
+        if kept is not None and keys is not None:
+            for i in batch:
+                kept.setdefault(keys[i], found[i])
+            scores = _loglik(model, tokenizer, [prompts[i] for i in batch], [kept[keys[i]] for i in batch],
+                             prefill_chunk)
+            logliks.update(zip(batch, scores))
+        progress.advance(len(batch))
+    return [found[i] for i in range(len(prompts))], [logliks.get(i) for i in range(len(prompts))]
+
+
+def _answer_into(kept: dict[str, tuple[int, ...]], model: Any, tokenizer: Any, which: list[int],
+                 prompts: list[list[int]], requests: list[PromptRequest], keys: list[str], batch_size: int,
+                 prefill_chunk: int | None) -> None:
+    answers, _ = _answer(model, tokenizer, [prompts[i] for i in which], [requests[i].max_tokens for i in which],
+                         batch_size, prefill_chunk)
+    for i, answer in zip(which, answers):
+        kept[keys[i]] = answer
+
+
+def summary(full: Any, run: Any) -> dict[str, Any]:
+    """What a measurement stores of its prompt figures: means over its items, never a prompt's text.
+
+    ``full`` and ``run``: the full model's and the configuration's runs (``TaskRun``) on the same items.
+    Returns the mean agreement and log-likelihoods, the median first divergence of changed answers, and with
+    references the share of answers containing them on each side and their paired drop in points.
+    """
+    rows = run.details.get(ITEMS_KEY, {})
+    full_rows = full.details.get(ITEMS_KEY, {}) if full is not None else {}
+    items = [i for i in run.items.get(PROMPTS, []) if i in rows]
+    if not items:
+        return {}
+    div = sorted(rows[i]["divergence"] for i in items if rows[i]["divergence"] is not None)
+    ll = [rows[i]["loglik"] for i in items if rows[i]["loglik"] is not None]
+    full_ll = [full_rows[i]["loglik"] for i in items if i in full_rows and full_rows[i]["loglik"] is not None]
+    out: dict[str, Any] = {
+        "prompts": {"items": len(items), "changed": sum(1 - rows[i]["unchanged"] for i in items),
+                    "agreement": sum(rows[i]["agreement"] for i in items) / len(items),
+                    "median_divergence": div[len(div) // 2] if div else None,
+                    "loglik": sum(ll) / len(ll) if ll else None,
+                    "full_loglik": sum(full_ll) / len(full_ll) if full_ll else None}}
+    refs = [i for i in items if "correct" in rows[i] and "correct" in full_rows.get(i, {})]
+    if refs:
+        from poptune.evaluate.paired import paired_drop
+
+        drop = paired_drop({"reference": [full_rows[i]["correct"] for i in refs]},
+                           {"reference": [rows[i]["correct"] for i in refs]}, lower_is_better=[], scale=100.0)
+        out["reference"] = {"items": len(refs), "full": sum(full_rows[i]["correct"] for i in refs) / len(refs),
+                            "pop": sum(rows[i]["correct"] for i in refs) / len(refs), "drop": drop.to_dict()}
+    return out

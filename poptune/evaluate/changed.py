@@ -1,0 +1,71 @@
+"""An exact bound on the share of answers a configuration changes: "answers changed at most X% at 95%".
+
+Each scored prompt is a 0/1 indicator, *changed* (the configuration's greedy answer is not the full model's);
+they are independent draws from the workload's prompts, so the number changed out of ``n`` is binomial and
+its share gets the exact Clopper-Pearson interval (Clopper and Pearson 1934: the ends are quantiles of beta
+distributions, :func:`scipy.stats.beta.ppf`). Its coverage is *at least* the nominal level for every ``n`` and
+every true share (conservative, never approximate).
+
+**Several looks.** Racing looks at the same growing sample after every round (:mod:`poptune.evaluate.racing`),
+and a bound read at the look that happens to suit it is not a 95% bound. :func:`changed_interval` therefore
+spends the error over the planned looks by Bonferroni: with ``looks`` rounds planned, each look's bound is at
+``1 - alpha / looks``, so the chance that *any* look's bound misses the true share is at most ``alpha``
+(``tests/evaluate/test_changed.py`` checks this by a seeded simulation). The study's *decisions* (within or
+beyond the budget) still come from the paired drop's anytime-valid betting confidence sequence
+(:mod:`poptune.evaluate.paired`) on the same 0/1 indicator, the full model's outcome being 1 on every prompt:
+this module's interval is what the report prints beside them, exact and valid over the same looks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from poptune.errors import ConfigError
+
+__all__ = ["ChangedInterval", "changed_interval"]
+
+
+@dataclass(frozen=True)
+class ChangedInterval:
+    """The share of answers changed (in [0, 1]) with its exact interval.
+
+    Attributes:
+        changed, items: Answers changed, prompts scored.
+        lo, hi: Two-sided Clopper-Pearson ends at ``confidence`` (per look: ``1 - (1 - confidence) / looks``).
+        upper: One-sided upper bound at ``confidence`` (per look likewise): "changed at most ``upper``".
+        confidence, looks: The overall confidence and the planned looks it is spent over.
+    """
+
+    changed: int
+    items: int
+    lo: float
+    hi: float
+    upper: float
+    confidence: float
+    looks: int
+
+    @property
+    def share(self) -> float:
+        return self.changed / self.items
+
+
+def changed_interval(changed: int, items: int, *, confidence: float = 0.95, looks: int = 1) -> ChangedInterval:
+    """The exact interval of the share changed after ``changed`` of ``items`` (module docstring).
+
+    Raises:
+        ConfigError: counts out of range, a confidence outside (0, 1), fewer than one look.
+    """
+    from scipy.stats import beta
+
+    if items < 1 or not 0 <= changed <= items:
+        raise ConfigError(f"need 0 <= changed <= items and items >= 1, got {changed} of {items}")
+    if not 0 < confidence < 1:
+        raise ConfigError(f"`confidence` must be in (0, 1), got {confidence}")
+    if looks < 1:
+        raise ConfigError(f"`looks` must be >= 1, got {looks}")
+    alpha = (1 - confidence) / looks
+    k, n = changed, items
+    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    upper = 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
+    return ChangedInterval(k, n, lo, hi, upper, confidence, looks)

@@ -1,0 +1,187 @@
+"""A user's prompts file: the requests a study, an evaluation or a benchmark serves, read and checked.
+
+Two formats:
+
+- **JSON Lines** (any name but ``.txt``): one request per line, ``{"prompt": "..."}`` or an OpenAI-style
+  ``{"messages": [{"role": "system"|"user"|"assistant"|..., "content": "..."}, ...]}`` (rendered with the
+  tokenizer's chat template, the generation prompt added), each optionally with ``"max_tokens"`` (new tokens
+  of its answer, default :data:`DEFAULT_MAX_TOKENS`) and ``"answer"`` (a reference answer, when the user has
+  one). Blank lines are ignored.
+- **Plain text** (``.txt``): one prompt per line, blank lines ignored.
+
+Everything that can be wrong with the file is refused by :func:`read_prompts` with one line naming the line,
+before any model is loaded; :func:`check_fit` refuses a file none of whose prompts fits the model's context.
+A prompt's *text* stays in memory: what is stored (:func:`prompt_hash`) is its hash, its length and outcomes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from poptune.errors import ConfigError
+
+__all__ = ["DEFAULT_MAX_TOKENS", "PROMPTS", "ROLES", "PromptRequest", "check_fit", "encode", "prompt_hash",
+           "prompt_record", "read_prompts",
+           "render", "render_all"]
+
+#: The task name of a prompts workload (its outcome per item: 1 when POP's greedy answer is the full model's).
+PROMPTS = "prompts"
+
+#: New tokens of an answer when a request names no ``max_tokens``: enough to see whether an answer changed,
+#: few enough that a study on a CPU generates each configuration's answers in seconds.
+DEFAULT_MAX_TOKENS = 32
+
+#: Roles a message may have (OpenAI's chat roles).
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+#: Largest ``max_tokens`` a request may ask for.
+MAX_TOKENS_CAP = 1024
+
+
+@dataclass(frozen=True)
+class PromptRequest:
+    """One request of a prompts file.
+
+    Attributes:
+        line: Its line number in the file (1-based), for messages.
+        prompt: The prompt text, or None for a chat request.
+        messages: The chat messages ``((role, content), ...)``, or None for a plain prompt.
+        max_tokens: New tokens of the answer.
+        answer: The user's reference answer, if any.
+    """
+
+    line: int
+    prompt: str | None
+    messages: tuple[tuple[str, str], ...] | None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    answer: str | None = None
+
+
+def prompt_hash(text: str) -> str:
+    """What a study stores in place of a prompt: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def read_prompts(path: str | Path) -> tuple[PromptRequest, ...]:
+    """The requests of a prompts file (module docstring), checked.
+
+    Raises:
+        ConfigError: a missing or empty file, a line that is not JSON or not an object, a request without
+            ``prompt``/``messages`` (or with both), an empty prompt, a message without a known role or text
+            content, a ``max_tokens`` that is not an integer in [1, 1024], an ``answer`` that is not text.
+    """
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"`--prompts` {path} is not a file")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"`--prompts` {path} cannot be read as UTF-8 text: {e}") from e
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not lines:
+        raise ConfigError(f"`--prompts` {path} holds no prompt (the file is empty)")
+    if file.suffix.lower() == ".txt":
+        return tuple(PromptRequest(n, line, None) for n, line in lines)
+    return tuple(_request(path, n, line) for n, line in lines)
+
+
+def _request(path: str | Path, n: int, line: str) -> PromptRequest:
+    where = f"`--prompts` {path} line {n}"
+    try:
+        data = json.loads(line)
+    except ValueError as e:
+        raise ConfigError(f"{where} is not JSON ({e.msg}); a JSON Lines file has one object per line, a .txt "
+                          "file one prompt per line") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} is not a JSON object, got {type(data).__name__}")
+    has_prompt, has_messages = "prompt" in data, "messages" in data
+    if has_prompt == has_messages:
+        raise ConfigError(f"{where} needs exactly one of `prompt` or `messages`, got keys {sorted(data)}")
+    max_tokens = data.get("max_tokens", DEFAULT_MAX_TOKENS)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS_CAP:
+        raise ConfigError(f"{where}: `max_tokens` must be an integer in [1, {MAX_TOKENS_CAP}], got {max_tokens!r}")
+    answer = data.get("answer")
+    if answer is not None and not isinstance(answer, str):
+        raise ConfigError(f"{where}: `answer` must be text, got {type(answer).__name__}")
+    if has_prompt:
+        if not isinstance(data["prompt"], str) or not data["prompt"].strip():
+            raise ConfigError(f"{where}: `prompt` must be non-empty text")
+        return PromptRequest(n, data["prompt"], None, max_tokens, answer)
+    return PromptRequest(n, None, _messages(where, data["messages"]), max_tokens, answer)
+
+
+def _messages(where: str, messages: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(messages, list) or not messages:
+        raise ConfigError(f"{where}: `messages` must be a non-empty list of {{role, content}} objects")
+    found = []
+    for k, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
+            raise ConfigError(f"{where}: message {k} must be an object with text `content`")
+        role = message.get("role")
+        if role not in ROLES:
+            raise ConfigError(f"{where}: message {k} has an unknown role {role!r} (known: {', '.join(ROLES)})")
+        found.append((role, message["content"]))
+    return tuple(found)
+
+
+def render(tokenizer: Any, request: PromptRequest) -> str:
+    """The text the model is prompted with: a plain prompt as given; a chat through the tokenizer's chat
+    template with the generation prompt (a tokenizer without one: ``role: content`` lines, then ``assistant:``).
+    A system message goes first into the template (Gemma-3's folds it into the first user turn)."""
+    if request.prompt is not None:
+        return request.prompt
+    assert request.messages is not None
+    chat = [{"role": "system" if r == "developer" else r, "content": c} for r, c in request.messages]
+    if getattr(tokenizer, "chat_template", None):
+        try:
+            return str(tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
+        except Exception as e:  # jinja raises its own errors for conversations a template refuses
+            raise ConfigError(f"`--prompts` line {request.line}: the tokenizer's chat template refuses it: {e}") from e
+    return "".join(f"{m['role']}: {m['content']}\n" for m in chat) + "assistant:"
+
+
+def render_all(tokenizer: Any, requests: Sequence[PromptRequest]) -> list[str]:
+    return [render(tokenizer, r) for r in requests]
+
+
+def encode(tokenizer: Any, request: PromptRequest) -> list[int]:
+    """The prompt's token ids: a plain prompt with the tokenizer's special tokens (its BOS), a rendered chat
+    as the template wrote it (the template writes its own BOS)."""
+    return list(tokenizer(render(tokenizer, request), add_special_tokens=request.prompt is not None)["input_ids"])
+
+
+def check_fit(tokenizer: Any, requests: Sequence[PromptRequest], max_positions: int | None,
+              path: str | Path = "") -> list[int]:
+    """Each request's prompt length in tokens; refuses a file none of whose prompts fits the context.
+
+    A prompt fits when it and its ``max_tokens`` new tokens fit ``max_positions`` (those that do not are
+    skipped and counted by the workload, never truncated).
+
+    Raises:
+        ConfigError: every prompt is too long.
+    """
+    lengths = [len(encode(tokenizer, r)) for r in requests]
+    if max_positions is not None and all(n + r.max_tokens > max_positions for n, r in zip(lengths, requests)):
+        raise ConfigError(f"`--prompts` {path}: every prompt is too long for this model's {max_positions} positions "
+                          f"(shortest: {min(lengths)} tokens, with its answer's new tokens)")
+    return lengths
+
+
+def prompt_record(tokenizer: Any, path: str, order: Sequence[int], tokens: Sequence[int], skipped: int, *,
+                  store_text: bool = False) -> dict[str, Any]:
+    """What a study stores of its prompts: per scored request (in scoring order) its index in the file, the
+    hash of its rendered text and its length in tokens, and how many were skipped; the text only with
+    ``store_text`` (``--store-prompts``)."""
+    requests = read_prompts(path)
+    texts = [render(tokenizer, requests[i]) for i in order]
+    record: dict[str, Any] = {"requests": len(requests), "skipped_too_long": skipped, "index": list(order),
+                              "hash": [prompt_hash(t) for t in texts], "tokens": list(tokens),
+                              "references": sum(r.answer is not None for r in requests)}
+    if store_text:
+        record["text"] = texts
+    return record

@@ -1,0 +1,215 @@
+"""The prompts workload: a user's file read and checked, bad files refused before any model loads, answers
+scored against the full model's, and the changed-answers bound's error rate over racing's looks."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from poptune.cli import main
+from poptune.engine import PopConfig
+from poptune.errors import ConfigError
+from poptune.evaluate.answers import ITEMS_KEY, full_answers, score_prompts, summary
+from poptune.evaluate.changed import changed_interval
+from poptune.evaluate.prompts import PROMPTS, check_fit, encode, prompt_record, read_prompts, render
+from poptune.evaluate.workload import build_workload, rounds
+
+
+def _write(tmp_path, name, lines):
+    path = tmp_path / name
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_jsonl_and_txt_files_are_read(tmp_path):
+    path = _write(tmp_path, "p.jsonl", [
+        json.dumps({"prompt": "What is two plus two?", "answer": "4", "max_tokens": 5}), "",
+        json.dumps({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]})])
+    first, second = read_prompts(path)
+    assert (first.prompt, first.answer, first.max_tokens, first.line) == ("What is two plus two?", "4", 5, 1)
+    assert second.messages == (("system", "Be brief."), ("user", "Hi")) and second.line == 3
+    txt = read_prompts(_write(tmp_path, "p.txt", ["one prompt", "", "another {not json}"]))
+    assert [r.prompt for r in txt] == ["one prompt", "another {not json}"]
+
+
+BAD = {
+    "empty": ("p.jsonl", ["", "  "], "empty"),
+    "not json": ("p.jsonl", ['{"prompt": "fine"}', "{prompt: nope"], "line 2 is not JSON"),
+    "no prompt": ("p.jsonl", ['{"text": "hello"}'], "needs exactly one of `prompt` or `messages`"),
+    "unknown role": ("p.jsonl", ['{"messages": [{"role": "wizard", "content": "hi"}]}'], "unknown role 'wizard'"),
+    "bad max_tokens": ("p.jsonl", ['{"prompt": "hi", "max_tokens": 0}'], "`max_tokens` must be an integer"),
+    "not an object": ("p.jsonl", ['["hi"]'], "not a JSON object"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_file_is_refused_naming_its_line(tmp_path, case):
+    name, lines, message = BAD[case]
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        read_prompts(_write(tmp_path, name, lines))
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Loading any model fails the test: the refusals must come first."""
+    import poptune.models.registry as registry
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the prompts file was checked")
+
+    monkeypatch.setattr(registry, "_random_model", refuse)
+    monkeypatch.setattr(registry, "_from_pretrained", refuse)
+
+
+@pytest.mark.parametrize("command", ["study", "eval", "bench"])
+@pytest.mark.parametrize("case", sorted(BAD) + ["too long"])
+def test_the_cli_refuses_a_bad_file_in_one_line_with_exit_2_before_loading(tmp_path, capsys, no_model_load,
+                                                                          command, case):
+    if case == "too long":
+        name, lines = "p.txt", ["word " * 1000, "x" * 5000]  # tiny-gemma3: 4096 positions, byte tokens
+    else:
+        name, lines, _ = BAD[case]
+    path = _write(tmp_path, name, lines)
+    argv = [command, "--model", "tiny-gemma3", "--prompts", str(path)]
+    if command == "study":
+        argv += ["--storage", f"sqlite:///{tmp_path / 's.db'}"]
+    else:
+        argv += ["--skip", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "error:" in err, err
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_a_chat_is_rendered_with_the_chat_template_and_keeps_its_bos_once(shared):
+    _, tokenizer = shared("tiny-gemma3")
+    request = read_prompts_from([{"messages": [{"role": "user", "content": "Hello there"}]}])[0]
+    text = render(tokenizer, request)
+    assert "Hello there" in text and text.endswith("assistant:")  # byte tokenizer: no template, role lines
+    assert encode(tokenizer, request) == list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+_FILES: list = []
+
+
+def read_prompts_from(rows, tmp=None):
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp())
+    path = folder / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    _FILES.append(path)
+    return read_prompts(path)
+
+
+def test_the_workload_skips_and_counts_prompts_that_do_not_fit(tmp_path, shared):
+    _, tokenizer = shared("tiny-gemma3")
+    path = _write(tmp_path, "p.jsonl", [json.dumps({"prompt": "short one"}), json.dumps({"prompt": "y" * 300}),
+                                        json.dumps({"prompt": "another short", "max_tokens": 4})])
+    workload = build_workload(tokenizer, (PROMPTS,), data_dir=None, cap=None, max_positions=100, prompts=str(path))
+    assert sorted(workload.order[PROMPTS]) == [0, 2] and workload.skipped[PROMPTS] == 1
+    assert all(n < 100 for n in workload.tokens[PROMPTS])
+    with pytest.raises(ConfigError, match="every prompt is too long"):
+        check_fit(tokenizer, read_prompts(path), 5, path)
+
+
+def test_answers_are_scored_against_the_full_models(tmp_path, shared):
+    model, tokenizer = shared("tiny-llama")
+    full_answers(model).clear()
+    rows = [{"prompt": f"Request number {i}: tell me about the sea.", "max_tokens": 6} for i in range(4)]
+    rows[0]["answer"] = "zzzz-not-in-any-answer"
+    path = _write(tmp_path, "p.jsonl", [json.dumps(r) for r in rows])
+    full = score_prompts(model, tokenizer, PopConfig(skip=0), str(path), [0, 1, 2, 3], batch_size=2)
+    assert full.outcomes[PROMPTS] == [1.0] * 4  # the full model against its own kept answers
+    assert len(full_answers(model)) == 4
+    pop = score_prompts(model, tokenizer, PopConfig(skip=1), str(path), [0, 1, 2, 3], batch_size=2)
+    rows_pop = pop.details[ITEMS_KEY]
+    for i in range(4):
+        fig = rows_pop[i]
+        assert fig["unchanged"] in (0.0, 1.0) and 0 <= fig["agreement"] <= 1
+        assert (fig["divergence"] is None) == (fig["unchanged"] == 1.0)
+        assert fig["loglik"] is None or fig["loglik"] <= 0
+    assert rows_pop[0]["correct"] == 0.0 and "correct" not in rows_pop[1]
+    figures = summary(full, pop)
+    assert figures["prompts"]["items"] == 4
+    assert figures["prompts"]["changed"] == 4 - sum(pop.outcomes[PROMPTS])
+    assert figures["reference"]["items"] == 1 and figures["reference"]["drop"]["mean"] == 0.0
+    record = prompt_record(tokenizer, str(path), [0, 1], [10, 11], 0)
+    assert "sea" not in json.dumps(record) and len(record["hash"]) == 2
+    assert "sea" in json.dumps(prompt_record(tokenizer, str(path), [0], [10], 0, store_text=True))
+
+
+def test_clopper_pearson_matches_the_known_values():
+    ci = changed_interval(0, 40)
+    assert ci.lo == 0.0 and ci.upper == pytest.approx(1 - 0.05 ** (1 / 40), rel=1e-9)  # the rule of three's exact form
+    ci = changed_interval(3, 30)
+    assert ci.lo == pytest.approx(0.02112, abs=1e-4) and ci.hi == pytest.approx(0.26528, abs=1e-4)
+    assert changed_interval(3, 30, looks=3).upper > ci.upper
+    with pytest.raises(ConfigError):
+        changed_interval(5, 4)
+
+
+def test_the_bound_misses_the_true_share_at_most_5_percent_over_racing_looks():
+    """Seeded simulation: prompts changed with a true share p, racing's rounds of 8, 16, 32 items; the bound
+    holds at every look at once in at least 95% of races (Bonferroni over the looks), and a bound read at each
+    look without the correction does not (the test can fail)."""
+    rng = np.random.default_rng(37)
+    looks = rounds(8, 32)
+    races = 4000
+    for p in (0.05, 0.2):
+        missed = missed_uncorrected = 0
+        for _ in range(races):
+            changed = np.cumsum(rng.random(looks[-1]) < p)
+            counts = [(int(changed[n - 1]), n) for n in looks]
+            missed += any(changed_interval(k, n, looks=len(looks)).upper < p for k, n in counts)
+            missed_uncorrected += any(changed_interval(k, n).upper < p for k, n in counts)
+        assert missed / races <= 0.05 + 0.01, (p, missed / races)  # 0.01: 3 standard errors of 4000 races
+        if p == 0.2:
+            assert missed_uncorrected / races > missed / races  # the looks do cost coverage
+
+
+def test_a_study_stores_no_prompt_text_unless_asked(tmp_path, capsys):
+    """The database's bytes hold the prompts' hashes and lengths, never their words (and do with
+    --store-prompts); the report quotes no prompt either."""
+    words = ("Zanzibarian", "quokkaphile")
+    path = _write(tmp_path, "p.jsonl", [json.dumps({"prompt": f"The {words[0]} ferry timetable, {i}.",
+                                                    "max_tokens": 3}) for i in range(3)]
+                  + [json.dumps({"messages": [{"role": "user", "content": f"Ask the {words[1]} a question."}],
+                                 "max_tokens": 3})])
+    for store_text, name in ((False, "private.db"), (True, "stored.db")):
+        db = tmp_path / name
+        argv = ["study", "--model", "tiny-llama", "--prompts", str(path), "--trials", "1", "--limit", "4",
+                "--items", "4", "--certify", "0", "--no-confirm", "--repeats", "1", "--max-pairs", "1",
+                "--precision", "0", "--storage", f"sqlite:///{db}"] + (["--store-prompts"] if store_text else [])
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        data = db.read_bytes()
+        found = [w for w in words if w.encode() in data]
+        assert found == (list(words) if store_text else []), (name, found)
+        assert not any(w in out for w in words)
+        assert b'"hash"' in data
+
+
+def test_batches_keep_a_long_prompt_from_padding_short_ones():
+    from poptune.evaluate.answers import BATCH_TOKENS, _batches
+
+    prompts = [[1] * n for n in (10, 3000, 12, 11, 5000, 9)]
+    batches = _batches(prompts, 8)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert batches[0] == [5, 0, 3, 2]  # the short ones together, shortest first
+    assert all(len(b) * max(len(prompts[i]) for i in b) <= BATCH_TOKENS or len(b) == 1 for b in batches)
+    assert len(_batches([[1] * 5] * 20, 8)) == 3
+
+
+def test_eval_reports_answers_unchanged_with_their_exact_interval(tmp_path, capsys):
+    path = _write(tmp_path, "p.jsonl", [json.dumps({"prompt": "The capital of France is", "answer": "Paris",
+                                                    "max_tokens": 4}),
+                                        json.dumps({"messages": [{"role": "user", "content": "Say hi"}],
+                                                    "max_tokens": 4})])
+    assert main(["eval", "--model", "tiny-llama", "--skip", "1", "--prompts", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "answers unchanged" in out and "exact Clopper-Pearson 95%" in out and "references (1 prompts)" in out
+    assert "France" not in out and "Say hi" not in out
