@@ -275,6 +275,15 @@ def _sink_model(name="tiny-llama", scale=200.0):
 
 
 @torch.no_grad()
+def _calibrated_cache(model, maps, ids):
+    """The POP cache of ``ids`` (skip 3, no boundary) with ``maps`` attached for it, detached after."""
+    attach_kv_maps(model, maps)
+    try:
+        return _cache_kv(model, ids, PopConfig(3, "none", kv="calibrated"))
+    finally:
+        detach_kv_maps(model)
+
+
 def _cache_kv(model, ids, config):
     with apply_pop(model, config):
         out = model(input_ids=ids, use_cache=True)
@@ -304,11 +313,7 @@ def test_sink_tokens_are_found_by_their_norm_and_written_apart(eval_data):
     random = _maps(model, 3, 6, _random(0))
     for sinks, sink_equals_own in (({}, True), ({i: random.weights[i] for i in (4, 5)}, False)):
         random.sinks, random.sink_norm = sinks, threshold
-        attach_kv_maps(model, random)
-        try:
-            cache = _cache_kv(model, ids, PopConfig(3, "none", kv="calibrated"))
-        finally:
-            detach_kv_maps(model)
+        cache = _calibrated_cache(model, random, ids)
         for i in (4, 5):
             for got, own in ((cache.layers[i].keys, own_cache.layers[i].keys),
                              (cache.layers[i].values, own_cache.layers[i].values)):
@@ -316,11 +321,7 @@ def test_sink_tokens_are_found_by_their_norm_and_written_apart(eval_data):
                 assert not torch.allclose(got[:, :, 1:], own[:, :, 1:])  # the rest: the fitted maps
     # Fitted sink maps (not random ones) bring the sink's K/V closer to the full model's than its own do.
     full = model(input_ids=ids, use_cache=True).cache
-    attach_kv_maps(model, maps)
-    try:
-        cache = _cache_kv(model, ids, PopConfig(3, "none", kv="calibrated"))
-    finally:
-        detach_kv_maps(model)
+    cache = _calibrated_cache(model, maps, ids)
     for i in (4, 5):
         truth = full.layers[i].values[:, :, 0]
         assert float((cache.layers[i].values[:, :, 0] - truth).norm()) < float(
