@@ -4,7 +4,8 @@ Never a prompt's text: only counts and means (the study stores nothing more)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -12,37 +13,97 @@ if TYPE_CHECKING:
     from poptune.store.front import FrontRow
     from poptune.store.trials import StoredTrial
 
-__all__ = ["prompts_lines"]
+__all__ = ["AccuracyColumn", "accuracy_column", "prompts_lines"]
+
+
+@dataclass(frozen=True)
+class AccuracyColumn:
+    """A table's accuracy column where accuracy is not a task score: its title, each row's cell, and a note."""
+
+    title: str
+    cell: Callable[["FrontRow"], str]
+    note: str
+
+
+def _looks(stored: "StoredStudy", *, certified: bool) -> int:
+    """The planned looks of the search's racing, or of the certification's (each spends its error over them)."""
+    from poptune.evaluate.racing import RacingPolicy
+    from poptune.evaluate.workload import rounds
+    from poptune.tune.certify import CERTIFY_START
+    from poptune.tune.problem import TuningProblem
+
+    problem = TuningProblem.from_dict(stored.problem)
+    policy = RacingPolicy(start=min(CERTIFY_START, problem.certify_limit), cap=problem.certify_limit) if certified \
+        else problem.racing()
+    return len(rounds(policy.start, policy.cap, policy.growth))
+
+
+def accuracy_column(stored: "StoredStudy", *, certified: bool = False) -> AccuracyColumn | None:
+    """A prompts study's accuracy column: per row, the answers unchanged out of the prompts scored, their share
+    and its exact Clopper-Pearson 95% interval (:func:`poptune.evaluate.changed.changed_interval`, Bonferroni over
+    the search's planned looks, or the certification's for ``certified`` rows); None for any other study."""
+    from poptune.evaluate.changed import changed_interval
+    from poptune.tune.problem import TuningProblem
+
+    if TuningProblem.from_dict(stored.problem).prompts is None:
+        return None
+    looks = _looks(stored, certified=certified)
+
+    def cell(row: "FrontRow") -> str:
+        n = int(row.items or 0)
+        if not row.skip or not n:
+            return "100% (reference)" if not row.skip else f"{100 * row.accuracy:.1f}%"
+        changed = int(round(n * (1 - row.accuracy)))
+        ci = changed_interval(changed, n, looks=looks)
+        return f"{n - changed}/{n} = {100 * (1 - ci.share):.1f}% [{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}]"
+
+    return AccuracyColumn(
+        "unchanged [exact 95% CI]", cell,
+        "unchanged: the prompts whose greedy answer is the full model's, out of those scored, with the exact "
+        f"Clopper-Pearson 95% interval of their share (Bonferroni over {looks} planned looks); the full model's "
+        "answers are the reference")
 
 
 def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: Sequence["FrontRow"]) -> list[str]:
-    """Lines for the front ``rows`` of a prompts study (empty for any other study), from its ``trials``."""
+    """Lines for the ``rows`` (the front's, then the reference rows') of a prompts study (empty for any other
+    study), from its ``trials``: per POP row the answers unchanged with their exact interval, the fidelity
+    figures and, with references, their drop; for the full model, the share of its answers holding them."""
     from poptune.evaluate.changed import changed_interval
-    from poptune.evaluate.workload import rounds
     from poptune.tune.problem import TuningProblem
 
     problem = TuningProblem.from_dict(stored.problem)
     if problem.prompts is None:
         return []
     record = stored.prompts or {}
-    policy = problem.racing()
-    looks = len(rounds(policy.start, policy.cap, policy.growth))
+    looks = _looks(stored, certified=False)
     by_number = {t.number: t for t in trials}
+    fitting = int(record.get("requests", 0)) - int(record.get("skipped_too_long", 0))
+    searched = min(problem.limit or fitting, fitting)
+    fresh = min(problem.certify_limit, fitting - searched) if problem.certifies else 0
     lines = [f"prompts: {record.get('requests', '?')} requests, {record.get('skipped_too_long', 0)} skipped as too "
-             "long;"
-             f" accuracy = share of greedy answers unchanged from the full model's, exact Clopper-Pearson 95% "
-             f"interval (Bonferroni over {looks} planned looks)"]
+             f"long; up to {searched} searched, {fresh} more kept fresh to certify; accuracy = share of greedy "
+             f"answers unchanged from the full model's, exact Clopper-Pearson 95% interval (Bonferroni over {looks} "
+             "planned looks); references: paired drop with its anytime-valid 95% interval"]
+    shown: set[int] = set()
     for row in rows:
         trial = by_number.get(row.trial)
-        figures = (trial.details.get("prompts") if trial else None) or {}
+        if row.trial in shown or trial is None:
+            continue
+        shown.add(row.trial)
+        figures = trial.details.get("prompts") or {}
+        ref = trial.details.get("reference")
         n = int(figures.get("items") or row.items or 0)
-        if not row.skip or not n:
+        if not row.skip:
+            if ref:
+                lines.append(f"  full model: references held by {100 * ref['full']:.1f}% of its answers "
+                             f"({ref['items']} prompts with a reference)")
+            continue
+        if not n:
             continue
         changed = int(round(figures.get("changed", n * (1 - row.accuracy))))
         ci = changed_interval(changed, n, looks=looks)
-        line = (f"  skip {row.skip:>2} {row.boundary:<9} offset {row.offset}: unchanged {n - changed}/{n} = "
-                f"{100 * (1 - ci.share):.1f}% [{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}]; changed at most "
-                f"{100 * ci.upper:.1f}% at 95%")
+        line = (f"  {row.label}: unchanged {n - changed}/{n} = {100 * (1 - ci.share):.1f}% "
+                f"[{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}]; changed at most {100 * ci.upper:.1f}% at 95%")
         if figures.get("agreement") is not None:
             line += f"; token agreement {100 * figures['agreement']:.1f}%"
         if figures.get("median_divergence") is not None:
@@ -50,7 +111,6 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
         if figures.get("loglik") is not None and figures.get("full_loglik") is not None:
             line += f"; full answer's log-lik/token {figures['loglik']:.3f} (full {figures['full_loglik']:.3f})"
         lines.append(line)
-        ref = trial.details.get("reference") if trial else None
         if ref:
             d = ref["drop"]
             lines.append(f"    references ({ref['items']} prompts): full {100 * ref['full']:.1f}%, POP "

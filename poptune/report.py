@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from poptune import store
 from poptune.engine import PopConfig
 from poptune.files import safe_name, write_text
-from poptune.promptreport import prompts_lines
+from poptune.promptreport import AccuracyColumn, accuracy_column, prompts_lines
 from poptune.store.front import FrontRow
 from poptune.store.trials import StoredTrial
 
@@ -139,13 +139,18 @@ _COLUMNS = ("trial", "configuration", "speedup [95% CI]", "pairs", "ideal", "TTF
             "accuracy", "drop [95% CI]", "items")
 
 
-def _cells(row: FrontRow) -> list[str]:
+def _columns(accuracy: AccuracyColumn | None) -> tuple[str, ...]:
+    return _COLUMNS if accuracy is None else tuple(accuracy.title if c == "accuracy" else c for c in _COLUMNS)
+
+
+def _cells(row: FrontRow, accuracy: AccuracyColumn | None = None) -> list[str]:
     interval = f" [{row.speedup_lo:.3f}, {row.speedup_hi:.3f}]" if row.speedup_lo is not None else ""
     drop = f"{row.drop:+.2f}" + (f" [{row.drop_lo:+.2f}, {row.drop_hi:+.2f}]" if row.drop_hi is not None else "")
     ms = lambda v: f"{v:.1f}" if v is not None else ""  # noqa: E731
     return [str(row.trial), _label(row), f"{row.speedup:.3f}x{interval}{'*' if row.confirmed else ''}",
             str(row.pairs or ""), f"{row.ideal:.2f}x" if row.ideal is not None else "", ms(row.ttft_ms),
-            ms(row.full_ttft_ms), ms(row.prefill_ms), f"{100 * row.accuracy:.2f}%", drop, str(row.items or "")]
+            ms(row.full_ttft_ms), ms(row.prefill_ms),
+            f"{100 * row.accuracy:.2f}%" if accuracy is None else accuracy.cell(row), drop, str(row.items or "")]
 
 
 def _notes(rows: list[FrontRow], reference_ms: float | None) -> list[str]:
@@ -161,25 +166,29 @@ def _notes(rows: list[FrontRow], reference_ms: float | None) -> list[str]:
 
 
 def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_ms: float | None = None,
-                markdown: bool = False) -> str:
-    """The front and the reference rows as a fixed-width table (or Markdown), with what each column means."""
-    body = [_cells(r) for r in rows]
-    extra = [(ref, _cells(ref.row)) for ref in refs if ref.row is not None]
+                markdown: bool = False, accuracy: AccuracyColumn | None = None) -> str:
+    """The front and the reference rows as a fixed-width table (or Markdown), with what each column means
+    (``accuracy``: the accuracy column of a prompts study, :func:`poptune.promptreport.accuracy_column`)."""
+    columns = _columns(accuracy)
+    body = [_cells(r, accuracy) for r in rows]
+    extra = [(ref, _cells(ref.row, accuracy)) for ref in refs if ref.row is not None]
     notes = _notes(rows + [ref.row for ref, _ in extra], reference_ms)
+    if accuracy is not None:
+        notes.append(accuracy.note)
     if markdown:
-        lines = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(cells) + " |" for cells in body]
         if refs:
-            lines += ["", "| reference | " + " | ".join(_COLUMNS) + " | status |", "|" + "---|" * (len(_COLUMNS) + 2)]
+            lines += ["", "| reference | " + " | ".join(columns) + " | status |", "|" + "---|" * (len(columns) + 2)]
             lines += [f"| {ref.name} | " + " | ".join(cells) + f" | {ref.status} |" for ref, cells in extra]
-            lines += [f"| {ref.name} | " + " | ".join([""] * len(_COLUMNS)) + f" | {ref.status} |"
+            lines += [f"| {ref.name} | " + " | ".join([""] * len(columns)) + f" | {ref.status} |"
                       for ref in refs if ref.row is None]
         return "\n".join(lines + [""] + [f"- {n}" for n in notes])
     widths = [max([len(c)] + [len(cells[i]) for cells in body + [c for _, c in extra]])
-              for i, c in enumerate(_COLUMNS)]
+              for i, c in enumerate(columns)]
     fmt = lambda cells: "  ".join(c.rjust(w) if i not in (1,) else c.ljust(w)  # noqa: E731
                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    lines = [fmt(list(_COLUMNS))] + [fmt(cells) for cells in body]
+    lines = [fmt(list(columns))] + [fmt(cells) for cells in body]
     if refs:
         lines.append("references:")
         lines += [f"{fmt(cells)}  {ref.name}: {ref.status}" for ref, cells in extra]
@@ -187,9 +196,10 @@ def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_m
     return "\n".join(lines + notes)
 
 
-def verdict_table(rows: list[FrontRow], *, reference_ms: float | None = None, markdown: bool = False) -> str:
+def verdict_table(rows: list[FrontRow], *, reference_ms: float | None = None, markdown: bool = False,
+                  accuracy: AccuracyColumn | None = None) -> str:
     """The certified candidates as :func:`front_table` rows with their verdict as the last column."""
-    table = front_table(rows, reference_ms=reference_ms, markdown=markdown).splitlines()
+    table = front_table(rows, reference_ms=reference_ms, markdown=markdown, accuracy=accuracy).splitlines()
     head, body = (2, len(rows)) if markdown else (1, len(rows))
     if markdown:
         table[0] += " verdict |"
@@ -340,6 +350,15 @@ class StudyReport:
         """The trials that measured their configuration (no answer from storage, no re-measure)."""
         return [t for t in self.trials if t.measured]
 
+    def accuracy_column(self, *, certified: bool = False) -> AccuracyColumn | None:
+        """A prompts study's accuracy column (answers unchanged, exact interval); None for any other study."""
+        return accuracy_column(self.stored, certified=certified)
+
+    def prompts_lines(self) -> list[str]:
+        """A prompts study's lines for the front and the reference rows (empty for any other study)."""
+        rows = self.front + [r.row for r in self.references if r.row is not None]
+        return prompts_lines(self.stored, self.trials, rows)
+
     def verdict_line(self) -> str:
         """What the certification decided, in one line."""
         return _verdict_line(self.certified, self.stored.certification, self.budget)
@@ -357,8 +376,9 @@ class StudyReport:
                      "with answers from storage and re-measures); search front (not yet a verdict: drops on the items "
                      "that selected them" + (f"; rows not rejected by the budget of {budget:g} points):"
                                              if budget is not None else "):"))
-        lines.append(front_table(self.front, self.references, reference_ms=self.reference_ms))
-        lines += prompts_lines(self.stored, self.trials, self.front)  # a prompts study: answers unchanged
+        lines.append(front_table(self.front, self.references, reference_ms=self.reference_ms,
+                                 accuracy=self.accuracy_column()))
+        lines += self.prompts_lines()
         line = undecided_line(self.undecided, budget)
         if line:
             lines.append(line)
@@ -366,7 +386,8 @@ class StudyReport:
             confidence = self.stored.certification["confidence"]
             lines.append(f"certified on fresh items (no trial scored them; drop's interval at {100 * confidence:.1f}%, "
                          "valid at every look):")
-            lines.append(verdict_table(self.certified, reference_ms=self.reference_ms))
+            lines.append(verdict_table(self.certified, reference_ms=self.reference_ms,
+                                       accuracy=self.accuracy_column(certified=True)))
         lines.append(self.verdict_line())
         noisy = [t.number for t in measured if t.noisy]
         if noisy:
@@ -424,10 +445,12 @@ class StudyReport:
                          f"{stored.state_reuse_check['max_abs_logit_diff']:.1e}")
         reference = self.reference_ms
         lines += ["", "## Verdict: the front's candidates certified on fresh items", "", self.verdict_line(), "",
-                  *([verdict_table(self.certified, reference_ms=reference, markdown=True), ""] if self.certified
-                    else []),
+                  *([verdict_table(self.certified, reference_ms=reference, markdown=True,
+                                   accuracy=self.accuracy_column(certified=True)), ""] if self.certified else []),
                   "## Search front (not a verdict: drops on the items that selected them)", "",
-                  front_table(self.front, self.references, reference_ms=reference, markdown=True), "",
+                  front_table(self.front, self.references, reference_ms=reference, markdown=True,
+                              accuracy=self.accuracy_column()), "",
+                  *([*(f"- {line.strip()}" for line in prompts), ""] if (prompts := self.prompts_lines()) else []),
                   *([f"- {line}", ""] if (line := undecided_line(self.undecided, budget)) else []),
                   f"- {_order_line(self.spot_checks)}", "",
                   "## Null checks (full model against itself)", ""]

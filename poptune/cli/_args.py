@@ -235,6 +235,11 @@ def problem(args: argparse.Namespace) -> Any:
     size = preset_of(args)
     limit = size.limit if args.limit is not None else size.limit_for(tasks)  # an explicit --limit wins
     certify = args.certify if getattr(args, "certify", None) is not None else size.certify_for(tasks)
+    if prompts is not None and args.limit is None and getattr(args, "certify", None) is None:
+        from poptune.evaluate.prompts import read_prompts
+        from poptune.tune.presets import prompts_split
+
+        limit, certify = prompts_split(len(read_prompts(prompts)), limit, certify)  # a small file: halved
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes

@@ -32,9 +32,12 @@ def run(args: argparse.Namespace) -> int:
     budget = built.budget
     table = (f"study {built.name}: search front"
              + (f" (rows not rejected by the budget of {budget:g} points; not a verdict)" if budget is not None else "")
-             + "\n" + report.front_table(rows, refs, reference_ms=built.reference_ms))
+             + "\n" + report.front_table(rows, refs, reference_ms=built.reference_ms,
+                                         accuracy=built.accuracy_column()))
+    table += "".join(f"\n{line}" for line in built.prompts_lines())
     if certified:
-        table += "\ncertified on fresh items:\n" + report.verdict_table(certified, reference_ms=built.reference_ms)
+        table += "\ncertified on fresh items:\n" + report.verdict_table(
+            certified, reference_ms=built.reference_ms, accuracy=built.accuracy_column(certified=True))
     table += "\n" + built.verdict_line()
     emit(args, table, data)
     return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "STANDARD", "sized"]
+__all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "STANDARD", "prompts_split", "sized"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,16 @@ def sized(name: str | None = None, **given: int | float | None) -> Preset:
     from dataclasses import replace
 
     return replace(PRESETS[name or DEFAULT_PRESET], **{k: v for k, v in given.items() if v is not None})
+
+
+def prompts_split(requests: int, limit: int, certify: int) -> tuple[int, int]:
+    """The search cap and the certification cap of a prompts file of ``requests`` requests.
+
+    A file that holds ``limit + certify`` requests or more keeps both. A smaller one (a user's few dozen
+    prompts) is halved in its fixed order: the first half is searched (at most ``limit``), the rest certifies,
+    so that the verdict is given on as many fresh prompts as the search saw, never on a leftover two.
+    """
+    if requests >= limit + certify or certify == 0:
+        return limit, certify
+    search = min(limit, max(1, requests // 2))
+    return search, requests - search

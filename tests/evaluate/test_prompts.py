@@ -213,3 +213,43 @@ def test_eval_reports_answers_unchanged_with_their_exact_interval(tmp_path, caps
     out = capsys.readouterr().out
     assert "answers unchanged" in out and "exact Clopper-Pearson 95%" in out and "references (1 prompts)" in out
     assert "France" not in out and "Say hi" not in out
+
+
+def test_a_small_prompts_file_is_halved_between_search_and_certification():
+    from poptune.tune.presets import prompts_split
+
+    assert prompts_split(34, 32, 128) == (17, 17)  # the example file: as many fresh prompts as searched
+    assert prompts_split(1000, 32, 128) == (32, 128)  # a file with room for both keeps both
+    assert prompts_split(40, 16, 0) == (16, 0)  # no certification: nothing to keep fresh
+    assert prompts_split(1, 32, 128) == (1, 0)
+
+
+def test_a_prompts_study_shows_answers_unchanged_with_their_exact_interval_and_the_references(tmp_path, capsys):
+    """The front's and the reference rows' accuracy column is the answers unchanged out of the prompts scored,
+    with the exact interval; the references' drop is reported; a small file is halved (no --limit given)."""
+    import optuna
+
+    from poptune.store import StoredStudy
+
+    lines = [json.dumps({"prompt": f"Item {i}: the colour of the sky is", "answer": "blue", "max_tokens": 3})
+             for i in range(6)] + [json.dumps({"prompt": f"Count to {i}:", "max_tokens": 3}) for i in range(6)]
+    path = _write(tmp_path, "p.jsonl", lines)
+    db = tmp_path / "s.db"
+    argv = ["study", "--model", "tiny-llama", "--prompts", str(path), "--trials", "2", "--items", "4",
+            "--no-confirm", "--repeats", "1", "--max-pairs", "1", "--precision", "0", "--max-drop", "100",
+            "--storage", f"sqlite:///{db}"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    stored = StoredStudy.of(optuna.load_study(study_name=optuna.get_all_study_names(f"sqlite:///{db}")[0],
+                                              storage=f"sqlite:///{db}"))
+    assert (stored.problem["limit"], stored.problem["certify_limit"]) == (6, 6)
+    assert "unchanged [exact 95% CI]" in out and "100% (reference)" in out
+    assert "up to 6 searched, 6 more kept fresh to certify" in out
+    import re
+
+    paper = next(line for line in out.splitlines() if "paper's rule:" in line)
+    kept, n, share, lo, hi = re.search(r"(\d+)/(\d+) = ([\d.]+)% \[([\d.]+), ([\d.]+)\]", paper).groups()
+    ci = changed_interval(int(n) - int(kept), int(n), looks=2)  # racing 4 -> 6: two planned looks
+    assert (float(lo), float(hi)) == (round(100 * (1 - ci.hi), 1), round(100 * (1 - ci.lo), 1))
+    assert "references (" in out and "full model: references held by" in out
+    assert "sky" not in out and "Count to" not in out
