@@ -45,7 +45,9 @@ def accuracy_column(stored: "StoredStudy", *, certified: bool = False) -> Accura
     from poptune.evaluate.changed import changed_interval
     from poptune.tune.problem import TuningProblem
 
-    if TuningProblem.from_dict(stored.problem).prompts is None:
+    from poptune.evaluate.prompts import PROMPTS
+
+    if PROMPTS not in TuningProblem.from_dict(stored.problem).tasks:  # judged on references: a task's score
         return None
     looks = _looks(stored, certified=certified)
 
@@ -77,13 +79,20 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
     record = stored.prompts or {}
     looks = _looks(stored, certified=False)
     by_number = {t.number: t for t in trials}
-    fitting = int(record.get("requests", 0)) - int(record.get("skipped_too_long", 0))
+    fitting = len(record["index"]) if "index" in record else \
+        int(record.get("requests", 0)) - int(record.get("skipped_too_long", 0))  # the workload's items
     searched = min(problem.limit or fitting, fitting)
     fresh = min(problem.certify_limit, fitting - searched) if problem.certifies else 0
+    from poptune.evaluate.prompts import REFERENCES
+
+    judged = (f"accuracy = share of answers containing their reference ({record.get('references', '?')} requests "
+              "have one), the drop paired against the full model's (anytime-valid 95% interval); unchanged: exact "
+              f"Clopper-Pearson 95% interval (Bonferroni over {looks} planned looks)" if REFERENCES in problem.tasks
+              else "accuracy = share of greedy answers unchanged from the full model's, exact Clopper-Pearson 95% "
+              f"interval (Bonferroni over {looks} planned looks); references: paired drop with its anytime-valid "
+              "95% interval")
     lines = [f"prompts: {record.get('requests', '?')} requests, {record.get('skipped_too_long', 0)} skipped as too "
-             f"long; up to {searched} searched, {fresh} more kept fresh to certify; accuracy = share of greedy "
-             f"answers unchanged from the full model's, exact Clopper-Pearson 95% interval (Bonferroni over {looks} "
-             "planned looks); references: paired drop with its anytime-valid 95% interval"]
+             f"long; up to {searched} searched, {fresh} more kept fresh to certify; {judged}"]
     shown: set[int] = set()
     for row in rows:
         trial = by_number.get(row.trial)

@@ -181,6 +181,10 @@ def add_prompts(parser: argparse.ArgumentParser, *, store: bool = True) -> None:
     if store:
         parser.add_argument("--store-prompts", action="store_true",
                             help="store the prompts' text with the study (default: only their hashes and lengths)")
+        parser.add_argument("--judge", choices=("answers", "references"), default="answers",
+                            help="what --max-drop bounds with --prompts: answers (the share of greedy answers "
+                                 "changed from the full model's, default) or references (the paired drop in the "
+                                 "share of answers containing the request's `answer`, on the requests that have one)")
 
 
 def add_preset(parser: argparse.ArgumentParser) -> None:
@@ -226,7 +230,9 @@ def problem(args: argparse.Namespace) -> Any:
     directory = data_dir(args.data_dir)
     prompts = getattr(args, "prompts", None)
     if prompts is not None:
-        tasks: tuple[str, ...] = ("prompts",)
+        from poptune.evaluate.prompts import PROMPTS, REFERENCES
+
+        tasks: tuple[str, ...] = (REFERENCES if getattr(args, "judge", "answers") == "references" else PROMPTS,)
     else:
         tasks = resolve_tasks(args.tasks, directory) if args.tasks else default_tasks(directory is not None)
     real = [t for t in tasks if t not in EMBEDDED]
@@ -239,7 +245,8 @@ def problem(args: argparse.Namespace) -> Any:
         from poptune.evaluate.prompts import read_prompts
         from poptune.tune.presets import prompts_split
 
-        limit, certify = prompts_split(len(read_prompts(prompts)), limit, certify)  # a small file: halved
+        requests = [r for r in read_prompts(prompts) if r.answer is not None or tasks != (REFERENCES,)]
+        limit, certify = prompts_split(len(requests), limit, certify)  # a small file: halved
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes

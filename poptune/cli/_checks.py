@@ -85,12 +85,17 @@ def _check_prompts(args: argparse.Namespace) -> None:
     """A prompts file read and checked line by line, then against the model's context with its tokenizer alone
     (where one is at hand without building anything): a file none of whose prompts fits is refused now."""
     path = getattr(args, "prompts", None)
+    judge = getattr(args, "judge", "answers")
     if path is None:
+        if judge != "answers":
+            raise ConfigError(f"`--judge {judge}` goes with `--prompts FILE` (the references are its `answer`s)")
         return
     from poptune.evaluate.prompts import check_fit, read_prompts
     from poptune.models import load_tokenizer, max_positions
 
     requests = read_prompts(path)
+    if judge == "references" and all(r.answer is None for r in requests):
+        raise ConfigError(f"`--judge references`: `--prompts` {path} has no request with an `answer`")
     for option in ("tasks", "lengths", "image"):  # the prompts are the items, and their lengths are timed
         if getattr(args, option, None) is not None:
             raise ConfigError(f"give `--prompts` (your own prompts) or `--{option}`, not both")

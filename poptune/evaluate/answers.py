@@ -12,7 +12,9 @@ scored against it, per prompt:
   (teacher-forced scoring, :func:`poptune.evaluate.scoring.continuation_logprobs`: a prefill, no generation;
   with state reuse the layers before the skipped block are replayed);
 - ``correct``: when the request gives a reference ``answer``, whether the generated answer contains it
-  (case and surrounding space ignored), for the drop on the references.
+  (case and surrounding space ignored), for the drop on the references. Task
+  :data:`~poptune.evaluate.prompts.REFERENCES` (the requests with a reference) makes it the item's outcome, the
+  full model's and POP's alike: a study's budget is then a drop on the references.
 
 Answers end at the request's ``max_tokens`` or the end-of-sequence token, whichever comes first.
 """
@@ -25,7 +27,9 @@ from typing import Any
 
 from poptune import progress
 from poptune.engine import PopConfig, apply_pop, remove_pop
-from poptune.evaluate.prompts import PROMPTS, PromptRequest, encode, prompt_hash, read_prompts
+from poptune.errors import ConfigError
+from poptune.evaluate.prompts import (PROMPT_TASKS, PROMPTS, REFERENCES, PromptRequest, encode, prompt_hash,
+                                      read_prompts)
 
 __all__ = ["ITEMS_KEY", "PromptRun", "contains_answer", "full_answers", "score_prompts", "summary"]
 
@@ -120,8 +124,9 @@ def _figures(mine: tuple[int, ...], full: tuple[int, ...]) -> dict[str, Any]:
 
 
 def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: str, indices: Sequence[int], *,
-                  batch_size: int = 8, prefill_chunk: int | None = None) -> PromptRun:
-    """Task ``prompts`` scored on the requests ``indices`` of ``path`` (the suite makes it a ``TaskRun``).
+                  batch_size: int = 8, prefill_chunk: int | None = None, task: str = PROMPTS) -> PromptRun:
+    """Task ``task`` (``prompts``: outcome ``unchanged``; ``prompt_references``: outcome ``correct``, requests
+    with a reference only) scored on the requests ``indices`` of ``path`` (the suite makes it a ``TaskRun``).
 
     With ``config`` None or ``skip=0`` the model as it is answers; answers missing from :func:`full_answers`
     are recorded from whichever run first meets the prompt (the full run, first in a study). The run's
@@ -152,9 +157,13 @@ def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: st
             row["correct"] = float(contains_answer(tokenizer.decode(list(answer), skip_special_tokens=True),
                                                    request.answer))
         figures[int(index)] = row
-    outcomes = [figures[int(i)]["unchanged"] for i in indices]
-    return PromptRun({PROMPTS: {"unchanged": sum(outcomes) / len(outcomes)}}, {PROMPTS: [int(i) for i in indices]},
-                     {PROMPTS: outcomes}, {ITEMS_KEY: figures})
+    if task == REFERENCES and any("correct" not in figures[int(i)] for i in indices):
+        raise ConfigError(f"task `{REFERENCES}` scores only requests with an `answer`")
+    metric = "correct" if task == REFERENCES else "unchanged"
+    outcomes = [figures[int(i)][metric] for i in indices]
+    name = "reference" if task == REFERENCES else "unchanged"
+    return PromptRun({task: {name: sum(outcomes) / len(outcomes)}}, {task: [int(i) for i in indices]},
+                     {task: outcomes}, {ITEMS_KEY: figures})
 
 
 def _text(tokenizer: Any, request: PromptRequest) -> str:
@@ -221,7 +230,7 @@ def summary(full: Any, run: Any) -> dict[str, Any]:
     """
     rows = run.details.get(ITEMS_KEY, {})
     full_rows = full.details.get(ITEMS_KEY, {}) if full is not None else {}
-    items = [i for i in run.items.get(PROMPTS, []) if i in rows]
+    items = [i for task in PROMPT_TASKS for i in run.items.get(task, []) if i in rows]
     if not items:
         return {}
     div = sorted(rows[i]["divergence"] for i in items if rows[i]["divergence"] is not None)

@@ -25,12 +25,19 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_TOKENS", "PROMPTS", "ROLES", "PromptRequest", "check_fit", "encode", "prompt_hash",
+__all__ = ["DEFAULT_MAX_TOKENS", "PROMPTS", "PROMPT_TASKS", "REFERENCES", "ROLES", "PromptRequest", "check_fit", "encode", "prompt_hash",
            "prompt_record", "read_prompts",
            "render", "render_all"]
 
 #: The task name of a prompts workload (its outcome per item: 1 when POP's greedy answer is the full model's).
 PROMPTS = "prompts"
+
+#: The task name of a prompts workload judged on its references (items: the requests with an ``answer``; outcome
+#: per item: 1 when the greedy answer contains the reference, for the full model and POP alike).
+REFERENCES = "prompt_references"
+
+#: The tasks a prompts file makes.
+PROMPT_TASKS = (PROMPTS, REFERENCES)
 
 #: New tokens of an answer when a request names no ``max_tokens``: enough to see whether an answer changed,
 #: few enough that a study on a CPU generates each configuration's answers in seconds.

@@ -22,7 +22,7 @@ from poptune.errors import ConfigError
 from poptune.evaluate.fidelity import FidelityResult, FidelitySpec, fidelity_pairs, generated_text, measure_fidelity
 from poptune.evaluate.fidelity import wikitext
 from poptune.evaluate.paired import PairedDrop, paired_drop
-from poptune.evaluate.prompts import PROMPTS
+from poptune.evaluate.prompts import PROMPT_TASKS, REFERENCES
 from poptune.evaluate.synthetic import EMBEDDED, run_synthetic
 from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
 from poptune.segments import chunk_bounds
@@ -46,6 +46,7 @@ PRIMARY_METRIC = {
     "passkey": "acc",
     "kv_recall": "acc",
     "prompts": "unchanged",  # a user's prompts: the full model's greedy answer kept (poptune.evaluate.answers)
+    REFERENCES: "reference",  # the same, judged on their reference answers
     # Long prompts: generation scored by the task's own metric; QASPER by the likelier choice.
     "longctx_squad": "f1",
     "longctx_drop": "f1",
@@ -298,16 +299,16 @@ def _synthetic_scores(model: Any, tokenizer: Any, config: PopConfig | None, task
 
 def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec) -> TaskRun:
     """Scores of one configuration on ``spec``'s tasks, with every item's outcome."""
-    real = [t for t in spec.tasks if t not in EMBEDDED and t != PROMPTS]
+    real = [t for t in spec.tasks if t not in EMBEDDED and t not in PROMPT_TASKS]
     synthetic = [t for t in spec.tasks if t in EMBEDDED]
     run = TaskRun({}, {}, {})
-    if PROMPTS in spec.tasks:
+    for task in (t for t in PROMPT_TASKS if t in spec.tasks):
         from poptune.evaluate.answers import score_prompts
 
-        assert spec.prompts is not None, "task `prompts` needs EvalSpec.prompts"
-        indices = list(spec.samples[PROMPTS]) if spec.samples is not None else list(range(spec.limit or 20))
+        assert spec.prompts is not None, f"task `{task}` needs EvalSpec.prompts"
+        indices = list(spec.samples[task]) if spec.samples is not None else list(range(spec.limit or 20))
         found = score_prompts(model, tokenizer, config, spec.prompts, indices, batch_size=spec.batch_size,
-                              prefill_chunk=spec.prefill_chunk)
+                              prefill_chunk=spec.prefill_chunk, task=task)
         run.scores.update(found.scores)
         run.items.update(found.items)
         run.outcomes.update(found.outcomes)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from poptune.errors import ConfigError
-from poptune.evaluate.prompts import PROMPTS
+from poptune.evaluate.prompts import PROMPT_TASKS, REFERENCES
 
 __all__ = ["ORDER_SEED", "Workload", "build_workload", "synthetic_pool"]
 
@@ -160,11 +160,12 @@ def build_workload(
     order: dict[str, list[int]] = {}
     tokens: dict[str, list[int]] = {}
     skipped: dict[str, int] = {}
-    real = [t for t in tasks if t not in EMBEDDED and t != PROMPTS]
+    real = [t for t in tasks if t not in EMBEDDED and t not in PROMPT_TASKS]
     texts_of = _real_prompts(real, data_dir) if real else {}
     for task in tasks:
-        if task == PROMPTS:
-            want, candidates, lengths, fits = _prompt_candidates(tokenizer, prompts, cap, max_positions)
+        if task in PROMPT_TASKS:
+            want, candidates, lengths, fits = _prompt_candidates(tokenizer, prompts, cap, max_positions,
+                                                                 references=task == REFERENCES)
             order[task] = [i for i in candidates if fits[i]][:want]
             tokens[task] = [lengths[i] for i in order[task]]
             skipped[task] = sum(1 for i in candidates if not fits[i])
@@ -193,9 +194,10 @@ def build_workload(
     return Workload(order, tokens, skipped, tuple(synthetic_lengths), seed)
 
 
-def _prompt_candidates(tokenizer: Any, path: str | None, cap: int | None,
-                       max_positions: int | None) -> tuple[int, list[int], list[int], list[bool]]:
-    """Items wanted, the fixed order, each request's prompt length, and whether it fits (task ``prompts``)."""
+def _prompt_candidates(tokenizer: Any, path: str | None, cap: int | None, max_positions: int | None, *,
+                       references: bool = False) -> tuple[int, list[int], list[int], list[bool]]:
+    """Items wanted, the fixed order, each request's prompt length, and whether it fits (the tasks of a prompts
+    file; with ``references``, the requests with a reference ``answer`` only)."""
     import numpy as np
 
     from poptune.evaluate.prompts import check_fit, read_prompts
@@ -206,6 +208,10 @@ def _prompt_candidates(tokenizer: Any, path: str | None, cap: int | None,
     lengths = check_fit(tokenizer, requests, max_positions, path)
     fits = [max_positions is None or n + r.max_tokens <= max_positions for n, r in zip(lengths, requests)]
     candidates = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(requests))]
+    if references:
+        candidates = [i for i in candidates if requests[i].answer is not None]
+        if not candidates:
+            raise ConfigError(f"`--prompts` {path} has no request with an `answer`: nothing to judge references on")
     return cap or len(requests), candidates, lengths, fits
 
 
@@ -229,14 +235,17 @@ def calibration_prompts(
     data_dir: Path | None,
     count: int,
     max_tokens: int,
+    prompts_file: str | None = None,
 ) -> tuple[list[str], str]:
     """Prompts of the workload's tasks that it never scores, for fitting calibrated K/V (:mod:`poptune.kvfit`).
 
     Real tasks: the last ``count`` documents of the task's fixed permutation (:data:`ORDER_SEED`) that are not
     in ``workload.order`` -- the racing and certification items are a prefix of that permutation, so these are
     disjoint from every item accuracy is scored on, however far a race or certification goes. Synthetic tasks:
-    ``count`` pool items after the scored ones (a pool's items are independent draws). Prompts longer than
-    ``max_tokens`` tokens are left out (not truncated).
+    ``count`` pool items after the scored ones (a pool's items are independent draws). A prompts file
+    (``prompts_file``): the last ``count`` of its requests in their fixed order that the workload does not hold
+    (none when every request is searched or certified, as in a small file). Prompts longer than ``max_tokens``
+    tokens are left out (not truncated).
 
     Returns:
         ``(prompts, description)``: the texts and which items they are, said in words.
@@ -245,12 +254,15 @@ def calibration_prompts(
 
     from poptune.evaluate.synthetic import EMBEDDED
 
-    real = [t for t in workload.order if t not in EMBEDDED]
+    real = [t for t in workload.order if t not in EMBEDDED and t not in PROMPT_TASKS]
     texts = _real_prompts(real, data_dir) if real else {}
     prompts: list[str] = []
     said = []
     for task, scored in workload.order.items():
-        if task in EMBEDDED:
+        if task in PROMPT_TASKS:
+            chosen = _spare_requests(tokenizer, prompts_file, set(scored), count)
+            where = f"{len(chosen)} requests of the file that are neither searched nor certified"
+        elif task in EMBEDDED:
             reach = max(scored, default=-1) + 1
             pool = synthetic_pool(tokenizer, task, reach + count, lengths=workload.synthetic_lengths,
                                   seed=workload.seed)[reach:]
@@ -266,3 +278,21 @@ def calibration_prompts(
         prompts += kept
         said.append(f"{task}: {len(kept)} prompts, {where}")
     return prompts, "study workload calibration split: " + "; ".join(said)
+
+
+def _spare_requests(tokenizer: Any, path: str | None, taken: set[int], count: int) -> list[str]:
+    """The last ``count`` requests of a prompts file's fixed order outside ``taken``, rendered (a chat's BOS left
+    to the fit's tokenizer, which writes it once)."""
+    import numpy as np
+
+    from poptune.evaluate.prompts import read_prompts, render
+
+    if path is None:
+        return []
+    requests = read_prompts(path)
+    order = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(requests))]
+    rest = [i for i in order if i not in taken][-count:] if count else []
+    bos = getattr(tokenizer, "bos_token", None) or ""
+    texts = [render(tokenizer, requests[i]) for i in rest]
+    return [t[len(bos):] if bos and requests[i].prompt is None and t.startswith(bos) else t
+            for i, t in zip(rest, texts)]

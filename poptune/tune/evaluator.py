@@ -371,7 +371,7 @@ class ConfigEvaluator:
 
         p = self.problem
         prompts, source = calibration_prompts(self.tokenizer, self.workload, data_dir=p.data_path(),
-                                              count=KV_PROMPTS, max_tokens=PROMPT_TOKENS)
+                                              count=KV_PROMPTS, max_tokens=PROMPT_TOKENS, prompts_file=p.prompts)
         if not prompts:
             return KVFitSpec(data_dir=p.data_dir)
         return KVFitSpec(data_dir=p.data_dir, prompts=tuple(prompts), prompts_source=source)

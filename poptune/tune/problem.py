@@ -83,7 +83,9 @@ class TuningProblem:
         certify_candidates: The front's fastest candidates certified (the error is split among them).
         prompts: A user's prompts file (:mod:`poptune.evaluate.prompts`), the items of task ``prompts``: accuracy
             is then the share of greedy answers unchanged from the full model's, the drop the share changed
-            (``max_drop`` 5: answers changed at most 5%). Only its path is stored, never a prompt's text.
+            (``max_drop`` 5: answers changed at most 5%); or of task ``prompt_references`` (its requests with a
+            reference answer): accuracy is the share of answers containing their reference, the drop the paired
+            drop on them. Only its path is stored, never a prompt's text.
         store_prompts: Store the prompts' text with the study too (default: only their hashes and lengths).
     """
 
@@ -122,7 +124,9 @@ class TuningProblem:
             ImageSize.parse(self.image)
         if not self.tasks:
             raise ConfigError("a tuning problem needs at least one task")
-        if ("prompts" in self.tasks) != (self.prompts is not None):
+        from poptune.evaluate.prompts import PROMPT_TASKS
+
+        if bool(set(PROMPT_TASKS) & set(self.tasks)) != (self.prompts is not None):
             raise ConfigError("task `prompts` and a prompts file go together: give both or neither")
         if not self.lengths or any(not isinstance(n, int) or n < 2 for n in self.lengths):
             raise ConfigError(f"prompt lengths must be integers >= 2, got {list(self.lengths)}")

@@ -434,10 +434,11 @@ def _prepare(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec)
     if stored.full_accuracy is None:
         stored.record_full(evaluator.full_accuracy(), evaluator.workload.to_dict(), evaluator.latency_points())
         if spec.problem.prompts is not None:  # hashes and lengths, never the text (unless --store-prompts)
-            from poptune.evaluate.prompts import PROMPTS, prompt_record
+            from poptune.evaluate.prompts import PROMPT_TASKS, prompt_record
 
             w = evaluator.workload
-            stored.set_prompts(prompt_record(evaluator.tokenizer, spec.problem.prompts, w.order[PROMPTS],
-                                             w.tokens[PROMPTS], w.skipped.get(PROMPTS, 0),
+            task = next(t for t in PROMPT_TASKS if t in w.order)
+            stored.set_prompts(prompt_record(evaluator.tokenizer, spec.problem.prompts, w.order[task],
+                                             w.tokens[task], w.skipped.get(task, 0),
                                              store_text=spec.problem.store_prompts))
         store_full_run(study, evaluator)

@@ -253,3 +253,70 @@ def test_a_prompts_study_shows_answers_unchanged_with_their_exact_interval_and_t
     assert (float(lo), float(hi)) == (round(100 * (1 - ci.hi), 1), round(100 * (1 - ci.lo), 1))
     assert "references (" in out and "full model: references held by" in out
     assert "sky" not in out and "Count to" not in out
+
+
+@pytest.mark.parametrize("case", ["no answer in the file", "no prompts file"])
+def test_judging_references_without_any_is_refused_in_one_line_before_loading(tmp_path, capsys, no_model_load,
+                                                                             case):
+    path = _write(tmp_path, "p.jsonl", [json.dumps({"prompt": "Hello"}), json.dumps({"prompt": "Bye"})])
+    argv = ["study", "--model", "tiny-gemma3", "--judge", "references", "--storage", f"sqlite:///{tmp_path / 's.db'}"]
+    argv += ["--prompts", str(path)] if case == "no answer in the file" else []
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--judge" in err, err
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_the_references_task_takes_only_the_requests_with_an_answer(tmp_path, shared):
+    from poptune.evaluate.prompts import REFERENCES
+
+    _, tokenizer = shared("tiny-gemma3")
+    path = _write(tmp_path, "p.jsonl", [json.dumps({"prompt": "one", "answer": "1"}), json.dumps({"prompt": "two"}),
+                                        json.dumps({"prompt": "three", "answer": "3"})])
+    workload = build_workload(tokenizer, (REFERENCES,), data_dir=None, cap=None, max_positions=None,
+                              prompts=str(path))
+    assert sorted(workload.order[REFERENCES]) == [0, 2]
+
+
+def test_a_study_judged_on_references_bounds_their_paired_drop(tmp_path, capsys):
+    """``--judge references``: the items are the requests with an answer, each configuration's outcome (the full
+    model's too) whether its answer contains the reference; the answers-unchanged figures are still reported."""
+    import optuna
+
+    from poptune.evaluate.prompts import REFERENCES
+    from poptune.store import StoredStudy
+
+    lines = [json.dumps({"prompt": f"Item {i}: the colour of the sky is", "answer": "blue", "max_tokens": 3})
+             for i in range(6)] + [json.dumps({"prompt": f"Count to {i}:", "max_tokens": 3}) for i in range(4)]
+    path = _write(tmp_path, "p.jsonl", lines)
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    argv = ["study", "--model", "tiny-llama", "--prompts", str(path), "--judge", "references", "--trials", "2",
+            "--items", "2", "--no-confirm", "--repeats", "1", "--max-pairs", "1", "--precision", "0",
+            "--max-drop", "100", "--storage", storage]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    stored = StoredStudy.of(optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage))
+    assert tuple(stored.problem["tasks"]) == (REFERENCES,)
+    assert (stored.problem["limit"], stored.problem["certify_limit"]) == (3, 3)  # 6 with a reference, halved
+    assert set(stored.prompts["index"]) <= set(range(6))  # only requests with an answer are items
+    assert "accuracy = share of answers containing their reference" in out
+    header = next(line for line in out.splitlines() if line.startswith("trial  configuration"))
+    assert " accuracy " in header and "unchanged [exact 95% CI]" not in out
+    assert "sky" not in out
+
+
+def test_calibrated_maps_of_a_prompts_study_fit_on_requests_it_never_scores(tmp_path, shared):
+    """Maps are fitted on the file's spare requests (neither searched nor certified); a file with none spare gives
+    none (the study then fits on WikiText-2 or sampled text)."""
+    from poptune.evaluate.workload import calibration_prompts
+
+    _, tokenizer = shared("tiny-gemma3")
+    path = _write(tmp_path, "p.jsonl", [json.dumps({"prompt": f"request number {i}"}) for i in range(10)])
+    workload = build_workload(tokenizer, (PROMPTS,), data_dir=None, cap=6, max_positions=None, prompts=str(path))
+    spare, source = calibration_prompts(tokenizer, workload, data_dir=None, count=32, max_tokens=2048,
+                                        prompts_file=str(path))
+    scored = {f"request number {i}" for i in workload.order[PROMPTS]}
+    assert len(spare) == 4 and not scored & set(spare) and "4 requests of the file" in source
+    full = build_workload(tokenizer, (PROMPTS,), data_dir=None, cap=None, max_positions=None, prompts=str(path))
+    assert calibration_prompts(tokenizer, full, data_dir=None, count=32, max_tokens=2048,
+                               prompts_file=str(path))[0] == []
