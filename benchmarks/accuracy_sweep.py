@@ -11,10 +11,12 @@ Usage::
         --tasks longctx_squad,longctx_squad_bpb,longctx_qasper --configs 2:last,2:none,2:window-16,...
 
 Each configuration is ``skip:boundary[:offset[:kv]]`` (``kv``: ``own`` or ``calibrated``, whose maps are
-fitted on WikiText-2 validation windows, or read from the cache, before the configuration is scored). The full model is measured once; every configuration is
+fitted on WikiText-2 validation windows, or with ``--kv-fit workload`` on documents of the tasks that the sweep
+never scores, as a study fits them, or read from the cache, before the configuration is scored). The full model is measured once; every configuration is
 scored by poptune's stage-aware lm-eval model (context = POP prefill, continuation or generation at full
 depth) on the same items (``--limit``: evenly spaced, the same every run), and its drop is paired item by item
-with the full model's, with a 95% bootstrap interval (:mod:`poptune.evaluate.paired`). The layers before the
+with the full model's, with a 95% interval (:mod:`poptune.evaluate.paired`: the anytime-valid confidence
+sequence for metrics in [0, 1], the bootstrap for bits per byte). The layers before the
 skipped block are replayed from the full model's states (:mod:`poptune.prefix`, checked once against the
 plain prefill), and each configuration's greedy generation verifies the full model's answers as drafts
 (:mod:`poptune.speculate`: the same tokens, fewer decode steps; ``--no-reuse`` runs every configuration
@@ -67,6 +69,8 @@ def main() -> None:
     parser.add_argument("--max-state-gib", type=float, default=12.0, help="memory for replayed states (GiB)")
     parser.add_argument("--note", default="", help="a paragraph written under the table")
     parser.add_argument("--out", default=str(ROOT / "leaderboards"))
+    parser.add_argument("--kv-fit", choices=("wikitext", "workload"), default="wikitext",
+                        help="calibrated maps' text: WikiText-2 validation, or the tasks' never-scored documents")
     args = parser.parse_args()
 
     directory = data_dir()
@@ -82,10 +86,10 @@ def main() -> None:
         states = PrefixStates(max_bytes=int(args.max_state_gib * 2**30))
         verify(model, prompt_batch(tokenizer, 1024, 1)["input_ids"], PopConfig(6), PrefixStates())
     rows, runs = [], []
+    fit = _kv_fit_spec(args, tokenizer, directory, tasks)
     for config in [PopConfig(0), *_parse(args.configs)]:
         start = time.perf_counter()
-        prepare_kv(model, tokenizer, config, fingerprint=weights_fingerprint(args.model),
-                   spec=KVFitSpec(data_dir=str(directory)))
+        prepare_kv(model, tokenizer, config, fingerprint=weights_fingerprint(args.model), spec=fit)
         with states.attached(model) if states is not None else contextlib.nullcontext():
             run = measure_tasks(model, tokenizer, config, spec)
         seconds = time.perf_counter() - start
@@ -97,6 +101,24 @@ def main() -> None:
         print(f"{config}: " + ", ".join(f"{t} {_fmt(t, run)} ({drops[t]})" for t in tasks)
               + f"; mean drop {mean} ({seconds:.0f} s)", flush=True)
         _write(args, tasks, rows, runs, states)  # after every configuration: a long sweep keeps what it has
+
+
+def _kv_fit_spec(args, tokenizer, directory, tasks) -> KVFitSpec:
+    """The maps' fit: WikiText-2 validation, or (``--kv-fit workload``) as a study fits them, on the last 32
+    documents of each task's fixed order that this sweep does not score (its evenly spaced items excluded; a
+    ``_bpb`` task shares its documents with its generation task, so only the latter gives prompts)."""
+    if args.kv_fit == "wikitext":
+        return KVFitSpec(data_dir=str(directory))
+    from poptune.evaluate.suite import item_indices
+    from poptune.evaluate.workload import Workload, _real_prompts, calibration_prompts
+    from poptune.kvfit import PROMPT_TOKENS
+
+    named = [t for t in tasks if not t.endswith("_bpb")]
+    texts = _real_prompts(named, directory)
+    workload = Workload({t: item_indices(len(texts[t]), args.limit) for t in named}, {t: [] for t in named})
+    prompts, source = calibration_prompts(tokenizer, workload, data_dir=directory, count=32, max_tokens=PROMPT_TOKENS)
+    print(f"K/V maps fitted on: {source}", flush=True)
+    return KVFitSpec(data_dir=str(directory), prompts=tuple(prompts), prompts_source=source)
 
 
 def _write(args, tasks, rows, runs, states) -> None:
@@ -111,7 +133,8 @@ def _write(args, tasks, rows, runs, states) -> None:
         + (f" (evenly spaced subset, --limit {args.limit})" if args.limit else " (full sets)")
         + ". Metric: " + ", ".join(f"{t} {PRIMARY_METRIC[t]}" for t in tasks)
         + ". Each cell: the score (points; bits per byte as is) and, below the full model, the paired drop "
-        "against it with its 95% bootstrap interval (positive = worse). "
+        "against it with its 95% interval (positive = worse; anytime-valid confidence sequence for metrics in "
+        "[0, 1], bootstrap for bits per byte). "
         f"Mean drop over {', '.join(higher)}.",
         "",
         "| skip | boundary | offset | kv | " + " | ".join(tasks) + " | mean drop [95% CI] |",
