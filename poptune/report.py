@@ -450,7 +450,8 @@ class StudyReport:
                   "## Search front (not a verdict: drops on the items that selected them)", "",
                   front_table(self.front, self.references, reference_ms=reference, markdown=True,
                               accuracy=self.accuracy_column()), "",
-                  *([*(f"- {line.strip()}" for line in prompts), ""] if (prompts := self.prompts_lines()) else []),
+                  *([*(("  - " if line.startswith("    ") else "- ") + line.strip() for line in prompts), ""]
+                    if (prompts := self.prompts_lines()) else []),
                   *([f"- {line}", ""] if (line := undecided_line(self.undecided, budget)) else []),
                   f"- {_order_line(self.spot_checks)}", "",
                   "## Null checks (full model against itself)", ""]
