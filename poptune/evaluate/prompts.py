@@ -25,7 +25,8 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_TOKENS", "PROMPTS", "PROMPT_TASKS", "REFERENCES", "ROLES", "PromptRequest", "check_fit", "encode", "prompt_hash",
+__all__ = ["DEFAULT_MAX_TOKENS", "PROMPTS", "PROMPT_TASKS", "REFERENCES", "ROLES", "PromptRequest", "check_fit",
+           "encode", "prompt_hash",
            "prompt_record", "read_prompts",
            "render", "render_all"]
 
