@@ -169,8 +169,10 @@ def certified(study: "optuna.Study") -> list[FrontRow]:
         trial = StoredTrial.of(study.trials[int(entry["trial"])])
         row = FrontRow.from_trial(trial, figures.get(str(trial.number)), reference)
         drop = entry.get("drop")
-        if drop is not None:  # accuracy: the reference minus the fresh items' drop, as the search's is
+        if drop is not None:  # accuracy: on the fresh items (older records: the search's reference minus their drop)
+            accuracy = float(entry["accuracy"]) if entry.get("accuracy") is not None else \
+                row.accuracy + (row.drop - float(drop["mean"])) / 100
             row = replace(row, drop=float(drop["mean"]), drop_lo=float(drop["lo"]), drop_hi=float(drop["hi"]),
-                          items=int(entry["items"]), accuracy=row.accuracy + (row.drop - float(drop["mean"])) / 100)
+                          items=int(entry["items"]), accuracy=accuracy)
         rows.append(replace(row, verdict=str(entry["verdict"])))
     return rows

@@ -80,7 +80,9 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
             with progress.phase(f"certifying {row.label} on fresh items", unit="round"):
                 result = evaluator.race_accuracy(row.config, fresh=fresh, policy=policy, confidence=confidence)
             items = sum(result.drop.items.values())
+            scores = result.run.primary() if result.run is not None else {}  # its own, on the fresh items
             entry.update(verdict=verdict_of(result.stopped, items), drop=result.drop.to_dict(), items=items,
+                         accuracy=sum(scores.values()) / len(scores) if scores else None,
                          seconds=round(time.monotonic() - started, 1))
             certified = entry["verdict"] == WITHIN
         record["candidates"].append(entry)

@@ -41,6 +41,10 @@ def test_candidates_are_certified_on_fresh_items_only(problem, tmp_path, monkeyp
     assert len(full) == 12 and full[4:] == list(range(4, 12))
     (row,) = store.certified(study)
     assert row.label == "1/last/0" and row.items == 8 and row.verdict != WITHIN and row.drop_hi == entry["drop"]["hi"]
+    # its accuracy is its own on the fresh items (nothing flipped: the full model's there), never the search's
+    # reference minus the fresh drop (which could fall below 0 where the two item sets differ)
+    fresh_full = study.user_attrs["full_run"]["outcomes"]["passkey"][4:]
+    assert row.accuracy == entry["accuracy"] == pytest.approx(sum(fresh_full) / len(fresh_full))
 
 
 def test_the_command_prints_the_verdict(problem, tmp_path, capsys):
