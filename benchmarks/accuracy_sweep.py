@@ -12,7 +12,8 @@ Usage::
 
 Each configuration is ``skip:boundary[:offset[:kv]]`` (``kv``: ``own`` or ``calibrated``, whose maps are
 fitted on WikiText-2 validation windows, or with ``--kv-fit workload`` on documents of the tasks that the sweep
-never scores, as a study fits them, or read from the cache, before the configuration is scored). The full model is measured once; every configuration is
+never scores, as a study fits them, or read from the cache, before the configuration is scored). The full model
+is measured once; every configuration is
 scored by poptune's stage-aware lm-eval model (context = POP prefill, continuation or generation at full
 depth) on the same items (``--limit``: evenly spaced, the same every run), and its drop is paired item by item
 with the full model's, with a 95% interval (:mod:`poptune.evaluate.paired`: the anytime-valid confidence

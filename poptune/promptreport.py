@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from poptune.evaluate.changed import ChangedInterval
     from poptune.store.attributes import StoredStudy
     from poptune.store.front import FrontRow
     from poptune.store.trials import StoredTrial
@@ -27,25 +28,30 @@ class AccuracyColumn:
 
 def _looks(stored: "StoredStudy", *, certified: bool) -> int:
     """The planned looks of the search's racing, or of the certification's (each spends its error over them)."""
-    from poptune.evaluate.racing import RacingPolicy
     from poptune.evaluate.workload import rounds
-    from poptune.tune.certify import CERTIFY_START
+    from poptune.tune.certify import certification_policy
     from poptune.tune.problem import TuningProblem
 
     problem = TuningProblem.from_dict(stored.problem)
-    policy = RacingPolicy(start=min(CERTIFY_START, problem.certify_limit), cap=problem.certify_limit) if certified \
-        else problem.racing()
+    policy = certification_policy(problem) if certified else problem.racing()
     return len(rounds(policy.start, policy.cap, policy.growth))
+
+
+def _unchanged(changed: int, n: int, looks: int) -> tuple[str, "ChangedInterval"]:
+    """``"k/n = x% [lo, hi]"``: the answers unchanged, their share and its exact interval (and the interval)."""
+    from poptune.evaluate.changed import changed_interval
+
+    ci = changed_interval(changed, n, looks=looks)
+    text = f"{n - changed}/{n} = {100 * (1 - ci.share):.1f}% [{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}]"
+    return text, ci
 
 
 def accuracy_column(stored: "StoredStudy", *, certified: bool = False) -> AccuracyColumn | None:
     """A prompts study's accuracy column: per row, the answers unchanged out of the prompts scored, their share
     and its exact Clopper-Pearson 95% interval (:func:`poptune.evaluate.changed.changed_interval`, Bonferroni over
     the search's planned looks, or the certification's for ``certified`` rows); None for any other study."""
-    from poptune.evaluate.changed import changed_interval
-    from poptune.tune.problem import TuningProblem
-
     from poptune.evaluate.prompts import PROMPTS
+    from poptune.tune.problem import TuningProblem
 
     if PROMPTS not in TuningProblem.from_dict(stored.problem).tasks:  # judged on references: a task's score
         return None
@@ -55,9 +61,7 @@ def accuracy_column(stored: "StoredStudy", *, certified: bool = False) -> Accura
         n = int(row.items or 0)
         if not row.skip or not n:
             return "100% (reference)" if not row.skip else f"{100 * row.accuracy:.1f}%"
-        changed = int(round(n * (1 - row.accuracy)))
-        ci = changed_interval(changed, n, looks=looks)
-        return f"{n - changed}/{n} = {100 * (1 - ci.share):.1f}% [{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}]"
+        return _unchanged(int(round(n * (1 - row.accuracy))), n, looks)[0]
 
     return AccuracyColumn(
         "unchanged [exact 95% CI]", cell,
@@ -70,7 +74,7 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
     """Lines for the ``rows`` (the front's, then the reference rows') of a prompts study (empty for any other
     study), from its ``trials``: per POP row the answers unchanged with their exact interval, the fidelity
     figures and, with references, their drop; for the full model, the share of its answers holding them."""
-    from poptune.evaluate.changed import changed_interval
+    from poptune.evaluate.prompts import REFERENCES
     from poptune.tune.problem import TuningProblem
 
     problem = TuningProblem.from_dict(stored.problem)
@@ -83,8 +87,6 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
         int(record.get("requests", 0)) - int(record.get("skipped_too_long", 0))  # the workload's items
     searched = min(problem.limit or fitting, fitting)
     fresh = min(problem.certify_limit, fitting - searched) if problem.certifies else 0
-    from poptune.evaluate.prompts import REFERENCES
-
     judged = (f"accuracy = share of answers containing their reference ({record.get('references', '?')} requests "
               "have one), the drop paired against the full model's (anytime-valid 95% interval); unchanged: exact "
               f"Clopper-Pearson 95% interval (Bonferroni over {looks} planned looks)" if REFERENCES in problem.tasks
@@ -109,10 +111,8 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
             continue
         if not n:
             continue
-        changed = int(round(figures.get("changed", n * (1 - row.accuracy))))
-        ci = changed_interval(changed, n, looks=looks)
-        line = (f"  {row.label}: unchanged {n - changed}/{n} = {100 * (1 - ci.share):.1f}% "
-                f"[{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}]; changed at most {100 * ci.upper:.1f}% at 95%")
+        text, ci = _unchanged(int(round(figures.get("changed", n * (1 - row.accuracy)))), n, looks)
+        line = f"  {row.label}: unchanged {text}; changed at most {100 * ci.upper:.1f}% at 95%"
         if figures.get("agreement") is not None:
             line += f"; token agreement {100 * figures['agreement']:.1f}%"
         if figures.get("median_divergence") is not None:

@@ -245,8 +245,9 @@ def problem(args: argparse.Namespace) -> Any:
         from poptune.evaluate.prompts import read_prompts
         from poptune.tune.presets import prompts_split
 
-        requests = [r for r in read_prompts(prompts) if r.answer is not None or tasks != (REFERENCES,)]
-        limit, certify = prompts_split(len(requests), limit, certify)  # a small file: halved
+        requests = read_prompts(prompts)
+        items = sum(r.answer is not None for r in requests) if tasks == (REFERENCES,) else len(requests)
+        limit, certify = prompts_split(items, limit, certify)  # a small file: halved
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes

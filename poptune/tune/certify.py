@@ -36,9 +36,11 @@ from poptune.tune.trust import now
 if TYPE_CHECKING:
     import optuna
 
+    from poptune.evaluate.racing import RacingPolicy
     from poptune.tune.evaluator import ConfigEvaluator
+    from poptune.tune.problem import TuningProblem
 
-__all__ = ["CERTIFY_START", "WITHIN", "BEYOND", "candidates", "certify_front", "verdict_of"]
+__all__ = ["CERTIFY_START", "WITHIN", "BEYOND", "candidates", "certification_policy", "certify_front", "verdict_of"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
@@ -57,10 +59,15 @@ def candidates(study: "optuna.Study", max_drop: float | None, count: int) -> lis
     return front_candidates(store.front(study), max_drop, count)
 
 
-def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[str, Any]:
-    """Certify the front's candidates on fresh items and store the verdicts (module docstring); returns them."""
+def certification_policy(problem: "TuningProblem") -> "RacingPolicy":
+    """The certification's rounds: :data:`CERTIFY_START` fresh items per task, doubling up to the problem's cap."""
     from poptune.evaluate.racing import RacingPolicy
 
+    return RacingPolicy(start=min(CERTIFY_START, problem.certify_limit), cap=problem.certify_limit)
+
+
+def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[str, Any]:
+    """Certify the front's candidates on fresh items and store the verdicts (module docstring); returns them."""
     p = evaluator.problem
     if not p.certifies:
         return {}
@@ -69,7 +76,7 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
     fresh = p.racing().cap
     record: dict[str, Any] = {"date": now(), "confidence": confidence, "fresh_from": fresh,
                               "cap": p.certify_limit, "max_drop": p.max_drop, "candidates": []}
-    policy = RacingPolicy(start=min(CERTIFY_START, p.certify_limit), cap=p.certify_limit)
+    policy = certification_policy(p)
     certified = False
     for row in rows:
         entry: dict[str, Any] = {"trial": row.trial, "config": row.config.to_dict(), "label": row.label}
