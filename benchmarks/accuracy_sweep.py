@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import shlex
@@ -86,19 +87,22 @@ def main() -> None:
 
         states = PrefixStates(max_bytes=int(args.max_state_gib * 2**30))
         verify(model, prompt_batch(tokenizer, 1024, 1)["input_ids"], PopConfig(6), PrefixStates())
-    rows, runs = [], []
+    rows, runs, measured = [], [], []
     fit = _kv_fit_spec(args, tokenizer, directory, tasks)
     for config in [PopConfig(0), *_parse(args.configs)]:
         start = time.perf_counter()
-        prepare_kv(model, tokenizer, config, fingerprint=weights_fingerprint(args.model), spec=fit)
+        maps = prepare_kv(model, tokenizer, config, fingerprint=weights_fingerprint(args.model), spec=fit)
         with states.attached(model) if states is not None else contextlib.nullcontext():
             run = measure_tasks(model, tokenizer, config, spec)
         seconds = time.perf_counter() - start
         runs.append(run)
+        measured.append((config, run))
         drops = {t: _task_drop(runs[0], run, t) for t in tasks}
         mean = drop_of(runs[0], run)
         rows.append({"config": config.to_dict(), "scores": run.scores, "items": run.counts, "seconds": seconds,
-                     "drop": mean.to_dict(), "task_drops": {t: d.to_dict() for t, d in drops.items()}})
+                     "drop": mean.to_dict(), "task_drops": {t: d.to_dict() for t, d in drops.items()},
+                     "outcomes": run.outcomes, **_against_own(config, measured, run),
+                     **({"kv_maps": maps.describe()} if maps is not None else {})})
         print(f"{config}: " + ", ".join(f"{t} {_fmt(t, run)} ({drops[t]})" for t in tasks)
               + f"; mean drop {mean} ({seconds:.0f} s)", flush=True)
         _write(args, tasks, rows, runs, states)  # after every configuration: a long sweep keeps what it has
@@ -120,6 +124,17 @@ def _kv_fit_spec(args, tokenizer, directory, tasks) -> KVFitSpec:
     prompts, source = calibration_prompts(tokenizer, workload, data_dir=directory, count=32, max_tokens=PROMPT_TOKENS)
     print(f"K/V maps fitted on: {source}", flush=True)
     return KVFitSpec(data_dir=str(directory), prompts=tuple(prompts), prompts_source=source)
+
+
+def _against_own(config, measured, run) -> dict:
+    """A calibrated configuration's mean drop against the same configuration with own K/V measured earlier in
+    the sweep (``measured``: configuration and run pairs), paired on the same items (positive: calibrated
+    worse); nothing where there is none."""
+    own = dataclasses.replace(config, kv="own")
+    for other, other_run in measured:
+        if config.kv == "calibrated" and other == own:
+            return {"against_own": drop_of(other_run, run).to_dict()}
+    return {}
 
 
 def _write(args, tasks, rows, runs, states) -> None:
@@ -147,6 +162,11 @@ def _write(args, tasks, rows, runs, states) -> None:
         mean = "" if c["skip"] == 0 else _ci(row["drop"])
         lines.append(f"| {c['skip']} | {c['boundary']} | {c['offset']} | {c.get('kv', 'own')} | "
                      + " | ".join(cells) + f" | {mean} |")
+    paired = [(row["config"], row["against_own"]) for row in rows if "against_own" in row]
+    if paired:
+        lines += ["", "Calibrated against own K/V, paired on the same items (mean drop of calibrated below own, "
+                  "points, 95% interval as above; positive: calibrated worse):", ""]
+        lines += [f"- skip {c['skip']} {c['boundary']} offset {c['offset']}: {_ci(d)}" for c, d in paired]
     hw = fingerprint("cpu")
     reuse = "off" if states is None else (f"on ({states.replayed} prefills replayed, {states.drafted} generations "
                                           f"verified in rounds, {states.accepted} proposed tokens accepted)")

@@ -17,7 +17,7 @@ Writes ``leaderboards/kv-calibration-<model>.md`` and ``.json``.
 
 **Held-out sweep** (``--lengths``, issue 38): contexts of each length (BOS included) of WikiText-2 *test* at
 evenly spaced offsets, ``--windows`` of them per length, the next ``--continuation`` tokens scored at full depth
-after the POP prefill of the context (:func:`poptune.kvfit.continuation_nll`, as the project's likelihood
+after the POP prefill of the context (:func:`poptune.kvcheck.continuation_nll`, as the project's likelihood
 scoring does), own against calibrated K/V at every skip, paired over the same windows: the mean of the per-window
 differences (calibrated minus own) with its 95% t interval (``scipy.stats.ttest_1samp``). The layers before the
 block are replayed from the full model's states (:mod:`poptune.prefix`: exact, and the only way 2,048-token
@@ -204,7 +204,7 @@ def _paired(calibrated, own):
 def sweep(args) -> None:
     """The held-out sweep: per length and skip, the continuation NLL with own and with calibrated K/V."""
     from poptune.engine import apply_pop as pop
-    from poptune.kvfit import continuation_nll
+    from poptune.kvcheck import continuation_nll
     from poptune.prefix import PrefixStates
 
     began = time.perf_counter()
@@ -281,13 +281,17 @@ def _write_sweep(args, rows, fits, fitter, seconds) -> None:
         cells = [f"{sum(r['own']) / r['windows']:.3f} / {sum(r['calibrated']) / r['windows']:.3f}"
                  for r in rows if r["length"] == length]
         lines.append(f"| {length} | " + " | ".join(cells) + " |")
-    lines += ["", "The fit per block (sink: tokens whose block-entry norm exceeds the threshold; kept own: projections "
-              "whose fitted map was not better on the held-out windows; validation: held-out continuation NLL):", ""]
+    lines += ["", "The fit per block (sink: tokens whose block-entry norm exceeds the threshold; check: the fit's "
+              "held-out windows, calibrated minus own continuation NLL, one-sided t-test at the stated level, "
+              "`poptune/kvcheck.py`; maps not shown better are replaced by the layers' own):", ""]
     for skip, fit in fits.items():
         v = fit.get("validation") or {}
+        decision = "maps kept" if fit["kept_own"] != "all (block)" else "layers' own kept"
         lines.append(f"- skip {skip}: sink norm {fit['sink_norm']}, {fit['sink_tokens']} sink tokens in the fit "
-                     f"text, kept own {fit['kept_own'] or 'none'}, validation own {v.get('own_nll', float('nan')):.3f}"
-                     f" / calibrated {v.get('calibrated_nll', float('nan')):.3f} on {v.get('windows')} windows")
+                     f"text; check on {v.get('windows')} windows ({v.get('points')} points each): own "
+                     f"{v.get('own_nll', float('nan')):.3f} / calibrated {v.get('calibrated_nll', float('nan')):.3f}, "
+                     f"difference {v.get('calibrated_minus_own', float('nan')):+.3f}, p = {v.get('p', float('nan')):.3g}"
+                     f" (alpha {v.get('alpha')}): {decision}")
     lines += ["", "## Provenance", "", f"- command: `{command.strip()}`", f"- commit: {commit}",
               f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",
               f"- hardware: {hw.name} ({hw.hardware_id}), shared with other jobs (the figures do not depend on load)",

@@ -14,10 +14,12 @@ in float64, with ``lam = ridge * trace(X^T X) / C``. With little text the fit st
 projection; when ``Y`` is an exact linear function of ``X`` the fit recovers it. The residual stream of the
 calibration text is computed once (:class:`KVFitter`) and serves every block.
 
-**Validation.** Every ``holdout``-th window is left out of the fit. A projection whose map is not better than
-the layer's own on those windows' tokens keeps its own; then the held-out windows' last tokens are scored at
-full depth after the POP prefill of the rest (:func:`continuation_nll`), and a block whose maps do not lower
-that NLL keeps its layers' own projections altogether (calibrated K/V then are the paper's POP, exactly).
+**Validation.** Every ``holdout``-th window (or prompt) is left out of the fit. The held-out windows are
+scored with the maps and with the layers' own K/V at several continuation points each, and the block keeps its
+maps only where a one-sided paired t-test at level ``alpha`` finds them better (:mod:`poptune.kvcheck`, which
+states the test and its error rate); otherwise it keeps its layers' own projections altogether (calibrated K/V
+then are the paper's POP, exactly). Nothing else is chosen on the held-out windows, so the test's level holds
+for the maps it decides on.
 
 **Sink tokens** (Gemma-3's BOS: a block-entry norm 6-16x every other token's) can get maps of their own, found
 by that norm (``KVFitSpec.sink``, :mod:`poptune.kvmaps`); measured worse than one map for every token, so off
@@ -45,21 +47,23 @@ from poptune.cache import fallback_dir, warn_unwritable
 from poptune.calibration import GENERATED, Calibration, CalibrationSpec, calibration, calibration_file, residual_stream
 from poptune.engine import PopConfig, attach_kv_maps, decoder_of
 from poptune.errors import ConfigError, DataError
+from poptune.kvcheck import ALPHA, keep_maps, window_differences
 from poptune.kvmaps import KVMaps, detach_from, kv_maps_of
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["KVFitSpec", "KVFitter", "continuation_nll", "kv_maps_dir", "prepare_kv"]
+__all__ = ["KVFitSpec", "KVFitter", "kv_maps_dir", "prepare_kv"]
 
 
 #: Bumped whenever the fit changes what it produces: maps cached by an older fit are not reused.
-FIT_VERSION = 2  # 2: sink tokens on their own, short and long windows, held-out validation (issue 38)
+FIT_VERSION = 3  # 2: sink tokens, short and long windows, held-out validation; 3: its decision is a stated test
 
-#: Tokens of one calibration prompt at most (a longer prompt is cut), and of all of them.
+#: Tokens of one calibration prompt at most (a longer prompt is cut), and of all of them (long prompts of 1-2k
+#: tokens: about 20, so that every 4th held out leaves the check 5 or more windows, :data:`poptune.kvcheck.MIN_WINDOWS`).
 PROMPT_TOKENS = 2048
-PROMPT_BUDGET = 16384
+PROMPT_BUDGET = 32768
 
 #: Sink handling: a map fitted on sink tokens alone, the layer's own projections for them, or none (every
 #: token through the one fitted map: the fit before issue 38).
@@ -85,9 +89,12 @@ class KVFitSpec:
             16-token continuations after 64- and 512-token contexts, calibrated minus own NLL at skip 6:
             none -0.048 / -0.100, own -0.022 / -0.078, fitted -0.003 / -0.087; at skip 9: -0.79 / -1.93,
             -0.73 / -1.89, -0.77 / -1.94; 40 and 10 windows, 2026-12-02).
-        holdout: Every ``holdout``-th window of each length is held out of the fit to validate it (0: none).
-        continuation: Final tokens of a held-out window scored at full depth after the POP prefill of the rest
-            (the block-level check: the maps are kept only where they lower that NLL).
+        holdout: Every ``holdout``-th window (or prompt) is held out of the fit to validate it (0: none; the
+            maps are then kept unchecked).
+        continuation: Tokens scored at each continuation point of a held-out window, at full depth after the
+            POP prefill of what precedes them (:mod:`poptune.kvcheck`).
+        points: Continuation points per held-out window, spread evenly over it (:func:`poptune.kvcheck.cut_ends`).
+        alpha: Level of the check's one-sided test: the most often maps that are not better are kept.
         prompts: Prompts to fit on instead of WikiText-2 (a study's calibration split of its own workload,
             :func:`poptune.evaluate.workload.calibration_prompts`): each after BOS, cut at
             :data:`PROMPT_TOKENS` tokens, until :data:`PROMPT_BUDGET` tokens in all.
@@ -104,6 +111,8 @@ class KVFitSpec:
     sink: str = "none"
     holdout: int = 4
     continuation: int = 16
+    points: int = 4
+    alpha: float = ALPHA
     prompts: tuple[str, ...] = ()
     prompts_source: str = ""
 
@@ -112,6 +121,10 @@ class KVFitSpec:
             raise ConfigError(f"`ridge` must be a number >= 0, got {self.ridge!r}")
         if self.sink not in SINK_MODES:
             raise ConfigError(f"`sink` must be one of {', '.join(SINK_MODES)}, got {self.sink!r}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or not 0 < self.alpha < 1:
+            raise ConfigError(f"`alpha` must be a number in (0, 1), got {self.alpha!r}")
+        if isinstance(self.points, bool) or not isinstance(self.points, int) or self.points < 1:
+            raise ConfigError(f"`points` must be an integer >= 1, got {self.points!r}")
         for name in ("short_samples", "holdout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value == 1 and name == "holdout":
@@ -217,7 +230,7 @@ class KVFitter:
         return first / 2 if first >= 4 * rest else None
 
     def fit(self, start: int, stop: int) -> KVMaps:
-        """The maps of block ``[start, stop)`` (layers ``start + 1 .. stop - 1``), validated on held-out windows."""
+        """The maps of block ``[start, stop)`` (layers ``start + 1 .. stop - 1``), checked on held-out windows."""
         import torch
 
         began = time.perf_counter()
@@ -227,73 +240,50 @@ class KVFitter:
         texts = self._residual()
         threshold = self.sink_norm(start)
         entry, entry_held = self._split(start)
-        weights, sinks, errors, kept_own = {}, {}, {}, []
+        weights, sinks, errors = {}, {}, {}
         with torch.inference_mode():
             for index in range(start + 1, stop):
                 true, true_held = self._split(index)
                 fitted = _LayerFit(decoder.layers[index], self.spec.ridge, threshold)
-                weights[index], sink, errors[str(index)], own = fitted.fit((entry, true), (entry_held, true_held),
-                                                                          self.spec.sink == "fitted")
-                kept_own += [f"{index}.{name}" for name in own]
+                weights[index], sink, errors[str(index)] = fitted.fit((entry, true), (entry_held, true_held),
+                                                                     self.spec.sink == "fitted")
                 if sink is not None:
                     sinks[index] = sink
         maps = KVMaps(start, stop, weights, self.fingerprint, {}, None, sinks, threshold)
         validation = self._validate(maps) if self.spec.holdout and weights else None
-        if validation is not None and not validation["calibrated_minus_own"] < 0:
-            maps = _own_maps(decoder, start, stop, self.fingerprint)  # not better on held-out text: the paper's
+        kept = validation is None or validation["keep"]
+        if not kept:
+            maps = _own_maps(decoder, start, stop, self.fingerprint)  # not shown better: the paper's K/V
         maps.meta = {"calibration": self.describe(), "tokens": int(entry.shape[0]), "ridge": self.spec.ridge,
                      "fit_version": FIT_VERSION, "sink": self.spec.sink, "sink_norm": threshold,
                      "sink_tokens": int(sum(float(s[start].norm(dim=-1).gt(threshold).sum()) for _, s in texts))
-                     if threshold else 0, "relative_error": errors, "kept_own": kept_own if validation is None or
-                     validation["calibrated_minus_own"] < 0 else "all (block)", "validation": validation,
-                     "seconds": round(time.perf_counter() - began, 3)}
+                     if threshold else 0, "relative_error": errors, "kept_own": [] if kept else "all (block)",
+                     "validation": validation, "seconds": round(time.perf_counter() - began, 3)}
         return maps
 
     def _validate(self, maps: KVMaps) -> dict[str, Any] | None:
-        """Mean NLL of the held-out windows' last ``continuation`` tokens, scored at full depth after the POP
-        prefill of the rest (boundary ``last``), with the layers' own K/V and with ``maps``."""
-        import torch
-
+        """The block-level check (:mod:`poptune.kvcheck`) on the held-out windows: their NLL with the layers'
+        own K/V and with ``maps``, and whether the maps are kept; None where no window is held out."""
         layers = len(decoder_of(self.model).layers)
         held = [calib.ids[rows % self.spec.holdout == self.spec.holdout - 1]
                 for rows, (calib, _) in zip(self._rows(), self._residual())]
         held = [ids for ids in held if len(ids) and ids.shape[1] > self.spec.continuation + 1]
         if not held:
             return None
-        base = PopConfig(maps.stop - maps.start, "last", offset=layers - maps.stop)
-        nll: dict[str, list[float]] = {}
+        own = PopConfig(maps.stop - maps.start, "last", offset=layers - maps.stop)
+        calibrated = PopConfig(own.skip, "last", offset=own.offset, kv="calibrated")
         previous = kv_maps_of(decoder_of(self.model)).get(maps.block)
         attach_kv_maps(self.model, maps)
         try:
-            for kv in ("own", "calibrated"):
-                config = PopConfig(base.skip, "last", offset=base.offset, kv=kv)
-                nll[kv] = [x for ids in held for x in continuation_nll(self.model, config, ids, self.spec.continuation)]
+            nll = window_differences(self.model, own, calibrated, held, self.spec.continuation, self.spec.points)
         finally:
             detach_from(decoder_of(self.model), maps.block)
             if previous is not None:
                 attach_kv_maps(self.model, previous)
-        mean = {kv: sum(v) / len(v) for kv, v in nll.items()}
-        return {"windows": len(nll["own"]), "continuation": self.spec.continuation, "own_nll": mean["own"],
-                "calibrated_nll": mean["calibrated"], "calibrated_minus_own": mean["calibrated"] - mean["own"]}
-
-
-def continuation_nll(model: "nn.Module", config: PopConfig, ids: "torch.Tensor", continuation: int) -> list[float]:
-    """Per row of ``ids`` (S, T): the mean NLL of its last ``continuation`` tokens, scored at full depth after
-    the POP prefill of the first ``T - continuation`` (as the project's likelihood scoring does)."""
-    import torch
-    import torch.nn.functional as F
-
-    from poptune.engine import apply_pop, stage
-
-    context, target = ids[:, :-continuation], ids[:, -continuation:]
-    with torch.inference_mode(), apply_pop(model, config):
-        out = model(input_ids=context, use_cache=True)
-        first = out.logits[:, -1:].float()  # (S, 1, V): the boundary token predicts the first target
-        with stage(model, "decode"):
-            rest = model(input_ids=target[:, :-1], cache=out.cache, use_cache=True).logits
-    logits = torch.cat([first, rest.float()], dim=1)  # (S, m, V)
-    nll = F.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none").view(target.shape)
-    return nll.mean(dim=1).tolist()
+        check = keep_maps([c - o for c, o in zip(nll["calibrated"], nll["own"])], self.spec.alpha)
+        return {**check, "continuation": self.spec.continuation, "points": self.spec.points,
+                "own_nll": sum(nll["own"]) / len(nll["own"]),
+                "calibrated_nll": sum(nll["calibrated"]) / len(nll["calibrated"])}
 
 
 def _own_maps(decoder: "nn.Module", start: int, stop: int, fingerprint: str) -> KVMaps:
@@ -304,7 +294,7 @@ def _own_maps(decoder: "nn.Module", start: int, stop: int, fingerprint: str) -> 
 
 
 class _LayerFit:
-    """The ridge fit of one layer's K and V maps (and its sink maps), checked on held-out tokens."""
+    """The ridge fit of one layer's K and V maps (and its sink maps), with its errors on held-out tokens."""
 
     def __init__(self, layer: "nn.Module", ridge: float, sink_norm: float | None) -> None:
         self.layer, self.ridge, self.sink_norm = layer, ridge, sink_norm
@@ -327,34 +317,29 @@ class _LayerFit:
         return torch.linalg.solve(regularised, x.T @ target + lam * own.T).T  # (O, C)
 
     def fit(self, fit: tuple["torch.Tensor", "torch.Tensor"], held: tuple["torch.Tensor", "torch.Tensor"],
-            fit_sinks: bool) -> tuple[tuple["torch.Tensor", "torch.Tensor"], "tuple | None", dict, list[str]]:
-        """``((W_K, W_V), sink maps or None, relative errors, projections kept own)``.
+            fit_sinks: bool) -> tuple[tuple["torch.Tensor", "torch.Tensor"], "tuple | None", dict]:
+        """``((W_K, W_V), sink maps or None, relative errors)``.
 
-        A projection whose fitted map is not better than the layer's own on the held-out (non-sink) tokens is
-        kept own; so is a sink map that is not better on the held-out sink tokens. Errors: ``[own, fitted]``
-        relative Frobenius errors on the fit tokens, ``held_*`` on the held-out ones.
+        Errors: ``[own, fitted]`` relative Frobenius errors on the fit tokens, ``held_*`` on the held-out ones
+        (reported only: the block-level check alone decides, so that its level holds).
         """
         x, x_true, sink = self._inputs(*fit)
         hx, hx_true, hsink = self._inputs(*held)
         attn, dtype = self.layer.self_attn, self.layer.self_attn.k_proj.weight.dtype
-        chosen, sinks, errors, kept = [], [], {}, []
+        chosen, sinks, errors = [], [], {}
         for name, proj in (("k", attn.k_proj), ("v", attn.v_proj)):
             own = proj.weight.double()  # (O, C)
             solution = self._solve(x[~sink], x_true[~sink] @ own.T, own)
             errors[name] = _errors(x[~sink], x_true[~sink], own, solution)
             errors[f"held_{name}"] = _errors(hx[~hsink], hx_true[~hsink], own, solution)
-            if len(hx[~hsink]) and not errors[f"held_{name}"][1] < errors[f"held_{name}"][0]:
-                solution = own
-                kept.append(name)
             chosen.append(solution.to(dtype))
             if fit_sinks and bool(sink.any()):
                 fitted = self._solve(x[sink], x_true[sink] @ own.T, own)
-                errors[f"sink_{name}"] = _errors(hx[hsink], hx_true[hsink], own, fitted) if bool(hsink.any()) \
-                    else _errors(x[sink], x_true[sink], own, fitted)
-                better = errors[f"sink_{name}"][1] < errors[f"sink_{name}"][0]
-                sinks.append((fitted if better else own).to(dtype))
-                kept += [] if better else [f"sink_{name}"]
-        return (chosen[0], chosen[1]), (sinks[0], sinks[1]) if sinks else None, errors, kept
+                errors[f"sink_{name}"] = _errors(x[sink], x_true[sink], own, fitted)
+                if bool(hsink.any()):
+                    errors[f"held_sink_{name}"] = _errors(hx[hsink], hx_true[hsink], own, fitted)
+                sinks.append(fitted.to(dtype))
+        return (chosen[0], chosen[1]), (sinks[0], sinks[1]) if sinks else None, errors
 
 
 def _errors(x: "torch.Tensor", x_true: "torch.Tensor", own: "torch.Tensor", fitted: "torch.Tensor") -> list[float]:

@@ -414,13 +414,29 @@ class StudyReport:
                 f"{problem.get('max_seconds')} s per length"]
 
     def _kv_lines(self) -> list[str]:
-        """Which text the study's calibrated K/V maps were fitted on (nothing where it measured none)."""
+        """Which text the study's calibrated K/V maps were fitted on, and per block what the fit's held-out check
+        decided (nothing where the study measured no calibrated configuration)."""
         sources: dict[str, None] = {}
+        checks: dict[tuple[int, ...], str] = {}
         for trial in self.trials:
-            source = ((trial.details or {}).get("kv_maps") or {}).get("calibration", {}).get("source")
-            if source:
-                sources[source] = None
-        return [f"- calibrated K/V maps fitted on: {'; '.join(sources)}"] if sources else []
+            maps = (trial.details or {}).get("kv_maps") or {}
+            calibration = maps.get("calibration", {})
+            if calibration.get("source"):
+                used = (f" (the fit took {calibration['prompts']} of them, {calibration['tokens']:,} tokens)"
+                        if "prompts" in calibration and "tokens" in calibration else "")
+                sources[calibration["source"] + used] = None
+            check = maps.get("validation") or {}
+            if "p" in check:  # fit version 3 on: the check is a stated test
+                kept = "maps kept" if check["keep"] else "layers' own kept (calibrated K/V = own K/V)"
+                checks[tuple(maps["block"])] = (
+                    f"[{maps['block'][0]}, {maps['block'][1]}): {kept}, calibrated - own "
+                    f"{check['calibrated_minus_own']:+.3f} nats on {check['windows']} held-out windows, "
+                    f"p = {check['p']:.2g} (alpha {check['alpha']:g})")
+        lines = [f"- calibrated K/V maps fitted on: {'; '.join(sources)}"] if sources else []
+        if checks:
+            lines.append("- the maps' held-out check (one-sided t-test, poptune/kvcheck.py): "
+                         + "; ".join(checks[block] for block in sorted(checks)))
+        return lines
 
     def markdown(self, plot: str | None = None) -> str:
         """The summary: what the study measured and for how long, its verdict and front, the null checks (and

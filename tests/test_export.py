@@ -117,7 +117,12 @@ def test_a_calibrated_configuration_exports_its_maps_and_generate_applies_them(t
     assert maps["calibration"]["source"].startswith("study workload calibration split: piqa: ")
     from poptune.report import summary_markdown
 
-    assert f"- calibrated K/V maps fitted on: {maps['calibration']['source']}" in summary_markdown(study)
+    calibration = maps["calibration"]
+    assert (f"- calibrated K/V maps fitted on: {calibration['source']} (the fit took {calibration['prompts']} of "
+            f"them, {calibration['tokens']:,} tokens)") in summary_markdown(study)
+    check = maps["validation"]  # and what the fit's held-out check decided for the block
+    assert check["keep"] == (check["p"] < check["alpha"])
+    assert ("[4, 6): maps kept" if check["keep"] else "[4, 6): layers' own kept") in summary_markdown(study)
     monkeypatch.setattr(export, "best_within_budget", lambda study, max_drop: FrontRow.from_trial(trial))
     path = tmp_path / "config.json"
     assert main(["export", "--storage", url, "--max-drop", "100", "--out", str(path)]) == 0

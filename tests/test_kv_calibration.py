@@ -296,7 +296,8 @@ def test_sink_tokens_are_found_by_their_norm_and_written_apart(eval_data):
     through the sink maps (the layer's own where the maps hold none) and every other token through the fitted
     maps, at whatever position the sink is (left padding)."""
     model, tok, bos = _sink_model()
-    spec = KVFitSpec(samples=4, length=32, short_samples=4, short_length=24, data_dir=str(eval_data), sink="fitted")
+    spec = KVFitSpec(samples=4, length=32, short_samples=4, short_length=24, data_dir=str(eval_data), sink="fitted",
+                     holdout=0)  # the maps as fitted, unchecked (the check has tests of its own)
     fitter = KVFitter(model, tok, spec, FINGERPRINT)
     fitter._residual()
     threshold = fitter.sink_norm(3)
@@ -340,45 +341,54 @@ def test_maps_round_trip_with_their_sink_maps(shared, tmp_path):
 
 
 @torch.no_grad()
-def test_validation_keeps_the_own_projections_where_the_maps_are_not_better(eval_data, monkeypatch):
-    """Layers whose own projection is already exact (the block's layers add nothing to the residual stream):
-    no fitted map beats it on held-out tokens, so every layer keeps its own (the block-level check passed by
-    hand, to see the layer-level one) and calibrated K/V equal the paper's."""
-    monkeypatch.setattr(KVFitter, "_validate", lambda self, maps: {"calibrated_minus_own": -1.0, "windows": 4})
+def test_a_block_whose_maps_are_no_better_keeps_its_own_projections(eval_data):
+    """The validation fallback. Layers whose own projection is already exact (the block's layers add nothing to
+    the residual stream): the fitted maps cannot beat them on held-out text, so the check finds them not better
+    and the block keeps its layers' own projections (calibrated K/V then equal the paper's), saying so."""
     model, tok = load_model("tiny-llama")
     for layer in decoder_of(model).layers[3:]:
         layer.self_attn.o_proj.weight.zero_()
         layer.mlp.down_proj.weight.zero_()
     spec = KVFitSpec(samples=8, length=32, short_samples=8, short_length=24, ridge=1e-2, data_dir=str(eval_data))
     maps = KVFitter(model, tok, spec, FINGERPRINT).fit(3, 6)
-    assert sorted(maps.meta["kept_own"]) == ["4.k", "4.v", "5.k", "5.v"]
+    validation = maps.meta["validation"]
+    assert maps.meta["kept_own"] == "all (block)" and not validation["keep"] and validation["verdict"] == "undecided"
+    assert validation["windows"] == 4 and validation["p"] >= spec.alpha
     layers = decoder_of(model).layers
     for i in (4, 5):
         assert torch.equal(maps.weights[i][0], layers[i].self_attn.k_proj.weight)
         assert torch.equal(maps.weights[i][1], layers[i].self_attn.v_proj.weight)
-    for i in ("4", "5"):
-        held_own, held_fitted = maps.meta["relative_error"][i]["held_k"]
-        assert held_own < 1e-6 and held_fitted > held_own
-    monkeypatch.undo()  # and the block-level check: the same NLL is not better, so the block keeps its own
-    assert KVFitter(model, tok, spec, FINGERPRINT).fit(3, 6).meta["kept_own"] == "all (block)"
+        held_own, held_fitted = maps.meta["relative_error"][str(i)]["held_k"]
+        assert held_own < 1e-6 and held_fitted > held_own  # reported, not used to choose
 
 
 @torch.no_grad()
-def test_a_block_whose_maps_lose_on_held_out_text_keeps_its_own_projections(eval_data, monkeypatch):
-    """The block-level check: held-out continuations scored after the POP prefill; where the maps do not lower
-    their NLL the block's maps become the layers' own (and the fit says so)."""
+def test_the_check_decides_on_held_out_windows_at_its_level(eval_data, monkeypatch):
+    """The block-level check scores every held-out window at its continuation points with own and calibrated
+    K/V, and keeps the maps exactly when its one-sided test rejects "not better" at ``alpha``; a block whose
+    maps are kept uses them, one whose maps are not keeps its own (no sink maps, no threshold)."""
+    import poptune.kvcheck as kvcheck
+
     model, tok = load_model("tiny-llama")
-    spec = KVFitSpec(samples=4, length=32, short_samples=4, short_length=24, data_dir=str(eval_data))
+    spec = KVFitSpec(samples=4, length=40, short_samples=8, short_length=24, data_dir=str(eval_data), points=4)
     fitter = KVFitter(model, tok, spec, FINGERPRINT)
+    calls = []
+    real = kvcheck.continuation_nll
+    monkeypatch.setattr(kvcheck, "continuation_nll", lambda m, c, ids, n: calls.append((c.kv, ids.shape)) or real(
+        m, c, ids, n))
     honest = fitter.fit(3, 6)
     validation = honest.meta["validation"]
-    assert validation["windows"] == 2 and validation["continuation"] == 16
+    assert validation["windows"] == 3 and validation["continuation"] == 16 and validation["points"] == 4
+    assert sorted(set(calls)) == [("calibrated", (1, 40)), ("calibrated", (2, 24)), ("own", (1, 40)), ("own", (2, 24))]
+    assert validation["keep"] == (validation["p"] < spec.alpha)
     assert validation["calibrated_minus_own"] == pytest.approx(validation["calibrated_nll"] - validation["own_nll"])
-    monkeypatch.setattr(KVFitter, "_validate", lambda self, maps: {"calibrated_minus_own": 0.0})
-    maps = fitter.fit(3, 6)
-    assert maps.meta["kept_own"] == "all (block)" and maps.sinks == {} and maps.sink_norm is None
-    layers = decoder_of(model).layers
-    assert all(torch.equal(maps.weights[i][0], layers[i].self_attn.k_proj.weight) for i in (4, 5))
+    for p, kept in ((0.01, True), (0.2, False)):
+        monkeypatch.setattr("poptune.kvfit.keep_maps", lambda diffs, alpha, p=p: {"keep": p < alpha, "p": p})
+        maps = fitter.fit(3, 6)
+        layers = decoder_of(model).layers
+        own = all(torch.equal(maps.weights[i][0], layers[i].self_attn.k_proj.weight) for i in (4, 5))
+        assert own != kept and maps.meta["kept_own"] == ([] if kept else "all (block)")
+        assert maps.sinks == {} and maps.sink_norm is None
 
 
 def test_the_study_calibration_split_is_disjoint_from_every_scored_item(shared, eval_data):
@@ -397,3 +407,17 @@ def test_the_study_calibration_split_is_disjoint_from_every_scored_item(shared, 
     fitter = KVFitter(shared("tiny-llama")[0], tok, spec, FINGERPRINT)
     maps = fitter.fit(3, 6)
     assert maps.meta["calibration"]["source"] == source and maps.meta["calibration"]["prompts"] == 12
+
+
+def test_the_calibration_split_takes_every_task_in_turn(shared, eval_data):
+    """With two tasks, the calibration prompts alternate between them, so a fit that stops at its token budget
+    still holds both tasks' content (before, the first task's prompts filled the budget alone)."""
+    from poptune.evaluate.workload import _real_prompts, build_workload, calibration_prompts
+
+    _, tok = shared("tiny-llama")
+    tasks = ("piqa", "arc_easy")
+    workload = build_workload(tok, tasks, data_dir=eval_data, cap=4)
+    prompts, _ = calibration_prompts(tok, workload, data_dir=eval_data, count=3, max_tokens=4096)
+    texts = _real_prompts(tasks, eval_data)
+    owner = [next(t for t in tasks if p in texts[t]) for p in prompts]
+    assert owner == ["piqa", "arc_easy"] * 3

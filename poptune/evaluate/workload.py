@@ -18,6 +18,7 @@ order and counted in :attr:`Workload.skipped`, never truncated.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -245,7 +246,8 @@ def calibration_prompts(
     ``count`` pool items after the scored ones (a pool's items are independent draws). A prompts file
     (``prompts_file``): the last ``count`` of its requests in their fixed order that the workload does not hold
     (none when every request is searched or certified, as in a small file). Prompts longer than ``max_tokens``
-    tokens are left out (not truncated).
+    tokens are left out (not truncated). The tasks' prompts are interleaved (one of each task in turn), so a fit
+    that stops at a token budget still holds every task's content, in even shares.
 
     Returns:
         ``(prompts, description)``: the texts and which items they are, said in words.
@@ -256,7 +258,7 @@ def calibration_prompts(
 
     real = [t for t in workload.order if t not in EMBEDDED and t not in PROMPT_TASKS]
     texts = _real_prompts(real, data_dir) if real else {}
-    prompts: list[str] = []
+    per_task: list[list[str]] = []
     said = []
     for task, scored in workload.order.items():
         if task in PROMPT_TASKS:
@@ -275,8 +277,9 @@ def calibration_prompts(
             chosen = [texts[task][i] for i in rest[-count:]]
             where = f"the last {len(chosen)} of {len(order)} documents of its fixed order (never scored)"
         kept = [t for t in chosen if len(tokenizer(t)["input_ids"]) <= max_tokens]
-        prompts += kept
+        per_task.append(kept)
         said.append(f"{task}: {len(kept)} prompts, {where}")
+    prompts = [p for turn in itertools.zip_longest(*per_task) for p in turn if p is not None]
     return prompts, "study workload calibration split: " + "; ".join(said)
 
 
