@@ -60,8 +60,8 @@ __all__ = ["KVFitSpec", "KVFitter", "kv_maps_dir", "prepare_kv"]
 #: Bumped whenever the fit changes what it produces: maps cached by an older fit are not reused.
 FIT_VERSION = 3  # 2: sink tokens, short and long windows, held-out validation; 3: its decision is a stated test
 
-#: Tokens of one calibration prompt at most (a longer prompt is cut), and of all of them (long prompts of 1-2k
-#: tokens: about 20, so that every 4th held out leaves the check 5 or more windows, :data:`poptune.kvcheck.MIN_WINDOWS`).
+#: Tokens of one calibration prompt at most (a longer prompt is cut), and of all of them (the prompt that crosses
+#: the budget is the last; on the long-prompt pack, 31 prompts of about 1,100 tokens, so the check has 7 held out).
 PROMPT_TOKENS = 2048
 PROMPT_BUDGET = 32768
 
