@@ -165,8 +165,9 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
     kv = ",".join(default_of(TuningProblem, "kv"))
     parser.add_argument("--kv", default=kv, metavar="SOURCES",
                         help=f"the skipped block's K/V sources searched (default: {kv}): `own` keeps the paper's space; "
-                             "`calibrated` adds projections fitted per block on WikiText-2 validation text (the data "
-                             "directory; else text sampled from the model)")
+                             "`calibrated` adds projections fitted per block on the study's own prompts that it "
+                             "never scores (else WikiText-2 validation text), kept only where a one-sided test on "
+                             "held-out prompts finds them better (else the layers' own)")
     add_precision(parser, repeats=default_of(TuningProblem, "repeats"), max_pairs=STANDARD.max_pairs,
                   max_seconds=STANDARD.max_seconds, stop="--repeats", preset=True)
 
