@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from poptune import store
+from poptune import certreport, store
 from poptune.engine import PopConfig
 from poptune.files import safe_name, write_text
 from poptune.promptreport import AccuracyColumn, accuracy_column, prompts_lines
@@ -197,43 +197,25 @@ def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_m
 
 
 def verdict_table(rows: list[FrontRow], *, reference_ms: float | None = None, markdown: bool = False,
-                  accuracy: AccuracyColumn | None = None) -> str:
-    """The certified candidates as :func:`front_table` rows with their verdict as the last column."""
+                  accuracy: AccuracyColumn | None = None, record: dict[str, Any] | None = None) -> str:
+    """The certified candidates as :func:`front_table` rows with their verdict (and, given the certification
+    ``record``, each one's certified bound: :func:`poptune.certreport.verdict_cells`) as the last column."""
     table = front_table(rows, reference_ms=reference_ms, markdown=markdown, accuracy=accuracy).splitlines()
     head, body = (2, len(rows)) if markdown else (1, len(rows))
+    cells = certreport.verdict_cells(rows, record)
     if markdown:
         table[0] += " verdict |"
         table[1] += "---|"
-        lines = table[:head] + [line + f" {r.verdict} |" for line, r in zip(table[head:head + body], rows)]
+        lines = table[:head] + [line + f" {c} |" for line, c in zip(table[head:head + body], cells)]
     else:
-        lines = [table[0] + "  verdict"] + [line + f"  {r.verdict}" for line, r in zip(table[1:1 + body], rows)]
+        lines = [table[0] + "  verdict"] + [line + f"  {c}" for line, c in zip(table[1:1 + body], cells)]
     return "\n".join(lines + table[head + body:])
 
 
 def verdict_line(study: "optuna.Study") -> str:
     """What the certification decided, in one line: the fastest configuration certified within the budget."""
     stored = store.StoredStudy.of(study)
-    return _verdict_line(store.certified(study), stored.certification, stored.max_drop)
-
-
-def _verdict_line(rows: list[FrontRow], record: dict[str, Any] | None, budget: float | None) -> str:
-    if budget is None:
-        return "no accuracy budget: nothing to certify"
-    if not record:
-        return "not certified: the study has no certification on fresh items (a run with trials to measure makes one)"
-    within = [r for r in rows if r.verdict == "certified within"]
-    if within:
-        best = within[0]
-        return (f"verdict: {_label(best)} is certified within the budget of {budget:g} points at "
-                f"{100 * record['confidence']:.1f}% on {best.items} fresh items (drop {best.drop:+.2f} "
-                f"[{best.drop_lo:+.2f}, {best.drop_hi:+.2f}]), {best.speedup:.2f}x faster to the first token"
-                + (f" [{best.speedup_lo:.2f}, {best.speedup_hi:.2f}] over {best.pairs} pairs"
-                   if best.speedup_lo is not None else ""))
-    if not rows:
-        return f"verdict: no configuration faster than the full model was a candidate within {budget:g} points"
-    return (f"verdict: no configuration is certified within the budget of {budget:g} points; "
-            + "; ".join(f"{_label(r)}: {r.verdict}" for r in rows)
-            + " (a larger --certify or the thorough preset scores more fresh items)")
+    return certreport.verdict_line(store.certified(study), stored.certification, stored.max_drop)
 
 
 def order_line(study: "optuna.Study") -> str:
@@ -361,7 +343,11 @@ class StudyReport:
 
     def verdict_line(self) -> str:
         """What the certification decided, in one line."""
-        return _verdict_line(self.certified, self.stored.certification, self.budget)
+        return certreport.verdict_line(self.certified, self.stored.certification, self.budget)
+
+    def cost_lines(self) -> list[str]:
+        """What a verdict on each undecided candidate would cost here (:func:`poptune.certreport.cost_lines`)."""
+        return certreport.cost_lines(self.certified, self.stored.certification, self.budget, self.stored.runs)
 
     def text(self, *, asked: int | None = None) -> str:
         """The command's closing report: what the study holds, the front with the reference rows, the
@@ -385,10 +371,12 @@ class StudyReport:
         if self.certified:
             confidence = self.stored.certification["confidence"]
             lines.append(f"certified on fresh items (no trial scored them; drop's interval at {100 * confidence:.1f}%, "
-                         "valid at every look):")
+                         "valid at every planned look):")
             lines.append(verdict_table(self.certified, reference_ms=self.reference_ms,
-                                       accuracy=self.accuracy_column(certified=True)))
+                                       accuracy=self.accuracy_column(certified=True),
+                                       record=self.stored.certification))
         lines.append(self.verdict_line())
+        lines += [f"  {line}" for line in self.cost_lines()]
         noisy = [t.number for t in measured if t.noisy]
         if noisy:
             lines.append(f"noisy trials (a null check failed; left off the front, measured again): {noisy}")
@@ -446,8 +434,9 @@ class StudyReport:
                  f"- model: {stored.model} (weights {str(stored.weights_fingerprint or '')[:24]}), "
                  f"{stored.num_layers} layers; hardware: {stored.hardware_id}",
                  *self._workload_lines(), *self._kv_lines(),
-                 "- accuracy budget: " + (f"drop's 95% upper bound <= {budget:g} points, certified on fresh items "
-                                          "(anytime-valid confidence sequence, see docs/statistics.md)"
+                 "- accuracy budget: " + (f"drop's one-sided 97.5% upper bound <= {budget:g} points, certified on "
+                                          "fresh items (score test over a planned group-sequential design, see "
+                                          "docs/statistics.md)"
                                           if budget is not None else "none"),
                  f"- {len(self.measured)} configurations measured ({len(self.trials)} completed trials with answers "
                  "from storage and re-measures)"]
@@ -461,8 +450,10 @@ class StudyReport:
                          f"{stored.state_reuse_check['max_abs_logit_diff']:.1e}")
         reference = self.reference_ms
         lines += ["", "## Verdict: the front's candidates certified on fresh items", "", self.verdict_line(), "",
+                  *([f"- {line}" for line in self.cost_lines()] + [""] if self.cost_lines() else []),
                   *([verdict_table(self.certified, reference_ms=reference, markdown=True,
-                                   accuracy=self.accuracy_column(certified=True)), ""] if self.certified else []),
+                                   accuracy=self.accuracy_column(certified=True),
+                                   record=self.stored.certification), ""] if self.certified else []),
                   "## Search front (not a verdict: drops on the items that selected them)", "",
                   front_table(self.front, self.references, reference_ms=reference, markdown=True,
                               accuracy=self.accuracy_column()), "",

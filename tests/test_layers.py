@@ -35,7 +35,7 @@ RANKS: tuple[tuple[int, str], ...] = (
     (5, "poptune.store"),
     (6, "poptune.tune"),
     (7, "poptune.env"),
-    (8, "poptune.report"), (8, "poptune.promptreport"), (8, "poptune.leaderboard"), (8, "poptune.export"), (8, "poptune.gpucheck"),
+    (8, "poptune.report"), (8, "poptune.promptreport"), (8, "poptune.certreport"), (8, "poptune.leaderboard"), (8, "poptune.export"), (8, "poptune.gpucheck"),
     (8, "poptune.gridtable"), (8, "poptune.tunertable"),
     (9, "poptune.cli"), (9, "poptune.__main__"),
 )

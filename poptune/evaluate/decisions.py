@@ -19,7 +19,10 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["Scenario", "ErrorRates", "race_error"]
+__all__ = ["Scenario", "ErrorRates", "race_error", "PARTIAL_MEAN"]
+
+#: The mean size of a flip of an F1-type item (uniform on [0.2, 1]).
+PARTIAL_MEAN = 0.6
 
 
 @dataclass(frozen=True)
@@ -29,29 +32,44 @@ class Scenario:
     Attributes:
         drop: The true drop (``P(loss) - P(gain)``).
         flip_rate: The share of items whose outcome differs from the full model's.
-        losses_only: Every flip is a loss (then ``flip_rate`` must equal ``drop``).
+        losses_only: Every flip is a loss (then ``flip_rate`` must equal ``drop``, or ``drop / PARTIAL_MEAN``
+            for F1-type items).
+        partial: F1-type items: scores in [0, 1], a flip moves one by a share of it (module docstring).
     """
 
     drop: float
     flip_rate: float
     losses_only: bool = False
+    partial: bool = False
 
     def __post_init__(self) -> None:
-        if not 0 <= abs(self.drop) <= self.flip_rate <= 1:
+        size = PARTIAL_MEAN if self.partial else 1.0
+        if not (0 <= abs(self.drop) <= self.flip_rate * size + 1e-12 and self.flip_rate <= 1):
             raise ConfigError(f"a scenario needs |drop| <= flip_rate <= 1, got {self.drop} and {self.flip_rate}")
-        if self.losses_only and abs(self.flip_rate - self.drop) > 1e-12:
+        if self.losses_only and abs(self.flip_rate * size - self.drop) > 1e-12:
             raise ConfigError(f"losses only: flip_rate must equal drop, got {self.flip_rate} and {self.drop}")
 
     @property
     def label(self) -> str:
         flips = "losses only" if self.losses_only else f"{100 * self.flip_rate:g}% flips"
-        return f"drop {100 * self.drop:g} points, {flips}"
+        return f"drop {100 * self.drop:g} points, {flips}" + (", F1-type" if self.partial else "")
 
     def draw(self, rng: Any, n: int) -> tuple[list[float], list[float]]:
         """``n`` paired items: (full model's outcomes, configuration's)."""
+        size = PARTIAL_MEAN if self.partial else 1.0
         u = rng.random(n)
-        loss = u < (self.flip_rate + self.drop) / 2
-        gain = (u >= (self.flip_rate + self.drop) / 2) & (u < self.flip_rate)
+        loss = u < (self.flip_rate + self.drop / size) / 2
+        gain = ~loss & (u < self.flip_rate)
+        if self.partial:
+            moved = rng.uniform(0.2, 1.0, n)
+            base = rng.random(n)
+            full = base.copy()
+            full[loss] = moved[loss] + (1 - moved[loss]) * base[loss]
+            other = full.copy()
+            other[loss] = full[loss] - moved[loss]
+            other[gain] = moved[gain] + (1 - moved[gain]) * base[gain]
+            full[gain] = other[gain] - moved[gain]
+            return full.tolist(), other.tolist()
         full = (rng.random(n) < 0.5).astype(float)
         full[loss], full[gain] = 1.0, 0.0
         other = full.copy()

@@ -4,20 +4,30 @@ The drop of a suite is the mean over its tasks of each task's mean per-item diff
 configuration, in points). Most items come out the same under a mild configuration, so pairing makes the
 interval far narrower than two separate ones; but an interval never collapses while items could still flip.
 
-**Method and coverage.** For metrics in [0, 1] (correct/incorrect, F1, exact match) each item's difference
-``d = full - configuration`` lies in [-1, 1]; ``(1 + d) / 2`` is bounded, and the interval is the two-sided
-betting confidence sequence of :mod:`poptune.evaluate.confseq` (Waudby-Smith and Ramdas 2024) over the items
-in the order they were scored, tasks in blocks of one item each: each end is wrong with probability at most
-2.5% **at every look at once**. So racing may look after every round and stop when the interval leaves the
-budget, and "within budget at 95%" (upper end <= budget) is wrong at most 2.5% of the time when the true drop
-equals the budget, however many rounds were taken (``tests/evaluate/test_decisions.py`` checks this by a seeded
-simulation). No item flipped in n items still leaves an upper end of about ``ln(40) / (0.75 n)`` (14 points at
-32 items, 1.9 at 250): never [0, 0]. Tasks with unequal item counts (a task exhausted before the others) are
-bounded one by one at ``alpha / tasks`` (Bonferroni) and their bounds averaged.
+**Method.** For metrics in [0, 1] (correct/incorrect, F1, exact match) each item's difference ``d = full -
+configuration`` lies in [-1, 1]. Each end of the interval is the inversion of a one-sided **score test** of
+the paired difference, the test of Tango, "Equivalence test and confidence interval for the difference in
+proportions for the paired-sample design", Statistics in Medicine 17, 891-908 (1998): a candidate drop ``m``
+is rejected when the mean difference is ``c`` standard errors away from it, the standard error taken at ``m``
+itself (the restricted maximum-likelihood variance of the losses and gains under ``drop = m``). Taking the
+variance under the hypothesis is what keeps the error when few items flip: no flip in n items is
+no evidence against a drop carried by rare losses, and the interval stays open (about ``1.96^2 / n`` above 0,
+the exact binomial bound's size), never [0, 0]. Fractional differences (F1) enter as losses and gains of their
+size, which can only overstate the variance. A suite's tasks are averaged, each with its own variance, the
+candidate shifting every task's mean by the same amount: one method whatever the tasks' counts. A continuity
+correction of half the mean's lattice step (``1 / (2 n)``, as in McNemar's test) keeps the discrete outcomes'
+error at or under the stated level at small counts.
+
+**Looks.** A race looks at the drop after each planned round; ``c`` at each look comes from the
+group-sequential design of :mod:`poptune.evaluate.groupseq` over the race's planned item counts (``looks``
+and ``planned``), so each end is wrong with probability at most ``(1 - confidence) / 2`` over all the looks
+together, and the interval kept is the tightest of every look's (repeated confidence bounds). One look at its
+planned size is the fixed-size test (``c = 1.96`` at 95%). The seeded simulation of
+:mod:`poptune.evaluate.decisions` checks both the error at the budget and the power.
 
 Metrics that are not bounded (bits per byte, lower is better: the drop is then configuration minus full model)
 keep the seeded percentile bootstrap (:func:`scipy.stats.bootstrap`, stratified by task): an approximate
-interval for one look, labelled ``bootstrap`` in :attr:`PairedDrop.method`.
+interval for one look, labelled ``bootstrap`` in :attr:`PairedDrop.method`; it never decides a budget.
 """
 
 from __future__ import annotations
@@ -29,12 +39,14 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["PairedDrop", "paired_drop", "BETTING", "BOOTSTRAP", "IDENTICAL"]
+__all__ = ["PairedDrop", "paired_drop", "SEQUENTIAL", "BETTING", "BOOTSTRAP", "IDENTICAL"]
 
 #: Resamples of the bootstrap: the interval's ends move by well under 0.1 point between seeds at this count.
 N_RESAMPLES = 2000
 
-#: :attr:`PairedDrop.method` of the anytime-valid betting confidence sequence.
+#: :attr:`PairedDrop.method` of the score test's repeated bounds over a planned group-sequential design.
+SEQUENTIAL = "score-sequential"
+#: ... of the betting confidence sequence that drops were stored with before (read only).
 BETTING = "betting-cs"
 #: ... of the approximate percentile bootstrap (unbounded metrics; drops stored before the betting sequence).
 BOOTSTRAP = "bootstrap"
@@ -51,9 +63,13 @@ class PairedDrop:
         lo, hi: The interval's ends (see ``method``).
         items: Items per task.
         flipped: Items whose outcome differs between the two sides, per task.
-        method: How the interval was made: :data:`BETTING` (valid at every look), :data:`BOOTSTRAP`
-            (approximate, one look) or :data:`IDENTICAL`. Drops stored before this field read as bootstrap.
+        method: How the interval was made: :data:`SEQUENTIAL` (valid over the planned looks together),
+            :data:`BOOTSTRAP` (approximate, one look) or :data:`IDENTICAL`; older records also
+            :data:`BETTING`. Drops stored before this field read as bootstrap.
         confidence: The interval's two-sided confidence.
+        losses: Items the configuration got worse than the full model, per task.
+        looks: Items per task at each look taken, the last being these items.
+        planned: Items in all that the design planned for its last look.
     """
 
     mean: float
@@ -64,6 +80,24 @@ class PairedDrop:
     method: str = BOOTSTRAP
     confidence: float = 0.95
     losses: dict[str, int] = field(default_factory=dict)
+    looks: tuple[dict[str, int], ...] = ()
+    planned: int = 0
+
+    @property
+    def total(self) -> int:
+        """Items in all (every task)."""
+        return sum(self.items.values())
+
+    @property
+    def stopped_early(self) -> bool:
+        """Whether the race stopped before its planned items: the mean is then read at a data-dependent stop
+        (biased toward the decision that stopped it), and only the bounds are claims."""
+        return bool(self.planned) and self.total < self.planned
+
+    @property
+    def flip_rate(self) -> float:
+        """The share of items whose outcome changed, all tasks together."""
+        return sum(self.flipped.values()) / max(self.total, 1)
 
     @property
     def half_width(self) -> float:
@@ -78,7 +112,9 @@ class PairedDrop:
         return self.lo > budget
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data["looks"] = [dict(look) for look in self.looks]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PairedDrop":
@@ -86,7 +122,9 @@ class PairedDrop:
                    items={k: int(v) for k, v in data["items"].items()},
                    flipped={k: int(v) for k, v in data.get("flipped", {}).items()},
                    method=str(data.get("method", BOOTSTRAP)), confidence=float(data.get("confidence", 0.95)),
-                   losses={k: int(v) for k, v in data.get("losses", {}).items()})
+                   losses={k: int(v) for k, v in data.get("losses", {}).items()},
+                   looks=tuple({k: int(v) for k, v in look.items()} for look in data.get("looks", ())),
+                   planned=int(data.get("planned", 0)))
 
     @classmethod
     def identical(cls, items: Mapping[str, int]) -> "PairedDrop":
@@ -106,6 +144,8 @@ def paired_drop(
     scale: float = 100.0,
     seed: int = 0,
     confidence: float = 0.95,
+    looks: Sequence[int] | None = None,
+    planned: int | None = None,
 ) -> PairedDrop:
     """The paired drop of ``other`` against ``full`` over the same items of each task (module docstring).
 
@@ -116,14 +156,18 @@ def paired_drop(
         lower_is_better: Tasks whose metric is better when lower (the drop is then ``other - full``); a suite
             with any such task gets the bootstrap interval.
         scale: Multiplies every difference (100: fractions become points).
-        seed: Seed of the bootstrap's resampling (the betting interval is deterministic).
-        confidence: Two-sided coverage of the interval.
+        seed: Seed of the bootstrap's resampling (the score interval is deterministic).
+        confidence: Two-sided coverage of the interval, over all the looks together.
+        looks: Items per task at each look taken so far, fixed before any outcome was seen (a race's rounds);
+            the last must be these items. Default: this one look.
+        planned: Items in all (every task) at the design's last planned look (default: these items).
 
-    Example: 32 items, none changed: ``paired_drop({"t": [1.0] * 32}, {"t": [1.0] * 32})`` is ``+0.00 [-14.01,
-    +14.01]``; the exact binomial bound for one look, 10.9 points, is the least any valid interval can say.
+    Example: 32 items, none changed: ``paired_drop({"t": [1.0] * 32}, {"t": [1.0] * 32})`` is ``+0.00 [-10.71,
+    +10.71]``; the exact binomial bound for one look is 10.9 points.
 
     Raises:
-        ConfigError: Tasks or item counts differ between the sides, or a task has no items.
+        ConfigError: Tasks or item counts differ between the sides, a task has no items, or the looks do not
+            end at these items.
     """
     import numpy as np
 
@@ -145,27 +189,75 @@ def paired_drop(
         losses[task] = int(np.count_nonzero(d > 1e-12))
     mean = scale * float(np.mean([d.mean() for d in diffs.values()]))
     items = {task: len(d) for task, d in diffs.items()}
+    total = sum(items.values())
     bounded = not lower_is_better and all(np.all(np.abs(d) <= 1 + 1e-12) for d in diffs.values())
     if bounded:
-        lo, hi = _betting(list(diffs.values()), confidence)
-        return PairedDrop(mean, scale * lo, scale * hi, items, flipped, BETTING, confidence, losses)
+        seen = tuple(dict(look) for look in looks) if looks is not None else (dict(items),)
+        plan = int(planned) if planned is not None else total
+        if not seen or seen[-1] != items or plan < 1 or any(
+                set(look) != set(items) or any(look[t] > items[t] for t in items) for look in seen):
+            raise ConfigError(f"the looks {list(seen)} must end at the items scored ({items}) and never exceed "
+                              "them, with a planned size >= 1")
+        lo, hi = _sequential(diffs, seen, plan, (1 - confidence) / 2)
+        return PairedDrop(mean, scale * lo, scale * hi, items, flipped, SEQUENTIAL, confidence, losses, seen, plan)
     lo, hi = _bootstrap([scale * d for d in diffs.values()], mean, confidence, seed)
     return PairedDrop(mean, lo, hi, items, flipped, BOOTSTRAP, confidence, losses)
 
 
-def _betting(diffs: list[Any], confidence: float) -> tuple[float, float]:
-    """The confidence sequence's ends for the mean of the tasks' mean differences (in [-1, 1])."""
-    from poptune.evaluate import confseq
+def restricted_variance(gains: float, losses: float, n: float, drop: float) -> float:
+    """The variance of one paired difference under ``true drop = drop``, fitted to the counts (Tango 1998).
 
-    alpha = (1 - confidence) / 2
-    shifted = [(1 + d) / 2 for d in diffs]
-    if len({len(d) for d in diffs}) == 1:  # one item of every task per block
-        lo, hi = confseq.lower_bound(shifted, alpha), confseq.upper_bound(shifted, alpha)
-    else:  # unequal counts: each task at alpha / tasks, the bounds averaged
-        each = alpha / len(diffs)
-        lo = sum(confseq.lower_bound([x], each) for x in shifted) / len(diffs)
-        hi = sum(confseq.upper_bound([x], each) for x in shifted) / len(diffs)
-    return 2 * lo - 1, 2 * hi - 1
+    The restricted maximum-likelihood estimate of the loss and gain probabilities ``p, q`` given ``p - q =
+    drop`` from ``losses`` and ``gains`` out of ``n`` items (fractional counts allowed), then ``p + q -
+    drop^2``. No flip at all still gives ``|drop| (1 - |drop|)``: rare losses could carry the drop.
+    """
+    if drop < 0:
+        return restricted_variance(losses, gains, n, -drop)
+    drop = min(drop, 1.0)
+    same = max(n - gains - losses, 0.0)
+    b = losses * (1 - drop) + gains * (1 - 3 * drop) - 2 * same * drop
+    c = gains * drop * (1 - drop)
+    q = (b + math.sqrt(max(b * b + 8 * n * c, 0.0))) / (4 * n)
+    q = min(max(q, 0.0), (1 - drop) / 2)
+    return max(2 * q + drop - drop * drop, 0.0)
+
+
+def _bound(diffs: list[Any], critical: float, upper: bool) -> float:
+    """The score test's bound at one look: the candidate mean ``m`` where ``|mean - m| = critical * se(m)``."""
+    if math.isinf(critical):
+        return 1.0 if upper else -1.0
+    counts = [(float(d[d < 0].sum() * -1), float(d[d > 0].sum()), d.size, float(d.mean())) for d in diffs]
+    centre = sum(m for *_, m in counts) / len(counts)
+    sign = 1.0 if upper else -1.0
+    correction = 1 / (2 * sum(n for _, _, n, _ in counts))  # half the lattice step of a mean of +-1, 0 items
+
+    def outside(m: float) -> bool:  # whether candidate m is rejected on this side
+        shift = m - centre
+        var = sum(restricted_variance(g, l, n, min(max(mu + shift, -1.0), 1.0)) / n
+                  for g, l, n, mu in counts) / len(counts) ** 2
+        return sign * shift - correction > critical * math.sqrt(var)
+
+    near, far = centre, sign
+    if not outside(far):
+        return far
+    for _ in range(60):  # bisection to well under 1e-12 of the [-1, 1] scale
+        mid = (near + far) / 2
+        near, far = (near, mid) if outside(mid) else (mid, far)
+    return far
+
+
+def _sequential(diffs: Mapping[str, Any], looks: tuple[dict[str, int], ...], planned: int,
+                alpha: float) -> tuple[float, float]:
+    """Repeated bounds of the mean of the tasks' mean differences: the tightest over the looks so far."""
+    from poptune.evaluate.groupseq import boundaries
+
+    totals = [sum(look.values()) for look in looks]
+    critical = boundaries([n / planned for n in totals], alpha)
+    lo, hi = -1.0, 1.0
+    for look, c in zip(looks, critical):
+        part = [diffs[t][: look[t]] for t in diffs if look[t]]
+        lo, hi = max(lo, _bound(part, c, upper=False)), min(hi, _bound(part, c, upper=True))
+    return lo, max(hi, lo)
 
 
 def _bootstrap(diffs: list[Any], mean: float, confidence: float, seed: int) -> tuple[float, float]:

@@ -35,7 +35,7 @@ from poptune.evaluate.paired import PairedDrop
 from poptune.evaluate.suite import TaskRun, drop_of
 from poptune.evaluate.workload import Workload, rounds
 
-__all__ = ["RacingPolicy", "RaceResult", "race", "extend_run"]
+__all__ = ["RacingPolicy", "RaceResult", "VerdictCost", "race", "extend_run", "planned_looks", "verdict_cost"]
 
 
 @dataclass(frozen=True)
@@ -134,25 +134,35 @@ def race(
     """
     run: TaskRun | None = None
     drop: PairedDrop | None = None
-    counts = rounds(policy.start, policy.cap, policy.growth)
-    done = 0
-    for number, count in enumerate(counts, 1):
-        wanted = {t: min(count, workload.size(t)) for t in workload.order}
+    plan = planned_looks(workload, policy)
+    looks: list[dict[str, int]] = []
+    for number, wanted in enumerate(plan, 1):
         new = {t: workload.order[t][len(run.items[t]) if run else 0 : n] for t, n in wanted.items()}
         new = {t: v for t, v in new.items() if v}
-        if not new:
-            break  # every task is exhausted before the cap
-        with progress.phase(f"round {number}: {count} items per task", unit="request"):
+        with progress.phase(f"round {number}: {max(wanted.values())} items per task", unit="request"):
             reference = full(wanted)  # first: the full model's prefill of an item is what a reused state replays
             run = extend_run(run, _complete(score(new), run, workload))
-        drop = drop_of(reference, run, seed=seed, confidence=confidence)
-        done = number
+        looks.append(wanted)
+        drop = drop_of(reference, run, seed=seed, confidence=confidence, looks=looks, planned=plan[-1])
         progress.advance()
         verdict = _decide(drop, max_drop, policy)
         if verdict is not None:
             return RaceResult(run, drop, number, verdict)
     assert run is not None and drop is not None and math.isfinite(drop.mean)
-    return RaceResult(run, drop, done, "cap")
+    return RaceResult(run, drop, len(plan), "cap")
+
+
+def planned_looks(workload: Workload, policy: RacingPolicy) -> list[dict[str, int]]:
+    """Items per task at each of a race's looks, fixed before any outcome: the policy's rounds, each task
+    capped at its size (a round that adds no item is not a look)."""
+    plan: list[dict[str, int]] = []
+    for count in rounds(policy.start, policy.cap, policy.growth):
+        wanted = {t: min(count, workload.size(t)) for t in workload.order}
+        if not plan or wanted != plan[-1]:
+            plan.append(wanted)
+    if not plan or not any(plan[0].values()):
+        raise ConfigError("a race needs items: every task of the workload is empty")
+    return plan
 
 
 def _complete(part: TaskRun, run: TaskRun | None, workload: Workload) -> TaskRun:
@@ -162,3 +172,75 @@ def _complete(part: TaskRun, run: TaskRun | None, workload: Workload) -> TaskRun
             part.items[task], part.outcomes[task] = [], []
             part.scores[task] = dict(run.scores[task]) if run else {}
     return part
+
+
+@dataclass(frozen=True)
+class VerdictCost:
+    """What a verdict within a budget would cost a race that loses nothing, at the flip rate seen so far.
+
+    Attributes:
+        flip_rate: The share of items assumed to flip (seen so far, one flip added so that none seen is not 0).
+        per_task: Items per task the race's cap must allow for the verdict with probability ``power``.
+        tasks: The race's tasks.
+        budget: The budget the items are for (points).
+        smallest_budget: The smallest budget (points) that ``planned`` items per task certify with that
+            probability at this flip rate.
+        planned: The items per task the race planned.
+        power: The probability of the verdict the figures are sized for.
+    """
+
+    flip_rate: float
+    per_task: int
+    tasks: int
+    budget: float
+    smallest_budget: float
+    planned: int
+    power: float = 0.8
+
+    @property
+    def items(self) -> int:
+        """Items in all (every task)."""
+        return self.per_task * self.tasks
+
+
+def _items(points: float, flips: float, per_task: int, tasks: int, start: int, growth: float, alpha: float,
+           power: float) -> float:
+    """Items in all for a verdict within ``points`` with probability ``power`` at true drop 0 (see
+    :func:`verdict_cost`), for a design capped at ``per_task`` items per task."""
+    from scipy.stats import norm
+
+    from poptune.evaluate.groupseq import boundaries
+    from poptune.evaluate.paired import restricted_variance
+
+    b = points / 100
+    variance = restricted_variance(flips / 2, flips / 2, 1.0, b)  # the score test's, at the budget
+    spread = math.sqrt(flips / variance)  # the statistic's sd when the true drop is 0, below 1
+    last = boundaries([c / per_task for c in rounds(min(start, per_task), per_task, growth)], alpha)[-1]
+    return (last + norm.isf(1 - power) * spread) ** 2 * variance / b ** 2
+
+
+def verdict_cost(drop: PairedDrop, budget: float, *, planned: int, start: int, growth: float = 2.0,
+                 confidence: float = 0.95, power: float = 0.8) -> VerdictCost:
+    """The items per task a race of ``start`` items per task, growing to its cap, needs to certify ``budget``
+    points with probability ``power`` when the true drop is 0 and items flip as often as in ``drop``.
+
+    The size is the score test's at the design's last boundary ``c`` (:mod:`poptune.evaluate.groupseq`; its
+    earlier looks add little under O'Brien-Fleming spending): ``N = (c + z_power * s)^2 * V / budget^2`` items
+    in all, ``V`` the test's variance of one item at the budget for this flip rate
+    (:func:`poptune.evaluate.paired.restricted_variance`) and ``s`` the statistic's spread when nothing is lost.
+    ``planned``: the cap the race had, per task.
+    """
+    if budget <= 0:
+        raise ConfigError(f"a verdict's cost needs a positive budget, got {budget:g} points")
+    tasks = max(len(drop.items), 1)
+    flips = (sum(drop.flipped.values()) + 1) / (drop.total + 2)
+    alpha = (1 - confidence) / 2
+    per_task = max(start, 1)
+    for _ in range(4):  # the design's looks depend on the cap it is sized for
+        per_task = max(1, math.ceil(_items(budget, flips, per_task, tasks, start, growth, alpha, power) / tasks))
+    lo, hi = 1e-3, 100.0  # the smallest budget the planned items certify: bisection on the items it needs
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if _items(mid, flips, planned, tasks, start, growth, alpha, power) <= planned * tasks \
+            else (mid, hi)
+    return VerdictCost(flips, per_task, tasks, budget, hi, planned, power)

@@ -323,10 +323,14 @@ def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec)
     return run
 
 
-def drop_of(full: TaskRun, other: TaskRun, *, seed: int = 0, confidence: float = 0.95) -> PairedDrop:
+def drop_of(full: TaskRun, other: TaskRun, *, seed: int = 0, confidence: float = 0.95,
+            looks: Sequence[Mapping[str, int]] | None = None,
+            planned: Mapping[str, int] | int | None = None) -> PairedDrop:
     """The paired drop of ``other`` against ``full`` over the higher-is-better tasks (bits per byte left out).
 
-    Both runs must have scored the same items of each task (a workload prefix); ``confidence``: the interval's.
+    Both runs must have scored the same items of each task (a workload prefix); ``confidence``: the interval's;
+    ``looks`` and ``planned``: a race's looks so far (items per task) and its last planned look (items per task,
+    or in all) (:func:`~poptune.evaluate.paired.paired_drop`; default: one look at these items).
     """
     tasks = [t for t in other.outcomes if PRIMARY_METRIC[t] not in LOWER_IS_BETTER] or list(other.outcomes)
     for task in tasks:
@@ -335,7 +339,9 @@ def drop_of(full: TaskRun, other: TaskRun, *, seed: int = 0, confidence: float =
     n = {t: len(other.outcomes[t]) for t in tasks}
     return paired_drop({t: full.outcomes[t][: n[t]] for t in tasks}, {t: other.outcomes[t] for t in tasks},
                        lower_is_better=[t for t in tasks if PRIMARY_METRIC[t] in LOWER_IS_BETTER],
-                       scale=_scale(tasks), seed=seed, confidence=confidence)
+                       scale=_scale(tasks), seed=seed, confidence=confidence,
+                       looks=None if looks is None else [{t: look[t] for t in tasks} for look in looks],
+                       planned=planned if not isinstance(planned, Mapping) else sum(planned[t] for t in tasks))
 
 
 def _scale(tasks: Sequence[str]) -> float:

@@ -3,7 +3,9 @@
 A study keeps every trial's per-item outcomes and the full model's (study attribute ``full_run``), so a better
 interval (:mod:`poptune.evaluate.paired`) re-decides what is stored without measuring anything again: the grid's
 table and the leaderboards are rewritten from it. Trials stored without outcomes, and the full model itself
-(0 exactly), keep their drop.
+(0 exactly), keep their drop. A drop stored with its race's looks (items per task at each) and planned size is
+re-decided over the same design; one stored without them (before designs were stored) is re-decided as one look
+at its items.
 """
 
 from __future__ import annotations
@@ -30,4 +32,7 @@ def redecide(measurement: Measurement, full_run: Mapping[str, Any] | None) -> Me
     full = TaskRun.from_dict(full_run)
     items = {t: full.items[t][: len(v)] for t, v in measurement.outcomes.items()}
     run = TaskRun({t: {} for t in items}, items, {t: list(v) for t, v in measurement.outcomes.items()})
-    return replace(measurement, drop=drop_of(full, run).to_dict())
+    before = PairedDrop.from_dict(measurement.drop) if "items" in measurement.drop else None
+    looks = [dict(look) for look in before.looks] if before is not None and before.looks else None
+    planned = before.planned if looks else None
+    return replace(measurement, drop=drop_of(full, run, looks=looks, planned=planned).to_dict())

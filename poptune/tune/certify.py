@@ -17,9 +17,16 @@ candidate that the cap leaves undecided is said to be so (``undecided at N items
 verdict. Candidates are certified fastest first; once one is certified within, the slower ones are not needed
 for the fastest configuration within the budget and are left ``not certified``.
 
+**What a decision costs.** Every raced candidate also gets the items a verdict within the budget would need
+at the flip rate it showed (search and fresh items together), their minutes at the seconds per fresh item
+measured here, and the smallest budget the planned items could certify
+(:func:`poptune.evaluate.racing.verdict_cost`), so an undecided row says what deciding it takes.
+
 The result is the study attribute ``certification`` (read by :func:`poptune.store.front.certified`): the
 confidence, the fresh items' first position, and per candidate its configuration, trial, verdict, drop with
-its interval and items, and seconds.
+its interval and items, seconds and cost. A study certified again (``--certify N`` above the last cap, or a
+resumed run) keeps the earlier attempts under ``attempts``: each is a test at its own level, so the verdict
+line says how many there were.
 """
 
 from __future__ import annotations
@@ -40,7 +47,8 @@ if TYPE_CHECKING:
     from poptune.tune.evaluator import ConfigEvaluator
     from poptune.tune.problem import TuningProblem
 
-__all__ = ["CERTIFY_START", "WITHIN", "BEYOND", "candidates", "certification_policy", "certify_front", "verdict_of"]
+__all__ = ["CERTIFY_START", "WITHIN", "BEYOND", "candidates", "certification_policy", "certify_front", "verdict_of",
+           "wants_certification"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
@@ -66,6 +74,30 @@ def certification_policy(problem: "TuningProblem") -> "RacingPolicy":
     return RacingPolicy(start=min(CERTIFY_START, problem.certify_limit), cap=problem.certify_limit)
 
 
+def wants_certification(study: "optuna.Study", problem: "TuningProblem") -> bool:
+    """Whether ``problem`` asks for more certification than ``study`` holds (none yet, or a larger cap)."""
+    record = store.StoredStudy.of(study).certification
+    return problem.certifies and (not record or int(record.get("cap", 0)) < problem.certify_limit)
+
+
+def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "TuningProblem",
+          confidence: float) -> dict[str, Any]:
+    """What a verdict within the budget would cost a candidate (module docstring): ``searched``, its search
+    drop as stored; ``drop`` and ``seconds``, its certification's."""
+    from poptune.evaluate.paired import PairedDrop
+    from poptune.evaluate.racing import verdict_cost
+
+    searched = PairedDrop.from_dict(searched) if searched else None
+    seen = PairedDrop(0.0, 0.0, 0.0, {t: n + (searched.items.get(t, 0) if searched else 0) for t, n in drop.items.items()},
+                      {t: n + (searched.flipped.get(t, 0) if searched else 0) for t, n in drop.flipped.items()})
+    cost = verdict_cost(seen, problem.max_drop, planned=problem.certify_limit,
+                        start=min(CERTIFY_START, problem.certify_limit), confidence=confidence)
+    per_item = seconds / max(drop.total, 1)
+    return {"flip_rate": cost.flip_rate, "items": cost.items, "per_task": cost.per_task,
+            "seconds_per_item": per_item, "minutes": cost.items * per_item / 60,
+            "smallest_budget": cost.smallest_budget, "power": cost.power}
+
+
 def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[str, Any]:
     """Certify the front's candidates on fresh items and store the verdicts (module docstring); returns them."""
     p = evaluator.problem
@@ -74,8 +106,11 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
     rows = candidates(study, p.max_drop, p.certify_candidates)
     confidence = 1 - 0.05 / max(len(rows), 1)
     fresh = p.racing().cap
+    before = store.StoredStudy.of(study).certification
+    attempts = [*before.get("attempts", []), {k: v for k, v in before.items() if k != "attempts"}] if before else []
     record: dict[str, Any] = {"date": now(), "confidence": confidence, "fresh_from": fresh,
-                              "cap": p.certify_limit, "max_drop": p.max_drop, "candidates": []}
+                              "cap": p.certify_limit, "max_drop": p.max_drop, "candidates": [],
+                              "attempts": attempts}
     policy = certification_policy(p)
     certified = False
     for row in rows:
@@ -88,9 +123,11 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
                 result = evaluator.race_accuracy(row.config, fresh=fresh, policy=policy, confidence=confidence)
             items = sum(result.drop.items.values())
             scores = result.run.primary() if result.run is not None else {}  # its own, on the fresh items
+            seconds = time.monotonic() - started
             entry.update(verdict=verdict_of(result.stopped, items), drop=result.drop.to_dict(), items=items,
                          accuracy=sum(scores.values()) / len(scores) if scores else None,
-                         seconds=round(time.monotonic() - started, 1))
+                         seconds=round(seconds, 1), cost=_cost(study.trials[row.trial].user_attrs.get("drop"), result.drop, seconds, p,
+                                    confidence))
             certified = entry["verdict"] == WITHIN
         record["candidates"].append(entry)
     store.StoredStudy.of(study).set_certification(record)

@@ -61,7 +61,7 @@ from poptune.errors import ConfigError
 from poptune.store.trials import is_answer
 from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
-from poptune.tune.certify import certify_front
+from poptune.tune.certify import certify_front, wants_certification
 from poptune.tune.evaluator import ConfigEvaluator
 from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
@@ -351,6 +351,8 @@ def _complete_already(spec: StudySpec, target: "ResolvedTarget") -> "optuna.Stud
         return None
     study = optuna.load_study(study_name=name, storage=storage)
     check_problem(study, spec.problem)
+    if spec.confirm and not spec.shared and wants_certification(study, spec.problem):
+        return None  # measured, but asked to certify on more fresh items than it holds
     return study if count(study, TrialState.COMPLETE) >= spec.trials else None
 
 
@@ -417,6 +419,8 @@ def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, 
         trust.confirm_front(study, evaluator)
         certify_front(study, evaluator)
         trust.record_aa_check(study, evaluator, "end")
+    elif spec.confirm and not spec.shared and wants_certification(study, spec.problem):
+        certify_front(study, evaluator)  # nothing to measure, more fresh items asked for (--certify N)
     if spec.baselines:
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
         add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration)

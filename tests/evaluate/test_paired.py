@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from poptune import ConfigError
-from poptune.evaluate.paired import BETTING, BOOTSTRAP, IDENTICAL, PairedDrop, paired_drop
+from poptune.evaluate.paired import BOOTSTRAP, IDENTICAL, SEQUENTIAL, PairedDrop, paired_drop, restricted_variance
 
 
 def test_interval_on_a_hand_made_paired_sample():
@@ -15,13 +15,12 @@ def test_interval_on_a_hand_made_paired_sample():
     for i in range(0, 60, 6):  # ten correct items, spread over the order, become wrong: a 10-point drop
         pop[i] = 0.0
     drop = paired_drop({"t": full}, {"t": pop}, seed=0)
-    assert drop.mean == pytest.approx(10.0) and drop.method == BETTING
+    assert drop.mean == pytest.approx(10.0) and drop.method == SEQUENTIAL
     assert drop.items == {"t": 100} and drop.flipped == {"t": 10} and drop.losses == {"t": 10}
-    # Valid at every look, so wider than a one-look interval: the exact Clopper-Pearson interval of 10 losses in
-    # 100 items (a 10-point drop with no gain) is [4.90, 17.62] (Clopper and Pearson 1934; e.g. R's
-    # binom.test(10, 100)); the confidence sequence must contain it.
-    assert drop.lo <= 4.90 and drop.hi >= 17.62
-    assert 0 < drop.lo < 10 < drop.hi < 30
+    # One look: the continuity-corrected score interval is about as wide as the exact Clopper-Pearson interval
+    # of 10 losses in 100 items, [4.90, 17.62] (Clopper and Pearson 1934; R's binom.test(10, 100)).
+    assert 4.5 < drop.lo < 5.5 and 17.0 < drop.hi < 18.5
+    assert drop.looks == ({"t": 100},) and drop.planned == 100 and not drop.stopped_early
     assert paired_drop({"t": full}, {"t": pop}, seed=0) == drop  # deterministic
     assert drop.within(drop.hi) and not drop.within(drop.hi - 0.01)
     assert drop.beyond(drop.lo - 0.01) and not drop.beyond(drop.lo)
@@ -29,20 +28,41 @@ def test_interval_on_a_hand_made_paired_sample():
 
 def test_no_flipped_item_never_collapses_the_interval():
     # No item changed in 32: the exact 97.5% bound on the flip rate at one look is 1 - 0.025 ** (1 / 32) = 10.9
-    # points; an interval valid at every look can only be wider, never [0, 0].
+    # points; the score test with the variance taken under the candidate drop never says less, never [0, 0].
     same = paired_drop({"t": [1.0, 0.0] * 16}, {"t": [1.0, 0.0] * 16})
     assert same.mean == 0.0 and same.flipped == {"t": 0}
     assert same.hi >= 100 * (1 - 0.025 ** (1 / 32)) > 10.88 and same.lo <= -10.88
-    # ... and it narrows as items accumulate: below the 2-point budget after about 250 unchanged items.
-    assert paired_drop({"t": [1.0] * 260}, {"t": [1.0] * 260}).hi < 2.0 < paired_drop({"t": [1.0] * 200},
+    # ... and it narrows as items accumulate: below the 2-point budget after about 240 unchanged items (the
+    # exact one-look bound needs 183).
+    assert paired_drop({"t": [1.0] * 240}, {"t": [1.0] * 240}).hi < 2.0 < paired_drop({"t": [1.0] * 200},
                                                                                        {"t": [1.0] * 200}).hi
 
 
-def test_losses_only_leave_the_lower_end_above_zero_and_the_upper_end_open():
+def test_the_restricted_variance_keeps_rare_losses_possible():
+    # Tango's restricted estimate under drop = 2%: no flip seen still leaves the variance of 2% losses ...
+    assert restricted_variance(0, 0, 100, 0.02) == pytest.approx(0.02 * 0.98)
+    # ... balanced flips under drop 0 give the flip rate, and the sign of the drop mirrors gains and losses.
+    assert restricted_variance(5, 5, 100, 0.0) == pytest.approx(0.10)
+    assert restricted_variance(3, 7, 100, -0.02) == pytest.approx(restricted_variance(7, 3, 100, 0.02))
+
+
+def test_more_looks_on_the_same_items_cost_width_and_early_stops_are_marked():
+    full, pop = {"t": [1.0] * 200}, {"t": [0.0 if i % 10 == 0 else 1.0 for i in range(200)]}  # 10% losses, spread
+    one = paired_drop(full, pop)
+    staged = paired_drop(full, pop, looks=[{"t": 50}, {"t": 100}, {"t": 200}], planned=200)
+    assert staged.hi >= one.hi - 1e-9 and staged.lo <= one.lo + 1e-9  # spending over three looks is never tighter
+    assert staged.hi - one.hi < 0.5  # ... but O'Brien-Fleming spending keeps the last look nearly a fixed test's
+    early = paired_drop(full, pop, looks=[{"t": 50}, {"t": 100}, {"t": 200}], planned=800)
+    assert early.stopped_early and early.hi > staged.hi
+    with pytest.raises(ConfigError, match="looks"):
+        paired_drop(full, pop, looks=[{"t": 100}], planned=200)
+
+
+def test_losses_only_leave_the_upper_end_open():
     full = [1.0] * 64
     pop = [0.0 if i % 16 == 0 else 1.0 for i in range(64)]  # four losses, no gain
     drop = paired_drop({"t": full}, {"t": pop})
-    assert drop.mean == pytest.approx(6.25) and drop.hi > 6.25 + 10  # not closed at the observed losses
+    assert drop.mean == pytest.approx(6.25) and drop.hi > 6.25 + 9  # not closed at the observed losses
     assert drop.lo < 6.25
 
 
@@ -58,7 +78,7 @@ def test_tasks_share_one_sequence_and_are_averaged():
     assert drop.mean == pytest.approx(50.0) and drop.lo < 50.0 < drop.hi
     assert drop.items == {"a": 40, "b": 40}
     unequal = paired_drop({"a": [1.0] * 40, "b": [1.0] * 10}, {"a": [0.0] * 40, "b": [1.0] * 10})
-    assert unequal.mean == pytest.approx(50.0) and unequal.lo < 50.0 < unequal.hi  # Bonferroni over tasks
+    assert unequal.mean == pytest.approx(50.0) and unequal.lo < 50.0 < unequal.hi  # one method, any counts
 
 
 def test_lower_is_better_metrics_count_an_increase_as_a_drop():

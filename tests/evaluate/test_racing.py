@@ -42,17 +42,20 @@ def test_racing_stops_after_the_first_round_when_every_outcome_flips():
     calls = []
     w = _workload()
     result = race(w, RacingPolicy(start=16, cap=128), score=_scorer(lambda i: 0.0, calls), full=_full(w), max_drop=1.0)
-    assert result.stopped == "beyond budget" and result.rounds == 1 and calls == [16]
-    assert result.drop.mean == 100.0 and 1.0 < result.drop.lo < 100.0 and result.run.counts == {"passkey": 16}
+    # O'Brien-Fleming spending keeps almost no error for the first look (16 of 128 items): even a total loss
+    # waits for the second round.
+    assert result.stopped == "beyond budget" and result.rounds == 2 and calls == [16, 16]
+    assert result.drop.mean == 100.0 and 1.0 < result.drop.lo < 100.0 and result.run.counts == {"passkey": 32}
+    assert result.drop.looks == ({"passkey": 16}, {"passkey": 32}) and result.drop.planned == 128
 
 
 def test_racing_stops_when_the_drop_is_inside_the_budget():
     calls = []
     w = _workload()
     w = _workload(512)
-    # No item flips: the confidence sequence's upper end falls below 2 points between 128 and 256 items.
+    # No item flips: the upper bound falls below 2 points between 256 and 512 items (a fixed look: about 240).
     result = race(w, RacingPolicy(start=64, cap=512), score=_scorer(lambda i: 1.0, calls), full=_full(w), max_drop=2.0)
-    assert result.stopped == "within budget" and calls == [64, 64, 128] and result.drop.hi <= 2.0
+    assert result.stopped == "within budget" and calls == [64, 64, 128, 256] and result.drop.hi <= 2.0
 
 
 def test_a_borderline_configuration_gets_every_item_up_to_the_cap():
@@ -70,4 +73,4 @@ def test_without_a_budget_racing_stops_once_the_interval_is_narrow():
     w = _workload()
     result = race(w, RacingPolicy(start=16, cap=128, target_halfwidth=50.0),
                   score=_scorer(lambda i: float(i % 2), calls), full=_full(w), max_drop=None)
-    assert result.stopped == "narrow enough" and result.rounds == 1
+    assert result.stopped == "narrow enough" and result.rounds == 2

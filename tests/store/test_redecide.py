@@ -1,7 +1,7 @@
 """Stored drops re-decided from their per-item outcomes by the current interval, without measuring again."""
 
 from poptune import PopConfig
-from poptune.evaluate.paired import BETTING, IDENTICAL
+from poptune.evaluate.paired import IDENTICAL, SEQUENTIAL
 from poptune.store.measurement import Measurement
 from poptune.store.redecide import redecide
 
@@ -20,7 +20,7 @@ def test_a_stored_bootstrap_drop_is_recomputed_from_its_outcomes():
     outcomes = [1.0] * 32  # no item flipped: the old bootstrap said [0, 0]
     old = {"mean": 0.0, "lo": 0.0, "hi": 0.0, "items": {"piqa": 32}, "flipped": {"piqa": 0}}
     new = redecide(_measurement(PopConfig(skip=2), outcomes, old), FULL_RUN)
-    assert new.drop["method"] == BETTING and new.drop["mean"] == 0.0
+    assert new.drop["method"] == SEQUENTIAL and new.drop["mean"] == 0.0
     assert new.drop["hi"] > 10.88 and new.drop["lo"] < -10.88  # the items it has cannot rule out a 10-point drop
     assert new.outcomes == {"piqa": outcomes} and new.speedup == 1.1  # nothing else changes
 

@@ -64,11 +64,11 @@ class FakeEvaluator:
 
     def race_accuracy(self, config: PopConfig, *, fresh: int = 0, policy=None, confidence: float = 0.95):
         """A certification's race on fresh items: the synthetic drop, +-1 point, on the policy's cap."""
-        from poptune.evaluate.paired import BETTING, PairedDrop
+        from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
         from poptune.evaluate.racing import RaceResult
 
         drop = 100 * (self.full_accuracy()["piqa"] - self.evaluate(config).accuracy["piqa"])
-        result = PairedDrop(drop, drop - 1.0, drop + 1.0, {"piqa": policy.cap}, {"piqa": 0}, BETTING, confidence)
+        result = PairedDrop(drop, drop - 1.0, drop + 1.0, {"piqa": policy.cap}, {"piqa": 0}, SEQUENTIAL, confidence)
         budget = self.problem.max_drop
         stopped = "within budget" if result.hi <= budget else "beyond budget" if result.lo > budget else "cap"
         return RaceResult(run=None, drop=result, rounds=1, stopped=stopped)

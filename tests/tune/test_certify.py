@@ -33,7 +33,7 @@ def test_candidates_are_certified_on_fresh_items_only(problem, tmp_path, monkeyp
     assert record["fresh_from"] == 4 and record["cap"] == 8 and record["max_drop"] == 2.0
     (entry,) = record["candidates"]
     assert entry["label"] == "1/last/0" and entry["trial"] == trial.number
-    assert entry["drop"]["items"] == {"passkey": 8} and entry["drop"]["method"] == "betting-cs"
+    assert entry["drop"]["items"] == {"passkey": 8} and entry["drop"]["method"] == "score-sequential"
     assert entry["drop"]["flipped"] == {"passkey": 0} and entry["drop"]["hi"] > 2.0  # exact, yet 8 items are few
     assert entry["verdict"] == "undecided at 8 items"
     # the full model scored the fresh items once (positions 4..11 of the order), stored for a later run

@@ -1,0 +1,130 @@
+"""What a study's certification says: the verdict line, each candidate's claim, and what deciding it costs.
+
+A verdict states the claim that is certified, a bound: ``drop <= 1.71 points (one-sided 97.5%, valid at every
+look)``. A race that stopped before its planned items stopped because of what it saw, so its mean drop (and the
+accuracy beside it) is read at a data-dependent stop, biased toward the decision: such a row says so. An
+undecided candidate says what a verdict would take on this machine: the items at the flip rate it showed, their
+minutes at the seconds per item measured here, the command that spends them, and the smallest budget the
+planned items could certify (:func:`poptune.evaluate.racing.verdict_cost`, stored by
+:mod:`poptune.tune.certify`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from poptune.evaluate.paired import PairedDrop
+from poptune.store.front import FrontRow
+
+__all__ = ["claim", "verdict_cells", "verdict_line", "cost_lines"]
+
+WITHIN = "certified within"
+
+
+def _one_sided(record: Mapping[str, Any]) -> float:
+    return 100 * (1 - (1 - float(record["confidence"])) / 2)
+
+
+def _entries(record: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    return list((record or {}).get("candidates", []))
+
+
+def claim(entry: Mapping[str, Any], record: Mapping[str, Any]) -> str:
+    """What a raced candidate's fresh items certify: the bound on the side its verdict is on (the upper one
+    while undecided), with the level it holds at over every look."""
+    if entry.get("drop") is None:
+        return ""
+    drop = PairedDrop.from_dict(entry["drop"])
+    beyond = str(entry.get("verdict", "")).startswith("certified beyond")
+    bound = f"drop > {drop.lo:.2f}" if beyond else f"drop <= {drop.hi:.2f}"
+    return f"{bound} points (one-sided {_one_sided(record):.1f}%, valid at every look)"
+
+
+def _stop_note(entry: Mapping[str, Any]) -> str:
+    drop = PairedDrop.from_dict(entry["drop"]) if entry.get("drop") else None
+    if drop is None or not drop.stopped_early:
+        return ""
+    return (f"stopped at {drop.total} of {drop.planned} planned items: its drop and accuracy are read at that "
+            "data-dependent stop")
+
+
+def verdict_cells(rows: Sequence[FrontRow], record: Mapping[str, Any] | None) -> list[str]:
+    """The certified table's verdict column: each row's verdict, its claim, and a stop note where it stopped
+    early."""
+    entries = _entries(record)
+    cells = []
+    for i, row in enumerate(rows):
+        entry = entries[i] if i < len(entries) else {}
+        parts = [row.verdict or ""]
+        if entry and record:
+            parts += [p for p in (claim(entry, record), _stop_note(entry)) if p]
+        cells.append("; ".join(parts))
+    return cells
+
+
+def _attempts(record: Mapping[str, Any]) -> str:
+    count = len(record.get("attempts", [])) + 1
+    return f" (certification {count} of this study; each is a test at its own level)" if count > 1 else ""
+
+
+def verdict_line(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None) -> str:
+    """What the certification decided, in one line: the fastest configuration certified within the budget and
+    the bound it is certified at, or why none is."""
+    if budget is None:
+        return "no accuracy budget: nothing to certify"
+    if not record:
+        return "not certified: the study has no certification on fresh items (a run with trials to measure makes one)"
+    entries = _entries(record)
+    for row, entry in zip(rows, entries):
+        if row.verdict == WITHIN:
+            speed = f"{row.speedup:.2f}x faster to the first token" + (
+                f" [{row.speedup_lo:.2f}, {row.speedup_hi:.2f}] over {row.pairs} pairs"
+                if row.speedup_lo is not None else "")
+            return (f"verdict: {row.label} is certified within the budget of {budget:g} points: "
+                    f"{claim(entry, record)} on {row.items} fresh items; {speed}" + _attempts(record))
+    if not rows:
+        return f"verdict: no configuration faster than the full model was a candidate within {budget:g} points"
+    hint = "" if any(e.get("cost") for e in entries) else \
+        " (a larger --certify or the thorough preset scores more fresh items)"  # a record stored without costs
+    return (f"verdict: no configuration is certified within the budget of {budget:g} points; "
+            + "; ".join(f"{r.label}: {r.verdict}" for r in rows) + hint + _attempts(record))
+
+
+def _command(runs: Sequence[Mapping[str, Any]], per_task: int) -> str:
+    """The last run's command with ``--certify per_task`` in place of any it had."""
+    argv = list((runs[-1].get("command") if runs else None) or ["poptune", "study"])
+    kept: list[str] = []
+    skip = False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if arg == "--certify":
+            skip = True
+            continue
+        if not arg.startswith("--certify="):
+            kept.append(arg)
+    return "poptune " + shlex.join([*kept, "--certify", str(per_task)])
+
+
+def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None,
+               runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """For each undecided candidate: the items and minutes a verdict within ``budget`` needs here, the command
+    that spends them, and the smallest budget the planned items can certify."""
+    if budget is None or not record:
+        return []
+    lines = []
+    for row, entry in zip(rows, _entries(record)):
+        cost = entry.get("cost")
+        if not cost or not str(row.verdict).startswith("undecided"):
+            continue
+        planned = PairedDrop.from_dict(entry["drop"]).planned if entry.get("drop") else 0
+        lines.append(
+            f"{row.label}: {row.verdict}: a {budget:g}-point verdict needs about {cost['items']:,} items here "
+            f"(~{cost['minutes']:.0f} min at {cost['seconds_per_item']:.1f} s per item; "
+            f"{100 * cost['flip_rate']:.1f}% of its items flipped so far, true drop 0 assumed, "
+            f"{100 * cost['power']:.0f}% chance): {_command(runs, int(cost['per_task']))}; "
+            f"the {planned:,} planned items can certify about {cost['smallest_budget']:.1f} points")
+    return lines
