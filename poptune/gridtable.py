@@ -225,8 +225,9 @@ def _measured(study: Any, csv_path: Path, rows: list[dict[str, str]], s: dict[st
         f"- Workload: tasks {', '.join(p.tasks)}; items per task raced in rounds from {p.items_start} up to "
         f"{p.limit} until the drop's interval was decided against the budget ({s['budget']}); the drop is the paired "
         "mean difference against the full model on the same items. Its 95% interval is recomputed from the "
-        "journal's per-item outcomes whenever this table is written, by the current method: the anytime-valid "
-        "betting confidence sequence (`docs/statistics.md`; `poptune.store.redecide`). Verdicts against the "
+        "journal's per-item outcomes whenever this table is written, by the current method: the score test "
+        "(`docs/statistics.md`; `poptune.store.redecide`), read as one look at the trial's items because these "
+        "trials were stored before their races' designs were. Verdicts against the "
         f"budget now: {_verdict_counts(s['trusted'], p.max_drop)}. The trials themselves were raced with the former "
         "bootstrap interval, which closed at [0, 0] when no item flipped: the rows it let stop early as within "
         "the budget now read undecided on their 32 items.",

@@ -88,11 +88,11 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
     searched = min(problem.limit or fitting, fitting)
     fresh = min(problem.certify_limit, fitting - searched) if problem.certifies else 0
     judged = (f"accuracy = share of answers containing their reference ({record.get('references', '?')} requests "
-              "have one), the drop paired against the full model's (anytime-valid 95% interval); unchanged: exact "
+              "have one), the drop paired against the full model's (95% interval over the planned looks); unchanged: exact "
               f"Clopper-Pearson 95% interval (Bonferroni over {looks} planned looks)" if REFERENCES in problem.tasks
               else "accuracy = share of greedy answers unchanged from the full model's, exact Clopper-Pearson 95% "
-              f"interval (Bonferroni over {looks} planned looks); references: paired drop with its anytime-valid "
-              "95% interval")
+              f"interval (Bonferroni over {looks} planned looks); references: paired drop with its 95% "
+              "interval")
     lines = [f"prompts: {record.get('requests', '?')} requests, {record.get('skipped_too_long', 0)} skipped as too "
              f"long; up to {searched} searched, {fresh} more kept fresh to certify; {judged}"]
     shown: set[int] = set()

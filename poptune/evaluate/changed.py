@@ -11,7 +11,7 @@ and a bound read at the look that happens to suit it is not a 95% bound. :func:`
 spends the error over the planned looks by Bonferroni: with ``looks`` rounds planned, each look's bound is at
 ``1 - alpha / looks``, so the chance that *any* look's bound misses the true share is at most ``alpha``
 (``tests/evaluate/test_changed.py`` checks this by a seeded simulation). The study's *decisions* (within or
-beyond the budget) still come from the paired drop's anytime-valid betting confidence sequence
+beyond the budget) still come from the paired drop's score test over the race's planned design
 (:mod:`poptune.evaluate.paired`) on the same 0/1 indicator, the full model's outcome being 1 on every prompt:
 this module's interval is what the report prints beside them, exact and valid over the same looks.
 """

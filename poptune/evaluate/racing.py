@@ -8,14 +8,17 @@ its 95% interval, and scoring stops as soon as the interval lies
   ``max_drop``: ``beyond budget``), or,
 - without a budget, once its half-width is at most ``target_halfwidth`` points.
 
-**Error over all looks.** The interval is a confidence sequence (:mod:`poptune.evaluate.paired`,
-:mod:`poptune.evaluate.confseq`): each end is wrong with probability at most 2.5% simultaneously at every round,
-so racing's planned looks need no correction. When the true drop equals the budget, ``within budget`` is
+**Error over all looks.** The rounds are planned before any outcome is seen (:func:`planned_looks`), and the
+interval is the score test's repeated bounds over that group-sequential design (:mod:`poptune.evaluate.paired`,
+:mod:`poptune.evaluate.groupseq`): each end is wrong with probability at most 2.5% over all the rounds together,
+so racing's looks need no further correction. When the true drop equals the budget, ``within budget`` is
 declared with probability at most 2.5% over the whole race, and likewise ``beyond budget``
-(:func:`poptune.evaluate.decisions.race_error` measures both by simulation). The price is width: with no item
-flipped, the upper end falls to 2 points only after about 250 items, so a search's few dozen items per task
-mostly end at the cap (``cap``) or ``beyond budget``; deciding ``within`` is the certification's job, on fresh
-items (:mod:`poptune.tune.certify`).
+(:func:`poptune.evaluate.decisions.race_error` measures both by simulation). O'Brien-Fleming spending keeps
+almost all the error for the last round, so a race to its cap is nearly as powerful as one fixed-size test;
+the price is that early rounds stop only on overwhelming evidence. With no item flipped, the upper end falls to
+2 points after about 240 items; at 10% flips it takes about 2,000 (:func:`verdict_cost` says how many for a
+race's observed flip rate), so a search's few dozen items per task mostly end at the cap (``cap``) or
+``beyond budget``; deciding ``within`` is the certification's job, on fresh items (:mod:`poptune.tune.certify`).
 
 A clearly broken configuration is decided after the first round; a borderline one gets every item up to the
 cap. The full model's outcomes are scored once per item and shared by every configuration.
@@ -32,7 +35,7 @@ from poptune import progress
 from poptune.errors import ConfigError
 from poptune.evaluate.answers import ITEMS_KEY
 from poptune.evaluate.paired import PairedDrop
-from poptune.evaluate.suite import TaskRun, drop_of
+from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, TaskRun, drop_of
 from poptune.evaluate.workload import Workload, rounds
 
 __all__ = ["RacingPolicy", "RaceResult", "VerdictCost", "race", "extend_run", "planned_looks", "verdict_cost"]
@@ -131,7 +134,16 @@ def race(
             once spends its error among them).
 
     Each round is a phase of :mod:`poptune.progress`.
+
+    Raises:
+        ConfigError: A budget over tasks whose metrics are all unbounded (bits per byte): their interval is an
+            approximate one-look bootstrap, which cannot keep a verdict's error over a race's looks.
     """
+    if max_drop is not None and workload.order and all(
+            PRIMARY_METRIC.get(t) in LOWER_IS_BETTER for t in workload.order):
+        raise ConfigError(f"an accuracy budget needs a bounded metric (accuracy, F1, exact match); "
+                          f"{', '.join(sorted(workload.order))} score bits per byte, which no valid interval bounds: "
+                          "race them without a budget")
     run: TaskRun | None = None
     drop: PairedDrop | None = None
     plan = planned_looks(workload, policy)

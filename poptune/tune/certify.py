@@ -9,8 +9,8 @@ the items of every task's fixed order after the search's cap, which no trial has
 them once, shared by every candidate). Rounds of 32 items per task double up to ``problem.certify_limit``,
 until the drop's interval is decided.
 
-**What a verdict guarantees.** The interval is the anytime-valid confidence sequence of
-:mod:`poptune.evaluate.paired` at confidence ``1 - 0.05 / K`` for K candidates (Bonferroni): every verdict of
+**What a verdict guarantees.** The interval is the score test's repeated bounds over the certification's
+planned rounds (:mod:`poptune.evaluate.paired`) at confidence ``1 - 0.05 / K`` for K candidates (Bonferroni): every verdict of
 the certification holds together, so "certified within" is wrong with probability at most 2.5% when a
 candidate's true drop equals the budget, whichever candidate it is and however many rounds were looked at. A
 candidate that the cap leaves undecided is said to be so (``undecided at N items``), never rounded to a

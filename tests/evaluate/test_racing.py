@@ -74,3 +74,11 @@ def test_without_a_budget_racing_stops_once_the_interval_is_narrow():
     result = race(w, RacingPolicy(start=16, cap=128, target_halfwidth=50.0),
                   score=_scorer(lambda i: float(i % 2), calls), full=_full(w), max_drop=None)
     assert result.stopped == "narrow enough" and result.rounds == 2
+
+
+def test_a_budget_on_bits_per_byte_alone_is_refused_before_any_item_is_scored():
+    calls = []
+    w = Workload(order={"longctx_squad_bpb": list(range(64))}, tokens={"longctx_squad_bpb": [100] * 64})
+    with pytest.raises(ConfigError, match="bounded metric"):
+        race(w, RacingPolicy(start=16, cap=64), score=_scorer(lambda i: 1.0, calls), full=_full(w), max_drop=2.0)
+    assert calls == []

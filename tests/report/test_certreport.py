@@ -1,0 +1,42 @@
+"""The certification's lines: a verdict states its bound, an early stop is marked, an undecided candidate says
+what deciding it costs and how."""
+
+from dataclasses import replace
+
+from poptune import certreport
+from poptune.evaluate.paired import paired_drop
+from poptune.store.front import FrontRow
+
+ROW = FrontRow(trial=3, skip=5, boundary="window-64", offset=0, method="pop", prefill_ms=8.0, speedup=1.26,
+               accuracy=0.78, drop=-3.12, feasible=True, items=128, speedup_lo=1.16, speedup_hi=1.32, pairs=16)
+
+
+def _record(drop, verdict, cost=None):
+    entry = {"trial": 3, "verdict": verdict, "drop": drop.to_dict(), "items": drop.total, **({"cost": cost} if cost else {})}
+    return {"confidence": 0.95, "candidates": [entry], "attempts": []}
+
+
+def test_a_certified_row_states_its_bound_and_an_early_stop_is_marked():
+    full, pop = {"a": [1.0] * 128, "b": [1.0] * 128}, {"a": [1.0] * 128, "b": [1.0] * 128}
+    drop = paired_drop(full, pop, looks=[{"a": 64, "b": 64}, {"a": 128, "b": 128}], planned=512)
+    record = _record(drop, "certified within")
+    line = certreport.verdict_line([replace(ROW, verdict="certified within")], record, 2.0)
+    assert f"drop <= {drop.hi:.2f} points (one-sided 97.5%, valid at every look) on 128 fresh items" in line
+    assert "-3.12" not in line  # the point estimate at a data-dependent stop is not the claim
+    cell = certreport.verdict_cells([replace(ROW, verdict="certified within")], record)[0]
+    assert "stopped at 256 of 512 planned items" in cell
+
+
+def test_an_undecided_candidate_says_what_a_verdict_costs_and_the_command():
+    full = {"a": [1.0] * 32, "b": [1.0] * 32}
+    drop = paired_drop(full, {"a": [0.0] * 3 + [1.0] * 29, "b": [1.0] * 32})
+    cost = {"flip_rate": 0.06, "items": 1400, "per_task": 700, "seconds_per_item": 1.5, "minutes": 35.0,
+            "smallest_budget": 9.4, "power": 0.8}
+    record = _record(drop, "undecided at 64 items", cost)
+    runs = [{"command": ["/x/poptune", "study", "--model", "gemma-3", "--certify", "32"]}]
+    lines = certreport.cost_lines([replace(ROW, verdict="undecided at 64 items")], record, 2.0, runs)
+    assert lines == ["5/window-64/0: undecided at 64 items: a 2-point verdict needs about 1,400 items here (~35 min "
+                     "at 1.5 s per item; 6.0% of its items flipped so far, true drop 0 assumed, 80% chance): "
+                     "poptune study --model gemma-3 --certify 700; the 64 planned items can certify about 9.4 points"]
+    assert "(a larger --certify" not in certreport.verdict_line([replace(ROW, verdict="undecided at 64 items")],
+                                                                record, 2.0)
