@@ -18,7 +18,7 @@ from typing import Any
 from poptune.evaluate.paired import PairedDrop
 from poptune.store.front import FrontRow
 
-__all__ = ["claim", "verdict_cells", "verdict_line", "cost_lines"]
+__all__ = ["claim", "verdict_cells", "verdict_line", "cost_lines", "bound_points"]
 
 WITHIN = "certified within"
 
@@ -128,3 +128,20 @@ def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budge
             f"{100 * cost['power']:.0f}% chance): {_command(runs, int(cost['per_task']))}; "
             f"the {planned:,} planned items can certify about {cost['smallest_budget']:.1f} points")
     return lines
+
+
+def bound_points(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, full_accuracy: float) -> dict[str, Any]:
+    """The plot's certified candidates (legend name -> point): each at ``full_accuracy`` (%) minus its certified
+    upper bound, the bar spanning its fresh items' interval, so the plot shows the claim, not the search's
+    figures."""
+    from poptune.plots import PlotPoint
+
+    points = {}
+    for row, entry in zip(rows, _entries(record)):
+        if not entry.get("drop") or row.verdict == "not certified":
+            continue
+        drop = PairedDrop.from_dict(entry["drop"])
+        speed = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None else None
+        points[f"{row.label}: {row.verdict}, drop <= {drop.hi:.2f}"] = PlotPoint(
+            row.speedup, full_accuracy - drop.hi, "", speed, (full_accuracy - drop.hi, full_accuracy - drop.lo))
+    return points

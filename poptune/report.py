@@ -470,7 +470,8 @@ class StudyReport:
         return "\n".join(lines)
 
     def plot(self, path: str | Path) -> Path:
-        """The plot: every trial, the front (error bars, step line), the references and the budget."""
+        """The plot: every trial, the front (error bars, step line), the references, the budget, and each
+        certified candidate at the full model's accuracy minus its certified bound (not its search figures)."""
         from poptune.plots import pareto_plot
 
         points = [(t.speedup, 100 * t.values[1], "") for t in self.trials]
@@ -482,6 +483,7 @@ class StudyReport:
         if limit is not None and full is not None:
             budget = (100 * full.accuracy - limit,
                       f"budget: drop <= {limit:g} points at 95% (lower bar above the line)")
+            marked.update(certreport.bound_points(self.certified, self.stored.certification, 100 * full.accuracy))
         return pareto_plot(points, [_plot_point(r) for r in self.front], path, references=marked, budget=budget,
                            title=f"{self.name}: POP configurations (skip/boundary/offset)")
 

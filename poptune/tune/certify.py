@@ -81,11 +81,15 @@ def wants_certification(study: "optuna.Study", problem: "TuningProblem") -> bool
 
 
 def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "TuningProblem",
-          confidence: float) -> dict[str, Any]:
+          confidence: float) -> dict[str, Any] | None:
     """What a verdict within the budget would cost a candidate (module docstring): ``searched``, its search
-    drop as stored; ``drop`` and ``seconds``, its certification's."""
+    drop as stored; ``drop`` and ``seconds``, its certification's. None for a budget of 0 points, which no
+    number of items certifies while any item could flip."""
     from poptune.evaluate.paired import PairedDrop
     from poptune.evaluate.racing import verdict_cost
+
+    if not problem.max_drop:
+        return None
 
     searched = PairedDrop.from_dict(searched) if searched else None
     seen = PairedDrop(0.0, 0.0, 0.0, {t: n + (searched.items.get(t, 0) if searched else 0) for t, n in drop.items.items()},
