@@ -11,8 +11,8 @@ proportions for the paired-sample design", Statistics in Medicine 17, 891-908 (1
 is rejected when the mean difference is ``c`` standard errors away from it, the standard error taken at ``m``
 itself (the restricted maximum-likelihood variance of the losses and gains under ``drop = m``). Taking the
 variance under the hypothesis is what keeps the error when few items flip: no flip in n items is
-no evidence against a drop carried by rare losses, and the interval stays open (about ``1.96^2 / n`` above 0,
-the exact binomial bound's size), never [0, 0]. Fractional differences (F1) enter as losses and gains of their
+no evidence against a drop carried by rare losses, and the interval stays open (about the exact binomial bound's
+size, ``1.96^2 / n`` above 0), never [0, 0]. Fractional differences (F1) enter as losses and gains of their
 size, which can only overstate the variance. A suite's tasks are averaged, each with its own variance, the
 candidate shifting every task's mean by the same amount: one method whatever the tasks' counts. A continuity
 correction of half the mean's lattice step (``1 / (2 n)``, as in McNemar's test) keeps the discrete outcomes'
@@ -144,7 +144,7 @@ def paired_drop(
     scale: float = 100.0,
     seed: int = 0,
     confidence: float = 0.95,
-    looks: Sequence[int] | None = None,
+    looks: Sequence[Mapping[str, int]] | None = None,
     planned: int | None = None,
 ) -> PairedDrop:
     """The paired drop of ``other`` against ``full`` over the same items of each task (module docstring).
@@ -162,8 +162,9 @@ def paired_drop(
             the last must be these items. Default: this one look.
         planned: Items in all (every task) at the design's last planned look (default: these items).
 
-    Example: 32 items, none changed: ``paired_drop({"t": [1.0] * 32}, {"t": [1.0] * 32})`` is ``+0.00 [-10.71,
-    +10.71]``; the exact binomial bound for one look is 10.9 points.
+    Example: 32 items, none changed: ``paired_drop({"t": [1.0] * 32}, {"t": [1.0] * 32})`` is ``+0.00 [-13.34,
+    +13.34]``; the exact binomial bound for one look is 10.9 points, the score bound without its continuity
+    correction 10.7.
 
     Raises:
         ConfigError: Tasks or item counts differ between the sides, a task has no items, or the looks do not
