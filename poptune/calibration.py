@@ -55,6 +55,9 @@ class CalibrationSpec:
         batch_size: Sequences per forward.
         split: The WikiText-2 split (``"test"``, the baselines'; ``"valid"``, calibrated K/V's, whose figures
             are measured on test text).
+        region: The share of the text's tokens the windows lie in, ``(first, end)``: the whole text by default;
+            calibrated K/V draw the windows they fit on and those they check the fit on from disjoint regions
+            (:class:`poptune.kvfit.KVFitSpec`). Sampled text has no region (every sequence is its own draw).
     """
 
     samples: int = 8
@@ -63,6 +66,7 @@ class CalibrationSpec:
     data_dir: str | None = None
     batch_size: int = 4
     split: str = "test"
+    region: tuple[float, float] = (0.0, 1.0)
 
     def __post_init__(self) -> None:
         for name in ("samples", "length", "batch_size"):
@@ -71,6 +75,11 @@ class CalibrationSpec:
                 raise ConfigError(f"calibration `{name}` must be a positive integer, got {value!r}")
         if self.split not in WIKITEXT_SPLITS:
             raise ConfigError(f"calibration `split` must be one of {', '.join(WIKITEXT_SPLITS)}, got {self.split!r}")
+        region = self.region if isinstance(self.region, tuple) and len(self.region) == 2 else (None, None)
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in region) \
+                or not 0 <= region[0] < region[1] <= 1:
+            raise ConfigError(f"calibration `region` must be (first, end) with 0 <= first < end <= 1, "
+                              f"got {self.region!r}")
 
 
 @dataclass
@@ -84,6 +93,10 @@ class Calibration:
     def describe(self) -> dict[str, Any]:
         spec = asdict(self.spec)
         del spec["data_dir"], spec["batch_size"], spec["split"]  # the source names the file
+        if self.spec.region == (0.0, 1.0):
+            del spec["region"]  # the whole text, as every baseline's
+        else:
+            spec["region"] = list(self.spec.region)
         return {**spec, "source": self.source}
 
     def batches(self) -> Iterator["torch.Tensor"]:
@@ -112,19 +125,21 @@ def calibration_text(
     sampler: "torch.Generator",
     offsets: "torch.Generator | None" = None,
     split: str = "test",
+    region: tuple[float, float] = (0.0, 1.0),
 ) -> tuple["torch.Tensor", str]:
     """``samples`` sequences of ``length`` tokens (BOS included) and where they came from.
 
-    With a data directory (``data_dir``, else ``$POPTUNE_DATA``): windows of ``wikitext-2/test.txt``, each after
-    a BOS token, at offsets drawn with ``offsets`` (a CPU generator) or, without one, evenly spaced over the
-    text. Without a data directory: text sampled from the model after BOS with ``sampler`` (on the model's
-    device), ``batch_size`` sequences at a time.
+    With a data directory (``data_dir``, else ``$POPTUNE_DATA``): windows of ``wikitext-2/<split>.txt``, each
+    after a BOS token, at offsets drawn with ``offsets`` (a CPU generator) or, without one, evenly spaced, all
+    inside ``region`` (the share of the text's tokens from ``first`` to ``end``: a window never crosses its
+    bounds, so windows of disjoint regions share no token). Without a data directory: text sampled from the
+    model after BOS with ``sampler`` (on the model's device), ``batch_size`` sequences at a time.
 
     Returns:
         ``(ids (S, T), source)``: the token ids on the model's device, and the file's path or :data:`GENERATED`.
 
     Raises:
-        DataError: a data directory without the file, or a text too short for one window.
+        DataError: a data directory without the file, or a text (or region of it) too short for one window.
     """
     import torch
 
@@ -139,13 +154,15 @@ def calibration_text(
     ids = tokenizer(path.read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
     head = [bos] if tokenizer.bos_token_id is not None else []
     body = length - len(head)
-    last = len(ids) - body - (offsets is not None)  # the last window start (a drawn one must leave one token)
-    if last < 0:
-        raise DataError(f"{path} has {len(ids)} tokens, fewer than one calibration window needs ({body})")
+    first, end = (round(share * len(ids)) for share in region)  # the region's tokens: [first, end)
+    last = end - body - (offsets is not None)  # the last window start (a drawn one must leave one token)
+    if last < first:
+        where = "" if region == (0.0, 1.0) else f" ({end - first} in the region {region[0]:g}-{region[1]:g})"
+        raise DataError(f"{path} has {len(ids)} tokens{where}, fewer than one calibration window needs ({body})")
     if offsets is None:
-        starts = [round(i * last / max(samples - 1, 1)) for i in range(samples)]
+        starts = [first + round(i * (last - first) / max(samples - 1, 1)) for i in range(samples)]
     else:
-        starts = torch.randint(0, last + 1, (samples,), generator=offsets).tolist()
+        starts = torch.randint(first, last + 1, (samples,), generator=offsets).tolist()
     rows = [head + ids[s : s + body] for s in starts]
     return torch.tensor(rows, dtype=torch.long, device=device), str(path)
 
@@ -162,7 +179,7 @@ def calibration(model: "nn.Module", tokenizer: Any, spec: CalibrationSpec) -> Ca
     ids, source = calibration_text(
         model, tokenizer, samples=spec.samples, length=spec.length, batch_size=spec.batch_size,
         data_dir=spec.data_dir, sampler=torch.Generator(device=device).manual_seed(spec.seed),
-        offsets=torch.Generator(device="cpu").manual_seed(spec.seed), split=spec.split,
+        offsets=torch.Generator(device="cpu").manual_seed(spec.seed), split=spec.split, region=spec.region,
     )
     return Calibration(ids, source, spec)
 

@@ -14,12 +14,13 @@ in float64, with ``lam = ridge * trace(X^T X) / C``. With little text the fit st
 projection; when ``Y`` is an exact linear function of ``X`` the fit recovers it. The residual stream of the
 calibration text is computed once (:class:`KVFitter`) and serves every block.
 
-**Validation.** Every ``holdout``-th window (or prompt) is left out of the fit. The held-out windows are
-scored with the maps and with the layers' own K/V at several continuation points each, and the block keeps its
-maps only where a one-sided paired t-test at level ``alpha`` finds them better (:mod:`poptune.kvcheck`, which
-states the test and its error rate); otherwise it keeps its layers' own projections altogether (calibrated K/V
-then are the paper's POP, exactly). Nothing else is chosen on the held-out windows, so the test's level holds
-for the maps it decides on.
+**Validation.** Every ``holdout``-th window (or prompt) is left out of the fit; held-out WikiText-2 windows are
+drawn from the last ``1/holdout`` of the text, which no fit window touches (:meth:`KVFitSpec.calibrations`).
+The held-out windows are scored with the maps and with the layers' own K/V at several continuation points each,
+and the block keeps its maps only where a one-sided paired t-test at level ``alpha`` finds them better
+(:mod:`poptune.kvcheck`, which states the test and its error rate); otherwise it keeps its layers' own
+projections altogether (calibrated K/V then are the paper's POP, exactly). Nothing else is chosen on the
+held-out windows, so the test's level holds for the maps it decides on.
 
 **Sink tokens** (Gemma-3's BOS: a block-entry norm 6-16x every other token's) can get maps of their own, found
 by that norm (``KVFitSpec.sink``, :mod:`poptune.kvmaps`); measured worse than one map for every token, so off
@@ -58,7 +59,8 @@ __all__ = ["KVFitSpec", "KVFitter", "kv_maps_dir", "prepare_kv"]
 
 
 #: Bumped whenever the fit changes what it produces: maps cached by an older fit are not reused.
-FIT_VERSION = 3  # 2: sink tokens, short and long windows, held-out validation; 3: its decision is a stated test
+FIT_VERSION = 4  # 2: sink tokens, short and long windows, held-out validation; 3: its decision is a stated test;
+# 4: held-out windows drawn from a region of the text apart from the fit windows'
 
 #: Tokens of one calibration prompt at most (a longer prompt is cut), and of all of them (the prompt that crosses
 #: the budget is the last; on the long-prompt pack, 31 prompts of about 1,100 tokens, so the check has 7 held out).
@@ -90,7 +92,8 @@ class KVFitSpec:
             none -0.048 / -0.100, own -0.022 / -0.078, fitted -0.003 / -0.087; at skip 9: -0.79 / -1.93,
             -0.73 / -1.89, -0.77 / -1.94; 40 and 10 windows, 2026-12-02).
         holdout: Every ``holdout``-th window (or prompt) is held out of the fit to validate it (0: none; the
-            maps are then kept unchecked).
+            maps are then kept unchecked); held-out windows come from the last ``1/holdout`` of the text, fit
+            windows from the rest (:meth:`calibrations`).
         continuation: Tokens scored at each continuation point of a held-out window, at full depth after the
             POP prefill of what precedes them (:mod:`poptune.kvcheck`).
         points: Continuation points per held-out window, spread evenly over it (:func:`poptune.kvcheck.cut_ends`).
@@ -144,13 +147,30 @@ class KVFitSpec:
         path = calibration_file(self.data_dir, "valid")
         return GENERATED if path is None else f"WikiText-2 validation ({path})"
 
-    def calibrations(self) -> list[CalibrationSpec]:
-        """One calibration text per window length (sampled text: 16 rows per decode step)."""
-        specs = [CalibrationSpec(samples=self.samples, length=self.length, seed=self.seed, data_dir=self.data_dir,
-                                 batch_size=16, split="valid")]
-        if self.short_samples:
-            specs.append(CalibrationSpec(samples=self.short_samples, length=self.short_length, seed=self.seed + 1,
-                                         data_dir=self.data_dir, batch_size=16, split="valid"))
+    def calibrations(self) -> list[tuple[CalibrationSpec, bool]]:
+        """The calibration texts, each with whether it is held out: per length, fit windows then held-out ones.
+
+        Every ``holdout``-th window overall (long ones first) is held out: 4 of 16 long and 12 of 48 short by
+        default. Windows drawn at random offsets overlap one another, so a held-out window drawn like the others
+        could share tokens with a fit window, and the check would score text the fit saw. Instead the fit windows
+        lie in the first ``1 - 1/holdout`` of the text's tokens and the held-out ones in the rest
+        (:attr:`CalibrationSpec.region`), disjoint by construction. One cut, rather than held-out windows placed
+        in the gaps fit windows leave: it is correct for any amount of text and any draw, and the held-out
+        text is other articles, as the text the maps later meet is. Sampled text (no data directory) has no
+        region: each sequence is its own draw, the held-out ones under seeds after the fit's.
+        """
+        cut = 1 - 1 / self.holdout if self.holdout else 1.0
+        amounts = [(self.samples, self.length)] + ([(self.short_samples, self.short_length)] if self.short_samples
+                                                   else [])
+        specs, first = [], 0
+        for i, (count, length) in enumerate(amounts):
+            held = (first + count) // self.holdout - first // self.holdout if self.holdout else 0
+            first += count
+            for n, region, seed, out in ((count - held, (0.0, cut), self.seed + i, False),
+                                         (held, (cut, 1.0), self.seed + len(amounts) + i, True)):
+                if n:
+                    specs.append((CalibrationSpec(samples=n, length=length, seed=seed, data_dir=self.data_dir,
+                                                  batch_size=16, split="valid", region=region), out))
         return specs
 
 
@@ -159,13 +179,26 @@ class KVFitter:
 
     def __init__(self, model: "nn.Module", tokenizer: Any, spec: KVFitSpec, fingerprint: str) -> None:
         self.model, self.tokenizer, self.spec, self.fingerprint = model, tokenizer, spec, fingerprint
-        self._texts: list[tuple[Calibration, "torch.Tensor"]] | None = None  # per length: text, (L + 1, S, T, C)
+        self._texts: list[tuple[Calibration, "torch.Tensor"]] | None = None  # per text: text, (L + 1, S, T, C)
+        self._held: list[bool] = []  # per text: held out of the fit
+
+    def texts(self) -> list[tuple[Calibration, bool]]:
+        """The calibration texts (made once) and, for each, whether it is held out of the fit to check it."""
+        if self._texts is None:
+            if self.spec.prompts:
+                texts = self._prompt_texts()
+                h = self.spec.holdout
+                self._held = [bool(h) and i % h == h - 1 for i in range(len(texts))]
+            else:
+                chosen = self.spec.calibrations()
+                texts = [calibration(self.model, self.tokenizer, spec) for spec, _ in chosen]
+                self._held = [out for _, out in chosen]
+            self._texts = [(calib, residual_stream(self.model, calib)) for calib in texts]
+        return [(calib, out) for (calib, _), out in zip(self._texts, self._held)]
 
     def _residual(self) -> list[tuple[Calibration, "torch.Tensor"]]:
-        if self._texts is None:
-            texts = self._prompt_texts() if self.spec.prompts else \
-                [calibration(self.model, self.tokenizer, spec) for spec in self.spec.calibrations()]
-            self._texts = [(calib, residual_stream(self.model, calib)) for calib in texts]
+        self.texts()
+        assert self._texts is not None
         return self._texts
 
     def _prompt_texts(self) -> list[Calibration]:
@@ -192,29 +225,19 @@ class KVFitter:
         if self.spec.prompts:
             return {"source": self.spec.source(), "prompts": len(self._texts), "holdout": self.spec.holdout,
                     "tokens": sum(int(calib.ids.numel()) for calib, _ in self._texts)}
-        described = [calib.describe() for calib, _ in self._texts]
-        return {**described[0], "windows": described, "holdout": self.spec.holdout}
+        texts = self.texts()
+        described = [{**calib.describe(), "held_out": out} for calib, out in texts]
+        return {**texts[0][0].describe(), "windows": described, "holdout": self.spec.holdout}
 
     def _split(self, layer: int) -> tuple["torch.Tensor", "torch.Tensor"]:
         """The residual stream at ``layer`` of the fit windows and of the held-out ones, flattened: (M, C) each."""
         import torch
 
-        fit, held = [], []
-        for rows, stream in zip(self._rows(), (stream for _, stream in self._residual())):
-            out = (rows % self.spec.holdout == self.spec.holdout - 1) if self.spec.holdout else rows < 0
-            fit.append(stream[layer][~out].flatten(0, 1))
-            held.append(stream[layer][out].flatten(0, 1))
-        return torch.cat(fit), torch.cat(held)
-
-    def _rows(self) -> list["torch.Tensor"]:
-        """Per text: the global index of each of its windows (every ``holdout``-th window overall is held out)."""
-        import torch
-
-        rows, first = [], 0
-        for calib, _ in self._residual():
-            rows.append(torch.arange(first, first + len(calib.ids)))
-            first += len(calib.ids)
-        return rows
+        parts: dict[bool, list[torch.Tensor]] = {False: [], True: []}
+        for (_, stream), out in zip(self._residual(), self._held):
+            parts[out].append(stream[layer].flatten(0, 1))
+        empty = self._residual()[0][1][layer][:0].flatten(0, 1)  # (0, C)
+        return torch.cat(parts[False] or [empty]), torch.cat(parts[True] or [empty])
 
     def sink_norm(self, start: int) -> float | None:
         """The block-entry norm above which a token is a sink: half the smallest first-position (BOS) norm, where
@@ -265,9 +288,7 @@ class KVFitter:
         """The block-level check (:mod:`poptune.kvcheck`) on the held-out windows: their NLL with the layers'
         own K/V and with ``maps``, and whether the maps are kept; None where no window is held out."""
         layers = len(decoder_of(self.model).layers)
-        held = [calib.ids[rows % self.spec.holdout == self.spec.holdout - 1]
-                for rows, (calib, _) in zip(self._rows(), self._residual())]
-        held = [ids for ids in held if len(ids) and ids.shape[1] > self.spec.continuation + 1]
+        held = [calib.ids for calib, out in self.texts() if out and calib.ids.shape[1] > self.spec.continuation + 1]
         if not held:
             return None
         own = PopConfig(maps.stop - maps.start, "last", offset=layers - maps.stop)

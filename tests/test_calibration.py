@@ -86,7 +86,24 @@ def test_too_short_a_text_and_a_missing_file_are_data_errors(tiny, tmp_path, mon
     assert calibration_file(None) is None
 
 
-@pytest.mark.parametrize("bad", [dict(samples=0), dict(length=1), dict(batch_size=True), dict(samples=2.0)])
+def test_windows_lie_inside_their_region(tiny, eval_data):
+    """Evenly spaced or drawn, every window of a region lies in its share of the text's tokens (ends included when
+    spaced), so windows of two regions that meet share no token; a region too short for a window is a DataError."""
+    model, tok = tiny
+    text = tok(calibration_file(eval_data).read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+    cut = round(0.75 * len(text))
+    spaced, _ = _text(tiny, data_dir=eval_data, samples=5, region=(0.75, 1.0))
+    assert spaced[0, 1:].tolist() == text[cut : cut + 15] and spaced[-1, 1:].tolist() == text[-15:]
+    for region, (first, end) in (((0.0, 0.75), (0, cut)), ((0.75, 1.0), (cut, len(text)))):
+        drawn, _ = _text(tiny, data_dir=eval_data, samples=40, region=region, offsets=torch.Generator().manual_seed(0))
+        inside = {tuple(text[s : s + 15]) for s in range(first, end - 14)}
+        assert all(tuple(row[1:].tolist()) in inside for row in drawn)
+    with pytest.raises(DataError, match="in the region 0.999-1"):
+        _text(tiny, data_dir=eval_data, region=(0.999, 1.0))
+
+
+@pytest.mark.parametrize("bad", [dict(samples=0), dict(length=1), dict(batch_size=True), dict(samples=2.0),
+                                 dict(region=(0.5, 0.5)), dict(region=(-0.1, 1.0)), dict(region=[0.0, 1.0])])
 def test_spec_validates(bad):
     with pytest.raises(ConfigError):
         CalibrationSpec(**bad)
@@ -123,3 +140,5 @@ def test_sampled_continuations_extend_the_prompt_reproducibly(tiny):
 def test_describe_leaves_out_where_and_how_fast(tiny):
     calib = Calibration(torch.zeros(2, 4, dtype=torch.long), "here", CalibrationSpec(samples=2, length=4, data_dir="x"))
     assert calib.describe() == {"samples": 2, "length": 4, "seed": 0, "source": "here"}
+    part = Calibration(calib.ids, "here", CalibrationSpec(samples=2, length=4, region=(0.75, 1.0)))
+    assert part.describe()["region"] == [0.75, 1.0]

@@ -169,7 +169,7 @@ def test_the_fit_recovers_an_exact_linear_kv_and_pop_then_equals_the_full_model(
     model, tok, q = _linear_block_model()
     spec = KVFitSpec(samples=8, length=64, short_samples=0, holdout=0, ridge=1e-7, data_dir=str(eval_data))
     maps = KVFitter(model, tok, spec, FINGERPRINT).fit(4, 6)
-    ids = calibration(model, tok, spec.calibrations()[0]).ids  # (8, 64)
+    ids = calibration(model, tok, spec.calibrations()[0][0]).ids  # (8, 64): the fit windows
     layer = decoder_of(model).layers[5]
     x = layer.input_layernorm(decoder_of(model).embed_tokens(ids).flatten(0, 1))  # what POP projects there
     for fitted, own in zip(maps.weights[5], (layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight)):
@@ -389,6 +389,36 @@ def test_the_check_decides_on_held_out_windows_at_its_level(eval_data, monkeypat
         own = all(torch.equal(maps.weights[i][0], layers[i].self_attn.k_proj.weight) for i in (4, 5))
         assert own != kept and maps.meta["kept_own"] == ([] if kept else "all (block)")
         assert maps.sinks == {} and maps.sink_norm is None
+
+
+def _covered(calib, text):
+    """The token positions of ``text`` the windows of ``calib`` (BOS dropped) cover, at every place each one fits."""
+    covered = set()
+    for row in calib.ids[:, 1:].tolist():
+        starts = [s for s in range(len(text) - len(row) + 1) if text[s : s + len(row)] == row]
+        assert starts, "a window that is not a cut of the text"
+        covered.update(i for s in starts for i in range(s, s + len(row)))
+    return covered
+
+
+@torch.no_grad()
+def test_held_out_windows_share_no_token_with_any_fit_window(eval_data):
+    """Sixty-four windows at random offsets of a 3,721-token text overlap one another, so held-out windows drawn
+    like the fit ones would share text with them and the check would score text the fit saw. Held out: every
+    4th window, as many as before (4 long, 12 short), all from a region of the text no fit window touches."""
+    model, tok = load_model("tiny-llama")
+    spec = KVFitSpec(samples=16, length=128, short_samples=48, short_length=64, data_dir=str(eval_data))
+    texts = KVFitter(model, tok, spec, FINGERPRINT).texts()
+    text = tok((eval_data / "wikitext-2" / "valid.txt").read_text(encoding="utf-8"), add_special_tokens=False)
+    text = text["input_ids"]
+    counts = {(length, out): sum(len(c.ids) for c, o in texts if o == out and c.ids.shape[1] == length)
+              for length in (128, 64) for out in (False, True)}
+    assert counts == {(128, False): 12, (128, True): 4, (64, False): 36, (64, True): 12}
+    fit = set().union(*(_covered(c, text) for c, out in texts if not out))
+    held = set().union(*(_covered(c, text) for c, out in texts if out))
+    assert held and fit and not fit & held
+    again = KVFitter(model, tok, spec, FINGERPRINT).texts()
+    assert all(torch.equal(a.ids, b.ids) for (a, _), (b, _) in zip(texts, again))  # seeded
 
 
 def test_the_study_calibration_split_is_disjoint_from_every_scored_item(shared, eval_data):
