@@ -69,9 +69,18 @@ def _attempts(record: Mapping[str, Any]) -> str:
     return f" (certification {count} of this study; each is a test at its own level)" if count > 1 else ""
 
 
-def verdict_line(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None) -> str:
+def _speed_source(row: FrontRow, confirmations: Mapping[str, Any] | None) -> str:
+    figures = (confirmations or {}).get(str(row.trial), {})
+    if figures.get("retimed"):
+        return "timed again after the closing A/A check failed"
+    return "confirmation pass" if row.confirmed else "its search trial"
+
+
+def verdict_line(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None,
+                 confirmations: Mapping[str, Any] | None = None) -> str:
     """What the certification decided, in one line: the fastest configuration certified within the budget and
-    the bound it is certified at, or why none is."""
+    the bound it is certified at, or why none is; ``confirmations`` (the study's confirmed figures by trial)
+    say which timing its speed comes from."""
     if budget is None:
         return "no accuracy budget: nothing to certify"
     if not record:
@@ -81,7 +90,7 @@ def verdict_line(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, bud
         if row.verdict == WITHIN:
             speed = f"{row.speedup:.2f}x faster to the first token" + (
                 f" [{row.speedup_lo:.2f}, {row.speedup_hi:.2f}] over {row.pairs} pairs"
-                if row.speedup_lo is not None else "")
+                if row.speedup_lo is not None else "") + f" ({_speed_source(row, confirmations)})"
             return (f"verdict: {row.label} is certified within the budget of {budget:g} points: "
                     f"{claim(entry, record)} on {row.items} fresh items; {speed}" + _attempts(record))
     if not rows:

@@ -215,7 +215,8 @@ def verdict_table(rows: list[FrontRow], *, reference_ms: float | None = None, ma
 def verdict_line(study: "optuna.Study") -> str:
     """What the certification decided, in one line: the fastest configuration certified within the budget."""
     stored = store.StoredStudy.of(study)
-    return certreport.verdict_line(store.certified(study), stored.certification, stored.max_drop)
+    return certreport.verdict_line(store.certified(study), stored.certification, stored.max_drop,
+                                   stored.confirmations)
 
 
 def order_line(study: "optuna.Study") -> str:
@@ -343,7 +344,8 @@ class StudyReport:
 
     def verdict_line(self) -> str:
         """What the certification decided, in one line."""
-        return certreport.verdict_line(self.certified, self.stored.certification, self.budget)
+        return certreport.verdict_line(self.certified, self.stored.certification, self.budget,
+                                       self.stored.confirmations)
 
     def cost_lines(self) -> list[str]:
         """What a verdict on each undecided candidate would cost here (:func:`poptune.certreport.cost_lines`)."""
@@ -380,7 +382,8 @@ class StudyReport:
         noisy = [t.number for t in measured if t.noisy]
         if noisy:
             lines.append(f"noisy trials (a null check failed; left off the front, measured again): {noisy}")
-        for check in self.stored.null_checks[-2:]:
+        checks = self.stored.null_checks
+        for check in checks[-3:] if checks and checks[-1]["when"] == "end, after re-timing" else checks[-2:]:
             verdict = "TOO NOISY" if check["noisy"] else "ok"
             lines.append(f"A/A check at {check['when']}: {check['speedup']:.3f} [{check['lo']:.3f}, {check['hi']:.3f}]"
                          f", {check['pairs']} pairs, load {check['load_start']}: {verdict}")

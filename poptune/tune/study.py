@@ -418,7 +418,8 @@ def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, 
         trust.remeasure_noisy(study, evaluator)
         trust.confirm_front(study, evaluator)
         certify_front(study, evaluator)
-        trust.record_aa_check(study, evaluator, "end")
+        if trust.record_aa_check(study, evaluator, "end")["noisy"]:
+            trust.retime_certified(study, evaluator)
     elif spec.confirm and not spec.shared and wants_certification(study, spec.problem):
         certify_front(study, evaluator)  # nothing to measure, more fresh items asked for (--certify N)
     if spec.baselines:

@@ -14,6 +14,9 @@
   4 pairs: whole A-B/B-A blocks, 16 pairs whose 95% interval is ``[x_(4), x_(13)]``, coverage 0.979); the figures
   go to the study attribute ``confirmation`` (Optuna does not let a finished trial's attributes change), which
   :func:`poptune.store.front.front` reads: the front is recomputed from them.
+- :func:`retime_certified` runs when the closing A/A check fails: the certification's candidates are timed once
+  more (a confirmation round set of their own), their confirmed figures replaced and marked ``retimed``, and a
+  last A/A check says whether the machine was quiet for it; the verdict line says which figures it reports.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from poptune.measure.records import PairRecord
 
 __all__ = ["CONFIRM_ROUNDS", "CONFIRM_PAIRS", "now", "record_run", "finish_run", "record_aa_check", "remeasure_noisy",
-           "confirm_front"]
+           "confirm_front", "retime_certified"]
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +181,29 @@ def confirm_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rounds
         store.StoredStudy.of(study).set_confirmation({"date": now(), "rounds": rounds, "pairs_per_round": pairs,
                                                       "trials": figures})
     return store.StoredStudy.of(study).confirmation
+
+
+def retime_certified(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rounds: int = CONFIRM_ROUNDS,
+                     pairs: int = CONFIRM_PAIRS) -> dict[str, Any]:
+    """After a failed closing A/A check: time the certification's candidates once more, store their figures
+    in place of the confirmation pass's (marked ``retimed``), and check the machine again (A/A ``end, after
+    re-timing``). Returns the new figures by trial number."""
+    record = store.StoredStudy.of(study).certification or {}
+    numbers = [int(e["trial"]) for e in record.get("candidates", []) if e.get("verdict") != "not certified"]
+    if not numbers:
+        return {}
+    configs = {n: config_of_trial(study.trials[n], evaluator.num_layers) for n in numbers}
+    with progress.phase(f"re-timing {len(configs)} certified configurations (the closing A/A check failed)",
+                        unit="pair"):
+        figures = _confirm(evaluator, configs, rounds, pairs, warmup=True)
+    for entry in figures.values():
+        entry["retimed"] = now()
+    stored = store.StoredStudy.of(study)
+    confirmation = stored.confirmation
+    confirmation["trials"] = {**confirmation.get("trials", {}), **figures}
+    stored.set_confirmation(confirmation)
+    record_aa_check(study, evaluator, "end, after re-timing")
+    return figures
 
 
 def _confirm(evaluator: "ConfigEvaluator", configs: dict[int, PopConfig], rounds: int, pairs: int,

@@ -22,6 +22,7 @@ def test_a_certified_row_states_its_bound_and_an_early_stop_is_marked():
     record = _record(drop, "certified within")
     line = certreport.verdict_line([replace(ROW, verdict="certified within")], record, 2.0)
     assert f"drop <= {drop.hi:.2f} points (one-sided 97.5%, valid at every look) on 128 fresh items" in line
+    assert line.endswith("(its search trial)")
     assert "-3.12" not in line  # the point estimate at a data-dependent stop is not the claim
     cell = certreport.verdict_cells([replace(ROW, verdict="certified within")], record)[0]
     assert "stopped at 256 of 512 planned items" in cell

@@ -14,7 +14,7 @@ from poptune.tune.space import all_configs, config_of_trial, params_of
 from poptune.tune.trust import CONFIRM_PAIRS, CONFIRM_ROUNDS, record_aa_check
 from poptune.tune.study import StudySpec, run_study
 
-from .fakes import LAYERS, FakeEvaluator, ideal, pair, problem, quiet_timing  # noqa: F401  (fixtures)
+from .fakes import LAYERS, FakeEvaluator, ideal, pair, problem, quiet_timing, true  # noqa: F401  (fixtures)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -200,3 +200,41 @@ def test_old_studies_read_back_what_ran_and_resume(tmp_path):
                         evaluator=FakeEvaluator(problem))
     configs = [config_of_trial(t, LAYERS) for t in _measuring(resumed)]
     assert len(configs) == 5 and len(set(configs)) == 5
+
+
+def test_a_failed_closing_aa_check_retimes_the_certified_candidates_and_says_so(problem, tmp_path, monkeypatch):
+    # The closing A/A check fails once: the certification's candidates are timed again, their figures marked,
+    # a last A/A check follows, and the verdict line names the figures it reports.
+    from dataclasses import replace
+
+    from poptune.report import StudyReport
+
+    aa_calls = []
+
+    def timed(evaluator, config, pairs, warmup, lengths=None):
+        if config == PopConfig(skip=0):
+            aa_calls.append(pairs)
+            noisy = len(aa_calls) == 2  # start ok, end noisy, after the re-timing ok
+            ratios = [0.42, 0.75, 0.90, 1.02, 1.08] if noisy else [1.0 + 0.001 * (i % 3 - 1) for i in range(5)]
+            return {16: (pair([ratios[i % len(ratios)] for i in range(pairs)]), 1.0)}
+        return {16: (pair([true(config)] * pairs), ideal(config))}
+
+    monkeypatch.setattr("poptune.tune.trust._time", timed)
+    certifying = replace(problem, max_drop=2.5, certify_candidates=1)
+    study = run_study(StudySpec(problem=certifying, trials=6, sampler="random",
+                                storage=f"sqlite:///{tmp_path}/s.db"), evaluator=FakeEvaluator(certifying))
+    checks = study.user_attrs["null_checks"]
+    assert [c["when"] for c in checks] == ["start", "end", "end, after re-timing"]
+    assert [c["noisy"] for c in checks] == [False, True, False]
+    certified = [str(c["trial"]) for c in study.user_attrs["certification"]["candidates"]]
+    figures = study.user_attrs["confirmation"]["trials"]
+    assert certified and all(figures[t].get("retimed") for t in certified)
+    report = StudyReport.of(study)
+    text = report.text()
+    assert "A/A check at end, after re-timing" in text and "A/A check at start" in text
+    # the verdict line, had the candidate been certified within, names the figures it reports
+    from poptune import certreport
+
+    row = replace(store.certified(study)[0], verdict="certified within")
+    line = certreport.verdict_line([row], study.user_attrs["certification"], 2.5, report.stored.confirmations)
+    assert line.endswith("(timed again after the closing A/A check failed)")
