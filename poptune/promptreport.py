@@ -1,20 +1,23 @@
 """The prompts workload's lines of a study's report: per front row, the share of answers unchanged with its
-exact interval and the prompts behind it, the fidelity figures, and the drop on the references when given.
-Never a prompt's text: only counts and means (the study stores nothing more)."""
+exact interval and the prompts behind it, the fidelity figures, and the drop on the references when given;
+above them the null reference (:mod:`poptune.evaluate.nullref`), in the same words, so that POP's change rate
+is read beside the one this model's own numerical noise makes. Never a prompt's text: only counts and means
+(the study stores nothing more)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from poptune.evaluate.changed import ChangedInterval
     from poptune.store.attributes import StoredStudy
     from poptune.store.front import FrontRow
     from poptune.store.trials import StoredTrial
+    from poptune.tune.problem import TuningProblem
 
-__all__ = ["AccuracyColumn", "accuracy_column", "prompts_lines"]
+__all__ = ["AccuracyColumn", "accuracy_column", "null_line", "prompts_lines"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,6 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
     """Lines for the ``rows`` (the front's, then the reference rows') of a prompts study (empty for any other
     study), from its ``trials``: per POP row the answers unchanged with their exact interval, the fidelity
     figures and, with references, their drop; for the full model, the share of its answers holding them."""
-    from poptune.evaluate.prompts import REFERENCES
     from poptune.tune.problem import TuningProblem
 
     problem = TuningProblem.from_dict(stored.problem)
@@ -87,14 +89,10 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
         int(record.get("requests", 0)) - int(record.get("skipped_too_long", 0))  # the workload's items
     searched = min(problem.limit or fitting, fitting)
     fresh = min(problem.certify_limit, fitting - searched) if problem.certifies else 0
-    judged = (f"accuracy = share of answers containing their reference ({record.get('references', '?')} requests "
-              "have one), the drop paired against the full model's (95% interval over the planned looks); unchanged: exact "
-              f"Clopper-Pearson 95% interval (Bonferroni over {looks} planned looks)" if REFERENCES in problem.tasks
-              else "accuracy = share of greedy answers unchanged from the full model's, exact Clopper-Pearson 95% "
-              f"interval (Bonferroni over {looks} planned looks); references: paired drop with its 95% "
-              "interval")
     lines = [f"prompts: {record.get('requests', '?')} requests, {record.get('skipped_too_long', 0)} skipped as too "
-             f"long; up to {searched} searched, {fresh} more kept fresh to certify; {judged}"]
+             f"long; up to {searched} searched, {fresh} more kept fresh to certify; {_judged(problem, record, looks)}"]
+    if stored.prompts_null:
+        lines.append("  " + null_line(stored.prompts_null))
     shown: set[int] = set()
     for row in rows:
         trial = by_number.get(row.trial)
@@ -117,11 +115,56 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
             line += f"; token agreement {100 * figures['agreement']:.1f}%"
         if figures.get("median_divergence") is not None:
             line += f", median first divergence at token {figures['median_divergence']}"
-        if figures.get("loglik") is not None and figures.get("full_loglik") is not None:
-            line += f"; full answer's log-lik/token {figures['loglik']:.3f} (full {figures['full_loglik']:.3f})"
+        line += _likelihoods(figures)
         lines.append(line)
         if ref:
             d = ref["drop"]
             lines.append(f"    references ({ref['items']} prompts): full {100 * ref['full']:.1f}%, POP "
                          f"{100 * ref['pop']:.1f}%, drop {d['mean']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] pts")
     return lines
+
+
+def _judged(problem: "TuningProblem", record: dict[str, Any], looks: int) -> str:
+    """What the study's accuracy is, by the task its ``--judge`` made."""
+    from poptune.evaluate.prompts import LIKELIHOOD, REFERENCES
+
+    unchanged = f"exact Clopper-Pearson 95% interval (Bonferroni over {looks} planned looks)"
+    if REFERENCES in problem.tasks:
+        return (f"accuracy = share of answers containing their reference ({record.get('references', '?')} requests "
+                "have one), the drop paired against the full model's (95% interval over the planned looks); "
+                f"unchanged: {unchanged}")
+    if LIKELIHOOD in problem.tasks:
+        return ("accuracy = mean probability of the full answer's tokens under each configuration's prefill, the "
+                "drop paired against the full model's (95% interval over the planned looks; the null reference's "
+                f"drop is this model's own noise); unchanged: {unchanged}")
+    return f"accuracy = share of greedy answers unchanged from the full model's, {unchanged}; references: paired " \
+           "drop with its 95% interval"
+
+
+def _likelihoods(figures: dict[str, Any]) -> str:
+    """``"; full answer's log-lik/token ...; its token probability ..."``: the continuous figures beside a row."""
+    text = ""
+    if figures.get("loglik") is not None and figures.get("full_loglik") is not None:
+        text += f"; full answer's log-lik/token {figures['loglik']:.3f} (full {figures['full_loglik']:.3f})"
+    if figures.get("prob") is not None and figures.get("full_prob") is not None:
+        text += f", token probability {100 * figures['prob']:.1f}% (full {100 * figures['full_prob']:.1f}%)"
+    return text
+
+
+def null_line(null: dict[str, Any]) -> str:
+    """The null reference in a front row's words (:mod:`poptune.evaluate.nullref`): the full model's answers
+    under a harmless change, unchanged with their exact 95% interval (one look: measured once), and the paired
+    drop of its mean answer-token probability, the noise floor of ``--judge likelihood``."""
+    n = int(null["items"])
+    text, ci = _unchanged(int(round(null["changed"])), n, 1)
+    line = (f"null reference (the full model again: {null.get('perturbation', 'perturbed')}): unchanged {text}; "
+            f"changed at most {100 * ci.upper:.1f}% at 95%")
+    if null.get("agreement") is not None:
+        line += f"; token agreement {100 * null['agreement']:.1f}%"
+    if null.get("median_divergence") is not None:
+        line += f", median first divergence at token {null['median_divergence']}"
+    drop = null.get("prob_drop")
+    if drop:
+        line += (f"; answer-token probability drop {drop['mean']:+.2f} [{drop['lo']:+.2f}, {drop['hi']:+.2f}] pts "
+                 "(paired, 95%)")
+    return line

@@ -172,8 +172,10 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                   max_seconds=STANDARD.max_seconds, stop="--repeats", preset=True)
 
 
-def add_prompts(parser: argparse.ArgumentParser, *, store: bool = True) -> None:
-    """``--prompts FILE`` (a user's own prompts, :mod:`poptune.evaluate.prompts`) and ``--store-prompts``."""
+def add_prompts(parser: argparse.ArgumentParser, *, store: bool = True, judge: bool | None = None) -> None:
+    """``--prompts FILE`` (a user's own prompts, :mod:`poptune.evaluate.prompts`), ``--store-prompts`` (with
+    ``store``) and ``--judge`` (with ``judge``, default ``store``: what a study's budget or an evaluation's
+    drop is on)."""
     parser.add_argument("--prompts", metavar="FILE",
                         help="your own prompts instead of --tasks: JSON Lines of {\"prompt\"} or {\"messages\"} "
                              "(optional max_tokens, answer) or a .txt with one prompt per line; accuracy is then the "
@@ -182,10 +184,16 @@ def add_prompts(parser: argparse.ArgumentParser, *, store: bool = True) -> None:
     if store:
         parser.add_argument("--store-prompts", action="store_true",
                             help="store the prompts' text with the study (default: only their hashes and lengths)")
-        parser.add_argument("--judge", choices=("answers", "references"), default="answers",
-                            help="what --max-drop bounds with --prompts: answers (the share of greedy answers "
-                                 "changed from the full model's, default) or references (the paired drop in the "
-                                 "share of answers containing the request's `answer`, on the requests that have one)")
+    if store if judge is None else judge:
+        from poptune.evaluate.prompts import JUDGES
+
+        parser.add_argument("--judge", choices=tuple(JUDGES), default="answers",
+                            help="what the drop (a study's --max-drop) is on with --prompts: answers (the share "
+                                 "of greedy answers "
+                                 "changed from the full model's, default), references (the paired drop in the "
+                                 "share of answers containing the request's `answer`, on the requests that have one) "
+                                 "or likelihood (the paired drop in the mean probability of the full answer's "
+                                 "tokens under the configuration's prefill, in points)")
 
 
 def add_preset(parser: argparse.ArgumentParser) -> None:
@@ -231,9 +239,9 @@ def problem(args: argparse.Namespace) -> Any:
     directory = data_dir(args.data_dir)
     prompts = getattr(args, "prompts", None)
     if prompts is not None:
-        from poptune.evaluate.prompts import PROMPTS, REFERENCES
+        from poptune.evaluate.prompts import JUDGES, REFERENCES
 
-        tasks: tuple[str, ...] = (REFERENCES if getattr(args, "judge", "answers") == "references" else PROMPTS,)
+        tasks: tuple[str, ...] = (JUDGES[getattr(args, "judge", "answers")],)
     else:
         tasks = resolve_tasks(args.tasks, directory) if args.tasks else default_tasks(directory is not None)
     real = [t for t in tasks if t not in EMBEDDED]

@@ -88,7 +88,7 @@ def _check_prompts(args: argparse.Namespace) -> None:
     judge = getattr(args, "judge", "answers")
     if path is None:
         if judge != "answers":
-            raise ConfigError(f"`--judge {judge}` goes with `--prompts FILE` (the references are its `answer`s)")
+            raise ConfigError(f"`--judge {judge}` goes with `--prompts FILE` (it judges the answers to its prompts)")
         return
     from poptune.evaluate.prompts import check_fit, read_prompts
     from poptune.models import load_tokenizer, max_positions

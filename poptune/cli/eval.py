@@ -24,7 +24,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--limit", type=int, help="items per task, evenly spaced over the set (same items every run)")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
-    add_prompts(parser, store=False)
+    add_prompts(parser, store=False, judge=True)
     parser.add_argument("--batch-size", type=int, default=8, help="contexts prefilled together (default: 8)")
     add_prefill_chunk(parser)
     parser.add_argument("--fidelity-pairs", type=int, default=8, help="text pairs for fidelity, 0 to skip (default: 8)")
@@ -34,12 +34,13 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from poptune.evaluate.fidelity import FidelitySpec
+    from poptune.evaluate.prompts import JUDGES
     from poptune.evaluate.suite import EMBEDDED, EvalSpec, resolve_tasks, run_eval
     from poptune.evaluate.taskpack import check_data, data_dir
 
     config = pop_config(args)
     directory = data_dir(args.data_dir)
-    tasks = ("prompts",) if args.prompts else resolve_tasks(args.tasks, directory)
+    tasks = (JUDGES[args.judge],) if args.prompts else resolve_tasks(args.tasks, directory)
     if directory is not None and not args.prompts:
         check_data(directory, [t for t in tasks if t not in EMBEDDED])
     spec = EvalSpec(
@@ -70,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
             bar.set_postfix_str(done)
 
         result = run_eval(model, tokenizer, config, spec, progress=progress)
+    null = _null_reference(model, tokenizer, result, spec) if args.prompts else None
 
-    data = json.dumps({"model": args.model, **result.to_dict()}, indent=2)
+    data = json.dumps({"model": args.model, **result.to_dict(), **({"prompts_null": null} if null else {})}, indent=2)
     if args.json:
         emit(args, "", data)
         return 0
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
           + (f", prefill in chunks of {spec.prefill_chunk} tokens" if spec.prefill_chunk else ""))
     print(result.table())
     if args.prompts:
-        for line in _prompt_lines(result):
+        for line in _prompt_lines(result, null):
             print(line)
     if result.fidelity is not None:
         f = result.fidelity
@@ -94,8 +96,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prompt_lines(result: Any) -> list[str]:
-    """The answers unchanged with their exact interval, the fidelity means and the references' drop."""
+def _null_reference(model: Any, tokenizer: Any, result: Any, spec: Any) -> dict[str, Any] | None:
+    """The null reference on the prompts the full model just answered (:mod:`poptune.evaluate.nullref`)."""
+    from poptune.evaluate.answers import ITEMS_KEY
+    from poptune.evaluate.nullref import null_reference
+
+    rows = result.details.get(ITEMS_KEY, {}).get("full")
+    if not rows:
+        return None
+    return null_reference(model, tokenizer, spec.prompts, rows, batch_size=spec.batch_size,
+                          prefill_chunk=spec.prefill_chunk)
+
+
+def _prompt_lines(result: Any, null: dict[str, Any] | None = None) -> list[str]:
+    """The answers unchanged with their exact interval, the fidelity means and the references' drop, and the
+    null reference's line beside them (the same figures for the full model under a harmless change)."""
     from poptune.evaluate.answers import ITEMS_KEY, summary
     from poptune.evaluate.changed import changed_interval
     from poptune.evaluate.suite import TaskRun
@@ -103,14 +118,20 @@ def _prompt_lines(result: Any) -> list[str]:
     sides = result.details.get(ITEMS_KEY, {})
     runs = {w: TaskRun({}, {"prompts": sorted(rows)}, {}, {ITEMS_KEY: rows}) for w, rows in sides.items()}
     figures = summary(runs.get("full"), runs["pop"]) if "pop" in runs else {}
-    lines = [f"skipped as too long: {result.details.get('skipped_too_long', {}).get('prompts', 0)} prompts"]
+    lines = [f"skipped as too long: {sum(result.details.get('skipped_too_long', {}).values())} prompts"]
     p = figures.get("prompts")
     if p:
         ci = changed_interval(int(p["changed"]), p["items"])
         lines.append(f"answers unchanged {p['items'] - int(p['changed'])}/{p['items']} = {100 * (1 - ci.share):.1f}% "
                      f"[{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}] (exact Clopper-Pearson 95%); changed at most "
                      f"{100 * ci.upper:.1f}% at 95%; token agreement {100 * p['agreement']:.1f}%; full answer's "
-                     f"log-lik/token under POP {p['loglik']:.3f} (full {p['full_loglik']:.3f})")
+                     f"log-lik/token under POP {p['loglik']:.3f} (full {p['full_loglik']:.3f})"
+                     + (f", token probability {100 * p['prob']:.1f}% (full {100 * p['full_prob']:.1f}%)"
+                        if p.get("prob") is not None and p.get("full_prob") is not None else ""))
+    if null:
+        from poptune.promptreport import null_line
+
+        lines.append(null_line(null))
     ref = figures.get("reference")
     if ref:
         d = ref["drop"]

@@ -11,6 +11,12 @@ scored against it, per prompt:
 - ``loglik``: the mean per-token log-likelihood of the *full* answer under this configuration's prefill
   (teacher-forced scoring, :func:`poptune.evaluate.scoring.continuation_logprobs`: a prefill, no generation;
   with state reuse the layers before the skipped block are replayed);
+- ``prob``: the mean over the full answer's tokens of their probability in that same scoring (the exponent of
+  each token's log-likelihood, then averaged): in [0, 1], so task :data:`~poptune.evaluate.prompts.LIKELIHOOD`
+  makes it the item's outcome and its paired drop is a continuous budget (a mean of probabilities, not of
+  logs, because a bounded outcome is what the paired score interval is valid for; one very unlikely token
+  moves it by at most ``1 / len(answer)``). A full answer with no token (the model stopped at once) has
+  nothing to score: its ``prob`` is None and the likelihood outcome is ``unchanged`` (still [0, 1]);
 - ``correct``: when the request gives a reference ``answer``, whether the generated answer contains it
   (case and surrounding space ignored), for the drop on the references. Task
   :data:`~poptune.evaluate.prompts.REFERENCES` (the requests with a reference) makes it the item's outcome, the
@@ -28,10 +34,11 @@ from typing import Any
 from poptune import progress
 from poptune.engine import PopConfig, apply_pop, remove_pop
 from poptune.errors import ConfigError
-from poptune.evaluate.prompts import (PROMPT_TASKS, PROMPTS, REFERENCES, PromptRequest, encode, prompt_hash,
-                                      read_prompts)
+from poptune.evaluate.prompts import (LIKELIHOOD, PROMPT_TASKS, PROMPTS, REFERENCES, PromptRequest, encode,
+                                      prompt_hash, read_prompts)
 
-__all__ = ["ITEMS_KEY", "PromptRun", "contains_answer", "full_answers", "score_prompts", "summary"]
+__all__ = ["ITEMS_KEY", "PromptRun", "contains_answer", "full_answers", "outcome", "score_prompts", "summary",
+           "unanswered"]
 
 #: Key of a run's per-item prompt figures in ``TaskRun.details`` (item index -> figures).
 ITEMS_KEY = "prompt_items"
@@ -97,20 +104,22 @@ def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list
 
 
 def _loglik(model: Any, tokenizer: Any, prompts: list[list[int]], answers: list[tuple[int, ...]],
-            prefill_chunk: int | None) -> list[float | None]:
+            prefill_chunk: int | None) -> list[tuple[float, float] | None]:
+    """Per prompt, the mean log-likelihood and the mean probability of its answer's tokens (None: no token)."""
     import torch
 
     from poptune.evaluate.scoring import continuation_logprobs
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     scored = [i for i, a in enumerate(answers) if a]
-    found: list[float | None] = [None] * len(prompts)
+    found: list[tuple[float, float] | None] = [None] * len(prompts)
     if scored:
         logps = continuation_logprobs(model, [prompts[i] for i in scored], [list(answers[i]) for i in scored],
                                       pad_id=pad, prefill_chunk=prefill_chunk)
         for i, logp in zip(scored, logps):
             target = torch.tensor(answers[i], dtype=torch.long, device=logp.device).unsqueeze(1)
-            found[i] = float(logp.gather(1, target).mean())
+            picked = logp.gather(1, target).float()  # (len(answer), 1)
+            found[i] = (float(picked.mean()), float(picked.exp().mean()))
     return found
 
 
@@ -126,7 +135,8 @@ def _figures(mine: tuple[int, ...], full: tuple[int, ...]) -> dict[str, Any]:
 def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: str, indices: Sequence[int], *,
                   batch_size: int = 8, prefill_chunk: int | None = None, task: str = PROMPTS) -> PromptRun:
     """Task ``task`` (``prompts``: outcome ``unchanged``; ``prompt_references``: outcome ``correct``, requests
-    with a reference only) scored on the requests ``indices`` of ``path`` (the suite makes it a ``TaskRun``).
+    with a reference only; ``prompt_likelihood``: outcome ``prob``) scored on the requests ``indices`` of
+    ``path`` (the suite makes it a ``TaskRun``).
 
     With ``config`` None or ``skip=0`` the model as it is answers; answers missing from :func:`full_answers`
     are recorded from whichever run first meets the prompt (the full run, first in a study). The run's
@@ -150,8 +160,9 @@ def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: st
     finally:
         remove_pop(model)
     figures = {}
-    for index, request, ids, key, answer, loglik in zip(indices, chosen, prompts, keys, answers, logliks):
-        row = {**_figures(answer, kept[key]), "loglik": loglik, "hash": prompt_hash(_text(tokenizer, request)),
+    for index, request, ids, key, answer, scored in zip(indices, chosen, prompts, keys, answers, logliks):
+        row = {**_figures(answer, kept[key]), "loglik": scored[0] if scored else None,
+               "prob": scored[1] if scored else None, "hash": prompt_hash(_text(tokenizer, request)),
                "tokens": len(ids)}
         if request.answer is not None:
             row["correct"] = float(contains_answer(tokenizer.decode(list(answer), skip_special_tokens=True),
@@ -159,11 +170,27 @@ def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: st
         figures[int(index)] = row
     if task == REFERENCES and any("correct" not in figures[int(i)] for i in indices):
         raise ConfigError(f"task `{REFERENCES}` scores only requests with an `answer`")
-    metric = "correct" if task == REFERENCES else "unchanged"
-    outcomes = [figures[int(i)][metric] for i in indices]
-    name = "reference" if task == REFERENCES else "unchanged"
+    outcomes = [outcome(figures[int(i)], task) for i in indices]
+    name = {REFERENCES: "reference", LIKELIHOOD: "answer_prob"}.get(task, "unchanged")
     return PromptRun({task: {name: sum(outcomes) / len(outcomes)}}, {task: [int(i) for i in indices]},
                      {task: outcomes}, {ITEMS_KEY: figures})
+
+
+def outcome(row: dict[str, Any], task: str) -> float:
+    """An item's outcome in task ``task`` from its figures (module docstring), in [0, 1]."""
+    if task == REFERENCES:
+        return float(row["correct"])
+    if task == LIKELIHOOD and row.get("prob") is not None:
+        return float(row["prob"])
+    return float(row["unchanged"])
+
+
+def unanswered(model: Any, tokenizer: Any, path: str, indices: Sequence[int]) -> list[int]:
+    """The requests of ``indices`` whose full answer :func:`full_answers` does not hold yet."""
+    requests = read_prompts(path)
+    kept = full_answers(model)
+    return [int(i) for i in indices
+            if _key(encode(tokenizer, requests[i]), requests[i].max_tokens) not in kept]
 
 
 def _text(tokenizer: Any, request: PromptRequest) -> str:
@@ -192,12 +219,12 @@ def _batches(prompts: list[list[int]], batch_size: int) -> list[list[int]]:
 
 def _answer(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int], batch_size: int,
             prefill_chunk: int | None, *, kept: dict[str, tuple[int, ...]] | None = None,
-            keys: list[str] | None = None) -> tuple[list[tuple[int, ...]], list[float | None]]:
+            keys: list[str] | None = None) -> tuple[list[tuple[int, ...]], list[tuple[float, float] | None]]:
     """Greedy answers, batched in order of prompt length (less padding), returned in the order given; with
     ``kept``, answers missing there are recorded, and each batch's full answers are scored (log-likelihood)
     in the same rows as its generation (so a POP prefill replays the full model's recorded states)."""
     found: dict[int, tuple[int, ...]] = {}
-    logliks: dict[int, float | None] = {}
+    logliks: dict[int, tuple[float, float] | None] = {}
     progress.expect(len(prompts))
     for batch in _batches(prompts, batch_size):
         outs = _generate(model, tokenizer, [prompts[i] for i in batch], [limits[i] for i in batch], prefill_chunk)
@@ -234,14 +261,17 @@ def summary(full: Any, run: Any) -> dict[str, Any]:
     if not items:
         return {}
     div = sorted(rows[i]["divergence"] for i in items if rows[i]["divergence"] is not None)
-    ll = [rows[i]["loglik"] for i in items if rows[i]["loglik"] is not None]
-    full_ll = [full_rows[i]["loglik"] for i in items if i in full_rows and full_rows[i]["loglik"] is not None]
+    ll = _present(rows, items, "loglik")
+    full_ll = _present(full_rows, items, "loglik")
+    prob, full_prob = _present(rows, items, "prob"), _present(full_rows, items, "prob")
     out: dict[str, Any] = {
         "prompts": {"items": len(items), "changed": sum(1 - rows[i]["unchanged"] for i in items),
                     "agreement": sum(rows[i]["agreement"] for i in items) / len(items),
                     "median_divergence": div[len(div) // 2] if div else None,
                     "loglik": sum(ll) / len(ll) if ll else None,
-                    "full_loglik": sum(full_ll) / len(full_ll) if full_ll else None}}
+                    "full_loglik": sum(full_ll) / len(full_ll) if full_ll else None,
+                    "prob": sum(prob) / len(prob) if prob else None,
+                    "full_prob": sum(full_prob) / len(full_prob) if full_prob else None}}
     refs = [i for i in items if "correct" in rows[i] and "correct" in full_rows.get(i, {})]
     if refs:
         from poptune.evaluate.paired import paired_drop
@@ -251,3 +281,8 @@ def summary(full: Any, run: Any) -> dict[str, Any]:
         out["reference"] = {"items": len(refs), "full": sum(full_rows[i]["correct"] for i in refs) / len(refs),
                             "pop": sum(rows[i]["correct"] for i in refs) / len(refs), "drop": drop.to_dict()}
     return out
+
+
+def _present(rows: dict[int, dict[str, Any]], items: list[int], key: str) -> list[float]:
+    """The items' ``key`` figures where present (a row from before the figure existed has none)."""
+    return [rows[i][key] for i in items if i in rows and rows[i].get(key) is not None]

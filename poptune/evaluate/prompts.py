@@ -25,8 +25,8 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["DEFAULT_MAX_TOKENS", "PROMPTS", "PROMPT_TASKS", "REFERENCES", "ROLES", "PromptRequest", "check_fit",
-           "encode", "prompt_hash",
+__all__ = ["DEFAULT_MAX_TOKENS", "JUDGES", "LIKELIHOOD", "PROMPTS", "PROMPT_TASKS", "REFERENCES", "ROLES",
+           "PromptRequest", "check_fit", "encode", "prompt_hash",
            "prompt_record", "read_prompts",
            "render", "render_all"]
 
@@ -37,8 +37,17 @@ PROMPTS = "prompts"
 #: per item: 1 when the greedy answer contains the reference, for the full model and POP alike).
 REFERENCES = "prompt_references"
 
+#: The task name of a prompts workload judged on how likely POP keeps the full model's answer (outcome per item:
+#: the mean probability of the full answer's tokens, teacher-forced after this configuration's prefill; in
+#: [0, 1], so the paired drop and its interval apply unchanged, and the full model's own outcome is its side).
+#: Unlike "unchanged" it moves smoothly: a near-tie that flips a greedy answer moves it by the tie's margin.
+LIKELIHOOD = "prompt_likelihood"
+
 #: The tasks a prompts file makes.
-PROMPT_TASKS = (PROMPTS, REFERENCES)
+PROMPT_TASKS = (PROMPTS, REFERENCES, LIKELIHOOD)
+
+#: ``--judge`` value -> the task it makes of a prompts file (what ``--max-drop`` bounds).
+JUDGES = {"answers": PROMPTS, "references": REFERENCES, "likelihood": LIKELIHOOD}
 
 #: New tokens of an answer when a request names no ``max_tokens``: enough to see whether an answer changed,
 #: few enough that a study on a CPU generates each configuration's answers in seconds.

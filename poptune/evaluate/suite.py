@@ -22,7 +22,7 @@ from poptune.errors import ConfigError
 from poptune.evaluate.fidelity import FidelityResult, FidelitySpec, fidelity_pairs, generated_text, measure_fidelity
 from poptune.evaluate.fidelity import wikitext
 from poptune.evaluate.paired import PairedDrop, paired_drop
-from poptune.evaluate.prompts import PROMPT_TASKS, REFERENCES
+from poptune.evaluate.prompts import LIKELIHOOD, PROMPT_TASKS, REFERENCES
 from poptune.evaluate.synthetic import EMBEDDED, run_synthetic
 from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
 from poptune.segments import chunk_bounds
@@ -47,6 +47,7 @@ PRIMARY_METRIC = {
     "kv_recall": "acc",
     "prompts": "unchanged",  # a user's prompts: the full model's greedy answer kept (poptune.evaluate.answers)
     REFERENCES: "reference",  # the same, judged on their reference answers
+    LIKELIHOOD: "answer_prob",  # the same, judged on the full answer's mean token probability under POP's prefill
     # Long prompts: generation scored by the task's own metric; QASPER by the likelier choice.
     "longctx_squad": "f1",
     "longctx_drop": "f1",

@@ -240,6 +240,15 @@ class StoredStudy:
         self.study.set_user_attr("prompts", dict(record))
 
     @property
+    def prompts_null(self) -> dict[str, Any] | None:
+        """A prompts study's null reference, measured once (:mod:`poptune.evaluate.nullref`): the full model's
+        answers under a harmless change, scored as a configuration's (None: a study stored before it)."""
+        return self._get("prompts_null")
+
+    def set_prompts_null(self, record: Mapping[str, Any]) -> None:
+        self.study.set_user_attr("prompts_null", dict(record))
+
+    @property
     def state_reuse_check(self) -> dict[str, Any] | None:
         return self._get("state_reuse_check")
 

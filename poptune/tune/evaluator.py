@@ -235,6 +235,28 @@ class ConfigEvaluator:
         first = {t: min(self.problem.racing().start, self.workload.size(t)) for t in self.problem.tasks}
         return self.full_run(first).head(first).primary()
 
+    def null_reference(self) -> dict[str, Any] | None:
+        """A prompts study's null reference (:func:`poptune.evaluate.nullref.null_reference`) on the search's
+        items (the first racing cap of the workload's order, the full run extended to them, as a race to the cap
+        would): the full model's answers in another batch composition, scored as a configuration's. None when
+        this process did not score the full model on them (its run restored from storage)."""
+        from poptune.evaluate.answers import ITEMS_KEY
+        from poptune.evaluate.nullref import null_reference
+        from poptune.evaluate.prompts import PROMPT_TASKS
+
+        p = self.problem
+        if p.prompts is None:
+            return None
+        task = next(t for t in p.tasks if t in PROMPT_TASKS)
+        n = min(p.racing().cap, self.workload.size(task))
+        rows = self.full_run({task: n}).details.get(ITEMS_KEY, {})
+        order = self.workload.order[task][:n]
+        if any(i not in rows for i in order):
+            return None
+        with progress.phase(f"null reference ({n} prompts)", unit="request"):
+            return null_reference(self.model, self.tokenizer, p.prompts, {i: rows[i] for i in order},
+                                  batch_size=p.eval_batch_size)
+
     def reference_accuracy(self) -> float:
         """Mean over tasks of :meth:`full_accuracy`: the accuracy objective's reference."""
         from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC

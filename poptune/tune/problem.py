@@ -128,6 +128,9 @@ class TuningProblem:
 
         if bool(set(PROMPT_TASKS) & set(self.tasks)) != (self.prompts is not None):
             raise ConfigError("task `prompts` and a prompts file go together: give both or neither")
+        if len(set(PROMPT_TASKS) & set(self.tasks)) > 1:  # one file, one judge: its report and records say one
+            raise ConfigError(f"a prompts file is judged one way at a time: give one of {', '.join(PROMPT_TASKS)}, "
+                              f"got {list(self.tasks)}")
         if not self.lengths or any(not isinstance(n, int) or n < 2 for n in self.lengths):
             raise ConfigError(f"prompt lengths must be integers >= 2, got {list(self.lengths)}")
         if self.target_length is not None and self.target_length not in self.lengths:

@@ -446,4 +446,7 @@ def _prepare(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec)
             stored.set_prompts(prompt_record(evaluator.tokenizer, spec.problem.prompts, w.order[task],
                                              w.tokens[task], w.skipped.get(task, 0),
                                              store_text=spec.problem.store_prompts))
+            null = evaluator.null_reference()  # once per study: POP's change rate is read beside it
+            if null is not None:
+                stored.set_prompts_null(null)
         store_full_run(study, evaluator)

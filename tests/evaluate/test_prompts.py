@@ -212,6 +212,7 @@ def test_eval_reports_answers_unchanged_with_their_exact_interval(tmp_path, caps
     assert main(["eval", "--model", "tiny-llama", "--skip", "1", "--prompts", str(path)]) == 0
     out = capsys.readouterr().out
     assert "answers unchanged" in out and "exact Clopper-Pearson 95%" in out and "references (1 prompts)" in out
+    assert "null reference (the full model again: each prompt alone" in out  # the noise floor beside POP's
     assert "France" not in out and "Say hi" not in out
 
 
@@ -252,6 +253,7 @@ def test_a_prompts_study_shows_answers_unchanged_with_their_exact_interval_and_t
     ci = changed_interval(int(n) - int(kept), int(n), looks=2)  # racing 4 -> 6: two planned looks
     assert (float(lo), float(hi)) == (round(100 * (1 - ci.hi), 1), round(100 * (1 - ci.lo), 1))
     assert "references (" in out and "full model: references held by" in out
+    assert stored.prompts_null["items"] == 6 and "  null reference (the full model again" in out
     assert "sky" not in out and "Count to" not in out
 
 
