@@ -135,7 +135,8 @@ def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budge
             f"(~{cost['minutes']:.0f} min at {cost['seconds_per_item']:.1f} s per item; "
             f"{100 * cost['flip_rate']:.1f}% of its items flipped so far, true drop 0 assumed, "
             f"{100 * cost['power']:.0f}% chance): {_command(runs, int(cost['per_task']))}; "
-            f"the {planned:,} planned items can certify about {cost['smallest_budget']:.1f} points")
+            f"the smallest budget the {planned:,} planned items certify as often at this flip rate: about "
+            f"{cost['smallest_budget']:.1f} points")
     return lines
 
 
