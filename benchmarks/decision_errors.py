@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicates", type=int, default=2000)
     parser.add_argument("--power-replicates", type=int, default=400)
-    parser.add_argument("--out", default=str(ROOT / "leaderboards" / "decision-errors-simulated-cpu-amd-epyc-2t.md"))
+    parser.add_argument("--out", default=str(ROOT / "leaderboards"
+                                             / "decision-errors-simulated-cpu-intel-xeon-processor-2t.md"))
     args = parser.parse_args(argv)
     started = time.monotonic()
     lines = ["# Decision errors of the accuracy verdicts (seeded simulation)", "",

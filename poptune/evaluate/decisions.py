@@ -4,7 +4,7 @@ A statistical verdict is a claim about an error rate, so the rates are measured,
 drive the real :func:`poptune.evaluate.racing.race` with simulated paired outcomes of known true drop and flip
 rate, and count the verdicts. The tests (``tests/evaluate/test_decisions.py``) run them in seconds with a bound
 that can fail; ``benchmarks/decision_errors.py`` runs them with more replicates for
-``leaderboards/decision-errors-simulated-cpu-amd-epyc-2t.md``.
+``leaderboards/decision-errors-simulated-cpu-intel-xeon-processor-2t.md``.
 
 Simulated items: each item's full-model outcome and the configuration's are 1/0; an item flips with probability
 ``flip_rate``, a flip is a loss (full right, configuration wrong) with probability ``(flip_rate + drop) / (2
