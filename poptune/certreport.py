@@ -97,8 +97,12 @@ def verdict_line(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, bud
         return f"verdict: no configuration faster than the full model was a candidate within {budget:g} points"
     hint = "" if any(e.get("cost") for e in entries) else \
         " (a larger --certify or the thorough preset scores more fresh items)"  # a record stored without costs
+    parts = []
+    for i, row in enumerate(rows):
+        said = claim(entries[i], record) if i < len(entries) and row.verdict != "not certified" else ""
+        parts.append(f"{row.label}: {row.verdict}" + (f", {said}" if said else ""))
     return (f"verdict: no configuration is certified within the budget of {budget:g} points; "
-            + "; ".join(f"{r.label}: {r.verdict}" for r in rows) + hint + _attempts(record))
+            + "; ".join(parts) + hint + _attempts(record))
 
 
 def _command(runs: Sequence[Mapping[str, Any]], per_task: int) -> str:
