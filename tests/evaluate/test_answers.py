@@ -73,17 +73,6 @@ def test_eval_of_the_full_model_under_the_likelihood_judge_drops_exactly_0(tmp_p
     assert data["prompts_null"]["items"] == 3 and data["prompts_null"]["batch_size"] == 1
 
 
-@pytest.fixture
-def no_model_load(monkeypatch):
-    """Loading any model fails the test: the refusals must come first."""
-    import poptune.models.registry as registry
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the arguments were checked")
-
-    monkeypatch.setattr(registry, "_random_model", refuse)
-    monkeypatch.setattr(registry, "_from_pretrained", refuse)
-
 
 @pytest.mark.parametrize("command", ["study", "eval"])
 @pytest.mark.parametrize("case", ["no prompts file", "with --tasks"])

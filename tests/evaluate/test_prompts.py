@@ -51,17 +51,6 @@ def test_a_bad_file_is_refused_naming_its_line(tmp_path, case):
         read_prompts(_write(tmp_path, name, lines))
 
 
-@pytest.fixture
-def no_model_load(monkeypatch):
-    """Loading any model fails the test: the refusals must come first."""
-    import poptune.models.registry as registry
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the prompts file was checked")
-
-    monkeypatch.setattr(registry, "_random_model", refuse)
-    monkeypatch.setattr(registry, "_from_pretrained", refuse)
-
 
 @pytest.mark.parametrize("command", ["study", "eval", "bench"])
 @pytest.mark.parametrize("case", sorted(BAD) + ["too long"])
