@@ -10,8 +10,8 @@ them once, shared by every candidate). Rounds of 32 items per task double up to 
 until the drop's interval is decided.
 
 **What a verdict guarantees.** The interval is the score test's repeated bounds over the certification's
-planned rounds (:mod:`poptune.evaluate.paired`) at confidence ``1 - 0.05 / K`` for K candidates (Bonferroni): every verdict of
-the certification holds together, so "certified within" is wrong with probability at most 2.5% when a
+planned rounds (:mod:`poptune.evaluate.paired`) at confidence ``1 - 0.05 / K`` for K candidates (Bonferroni):
+every verdict of the certification holds together, so "certified within" is wrong with probability at most 2.5% when a
 candidate's true drop equals the budget, whichever candidate it is and however many rounds were looked at. A
 candidate that the cap leaves undecided is said to be so (``undecided at N items``), never rounded to a
 verdict. Candidates are certified fastest first; once one is certified within, the slower ones are not needed
@@ -90,10 +90,10 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
 
     if not problem.max_drop:
         return None
-
-    searched = PairedDrop.from_dict(searched) if searched else None
-    seen = PairedDrop(0.0, 0.0, 0.0, {t: n + (searched.items.get(t, 0) if searched else 0) for t, n in drop.items.items()},
-                      {t: n + (searched.flipped.get(t, 0) if searched else 0) for t, n in drop.flipped.items()})
+    before = PairedDrop.from_dict(searched) if searched else None
+    items = {t: n + (before.items.get(t, 0) if before else 0) for t, n in drop.items.items()}
+    flipped = {t: n + (before.flipped.get(t, 0) if before else 0) for t, n in drop.flipped.items()}
+    seen = PairedDrop(0.0, 0.0, 0.0, items, flipped)  # counts only: the flip rate over every item it was scored on
     cost = verdict_cost(seen, problem.max_drop, planned=problem.certify_limit,
                         start=min(CERTIFY_START, problem.certify_limit), confidence=confidence)
     per_item = seconds / max(drop.total, 1)
@@ -128,10 +128,10 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
             items = sum(result.drop.items.values())
             scores = result.run.primary() if result.run is not None else {}  # its own, on the fresh items
             seconds = time.monotonic() - started
+            searched = study.trials[row.trial].user_attrs.get("drop")
             entry.update(verdict=verdict_of(result.stopped, items), drop=result.drop.to_dict(), items=items,
                          accuracy=sum(scores.values()) / len(scores) if scores else None,
-                         seconds=round(seconds, 1), cost=_cost(study.trials[row.trial].user_attrs.get("drop"), result.drop, seconds, p,
-                                    confidence))
+                         seconds=round(seconds, 1), cost=_cost(searched, result.drop, seconds, p, confidence))
             certified = entry["verdict"] == WITHIN
         record["candidates"].append(entry)
     store.StoredStudy.of(study).set_certification(record)

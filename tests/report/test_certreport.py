@@ -12,7 +12,9 @@ ROW = FrontRow(trial=3, skip=5, boundary="window-64", offset=0, method="pop", pr
 
 
 def _record(drop, verdict, cost=None):
-    entry = {"trial": 3, "verdict": verdict, "drop": drop.to_dict(), "items": drop.total, **({"cost": cost} if cost else {})}
+    entry = {"trial": 3, "verdict": verdict, "drop": drop.to_dict(), "items": drop.total}
+    if cost:
+        entry["cost"] = cost
     return {"confidence": 0.95, "candidates": [entry], "attempts": []}
 
 
@@ -38,7 +40,7 @@ def test_an_undecided_candidate_says_what_a_verdict_costs_and_the_command():
     lines = certreport.cost_lines([replace(ROW, verdict="undecided at 64 items")], record, 2.0, runs)
     assert lines == ["5/window-64/0: undecided at 64 items: a 2-point verdict needs about 1,400 items here (~35 min "
                      "at 1.5 s per item; 6.0% of its items flipped so far, true drop 0 assumed, 80% chance): "
-                     "poptune study --model gemma-3 --certify 700; the smallest budget the 64 planned items certify as often at "
-                     "this flip rate: about 9.4 points"]
+                     "poptune study --model gemma-3 --certify 700; the smallest budget the 64 planned items certify as "
+                     "often at this flip rate: about 9.4 points"]
     assert "(a larger --certify" not in certreport.verdict_line([replace(ROW, verdict="undecided at 64 items")],
                                                                 record, 2.0)

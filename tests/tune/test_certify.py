@@ -48,7 +48,8 @@ def test_candidates_are_certified_on_fresh_items_only(problem, tmp_path, monkeyp
     # what deciding it would cost: items at its flip rate, minutes at the seconds per item measured here
     cost = entry["cost"]
     assert cost["items"] == cost["per_task"] and cost["items"] > 8 and cost["seconds_per_item"] > 0
-    assert cost["smallest_budget"] > 2.0 and cost["minutes"] == pytest.approx(cost["items"] * cost["seconds_per_item"] / 60)
+    assert cost["smallest_budget"] > 2.0
+    assert cost["minutes"] == pytest.approx(cost["items"] * cost["seconds_per_item"] / 60)
     # a second certification keeps the first as an attempt
     again = certify_front(study, evaluator)
     assert len(again["attempts"]) == 1 and again["attempts"][0]["date"] == record["date"]
@@ -65,8 +66,8 @@ def test_the_command_prints_the_verdict(problem, tmp_path, capsys):
     assert "verdict: " in out
     # a complete study asked for more fresh items certifies again, without measuring a trial
     code = main(["study", "--model", "tiny-llama", "--tasks", "passkey", "--lengths", "256", "--limit", "4",
-                 "--items", "4", "--certify", "16", "--trials", "2", "--kv", "own", "--repeats", "2", "--precision", "0",
-                 "--storage", f"sqlite:///{tmp_path}/s.db", "--enqueue", "1/last/0"])
+                 "--items", "4", "--certify", "16", "--trials", "2", "--kv", "own", "--repeats", "2",
+                 "--precision", "0", "--storage", f"sqlite:///{tmp_path}/s.db", "--enqueue", "1/last/0"])
     assert code == 0
     study = store.read_study(f"sqlite:///{tmp_path}/s.db", None)
     record = study.user_attrs["certification"]
