@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 from poptune.errors import ConfigError
 
@@ -66,14 +67,14 @@ def _check(fractions: Sequence[float], alpha: float) -> tuple[float, ...]:
     return ts
 
 
-def _grid(low: float, high: float, step: float):
+def _grid(low: float, high: float, step: float) -> Any:
     import numpy as np
 
     count = int(min(_MAX_POINTS, max(51, math.ceil((high - low) / step) + 1)))
     return np.linspace(low, high, count)
 
 
-def _weights(x):
+def _weights(x: Any) -> Any:
     """Trapezoid weights of a uniform grid."""
     import numpy as np
 

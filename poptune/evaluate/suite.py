@@ -246,7 +246,8 @@ class EvalResult:
             lines.append(f"{'mean (accuracy)':<20} {'':<11} {'':>5} {'':>7} {'':>7} "
                          f"{f'{d.mean:+7.2f} [{d.lo:+6.2f}, {d.hi:+6.2f}]':>24}")
         lines.append("drop = full - POP in points (bits per byte: POP - full), paired over the same items, "
-                     "95% bootstrap interval; the mean is over the higher-is-better tasks")
+                     "95% interval (the score test; bits per byte: a bootstrap); the mean is over the "
+                     "higher-is-better tasks")
         return "\n".join(lines)
 
 
