@@ -17,10 +17,9 @@ from typing import Any
 
 from poptune.evaluate.paired import PairedDrop
 from poptune.store.front import FrontRow
+from poptune.tune.certify import WITHIN
 
 __all__ = ["claim", "verdict_cells", "verdict_line", "cost_lines", "bound_points"]
-
-WITHIN = "certified within"
 
 
 def _one_sided(record: Mapping[str, Any]) -> float:
