@@ -17,7 +17,7 @@ from typing import Any
 
 from poptune.evaluate.paired import PairedDrop
 from poptune.store.front import FrontRow
-from poptune.tune.certify import WITHIN
+from poptune.tune.certify import ERROR, WITHIN, spent_error
 
 __all__ = ["claim", "verdict_cells", "verdict_line", "cost_lines", "bound_points"]
 
@@ -64,8 +64,12 @@ def verdict_cells(rows: Sequence[FrontRow], record: Mapping[str, Any] | None) ->
 
 
 def _attempts(record: Mapping[str, Any]) -> str:
+    """For a study certified more than once: the attempts and the error they have spent together (their sum)."""
     count = len(record.get("attempts", [])) + 1
-    return f" (certification {count} of this study; each is a test at its own level)" if count > 1 else ""
+    if count == 1:
+        return ""
+    spent = spent_error(dict(record))
+    return f" (certification {count} of this study; together they spent {100 * spent:.3g}% of {100 * ERROR:g}% error)"
 
 
 def _speed_source(row: FrontRow, confirmations: Mapping[str, Any] | None) -> str:

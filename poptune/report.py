@@ -20,6 +20,7 @@ from poptune.files import safe_name, write_text
 from poptune.promptreport import AccuracyColumn, accuracy_column, prompts_lines
 from poptune.store.front import FrontRow
 from poptune.store.trials import StoredTrial
+from poptune.tune.certify import ERROR
 
 if TYPE_CHECKING:
     import optuna
@@ -437,8 +438,9 @@ class StudyReport:
                  f"- model: {stored.model} (weights {str(stored.weights_fingerprint or '')[:24]}), "
                  f"{stored.num_layers} layers; hardware: {stored.hardware_id}",
                  *self._workload_lines(), *self._kv_lines(),
-                 "- accuracy budget: " + (f"drop's one-sided 97.5% upper bound <= {budget:g} points, certified on "
-                                          "fresh items (score test over a planned group-sequential design, see "
+                 "- accuracy budget: " + (f"drop's upper bound <= {budget:g} points, certified on fresh items "
+                                          f"(at most {100 * ERROR:g}% error over all the study's certifications; "
+                                          "score test over a planned group-sequential design, see "
                                           "docs/statistics.md)"
                                           if budget is not None else "none"),
                  f"- {len(self.measured)} configurations measured ({len(self.trials)} completed trials with answers "

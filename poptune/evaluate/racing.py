@@ -228,7 +228,9 @@ def _items(points: float, flips: float, per_task: int, tasks: int, start: int, g
     variance = restricted_variance(flips / 2, flips / 2, 1.0, b)  # the score test's, at the budget
     spread = math.sqrt(flips / variance)  # the statistic's sd when the true drop is 0, below 1
     last = boundaries([c / per_task for c in rounds(min(start, per_task), per_task, growth)], alpha)[-1]
-    return (last + norm.isf(1 - power) * spread) ** 2 * variance / b ** 2
+    k = (last + norm.isf(1 - power) * spread) * math.sqrt(variance)
+    root = (k + math.sqrt(k * k + 2 * b)) / (2 * b)  # sqrt(N) b - k = 1 / (2 sqrt(N)): the continuity correction
+    return root * root
 
 
 def verdict_cost(drop: PairedDrop, budget: float, *, planned: int, start: int, growth: float = 2.0,
@@ -237,9 +239,11 @@ def verdict_cost(drop: PairedDrop, budget: float, *, planned: int, start: int, g
     points with probability ``power`` when the true drop is 0 and items flip as often as in ``drop``.
 
     The size is the score test's at the design's last boundary ``c`` (:mod:`poptune.evaluate.groupseq`; its
-    earlier looks add little under O'Brien-Fleming spending): ``N = (c + z_power * s)^2 * V / budget^2`` items
-    in all, ``V`` the test's variance of one item at the budget for this flip rate
+    earlier looks add little under O'Brien-Fleming spending): the ``N`` items in all with
+    ``sqrt(N) * budget - 1 / (2 sqrt(N)) = (c + z_power * s) * sqrt(V)`` (the test's continuity correction of
+    ``1 / (2 N)`` included), ``V`` the test's variance of one item at the budget for this flip rate
     (:func:`poptune.evaluate.paired.restricted_variance`) and ``s`` the statistic's spread when nothing is lost.
+    The seeded simulation checks the size (``tests/evaluate/test_decisions.py``).
     ``planned``: the cap the race had, per task.
     """
     if budget <= 0:

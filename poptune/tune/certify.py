@@ -10,9 +10,12 @@ them once, shared by every candidate). Rounds of 32 items per task double up to 
 until the drop's interval is decided.
 
 **What a verdict guarantees.** The interval is the score test's repeated bounds over the certification's
-planned rounds (:mod:`poptune.evaluate.paired`) at confidence ``1 - 0.05 / K`` for K candidates (Bonferroni):
-every verdict of the certification holds together, so "certified within" is wrong with probability at most 2.5% when a
-candidate's true drop equals the budget, whichever candidate it is and however many rounds were looked at. A
+planned rounds (:mod:`poptune.evaluate.paired`). The error of a wrong "certified within", :data:`ERROR` (2.5%),
+is spent across the study's attempts -- the k-th certification of a study (a later ``--certify N`` above the
+last cap) gets ``ERROR / 2**k`` (:func:`attempt_error`) -- and within an attempt across its K candidates
+(Bonferroni): every verdict the study ever prints holds together, so "certified within" is wrong with
+probability at most 2.5% when a candidate's true drop equals the budget, whichever candidate and attempt it is
+and however many rounds were looked at. Asking again until the answer is yes cannot buy a verdict. A
 candidate that the cap leaves undecided is said to be so (``undecided at N items``), never rounded to a
 verdict. Candidates are certified fastest first; once one is certified within, the slower ones are not needed
 for the fastest configuration within the budget and are left ``not certified``.
@@ -25,8 +28,7 @@ measured here, and the smallest budget the planned items could certify
 The result is the study attribute ``certification`` (read by :func:`poptune.store.front.certified`): the
 confidence, the fresh items' first position, and per candidate its configuration, trial, verdict, drop with
 its interval and items, seconds and cost. A study certified again (``--certify N`` above the last cap, or a
-resumed run) keeps the earlier attempts under ``attempts``: each is a test at its own level, so the verdict
-line says how many there were.
+resumed run) keeps the earlier attempts under ``attempts``, each with the error it spent.
 """
 
 from __future__ import annotations
@@ -47,11 +49,15 @@ if TYPE_CHECKING:
     from poptune.tune.evaluator import ConfigEvaluator
     from poptune.tune.problem import TuningProblem
 
-__all__ = ["CERTIFY_START", "WITHIN", "BEYOND", "candidates", "certification_policy", "certify_front", "verdict_of",
-           "wants_certification"]
+__all__ = ["CERTIFY_START", "ERROR", "WITHIN", "BEYOND", "attempt_error", "candidates", "certification_policy",
+           "certify_front", "spent_error", "verdict_of", "wants_certification"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
+
+#: The most often any certification of a study says "certified within" for a candidate whose true drop is
+#: the budget: split across attempts (:func:`attempt_error`) and candidates.
+ERROR = 0.025
 
 WITHIN = "certified within"
 BEYOND = "certified beyond"
@@ -65,6 +71,27 @@ def verdict_of(stopped: str, items: int) -> str:
 def candidates(study: "optuna.Study", max_drop: float | None, count: int) -> list[FrontRow]:
     """The front's POP rows worth certifying: not the full model, drop so far within ``max_drop``, fastest first."""
     return front_candidates(store.front(study), max_drop, count)
+
+
+def attempt_error(attempt: int) -> float:
+    """The error the ``attempt``-th certification of a study (1, 2, ...) may spend: ``ERROR / 2**attempt``, so
+    the attempts together never spend more than :data:`ERROR`."""
+    if attempt < 1:
+        raise ValueError(f"attempts count from 1, got {attempt}")
+    return ERROR / 2 ** attempt
+
+
+def spent_error(record: dict[str, Any] | None) -> float:
+    """The error a study's certifications have spent, every attempt together (records stored before attempts
+    shared the error spent all of it)."""
+    if not record:
+        return 0.0
+    return sum(float(a.get("error", ERROR)) for a in [*record.get("attempts", []), record])
+
+
+def _confidence(attempt: int, candidates: int) -> float:
+    """Two-sided confidence of each candidate's interval: its share of the attempt's one-sided error."""
+    return 1 - 2 * attempt_error(attempt) / max(candidates, 1)
 
 
 def certification_policy(problem: "TuningProblem") -> "RacingPolicy":
@@ -82,9 +109,10 @@ def wants_certification(study: "optuna.Study", problem: "TuningProblem") -> bool
 
 def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "TuningProblem",
           confidence: float) -> dict[str, Any] | None:
-    """What a verdict within the budget would cost a candidate (module docstring): ``searched``, its search
-    drop as stored; ``drop`` and ``seconds``, its certification's. None for a budget of 0 points, which no
-    number of items certifies while any item could flip."""
+    """What a verdict within the budget would cost a candidate (module docstring) in the study's next attempt,
+    at that attempt's ``confidence``: ``searched``, its search drop as stored; ``drop`` and ``seconds``, its
+    certification's. None for a budget of 0 points, which no number of items certifies while any item could
+    flip."""
     from poptune.evaluate.paired import PairedDrop
     from poptune.evaluate.racing import verdict_cost
 
@@ -108,13 +136,14 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
     if not p.certifies:
         return {}
     rows = candidates(study, p.max_drop, p.certify_candidates)
-    confidence = 1 - 0.05 / max(len(rows), 1)
     fresh = p.racing().cap
     before = store.StoredStudy.of(study).certification
     attempts = [*before.get("attempts", []), {k: v for k, v in before.items() if k != "attempts"}] if before else []
+    attempt = len(attempts) + 1
+    confidence = _confidence(attempt, len(rows))
     record: dict[str, Any] = {"date": now(), "confidence": confidence, "fresh_from": fresh,
                               "cap": p.certify_limit, "max_drop": p.max_drop, "candidates": [],
-                              "attempts": attempts}
+                              "attempt": attempt, "error": attempt_error(attempt), "attempts": attempts}
     policy = certification_policy(p)
     certified = False
     for row in rows:
@@ -131,7 +160,8 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
             searched = study.trials[row.trial].user_attrs.get("drop")
             entry.update(verdict=verdict_of(result.stopped, items), drop=result.drop.to_dict(), items=items,
                          accuracy=sum(scores.values()) / len(scores) if scores else None,
-                         seconds=round(seconds, 1), cost=_cost(searched, result.drop, seconds, p, confidence))
+                         seconds=round(seconds, 1),
+                         cost=_cost(searched, result.drop, seconds, p, _confidence(attempt + 1, len(rows))))
             certified = entry["verdict"] == WITHIN
         record["candidates"].append(entry)
     store.StoredStudy.of(study).set_certification(record)

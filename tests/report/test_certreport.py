@@ -44,3 +44,14 @@ def test_an_undecided_candidate_says_what_a_verdict_costs_and_the_command():
                      "often at this flip rate: about 9.4 points"]
     assert "(a larger --certify" not in certreport.verdict_line([replace(ROW, verdict="undecided at 64 items")],
                                                                 record, 2.0)
+
+
+def test_a_study_certified_again_says_what_its_attempts_spent_together():
+    full, pop = {"a": [1.0] * 128, "b": [1.0] * 128}, {"a": [1.0] * 128, "b": [1.0] * 128}
+    drop = paired_drop(full, pop)
+    record = {**_record(drop, "certified within"), "error": 0.00625, "attempts": [{"error": 0.0125}]}
+    line = certreport.verdict_line([replace(ROW, verdict="certified within")], record, 2.0)
+    assert line.endswith("(certification 2 of this study; together they spent 1.88% of 2.5% error)")
+    legacy = {**record, "attempts": [{"confidence": 0.95}]}  # stored when every attempt spent all of it
+    assert "together they spent 3.12% of 2.5% error" in certreport.verdict_line(
+        [replace(ROW, verdict="certified within")], legacy, 2.0)

@@ -59,7 +59,7 @@ def test_the_summary_and_the_plot_are_written_side_by_side(tmp_path):
     assert text.startswith(f"# Study {study.study_name}")
     assert "## Verdict: the front's candidates certified on fresh items" in text and "## Search front" in text
     assert "| paper's rule |" in text and "| full model |" in text and "| verdict |" in text
-    assert "- accuracy budget: drop's one-sided 97.5% upper bound <= 1.5 points, certified on fresh items" in text
+    assert "- accuracy budget: drop's upper bound <= 1.5 points, certified on fresh items (at most 2.5% error" in text
     assert "- run 1: " in text and " min " in text  # the run's duration
     assert f"![speedup vs accuracy]({png.name})" in text
 

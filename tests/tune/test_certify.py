@@ -5,7 +5,7 @@ import pytest
 from poptune import PopConfig, store
 from poptune.cli import main
 from poptune.store.front import FrontRow
-from poptune.tune.certify import WITHIN, certify_front, verdict_of
+from poptune.tune.certify import ERROR, WITHIN, attempt_error, certify_front, spent_error, verdict_of
 from poptune.tune.evaluator import ConfigEvaluator
 from poptune.tune.problem import TuningProblem
 from poptune.tune.study import StudySpec, run_study
@@ -50,10 +50,16 @@ def test_candidates_are_certified_on_fresh_items_only(problem, tmp_path, monkeyp
     assert cost["items"] == cost["per_task"] and cost["items"] > 8 and cost["seconds_per_item"] > 0
     assert cost["smallest_budget"] > 2.0
     assert cost["minutes"] == pytest.approx(cost["items"] * cost["seconds_per_item"] / 60)
-    # a second certification keeps the first as an attempt
+    # a second certification keeps the first as an attempt, and spends half of what the first did: however
+    # often a study is certified again, its attempts together spend at most the 2.5% error
+    assert record["attempt"] == 1 and record["error"] == 0.0125 and record["confidence"] == pytest.approx(0.975)
     again = certify_front(study, evaluator)
     assert len(again["attempts"]) == 1 and again["attempts"][0]["date"] == record["date"]
     assert "attempts" not in again["attempts"][0]
+    assert again["attempt"] == 2 and again["confidence"] == pytest.approx(1 - 2 * 0.00625)
+    assert spent_error(again) == pytest.approx(0.01875)
+    # the bound at the smaller error is wider: the same items, a stricter test
+    assert again["candidates"][0]["drop"]["hi"] > entry["drop"]["hi"]
 
 
 def test_the_command_prints_the_verdict(problem, tmp_path, capsys):
@@ -72,6 +78,15 @@ def test_the_command_prints_the_verdict(problem, tmp_path, capsys):
     study = store.read_study(f"sqlite:///{tmp_path}/s.db", None)
     record = study.user_attrs["certification"]
     assert record["cap"] == 16 and len(record["attempts"]) == 1 and record["attempts"][0]["cap"] == 8
+
+
+def test_attempts_share_the_error_and_older_records_count_as_spending_all_of_it():
+    assert sum(attempt_error(k) for k in range(1, 60)) == pytest.approx(ERROR) and attempt_error(1) == ERROR / 2
+    with pytest.raises(ValueError):
+        attempt_error(0)
+    assert spent_error(None) == 0.0
+    assert spent_error({"confidence": 0.95, "attempts": []}) == ERROR  # stored before the error was shared
+    assert spent_error({"error": 0.00625, "attempts": [{"error": 0.0125}]}) == pytest.approx(0.01875)
 
 
 def test_verdicts_and_candidates():
