@@ -2,10 +2,12 @@
 
 For each POP study in a storage (one per ``<model>@<hardware-id>``) :func:`write_leaderboards` writes
 
-- ``methods-<model>-<hardware>.md`` and ``.csv`` (named by :func:`poptune.files.result_name`): the full model,
+- ``study-methods-<model>-<hardware>.md`` and ``.csv`` (named by :func:`poptune.files.result_name`): the full model,
   POP's Pareto front (and the paper's rule), and every stored baseline, with the prefill speedup at each timed
   length, the FLOPs ideal, decode speed, accuracy per task, mean and drop; for each baseline, POP's best accuracy at an equal or higher speedup beside it;
-- ``methods-<model>-<hardware>.png``: speedup against accuracy, POP's front against every baseline;
+- ``study-methods-<model>-<hardware>.png``: speedup against accuracy, POP's front against every baseline (one
+  study's search described; the decided comparison, same items and paired verdicts, is
+  :mod:`poptune.comparison`'s ``methods-<model>-<hardware>``);
 - ``tuner-<model>-<hardware>.md`` for a study that measured the whole search space: samplers x seeds on its
   replay.
 
@@ -76,6 +78,8 @@ def _entry(trial: StoredTrial, num_layers: int, note: str = "", confirmed: dict[
         label += ", calibrated K/V" if config.kv != "own" else ""
     elif method == "wanda":
         label, ratio = f"{100 * details['ratio']:.0f}% unstructured", details["ratio"]
+    elif method == "width":
+        label, ratio = f"{100 * details['channel_share']:.0f}% of MLP channels", details["ratio"]
     else:
         removed = details.get("removed", [])
         verb = "skipped in prefill" if method == "shortgpt-gen" else "removed"
@@ -279,7 +283,7 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
     written: list[Path] = []
     for study in studies:
         rows = entries(study)
-        base = out / result_name("methods", study.study_name)
+        base = out / result_name("study-methods", study.study_name)
         md, table = _tables(study, rows, command, f"{base.name}.png")
         write_text(f"{base}.md", md.rstrip("\n"))
         write_text(f"{base}.csv", table.rstrip("\n"))

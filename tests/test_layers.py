@@ -36,7 +36,7 @@ RANKS: tuple[tuple[int, str], ...] = (
     (6, "poptune.tune"),
     (7, "poptune.env"),
     (8, "poptune.report"), (8, "poptune.promptreport"), (8, "poptune.certreport"), (8, "poptune.leaderboard"), (8, "poptune.export"), (8, "poptune.gpucheck"),
-    (8, "poptune.gridtable"), (8, "poptune.tunertable"),
+    (8, "poptune.gridtable"), (8, "poptune.tunertable"), (8, "poptune.comparison"),
     (9, "poptune.cli"), (9, "poptune.__main__"),
 )
 

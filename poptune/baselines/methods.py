@@ -13,6 +13,9 @@
                  lowered in steps of 0.05 until k layers are gone (the one used is recorded)
 ``shortgpt-gen`` ShortGPT's prefill-only variant: the k lowest-BI layers are skipped in prefill with their K/V
                  still written (POP's engine with an explicit layer set), no boundary handling; decode is full
+``width``        width pruning with torch-pruning's dependency graph: every MLP loses the same share of its
+                 channels (lowest group L2 norm), removing ``ratio`` of the decoder layers' parameters
+                 (:mod:`poptune.baselines.width`; LLM-Pruner / SliceGPT class)
 ``wanda``        unstructured Wanda (|W| * ||X||, arXiv 2306.11695) at 30% of every linear layer's weights, as in
                  the POP paper: an accuracy reference with no dense speedup
 =============== =====================================================================================================
@@ -43,7 +46,7 @@ __all__ = [
     "laco_merges", "merge_layers", "wanda_weights",
 ]
 
-METHODS = ("static-last", "shortgpt", "angular", "sleb", "laco", "shortgpt-gen", "wanda")
+METHODS = ("static-last", "shortgpt", "angular", "sleb", "laco", "shortgpt-gen", "width", "wanda")
 #: The methods that remove layers for prefill and decode: POP's "depth baselines".
 DEPTH_METHODS = ("static-last", "shortgpt", "angular", "sleb", "laco")
 #: The sparsity the POP paper uses for its Wanda reference.
@@ -73,8 +76,8 @@ class Baseline:
 
     @property
     def label(self) -> str:
-        if self.method == "wanda":
-            return f"wanda {round(100 * self.ratio)}%"
+        if self.method in ("wanda", "width"):
+            return f"{self.method} {round(100 * self.ratio)}%"
         return f"{self.method} -{len(self.details['removed'])}"
 
     def describe(self) -> dict[str, Any]:
@@ -253,6 +256,12 @@ def build_baseline(model: "nn.Module", tokenizer: Any, method: str, ratio: float
     if method not in METHODS:
         raise ConfigError(f"unknown baseline {method!r}: use one of {', '.join(METHODS)}")
     num_layers = len(decoder_of(model).layers)
+    if method == "width":
+        from poptune.baselines.width import width_pruned
+
+        check_ratio(ratio)
+        swap = width_pruned(model, ratio)
+        return Baseline(method, ratio, swap, details=swap.describe())
     if method == "wanda":
         check_ratio(ratio, "wanda's `ratio` (sparsity)")
     else:

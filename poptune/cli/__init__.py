@@ -13,14 +13,14 @@ from collections.abc import Sequence
 
 from poptune.errors import PoptuneError
 
-from . import baseline, bench, envs, eval, export, generate, gpucheck, grid, importance, leaderboard, pareto, study
-from . import tuners
+from . import baseline, bench, compare, envs, eval, export, generate, gpucheck, grid, importance, leaderboard, pareto
+from . import study, tuners
 from ._checks import check_args
 
 __all__ = ["main"]
 
-_COMMANDS = (generate, bench, eval, study, pareto, export, envs, baseline, leaderboard, importance, grid, tuners,
-             gpucheck)
+_COMMANDS = (generate, bench, eval, study, pareto, export, envs, baseline, compare, leaderboard, importance, grid,
+             tuners, gpucheck)
 
 
 def version() -> str:

@@ -15,6 +15,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--out", default="leaderboards", help="output folder (default: leaderboards)")
     parser.add_argument("--seeds", type=positive, default=10,
                         help="seeds per sampler in the tuner tables (default: 10)")
+    parser.add_argument("--records", metavar="DIR",
+                        help="rebuild the methods leaderboard (POP against structured pruning) from the raw "
+                             "`poptune compare` records in DIR instead (e.g. leaderboards/raw)")
     parser.set_defaults(run=run)
 
 
@@ -22,10 +25,30 @@ def run(args: argparse.Namespace) -> int:
     from poptune import store
     from poptune.leaderboard import write_leaderboards
 
+    if args.records:
+        return _records(args)
     command = "poptune leaderboard " + shlex.join(
         [*(["--storage", store.public_url(args.storage)] if args.storage else []),
          *(["--out", args.out] if args.out != "leaderboards" else []),
          *(["--seeds", str(args.seeds)] if args.seeds != 10 else [])])
     for path in write_leaderboards(args.storage, args.out, command=command.strip(), seeds=args.seeds):
+        print(f"wrote {path}")
+    return 0
+
+
+def _records(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from poptune.comparison.board import write_methods_board
+    from poptune.errors import ConfigError
+
+    if not Path(args.records).is_dir():
+        raise ConfigError(f"`--records` {args.records} is not a folder")
+    command = "poptune leaderboard " + shlex.join(
+        ["--records", args.records, *(["--out", args.out] if args.out != "leaderboards" else [])])
+    written = write_methods_board(args.records, args.out, command=command)
+    if not written:
+        raise ConfigError(f"no methods comparison record (methods-*.json from `poptune compare`) in {args.records}")
+    for path in written:
         print(f"wrote {path}")
     return 0

@@ -361,6 +361,14 @@ class ConfigEvaluator:
         return race(workload, policy or p.racing(), score=score, full=full, max_drop=p.max_drop, seed=p.seed,
                     confidence=confidence)
 
+    def score_first(self, config: PopConfig, counts: dict[str, int], *,
+                    transform: Transform | None = None) -> "TaskRun":
+        """``config`` (with a baseline's ``transform``) scored on the first ``counts[task]`` items of every
+        task's fixed order: the same items for every method it is called with (no state reuse)."""
+        items = {t: self.workload.order[t][:n] for t, n in counts.items()}
+        with applied(self.model, transform):
+            return self._score(config, items, reuse=False)
+
     def retime(self, measurement: Measurement) -> Measurement:
         """``measurement`` with its latency timed again (a POP configuration's; its accuracy kept: the items'
         outcomes do not depend on how busy the machine was)."""

@@ -1,0 +1,143 @@
+"""``poptune compare``: POP and every structured-pruning baseline on the same items, with request timings.
+
+Writes one raw record (JSON) for ``poptune leaderboard --records DIR`` (:mod:`poptune.comparison`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any
+
+from poptune.baselines.methods import METHODS
+from poptune.errors import ConfigError
+
+from ._args import add_calibration, add_model, calibration_spec, check_output_path, positive
+
+#: POP's rows unless ``--pop`` says otherwise: the paper's rule (a third), the study's candidates on the
+#: long-prompt pack and the embedded tasks, and half the layers.
+DEFAULT_POP = "6/last/0,7/window-64/0,9/window-64/0"
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("compare", help="POP against structured-pruning baselines on the same items, with "
+                            "request-profile timings: a raw record for `poptune leaderboard --records`")
+    add_model(parser)
+    parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
+    parser.add_argument("--tasks", required=True, help="comma-separated accuracy tasks (e.g. longctx_squad,"
+                        "longctx_qasper or piqa,arc_easy,hellaswag,winogrande,boolq)")
+    parser.add_argument("--workload", required=True, help="the workload's name in the leaderboard (e.g. long-prompts)")
+    parser.add_argument("--items", type=positive, default=32, help="items per task, the same for every method "
+                        "(default: 32)")
+    parser.add_argument("--pop", default=DEFAULT_POP, help=f"POP rows, SKIP/BOUNDARY/OFFSET,... (default: {DEFAULT_POP})")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"baselines, comma-separated of {', '.join(METHODS)} (default: all)")
+    parser.add_argument("--ratios", default="0.3333,0.5", help="layer (or parameter) ratios of the baselines "
+                        "(default: 0.3333,0.5; wanda: its 30%% sparsity)")
+    parser.add_argument("--profiles", default="2048+32,512+256", help="request profiles PROMPT+OUTPUT tokens "
+                        "(default: 2048+32,512+256); `none`: score only, the leaderboard then takes the timings of "
+                        "another record of this model and machine")
+    parser.add_argument("--pairs", type=positive, default=6, help="timing pairs per profile (default: 6, >= 6)")
+    parser.add_argument("--decode-steps", type=positive, default=16, help="decode steps timed per pair (default: 16)")
+    add_calibration(parser)
+    parser.add_argument("--out", required=True, help="the raw record to write (JSON), e.g. "
+                        "leaderboards/raw/methods-long-prompts-gemma-3-270m-<hardware>.json")
+    parser.set_defaults(run=run)
+
+
+def _pop(text: str) -> list[Any]:
+    from poptune.engine import PopConfig
+
+    configs = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        fields = part.split("/")
+        try:
+            if len(fields) != 3:
+                raise ValueError(part)
+            configs.append(PopConfig(skip=int(fields[0]), boundary=fields[1], offset=int(fields[2])))
+        except ValueError as e:
+            raise ConfigError(f"`--pop` takes SKIP/BOUNDARY/OFFSET items, got {part!r}") from e
+    if not configs:
+        raise ConfigError("`--pop` needs at least one configuration")
+    return configs
+
+
+def _profiles(text: str) -> list[Any]:
+    from poptune.comparison.measure import Profile
+
+    if text == "none":
+        return []
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        try:
+            prompt, output = (int(x) for x in part.split("+"))
+        except ValueError as e:
+            raise ConfigError(f"`--profiles` takes PROMPT+OUTPUT items, got {part!r}") from e
+        if prompt < 1 or output < 1:
+            raise ConfigError(f"a profile needs >= 1 prompt and output token, got {part!r}")
+        out.append(Profile(prompt, output))
+    if not out:
+        raise ConfigError("`--profiles` needs at least one profile, or `none`")
+    return out
+
+
+def _choices(text: str, allowed: tuple[str, ...], name: str) -> list[str]:
+    picked = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in picked if m not in allowed]
+    if unknown:
+        raise ConfigError(f"unknown {name} {', '.join(unknown)}: use {', '.join(allowed)}")
+    return picked
+
+
+def _ratios(text: str) -> list[float]:
+    from poptune.baselines.methods import check_ratio
+
+    try:
+        ratios = [float(r) for r in text.split(",") if r.strip()]
+    except ValueError as e:
+        raise ConfigError(f"`--ratios` takes numbers in (0, 1), got {text!r}") from e
+    for r in ratios:
+        check_ratio(r, "`--ratios`")
+    return ratios
+
+
+def run(args: argparse.Namespace) -> int:
+    from poptune.comparison.measure import compare, methods_for
+    from poptune.evaluate.suite import EMBEDDED, resolve_tasks
+    from poptune.evaluate.taskpack import check_data, data_dir
+    from poptune.files import write_text
+    from poptune.tune.evaluator import ConfigEvaluator
+    from poptune.tune.problem import TuningProblem
+    from poptune.tune.trust import now
+
+    pop, profiles = _pop(args.pop), _profiles(args.profiles)
+    methods, ratios = _choices(args.methods, METHODS, "baseline(s)"), _ratios(args.ratios)
+    if args.pairs < 6:
+        raise ConfigError(f"`--pairs` must be >= 6 (an interval of the median at 95%), got {args.pairs}")
+    check_output_path(args.out)
+    directory = data_dir(args.data_dir)
+    tasks = resolve_tasks(args.tasks, directory)
+    real = [t for t in tasks if t not in EMBEDDED]
+    if real and directory is None:
+        raise ConfigError(f"tasks {', '.join(real)} need a data directory (--data-dir or $POPTUNE_DATA)")
+    if real:
+        check_data(directory, real)
+    problem = TuningProblem(model=args.model, tasks=tasks, data_dir=str(directory) if directory else None,
+                            device=args.device, dtype=args.dtype, weights=args.weights, limit=args.items,
+                            items_start=args.items, max_drop=None, certify_limit=0)
+    evaluator = ConfigEvaluator(problem)
+
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    rows = methods_for(evaluator, pop, methods, ratios, calibration_spec(args), progress=say)
+    record = compare(evaluator, rows, workload=args.workload, per_task=args.items, profiles=profiles,
+                     pairs=args.pairs, decode_steps=args.decode_steps, progress=say)
+    record.update(command="poptune " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else "poptune compare",
+                  date=now())
+    write_text(args.out, json.dumps(record, indent=1, sort_keys=True))
+    print(f"wrote {args.out}: {len(rows)} methods on {sum(len(v) for v in record['methods'][0]['items'].values())} "
+          "items")
+    return 0

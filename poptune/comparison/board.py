@@ -1,0 +1,296 @@
+"""The methods leaderboard, rebuilt from raw comparison records alone (``poptune leaderboard --records DIR``).
+
+For each (model, hardware) of the records in a folder, :func:`write_methods_board` writes
+``methods-<model>-<hardware>.md``, ``.csv`` and ``.png``: one section per workload, every method's accuracy
+(paired drop against the full model, 95% score interval), its time-to-first-token, time-per-output-token and
+end-to-end ratios per request profile (medians of interleaved pairs with order-statistic 95% intervals), and
+for each baseline the paired comparison with POP:
+
+- **the POP row it meets**: the slowest POP configuration at least as fast in prefill (TTFT at the longest
+  profile), chosen by speed alone, never by accuracy (choosing the most accurate would be a selection on the
+  data being tested); when no POP row is that fast, the fastest, marked;
+- **POP - baseline** in points over the same items with the score test's interval
+  (:func:`poptune.evaluate.paired.paired_drop`) at confidence ``1 - 0.05 / R`` for the table's R baseline rows
+  (Bonferroni), so every verdict of a table holds together at 5%;
+- **the verdict**: ``POP more accurate`` (lower end above 0), ``baseline more accurate`` (upper end below 0),
+  else ``undecided at N items``.
+
+Everything is read from the records and ordered as they are, so the same records give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from poptune.errors import ConfigError
+
+__all__ = ["Row", "read_records", "rows_of", "write_methods_board"]
+
+_KIND, _VERSION = "poptune-methods", 1
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A median ratio (full / method: above 1 the method is faster) with its 95% interval."""
+
+    median: float
+    lo: float
+    hi: float
+
+    def __str__(self) -> str:
+        return f"{self.median:.2f}x [{self.lo:.2f}, {self.hi:.2f}]"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One method of one workload, with its paired figures."""
+
+    name: str
+    method: str
+    label: str
+    accuracy: float
+    drop: Any  # PairedDrop against the full model
+    speed: dict[str, dict[str, Ratio]]  # profile -> ttft / tpot / e2e
+    against: str | None = None  # the POP row it is paired with (baselines)
+    slower: bool = False  # no POP row was as fast
+    lead: Any = None  # PairedDrop: POP - baseline
+    verdict: str = ""
+
+
+def _ratio(values: Sequence[float]) -> Ratio:
+    from poptune.measure.stats import median_ci
+
+    interval = median_ci(list(values))
+    ordered = sorted(values)
+    n = len(ordered)
+    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    return Ratio(median, interval.low, interval.high)
+
+
+def _speed(entry: Mapping[str, Any], profiles: Sequence[Sequence[int]]) -> dict[str, dict[str, Ratio]]:
+    out = {}
+    for prompt, output in profiles:
+        timing = entry.get("timing", {}).get(f"{prompt}+{output}")
+        if not timing:
+            continue
+        ta, tb = timing["ttft_ms"]["a"], timing["ttft_ms"]["b"]
+        da, db = timing["tpot_ms"]["a"], timing["tpot_ms"]["b"]
+        e2e = [(tb[i] + output * db[i]) / (ta[i] + output * da[i]) for i in range(min(len(ta), len(da)))]
+        out[f"{prompt}+{output}"] = {"ttft": _ratio([b / a for a, b in zip(ta, tb)]),
+                                     "tpot": _ratio([b / a for a, b in zip(da, db)]), "e2e": _ratio(e2e)}
+    return out
+
+
+def _mean(outcomes: Mapping[str, Sequence[float]]) -> float:
+    return 100 * sum(sum(v) / len(v) for v in outcomes.values()) / len(outcomes)
+
+
+def _partner(row: Row, pops: Sequence[Row], profile: str) -> tuple[Row, bool]:
+    """The slowest POP row at least as fast in prefill as ``row`` (else the fastest, ``True``: slower)."""
+    speed = row.speed[profile]["ttft"].median
+    fast = [p for p in pops if p.speed[profile]["ttft"].median >= speed]
+    if fast:
+        return min(fast, key=lambda p: p.speed[profile]["ttft"].median), False
+    return max(pops, key=lambda p: p.speed[profile]["ttft"].median), True
+
+
+def _timed(record: Mapping[str, Any], timings: Mapping[str, Mapping[str, Any]] | None) -> Mapping[str, Any]:
+    """``record`` with each untimed method's timing taken from ``timings`` (another record of the same model and
+    machine, by method name and label: the methods are built the same way), and that record's profiles."""
+    if not timings or any(e.get("timing") for e in record["methods"]):
+        return record
+    methods = []
+    for e in record["methods"]:
+        other = timings["methods"].get(e["name"])
+        borrowed = other.get("timing") if other and other["label"] == e["label"] else None
+        methods.append({**e, "timing": borrowed} if borrowed else e)
+    return {**record, "methods": methods, "profiles": timings["profiles"], "pairs": timings["pairs"],
+            "decode_steps": timings["decode_steps"], "timed_in": timings["file"]}
+
+
+def rows_of(record: Mapping[str, Any], timings: Mapping[str, Any] | None = None) -> list[Row]:
+    """The rows of one workload's record, baselines paired with POP (module docstring); ``timings``: where a
+    record was scored without timing, the timing of another record of the same machine (:func:`_timed`)."""
+    from poptune.evaluate.paired import paired_drop
+
+    if record.get("record") != _KIND or record.get("version") != _VERSION:
+        raise ConfigError(f"not a methods comparison record of version {_VERSION}: {record.get('record')!r} "
+                          f"{record.get('version')!r}")
+    record = _timed(record, timings)
+    entries = record["methods"]
+    full = next((e for e in entries if e["method"] == "full"), None)
+    if full is None:
+        raise ConfigError("a methods comparison record needs the full model's outcomes")
+    profiles = record["profiles"]
+    longest = max(profiles, key=lambda p: p[0])
+    profile = f"{longest[0]}+{longest[1]}"
+    rows = [Row(e["name"], e["method"], e["label"], _mean(e["outcomes"]), paired_drop(full["outcomes"], e["outcomes"]),
+                _speed(e, profiles)) for e in entries]
+    outcomes = {e["name"]: e["outcomes"] for e in entries}
+    pops = [r for r in rows if r.method == "pop" and profile in r.speed]
+    baselines = [r for r in rows if r.method not in ("full", "pop") and profile in r.speed]
+    confidence = 1 - 0.05 / max(len(baselines), 1)
+    paired = {}
+    for row in baselines if pops else []:
+        partner, slower = _partner(row, pops, profile)
+        lead = paired_drop(outcomes[partner.name], outcomes[row.name], confidence=confidence)  # POP - baseline
+        verdict = ("POP more accurate" if lead.lo > 0 else "baseline more accurate" if lead.hi < 0
+                   else f"undecided at {lead.total} items")
+        paired[row.name] = Row(**{**row.__dict__, "against": partner.label, "slower": slower, "lead": lead,
+                                  "verdict": verdict})
+    return [paired.get(r.name, r) for r in rows]
+
+
+def read_records(folder: str | Path) -> list[dict[str, Any]]:
+    """Every methods comparison record (``methods-*.json``) in ``folder``, sorted by file name."""
+    paths = sorted(Path(folder).glob("methods-*.json"))
+    records = []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"cannot read the comparison record {path}: {e}") from e
+        if isinstance(data, dict) and data.get("record") == _KIND:
+            records.append({**data, "_file": path.name})
+    return records
+
+
+def _cells(row: Row, profiles: Sequence[str]) -> list[str]:
+    speed = [str(row.speed[p][k]) if p in row.speed else "1.00x (itself)" if row.method == "full" else ""
+             for p in profiles for k in ("ttft", "tpot", "e2e")]
+    lead = (f"{row.lead.mean:+.2f} [{row.lead.lo:+.2f}, {row.lead.hi:+.2f}]" if row.lead is not None else "")
+    against = f"{row.against}{' (slower: no POP row as fast)' if row.slower else ''}" if row.against else ""
+    drop = f"{row.drop.mean:+.2f} [{row.drop.lo:+.2f}, {row.drop.hi:+.2f}]" if row.method != "full" else ""
+    return [row.method, row.label, f"{row.accuracy:.2f}", drop, *speed, against, lead, row.verdict]
+
+
+def _wins(rows: Sequence[Row], profiles: Sequence[str]) -> list[str]:
+    """Where a static baseline is faster end to end than every POP row (intervals apart)."""
+    lines = []
+    pops = [r for r in rows if r.method == "pop"]
+    for p in profiles:
+        best = max((r.speed[p]["e2e"] for r in pops if p in r.speed), key=lambda s: s.median, default=None)
+        if best is None:
+            continue
+        faster = [r for r in rows if r.method not in ("full", "pop") and p in r.speed and r.speed[p]["e2e"].lo > best.hi]
+        if faster:
+            names = ", ".join(f"{r.method} {r.label} ({r.speed[p]['e2e'].median:.2f}x, "
+                              f"{r.drop.mean:+.2f} points)" for r in faster)
+            lines.append(f"- {p}: faster end to end than POP's fastest row ({best}): {names}")
+        else:
+            lines.append(f"- {p}: no baseline is faster end to end than POP's fastest row ({best}) beyond the "
+                         "intervals")
+    return lines
+
+
+def _section(record: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
+    profiles = [f"{a}+{b}" for a, b in record["profiles"]]
+    baselines = [r for r in rows if r.lead is not None]
+    decided = sum(not r.verdict.startswith("undecided") for r in baselines)
+    head = ["method", "configuration", "accuracy %", "drop vs full [95%]",
+            *[f"{k} {p}" for p in profiles for k in ("TTFT", "TPOT", "end-to-end")],
+            "paired POP row", "POP - baseline", "verdict"]
+    items = sum(len(v) for v in record["methods"][0]["outcomes"].values())
+    lines = [f"## {record['workload']}: {', '.join(record['tasks'])} ({record['per_task']} items per task at most, "
+             f"{items} in all)", "",
+             f"{decided} of {len(baselines)} baseline verdicts decided; POP - baseline intervals at "
+             f"{100 * (1 - 0.05 / max(len(baselines), 1)):.2f}% each, so the table's verdicts hold together at 95%.",
+             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_cells(r, profiles)) + " |" for r in rows]
+    lines += ["", "Where static pruning wins on a request's total time:", "", *_wins(rows, profiles), ""]
+    return lines
+
+
+def _provenance(record: Mapping[str, Any]) -> list[str]:
+    hw, versions = record["hardware"], record.get("versions", {})
+    timed = f"timings from `{record['timed_in']}`" if record.get("timed_in") else \
+        f"{record['pairs']} timing pairs per profile, {record['decode_steps']} decode steps timed per pair"
+    return [f"- `{record['_file']}`: {record['workload']}, command `{record.get('command', 'not recorded')}`, "
+            f"{record.get('date', '')}, {timed}; hardware {hw.get('hardware_id')} ({hw.get('name')}); "
+            + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))]
+
+
+def _csv(groups: Sequence[tuple[Mapping[str, Any], Sequence[Row]]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["workload", "method", "configuration", "ratio", "accuracy", "drop", "drop_lo", "drop_hi",
+                     "profile", "ttft", "ttft_lo", "ttft_hi", "tpot", "tpot_lo", "tpot_hi", "e2e", "e2e_lo", "e2e_hi",
+                     "paired_pop", "pop_minus_baseline", "lead_lo", "lead_hi", "verdict"])
+    for record, rows in groups:
+        ratios = {e["name"]: e["ratio"] for e in record["methods"]}
+        for r in rows:
+            for p, s in (r.speed or {"": {}}).items():
+                speed = [f"{getattr(s[k], a):.4f}" if k in s else "" for k in ("ttft", "tpot", "e2e")
+                         for a in ("median", "lo", "hi")]
+                lead = [f"{getattr(r.lead, a):.4f}" for a in ("mean", "lo", "hi")] if r.lead else ["", "", ""]
+                writer.writerow([record["workload"], r.method, r.label, f"{ratios[r.name]:.4f}", f"{r.accuracy:.4f}",
+                                 f"{r.drop.mean:.4f}", f"{r.drop.lo:.4f}", f"{r.drop.hi:.4f}", p, *speed,
+                                 r.against or "", *lead, r.verdict])
+    return out.getvalue().rstrip("\n")
+
+
+def _plot(groups: Sequence[tuple[Mapping[str, Any], Sequence[Row]]], path: Path, title: str) -> Path:
+    from poptune.plots import pyplot, save_figure
+
+    plt = pyplot()
+    profiles = [f"{a}+{b}" for a, b in groups[0][0]["profiles"]]
+    fig, axes = plt.subplots(len(groups), len(profiles), figsize=(6 * len(profiles), 4.5 * len(groups)),
+                             squeeze=False)
+    colors = {"full": "black", "pop": "tab:blue"}
+    for i, (record, rows) in enumerate(groups):
+        for j, p in enumerate(profiles):
+            ax = axes[i][j]
+            for r in rows:
+                s = r.speed.get(p, {}).get("e2e")
+                x, xerr = (s.median, [[s.median - s.lo], [s.hi - s.median]]) if s else (1.0, None)
+                y, yerr = r.accuracy, [[r.drop.hi - r.drop.mean], [r.drop.mean - r.drop.lo]]
+                ax.errorbar([x], [y], xerr=xerr, yerr=yerr if r.method != "full" else None, fmt="o", ms=4,
+                            capsize=2, lw=0.7, color=colors.get(r.method, "tab:red"))
+                ax.annotate(f"{r.method} {r.label}", (x, y), fontsize=5, xytext=(3, 2), textcoords="offset points")
+            ax.set_title(f"{record['workload']}, request {p}", fontsize=9)
+            ax.set_xlabel("end-to-end speedup vs full model (x)")
+            ax.set_ylabel("accuracy (%)")
+            ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def write_methods_board(folder: str | Path, out: str | Path, *, command: str) -> list[Path]:
+    """Write the methods leaderboard of every (model, hardware) in the records of ``folder`` into ``out``."""
+    from poptune.files import safe_name, write_text
+
+    records = read_records(folder)
+    by_machine: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        by_machine.setdefault((record["model"], record["hardware"]["hardware_id"]), []).append(record)
+    written: list[Path] = []
+    if by_machine:
+        Path(out).mkdir(parents=True, exist_ok=True)
+    for (model, hardware), group in sorted(by_machine.items()):
+        timed = next((r for r in group if any(e.get("timing") for e in r["methods"])), None)
+        timings = {"methods": {e["name"]: e for e in timed["methods"]}, "profiles": timed["profiles"],
+                   "pairs": timed["pairs"], "decode_steps": timed["decode_steps"], "file": timed["_file"]} \
+            if timed else None
+        groups = [(_timed(r, timings), rows_of(r, timings)) for r in group]
+        stem = safe_name(f"methods-{model}-{hardware}")
+        target = Path(out)
+        title = f"Methods on {model}@{hardware}: POP against structured pruning"
+        lines = [f"# {title}", "", (f"Rebuilt by `{command}` from the raw records under `{folder}`. Every method "
+                 "is scored on the same items; accuracy in %, drops and leads in points. Speed ratios are full "
+                 "model / method (above 1: faster), medians of interleaved pairs with their 95% order-statistic "
+                 "intervals; end-to-end = TTFT + output tokens x TPOT per pair. See poptune/comparison/board.py "
+                 "for the pairing rule and the verdicts."), "", f"![accuracy vs end-to-end speedup]({stem}.png)", ""]
+        for record, rows in groups:
+            lines += _section(record, rows)
+        lines += ["## Provenance", "", *[line for r, _ in groups for line in _provenance(r)]]
+        write_text(target / f"{stem}.md", "\n".join(lines))
+        write_text(target / f"{stem}.csv", _csv(groups))
+        written += [target / f"{stem}.md", target / f"{stem}.csv", _plot(groups, target / f"{stem}.png", title)]
+    return written

@@ -1,0 +1,86 @@
+"""The methods board: baselines paired with the POP row at least as fast, verdicts at a shared level, rebuilt
+byte for byte from the raw records."""
+
+import json
+
+import pytest
+
+from poptune import ConfigError
+from poptune.comparison.board import rows_of, write_methods_board
+
+
+def _timing(speedup, pairs=6):
+    a = [10.0 / speedup] * pairs
+    return {"2048+32": {"ttft_ms": {"a": a, "b": [10.0] * pairs}, "tpot_ms": {"a": [1.0] * pairs, "b": [1.0] * pairs}}}
+
+
+def _entry(name, method, outcomes, speedup=None):
+    entry = {"name": name, "method": method, "label": name, "ratio": 0.3, "config": {}, "details": {},
+             "outcomes": {"t": outcomes}, "items": {"t": list(range(len(outcomes)))}}
+    if speedup:
+        entry["timing"] = _timing(speedup)
+    return entry
+
+
+def _record(methods):
+    return {"record": "poptune-methods", "version": 1, "workload": "w", "model": "m", "num_layers": 18,
+            "tasks": ["t"], "per_task": 200, "hardware": {"hardware_id": "cpu-x", "name": "X"}, "versions": {},
+            "profiles": [[2048, 32]], "pairs": 6, "decode_steps": 16, "methods": methods, "command": "c", "date": "d"}
+
+
+N = 200
+GOOD = [1.0] * N
+HALF = [1.0, 0.0] * (N // 2)
+
+
+def test_each_baseline_meets_the_slowest_pop_row_at_least_as_fast_and_gets_a_verdict():
+    record = _record([_entry("full", "full", GOOD), _entry("pop a", "pop", GOOD, 1.3),
+                      _entry("pop b", "pop", HALF, 1.8), _entry("static 1", "static-last", HALF, 1.2),
+                      _entry("static 2", "static-last", HALF, 1.5), _entry("static 3", "static-last", GOOD, 2.5)])
+    rows = {r.name: r for r in rows_of(record)}
+    assert rows["static 1"].against == "pop a" and not rows["static 1"].slower  # 1.3 >= 1.2, slower than 1.8
+    assert rows["static 1"].verdict == "POP more accurate" and rows["static 1"].lead.mean == pytest.approx(50.0)
+    assert rows["static 2"].against == "pop b" and rows["static 2"].verdict == f"undecided at {N} items"
+    # no POP row is as fast: the fastest, marked; the baseline is more accurate than it
+    assert rows["static 3"].against == "pop b" and rows["static 3"].slower
+    assert rows["static 3"].verdict == "baseline more accurate"
+    # three baseline rows share the error: each interval at 1 - 0.05 / 3
+    assert rows["static 1"].lead.confidence == pytest.approx(1 - 0.05 / 3)
+    assert rows["pop a"].lead is None and rows["full"].drop.mean == 0.0
+
+
+def test_a_record_of_another_kind_or_without_the_full_model_is_refused():
+    with pytest.raises(ConfigError, match="not a methods comparison record"):
+        rows_of({**_record([]), "version": 9})
+    with pytest.raises(ConfigError, match="full model"):
+        rows_of(_record([_entry("pop a", "pop", GOOD, 1.3)]))
+
+
+def test_the_board_is_rebuilt_byte_for_byte_from_the_records(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    record = _record([_entry("full", "full", GOOD), _entry("pop a", "pop", GOOD, 1.3),
+                      _entry("static 1", "static-last", HALF, 1.2)])
+    (raw / "methods-w-m-cpu-x.json").write_text(json.dumps(record))
+    first = write_methods_board(raw, tmp_path / "a", command="poptune leaderboard --records raw")
+    second = write_methods_board(raw, tmp_path / "b", command="poptune leaderboard --records raw")
+    assert [p.name for p in first] == ["methods-m-cpu-x.md", "methods-m-cpu-x.csv", "methods-m-cpu-x.png"]
+    for a, b in zip(first, second):
+        assert a.read_bytes() == b.read_bytes()
+    text = first[0].read_text()
+    assert "| static-last | static 1 |" in text and "POP more accurate" in text
+    assert "1 of 1 baseline verdicts decided" in text
+
+
+def test_a_record_scored_without_timing_borrows_the_timings_of_its_machine(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    timed = _record([_entry("full", "full", GOOD), _entry("pop a", "pop", GOOD, 1.3),
+                     _entry("static 1", "static-last", HALF, 1.2)])
+    untimed = {**_record([_entry("full", "full", GOOD), _entry("pop a", "pop", HALF), _entry("static 1", "static-last",
+                                                                                          GOOD)]), "workload": "v"}
+    (raw / "methods-a.json").write_text(json.dumps(timed))
+    (raw / "methods-b.json").write_text(json.dumps(untimed))
+    md = write_methods_board(raw, tmp_path / "out", command="c")[0].read_text()
+    assert "## v: t" in md and "timings from `methods-a.json`" in md
+    assert "baseline more accurate" in md  # the untimed workload's rows were paired with the borrowed speeds

@@ -1,0 +1,39 @@
+"""`poptune compare` on a tiny model: every method scored on the same items and timed per request profile."""
+
+import json
+
+from poptune.cli import main
+
+
+def test_compare_writes_a_record_the_leaderboard_rebuilds(tmp_path, capsys):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    out = raw / "methods-embedded-tiny-llama.json"
+    code = main(["compare", "--model", "tiny-llama", "--tasks", "passkey", "--workload", "embedded", "--items", "3",
+                 "--pop", "1/last/0", "--methods", "static-last,width", "--ratios", "0.5", "--profiles", "32+4",
+                 "--pairs", "6", "--decode-steps", "2", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    record = json.loads(out.read_text())
+    names = [m["name"] for m in record["methods"]]
+    assert names == ["full", "pop 1/last/0", "static-last 0.5", "width 0.5"]
+    items = {m["name"]: m["items"] for m in record["methods"]}
+    assert len({json.dumps(v) for v in items.values()}) == 1 and len(items["full"]["passkey"]) == 3  # same items
+    timing = record["methods"][2]["timing"]["32+4"]
+    assert len(timing["ttft_ms"]["a"]) == len(timing["tpot_ms"]["b"]) == 6 and "timing" not in record["methods"][0]
+    assert record["methods"][3]["details"]["channels_kept"]  # the width baseline's pruned channels
+    code = main(["leaderboard", "--records", str(raw), "--out", str(tmp_path / "board")])
+    assert code == 0
+    text = (tmp_path / "board" / f"methods-tiny-llama-{record['hardware']['hardware_id']}.md").read_text()
+    assert "## embedded: passkey" in text and "| width |" in text
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    base = ["compare", "--model", "tiny-llama", "--tasks", "passkey", "--workload", "w", "--out", str(tmp_path / "r.json")]
+    for extra, said in ((["--pop", "1/last"], "SKIP/BOUNDARY/OFFSET"), (["--profiles", "32x4"], "PROMPT+OUTPUT"),
+                        (["--methods", "nope"], "unknown baseline"), (["--ratios", "2"], "(0, 1)"),
+                        (["--pairs", "3"], ">= 6")):
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "r.json").exists()
+    assert main(["leaderboard", "--records", str(tmp_path / "none")]) == 2
