@@ -77,10 +77,15 @@ def methods_for(evaluator: "ConfigEvaluator", pop: Sequence[PopConfig], baseline
         rows.append(Method(f"pop {label}", "pop", label, config.skip / layers, config))
     memo: dict[str, Any] = {}
     for method in baselines:
-        for ratio in ((WANDA_SPARSITY,) if method == "wanda" else ratios):
+        wanted = (WANDA_SPARSITY,) if method == "wanda" else tuple(ratios)
+        built = {}
+        for ratio in sorted(wanted, reverse=True):  # the largest first: SLEB's shorter orders are its prefixes
             if progress:
                 progress(f"building {method} at {ratio:.3g}")
-            b = build_baseline(evaluator.model, evaluator.tokenizer, method, ratio, calibration, memo=memo)
+            built[ratio] = build_baseline(evaluator.model, evaluator.tokenizer, method, ratio, calibration,
+                                          memo=memo, progress=progress)
+        for ratio in wanted:
+            b = built[ratio]
             rows.append(Method(f"{method} {ratio:.3g}", method, b.label, ratio, b.pop, b.transform, b.describe()))
     return rows
 
