@@ -1,16 +1,19 @@
 """The poptune cache directory: where the embedded model's checkpoint and fitted K/V maps are kept.
 
-The cache is ``$POPTUNE_CACHE`` if set, else the platform's user cache folder for poptune
-(``platformdirs.user_cache_dir("poptune")``: ``$XDG_CACHE_HOME/poptune``, by default ``~/.cache/poptune``, on
-Linux). Read-only home directories are common in containers: where the cache cannot be written, what would be
-kept there goes to a folder under the system's temporary directory instead, said once per process in one
-warning line, never a traceback. Reading looks in both places.
+The cache is ``$POPTUNE_CACHE`` if set, else the platform's user cache folder for poptune: on Linux and other
+POSIX systems ``$XDG_CACHE_HOME/poptune``, by default ``~/.cache/poptune`` (the XDG rule, computed here, so that
+no third-party package is imported: a GPU machine's image may lack ``platformdirs``); on macOS and Windows
+``platformdirs.user_cache_dir("poptune")``, or ``~/.cache/poptune`` where platformdirs is not installed.
+Read-only home directories are common in containers: where the cache cannot be written, what would be kept
+there goes to a folder under the system's temporary directory instead, said once per process in one warning
+line, never a traceback. Reading looks in both places.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,9 +32,19 @@ def cache_dir() -> Path:
     chosen = os.environ.get(ENV_VAR)
     if chosen:
         return Path(chosen).expanduser()
-    import platformdirs
-
+    if sys.platform not in ("darwin", "win32"):
+        return _xdg_cache_home() / "poptune"
+    try:
+        import platformdirs
+    except ImportError:
+        return Path("~/.cache/poptune").expanduser()
     return Path(platformdirs.user_cache_dir("poptune", appauthor=False))
+
+
+def _xdg_cache_home() -> Path:
+    """``$XDG_CACHE_HOME`` where set and not blank, else ``~/.cache`` (platformdirs' rule on Linux)."""
+    chosen = os.environ.get("XDG_CACHE_HOME", "")
+    return Path(chosen) if chosen.strip() else Path("~/.cache").expanduser()
 
 
 def fallback_dir() -> Path:

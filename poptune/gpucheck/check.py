@@ -1,13 +1,20 @@
 """The prepared GPU check: one command that tells whether poptune measures a GPU right, in one device call.
 
 ``poptune gpu-check`` (:mod:`poptune.cli.gpucheck`) calls :func:`run` and prints its summary's status lines.
-It writes ``DIR/gpu-check.json`` (every record) and ``DIR/gpu-check.md`` (the summary), after each stage. Stages:
-preflight (package versions; CUDA, NVML matched by UUID, energy counter advancing, clocks; the first failure
-stops the check), the A/A and decode null checks, the rows of each model (random bf16 weights built on the GPU)
-with per-row telemetry, energy per prefill and one profiler pass, and the real Gemma-3-270M's POP scores on the
-GPU against the CPU. A stage starts only when the time its plan expects
-(:func:`poptune.gpucheck.plan.case_seconds`) fits in what is left of the budget; otherwise it is skipped with
-that reason. docs/gpu-check.md explains every line.
+It writes ``DIR/gpu-check.json`` (every record) and ``DIR/gpu-check.md`` (the summary) after every row and
+stage. Stages: preflight (package versions and CUDA, whose failure stops the check; NVML matched by UUID, the
+energy counter advancing and clocks readable, whose failure does not: timing goes on without those figures), the
+A/A and decode null checks, the rows of each model (random bf16 weights built on the GPU) with per-row
+telemetry, energy per prefill and one profiler pass, and the real Gemma-3-270M's POP scores on the GPU against
+the CPU.
+
+**Admission.** A stage starts only when what it is expected to take fits in what is left of the budget:
+its rows (:func:`poptune.gpucheck.plan.case_seconds`), its model build, the first import of transformers where
+this stage makes it, and its profiler passes (:func:`poptune.gpucheck.plan.stage_seconds`); otherwise it is
+skipped with that reason. **Resuming.** Run again on the same folder, the check keeps the stages a previous run
+there finished and runs the others (:meth:`poptune.gpucheck.report.Report.resume`): a second, short device call
+finishes what the first could not. **Dry run**: every stage's code path on the CPU with stand-in models
+(:mod:`poptune.gpucheck.dryrun`). docs/gpu-check.md explains every line.
 
 The command sets ``HF_HUB_OFFLINE`` and ``HF_DATASETS_OFFLINE`` before it imports this module (transformers and
 huggingface_hub read them once, at import): the device has no network, and a hub look-up there waits for its
@@ -16,7 +23,9 @@ time-out instead of failing at once.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,12 +33,13 @@ from pathlib import Path
 import torch
 
 from poptune.device import resolve_device
-from poptune.gpucheck.plan import Plan, case_seconds, full_plan, tiny_plan
+from poptune.gpucheck.dryrun import dry_plan, stand_ins
+from poptune.gpucheck.plan import Plan, full_plan, stage_seconds, tiny_plan
 from poptune.gpucheck.preflight import preflight, version_checks
 from poptune.gpucheck.report import Report
 from poptune.gpucheck.rows import measure_case, null_checks
 from poptune.gpucheck.scores import compare_scores
-from poptune.models import load_model
+from poptune.models import load_model, load_tokenizer
 
 __all__ = ["BUDGET_SECONDS", "SCORES_SECONDS", "run"]
 
@@ -39,19 +49,22 @@ BUDGET_SECONDS = 330.0
 #: What the plan expects of the scores stage (s): not estimated. Where the real Gemma-3-270M is not installed (the
 #: lent device) the stage says SKIP at once; where it is, it scores 50 short items on the GPU and on the CPU.
 SCORES_SECONDS = 0.0
+#: The note said where an NVML preflight line failed.
+NVML_NOTE = ("an NVML preflight line failed: timing goes on; the energy, power, clock and temperature figures "
+             "are empty where NVML could not give them")
 
 
-def _stage(report: Report, name: str, work: Callable[[], None], deadline: float, expected: float,
-           dry_run: bool = False) -> None:
-    """Runs one stage when its expected seconds fit before ``deadline``; a stage that breaks becomes a FAIL
-    line and the check goes on with the next."""
-    report.data["expected"][name] = round(expected, 1)
-    left = deadline - time.monotonic()
-    if dry_run or expected > left:
-        why = "dry run: no device work" if dry_run else "time budget spent"
-        report.data["skipped"][name] = f"{why} (expected {expected:.0f} s, {max(left, 0):.0f} s of the budget left)"
+def _stage(report: Report, name: str, work: Callable[[], None], left: float, expected: dict[str, float],
+           admit: bool = True) -> bool:
+    """Runs one stage when its expected seconds fit in ``left`` (or ``admit`` is False: a dry run); a stage that
+    breaks becomes a FAIL line and the check goes on with the next. Returns whether it ran."""
+    report.data["expected"][name] = round(expected["total"], 1)
+    report.data["admitted"][name] = {k: round(v, 1) for k, v in expected.items()}
+    if admit and expected["total"] > left:
+        report.data["skipped"][name] = (f"time budget spent (expected {expected['total']:.0f} s, {max(left, 0):.0f} "
+                                        "s of the budget left)")
         report.write()
-        return
+        return False
     start = time.monotonic()
     try:
         work()
@@ -59,8 +72,9 @@ def _stage(report: Report, name: str, work: Callable[[], None], deadline: float,
         report.data["errors"][name] = f"{type(e).__name__}: {str(e).strip()[:300]}"
     report.data["seconds"][name] = round(time.monotonic() - start, 1)
     report.write()
-    print(f"[{time.strftime('%H:%M:%S')}] {name}: {report.data['seconds'][name]} s (expected {expected:.0f} s)",
-          flush=True)
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: {report.data['seconds'][name]} s (expected "
+          f"{expected['total']:.0f} s)", flush=True)
+    return True
 
 
 def _free(device: torch.device) -> None:
@@ -78,9 +92,8 @@ def _model_stage(report: Report, plan: Plan, index: int, device: torch.device) -
             if case.model == plan.null_case.model and report.data["null_checks"] is None:
                 report.data["null_checks"] = null_checks(model, tokenizer, plan)
                 report.data["benches"].append(report.data["null_checks"].pop("bench"))
-            rows, benches = measure_case(model, tokenizer, case, plan)
-            report.data["rows"] += rows
-            report.data["benches"] += benches
+                report.write()
+            measure_case(model, tokenizer, case, plan, report.add_row)
         finally:
             del model
             _free(device)
@@ -88,29 +101,64 @@ def _model_stage(report: Report, plan: Plan, index: int, device: torch.device) -
     return work
 
 
-def _scores_stage(report: Report, plan: Plan, device: torch.device) -> Callable[[], None]:
+def _scores_stage(report: Report, plan: Plan, device: torch.device, real_model: str) -> Callable[[], None]:
     def work() -> None:
+        if plan.scores_model != real_model:  # a dry run: the real weights looked up (nothing built), then stand-ins
+            report.data["notes"].append(f"dry run: {real_model}'s tokenizer "
+                                        f"{'found' if load_tokenizer(real_model) is not None else 'not built here'}")
         report.data["scores"] = compare_scores(plan, device)
         _free(device)
 
     return work
 
 
+def _preflight(report: Report, plan: Plan, device: torch.device, dry_run: bool) -> bool:
+    """Writes the preflight lines; returns whether the check may go on (no version or CUDA failure)."""
+    versions = version_checks()
+    checks, hardware = ([], None) if dry_run else preflight(device, tiny=plan.tiny)
+    report.data["hardware"] = hardware
+    report.data["preflight"] = [vars(c) for c in versions + checks]
+    if any(c.status == "FAIL" and not c.stops for c in checks):
+        report.data["notes"].append(NVML_NOTE)
+    report.write()
+    return not any(c.status == "FAIL" and c.stops for c in versions + checks)
+
+
 def run(out: Path, *, tiny: bool, device: str | None, budget: float = BUDGET_SECONDS,
         dry_run: bool = False) -> Report:
-    """The whole check; returns its report (already written to ``out``). ``dry_run``: no device work, every
-    stage skipped with the time the plan expects of it."""
+    """The whole check; returns its report (already written to ``out``). Resumes a previous run's report in
+    ``out`` (its finished stages kept). ``dry_run``: every stage's code path on the CPU with stand-in models
+    (:mod:`poptune.gpucheck.dryrun`), nothing resumed, every stage run whatever the budget."""
     plan = tiny_plan() if tiny else full_plan()
-    dev = resolve_device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    report = Report(out, plan, str(dev))
+    if dry_run:
+        dev = torch.device("cpu")
+    else:
+        dev = resolve_device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    report = Report(out, plan, str(dev)) if dry_run else Report.resume(out, plan, str(dev))
+    report.data["dry_run"] = dry_run
     deadline = time.monotonic() + budget
-    versions = version_checks()
-    checks, report.data["hardware"] = ([], None) if dry_run else preflight(dev, tiny=plan.tiny)
-    report.data["preflight"] = [vars(c) for c in versions + checks]
-    report.write()
-    if any(c.status == "FAIL" for c in versions + checks):
+    if not _preflight(report, plan, dev, dry_run):
         return report
+    work = dry_plan(plan) if dry_run else plan
+    within = stand_ins if dry_run else contextlib.nullcontext
+    profiled = False
     for index, case in enumerate(plan.cases):
-        _stage(report, case.model, _model_stage(report, plan, index, dev), deadline, case_seconds(plan, case), dry_run)
-    _stage(report, "scores", _scores_stage(report, plan, dev), deadline, SCORES_SECONDS, dry_run)
+        if case.model in report.data["kept"]:
+            continue
+        expected = stage_seconds(plan, case, first_import="transformers" not in sys.modules,
+                                 first_profile=not profiled)  # the device's figures, outside the stand-ins
+        ran = _stage(report, case.model, _inside(within, _model_stage(report, work, index, dev)),
+                     deadline - time.monotonic(), expected, admit=not dry_run)
+        profiled = profiled or ran
+    if "scores" not in report.data["kept"]:
+        _stage(report, "scores", _inside(within, _scores_stage(report, work, dev, plan.scores_model)),
+               deadline - time.monotonic(), {"total": SCORES_SECONDS}, admit=not dry_run)
     return report
+
+
+def _inside(context: Callable[[], contextlib.AbstractContextManager], work: Callable[[], None]) -> Callable[[], None]:
+    def run_inside() -> None:
+        with context():
+            work()
+
+    return run_inside

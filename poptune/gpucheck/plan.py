@@ -20,7 +20,7 @@ from poptune.models import configs
 from poptune.models.vision import ImageSize
 
 __all__ = ["AA_TOLERANCE", "Case", "DECODE_TOLERANCE", "IDEAL_SLACK", "LAUNCH_BOUND_BUSY", "Plan", "TARGET", "Target",
-           "case_seconds", "full_plan", "row_seconds", "tiny_plan"]
+           "case_rows", "case_seconds", "full_plan", "parameters", "row_seconds", "stage_seconds", "tiny_plan"]
 
 #: A/A (full against full) may read 1 +- this before the check fails.
 AA_TOLERANCE = 0.02
@@ -44,10 +44,12 @@ class Case:
     batches: tuple[int, ...] = (1,)
     image: ImageSize | None = None
     max_tokens: int | None = None
+    batched: tuple[int, ...] | None = None  # the lengths timed at batch sizes above 1 (None: all of them)
 
     def lengths_at(self, batch: int) -> tuple[int, ...]:
         """The lengths timed at ``batch``."""
-        return tuple(n for n in self.lengths if self.max_tokens is None or n * batch <= self.max_tokens)
+        chosen = self.lengths if batch == 1 or self.batched is None else self.batched
+        return tuple(n for n in chosen if self.max_tokens is None or n * batch <= self.max_tokens)
 
 
 @dataclass(frozen=True)
@@ -86,19 +88,22 @@ class Plan:
 
 
 def full_plan() -> Plan:
-    """The plan for one large GPU: about 4.5 minutes of rows on an H200 by its own arithmetic
-    (:func:`case_seconds`), model builds aside."""
+    """The plan for one large GPU: about 4.5 minutes on an H200 by its own arithmetic (:func:`stage_seconds`:
+    rows, model builds, the first import and the profiler passes), sized so that one device call of about
+    5 minutes holds it and a short second call can redo a stage (docs/gpu-check.md)."""
     return Plan(
         tiny=False,
         cases=(
-            Case("llama-3.1", 10, (512, 2048, 8192), (1, 8), max_tokens=16384),  # 8192 x 8: ~90 s, no room
-            Case("gemma-3-12b", 16, (512, 2048), (1, 8)),
+            # Batch 8 at the target's length only: each row costs ~20 s (energy blocks), so 512 x 8 and 8192 x 8
+            # have no room.
+            Case("llama-3.1", 10, (512, 2048, 8192), (1, 8), batched=(2048,)),
+            Case("gemma-3-12b", 16, (2048,), (1, 8)),  # past the 1024-token sliding window
             Case("qwen3-vl", 12, image=ImageSize(1280, 720)),
         ),
         null_case=Case("llama-3.1", 10, (2048,)),
         decode_tokens=16,
         policy=RepeatPolicy(warmup=2, warmup_seconds=1.0, min_repeats=5, min_seconds=1.0, max_repeats=40,
-                            precision=0.02, max_seconds=6.0),
+                            precision=0.02, max_seconds=3.0),
         energy_seconds=1.0,
         scores_model="gemma-3",
         scores_skip=6,
@@ -128,11 +133,25 @@ def tiny_plan() -> Plan:
 
 # ----------------------------------------------------------------------------------------------------------------
 # The plan's own arithmetic: how long each stage is expected to take, from its policy, its energy blocks and the
-# FLOPs of its prefills at the plan's assumed rate. It excludes building the model (random weights on the GPU)
-# and the vision encoder of image rows (counted as text prompts of their image-token count); the report records
-# every stage's measured seconds beside it.
+# FLOPs of its prefills at the plan's assumed rate (case_seconds), and what admitting a stage adds to that: the
+# model build, the first import of transformers and the profiler's start-ups (stage_seconds). The vision encoder
+# of image rows is counted as text prompts of their image-token count; the report records every stage's
+# measured seconds beside what was expected.
 
 _ALIGN_S = 0.5  # the energy blocks' longest wait for a counter step at either end (poptune.measure.energy)
+
+#: Seconds the idle block is expected to wait for the GPU to settle before each row (at least 1 s, at most 5 s:
+#: poptune.measure.energy.SETTLE_MIN_S and SETTLE_MAX_S). An assumption, like the ones below: none is measured.
+SETTLE_SECONDS = 2.0
+#: The first import of transformers and the model classes in a fresh process on a fresh machine (cold disk).
+IMPORT_SECONDS = 15.0
+#: Building a model of random bf16 weights on the GPU: fixed, plus per billion parameters (allocation and
+#: initialisation kernels, transformers' module construction).
+BUILD_SECONDS = 5.0
+BUILD_SECONDS_PER_BILLION = 2.0
+#: The profiler's first start in a process (CUPTI's initialisation), and each later profiled row's start and stop.
+PROFILER_FIRST_SECONDS = 5.0
+PROFILER_ROW_SECONDS = 1.0
 
 
 def _prompt_tokens(case: Case, model_config: dict) -> tuple[int, ...]:
@@ -166,18 +185,52 @@ def row_seconds(plan: Plan, case: Case, tokens: int, batch: int) -> float:
     return warmup + timed + energy + 2 * call
 
 
-def case_seconds(plan: Plan, case: Case) -> float:
-    """Expected seconds of one model's stage: its rows, the run's idle block per batch size, and the null checks
-    (an A/A run of :data:`~poptune.measure.nullcheck.AA_PAIRS` pairs and a decode pair) on the null case's model."""
+def case_rows(plan: Plan, case: Case) -> list[tuple[int, int]]:
+    """The (prompt tokens, batch) of each row of ``case``, in the order measured."""
     config = configs.full_config(case.model) or configs.tiny_config(case.model) or {}
     tokens = _prompt_tokens(case, config)
-    rows = [(n, b) for b in case.batches for n in (case.lengths_at(b) if case.image is None else tokens)]
-    total = sum(row_seconds(plan, case, n, b) for n, b in rows)
-    total += len(case.batches) * (plan.energy_seconds + 2 * _ALIGN_S)  # idle power, once per run
+    return [(n, b) for b in case.batches for n in (case.lengths_at(b) if case.image is None else tokens)]
+
+
+def case_seconds(plan: Plan, case: Case) -> float:
+    """Expected seconds of one model's rows: each row (one bench run, so its idle block after the GPU settles),
+    and the null checks (an A/A run of :data:`~poptune.measure.nullcheck.AA_PAIRS` pairs and a decode pair) on
+    the null case's model. Builds, imports and profiler start-ups: :func:`stage_seconds`."""
+    rows = case_rows(plan, case)
+    idle = plan.energy_seconds + 2 * _ALIGN_S + SETTLE_SECONDS if plan.energy_seconds else 0.0
+    total = sum(row_seconds(plan, case, n, b) + idle for n, b in rows)
     if case.model == plan.null_case.model:
         n = plan.null_case.lengths[0]
         call = _call_seconds(plan, case, n, 1)
-        total += row_seconds(plan, case, n, 1) + plan.energy_seconds + 2 * _ALIGN_S
+        total += row_seconds(plan, case, n, 1) + idle
         total += max(AA_PAIRS * 2 * call, plan.policy.min_seconds) + plan.policy.warmup_seconds  # A/A
         total += max(plan.policy.min_repeats * 2 * call, plan.policy.min_seconds) + plan.policy.warmup_seconds  # decode
     return total
+
+
+def parameters(config: dict) -> float:
+    """About how many parameters a config builds (attention, MLP, embeddings, a vision tower's blocks)."""
+    text = config.get("text_config", config)
+    hidden, heads = text["hidden_size"], text["num_attention_heads"]
+    kv, head_dim = text.get("num_key_value_heads") or heads, text.get("head_dim") or hidden // heads
+    layer = hidden * head_dim * 2 * (heads + kv) + 3 * hidden * text["intermediate_size"]
+    tied = config.get("tie_word_embeddings", text.get("tie_word_embeddings", True))
+    vision = config.get("vision_config") or {}
+    width, depth = vision.get("hidden_size", 0), vision.get("depth") or vision.get("num_hidden_layers") or 0
+    tower = depth * (4 * width * width + 2 * width * vision.get("intermediate_size", 0))
+    return text["vocab_size"] * hidden * (1 if tied else 2) + text["num_hidden_layers"] * layer + tower
+
+
+def stage_seconds(plan: Plan, case: Case, *, first_import: bool, first_profile: bool) -> dict[str, float]:
+    """What admitting ``case``'s stage counts, by part: ``rows`` (:func:`case_seconds`), ``build`` (random weights
+    on the device), ``import`` (transformers' first import, where this stage makes it), ``profiler`` (one pass
+    per row, its first start included where this stage makes it) and their ``total``."""
+    config = configs.full_config(case.model) or configs.tiny_config(case.model) or {}
+    rows = len(case_rows(plan, case))
+    parts = {
+        "rows": case_seconds(plan, case),
+        "build": BUILD_SECONDS + BUILD_SECONDS_PER_BILLION * parameters(config) / 1e9 if not plan.tiny else 1.0,
+        "import": IMPORT_SECONDS if first_import else 0.0,
+        "profiler": rows * PROFILER_ROW_SECONDS + (PROFILER_FIRST_SECONDS if first_profile else 0.0),
+    }
+    return {**parts, "total": sum(parts.values())}

@@ -1,6 +1,8 @@
 """The check's records: every result as JSON, the summary as Markdown, and the loud FAIL lines.
 
-Written after every stage, so a check stopped by its time limit still leaves what it measured.
+Written after every row and every stage, so a check stopped by its time limit still leaves what it measured;
+and read back by the same command on the same folder (:meth:`Report.resume`), which keeps the stages a
+previous run finished and runs the rest.
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ def _row_failures(row: dict[str, Any]) -> list[str]:
 
 
 def failures(data: dict[str, Any]) -> list[str]:
-    """The FAIL lines of a report's data: preflight, null checks, rows, scores and stages that broke."""
+    """The FAIL lines of a report's data: preflight, null checks, rows, scores and stages that broke. A dry run's
+    figures come from stand-in models on the CPU: only its preflight and its stages that broke can fail."""
     lines = [Check(**c).line() for c in data["preflight"] if c["status"] == "FAIL"]
+    if data.get("dry_run"):
+        return lines + [f"FAIL stage {name}: {error}" for name, error in data["errors"].items()]
     null = data.get("null_checks")
     if null:
         for key, tolerance, label in (("aa", AA_TOLERANCE, "A/A"), ("decode", DECODE_TOLERANCE, "decode")):
@@ -95,12 +100,48 @@ class Report:
     def __post_init__(self) -> None:
         self.data = {"tiny": self.plan.tiny, "device": self.device, "hardware": None, "preflight": [],
                      "null_checks": None, "rows": [], "profiles": {}, "scores": None, "benches": [], "errors": {},
-                     "skipped": {}, "seconds": {}, "expected": {}}
+                     "skipped": {}, "seconds": {}, "expected": {}, "admitted": {}, "notes": [], "kept": [],
+                     "dry_run": False}
+
+    @classmethod
+    def resume(cls, out: Path, plan: Plan, device: str) -> Report:
+        """A report for ``out``: where ``out`` holds a previous run's report of the same plan (full or tiny, not a
+        dry run), the stages it finished -- measured to the end, not broken -- are kept with their rows, benches
+        and null checks, and the rest are dropped to be run again; otherwise a new report."""
+        report = cls(out, plan, device)
+        try:
+            old = json.loads((out / "gpu-check.json").read_text())
+        except (OSError, ValueError):
+            return report
+        if old.get("tiny") != plan.tiny or old.get("dry_run"):
+            return report
+        done = [c.model for c in plan.cases if c.model in old.get("seconds", {}) and c.model not in old["errors"]]
+        if not done:
+            return report
+        d = report.data
+        d["kept"] = done
+        d["rows"] = [r for r in old["rows"] if r["model"] in done]
+        d["benches"] = [b for b in old["benches"] if b.get("model") in done]
+        d["null_checks"] = old["null_checks"] if plan.null_case.model in done else None
+        if "scores" in old.get("seconds", {}) and "scores" not in old["errors"] and old.get("scores"):
+            done.append("scores")
+            d["scores"] = old["scores"]
+        for key in ("seconds", "expected", "admitted"):
+            d[key] = {name: v for name, v in old.get(key, {}).items() if name in done}
+        return report
+
+    def add_row(self, row: dict[str, Any], bench: dict[str, Any]) -> None:
+        """Records one measured row and its bench record, and writes the report at once."""
+        self.data["rows"].append(row)
+        self.data["benches"].append(bench)
+        self.write()
 
     def lines(self) -> list[str]:
         """The summary's status lines: preflight, null checks, scores, skipped stages, target and FAIL lines."""
         d = self.data
         lines = [Check(**c).line() for c in d["preflight"] if c["status"] != "FAIL"]
+        lines += [f"NOTE {note}" for note in d["notes"]]
+        lines += [f"KEPT {name}: measured by the previous run in this folder" for name in d["kept"]]
         null = d["null_checks"]
         if null:
             lines.append(f"A/A {null['model']} @{null['length']}: {null['aa']['speedup']:.4f} "
@@ -113,12 +154,16 @@ class Report:
                       f"{scores['max_abs_diff']:.2e}" if scores["status"] == "PASS" else scores["reason"])
             lines.append(f"{scores['status']} scores: {detail}")
         lines += [f"SKIP {name}: {why}" for name, why in d["skipped"].items()]
+        if d["dry_run"]:
+            lines += [f"DRY {name}: its code path ran on stand-ins in {seconds} s (on the device: expected "
+                      f"{d['expected'].get(name, 0):.0f} s)" for name, seconds in d["seconds"].items()]
         target = _target(d)
         return lines + ([target] if target else []) + failures(d)
 
     def markdown(self) -> str:
         hw = self.data["hardware"] or {}
-        head = [f"# GPU check ({'tiny, ' if self.plan.tiny else ''}{hw.get('name', self.device)})", "",
+        dry = "DRY RUN on stand-in models (no figure below is a measurement), " if self.data["dry_run"] else ""
+        head = [f"# GPU check ({dry}{'tiny, ' if self.plan.tiny else ''}{hw.get('name', self.device)})", "",
                 f"Device {self.device}; driver {hw.get('driver_version')}; torch {hw.get('torch_version')}; "
                 f"seconds per stage {json.dumps(self.data['seconds'])}; expected by the plan "
                 f"{json.dumps(self.data['expected'])}.", "", "```"]

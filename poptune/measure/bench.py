@@ -39,6 +39,7 @@ from poptune.measure.prompts import image_prompt_batch, prompt_batch
 from poptune.measure.provenance import load_average, provenance, versions
 from poptune.measure.telemetry import Sampler, Telemetry, nvml_device
 from poptune.measure.timer import LatencyRecord, PairRecord, Staged, Timer, measure_pair
+from poptune.measure.windows import window_sizes_on_device
 from poptune.models.vision import ImageSize, encoder_patches, image_token_counts, kept_rope_state, require_vision
 from poptune.transform import Transform, applied
 
@@ -222,7 +223,8 @@ def run_bench(
     hardware = fingerprint(device)
     record = provenance(model, model_name=model_name, weights=weights)
     rows, prompts = [], []
-    with Telemetry(hardware) as telemetry, nvml_device(hardware) as gpu, kept_rope_state(model):
+    with Telemetry(hardware) as telemetry, nvml_device(hardware) as gpu, kept_rope_state(model), \
+            window_sizes_on_device(model):  # Gemma-3's sliding window sizes made on the device once, not per prefill
         timer = Timer(device)
         run = _Row(model, config, spec, timer, gpu, transform, progress, idle_power(gpu, timer, spec.energy_seconds))
         for item in spec.images or spec.lengths:

@@ -14,7 +14,13 @@ shorter block would be mostly step). How a block is read:
   order (POP, full, full, POP, POP, full, ...), so a drifting temperature or clock hits both sides alike; each
   side's joules per call is the median of its blocks with the order-statistic interval of
   :func:`poptune.measure.stats.median_ci` (three blocks: their range, coverage 0.75, stated as such).
-- **Idle power beside it.** :func:`idle_power` reads the counter across a block with no work (aligned the same
+- **Bounded run-ahead.** Inside a block the host does not wait for each call (that would add a sync the timed
+  pairs never see), but it waits for the call :data:`RUN_AHEAD` calls back (a CUDA event recorded after each),
+  so a replayed CUDA graph, which the host launches in microseconds, cannot queue thousands of calls that the
+  block's last step would then wait for.
+- **Idle power beside it.** :func:`idle_power` first lets the GPU settle (the work before it, a model build or a
+  row, leaves it drawing more for a while: it waits at least :data:`SETTLE_MIN_S` and until the power stops
+  falling, at most :data:`SETTLE_MAX_S`), then reads the counter across a block with no work (aligned the same
   way); each reading reports the gross joules per call and, beside it, the net figure: gross less idle
   power times the call's seconds (the energy the call added to what the idle GPU draws anyway).
 
@@ -24,6 +30,7 @@ Where the counter cannot be read, or blocks are turned off, the figures are ``No
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -33,7 +40,7 @@ from poptune.measure.nvml import NvmlDevice
 from poptune.measure.stats import median_ci
 from poptune.measure.timer import Timer
 
-__all__ = ["ENERGY_BLOCKS", "MIN_BLOCK_SECONDS", "EnergyBlock", "EnergyReading", "IdleReading", "check_block_seconds",
+__all__ = ["ENERGY_BLOCKS", "MIN_BLOCK_SECONDS", "RUN_AHEAD", "SETTLE_MAX_S", "SETTLE_MIN_S", "EnergyBlock", "EnergyReading", "IdleReading", "check_block_seconds",
            "energy_pair", "energy_per_call", "idle_power"]
 
 #: The shortest energy block that gives a figure: shorter ones are dominated by the counter's update steps.
@@ -46,6 +53,40 @@ ENERGY_BLOCKS = 3
 _ALIGN_S = 0.5
 _IDLE_POLL_S = 0.002  # the idle block's wait between two reads of the counter
 _sleep = time.sleep  # how the idle block waits (a test's simulated clock replaces it)
+
+#: Calls a block's host may run ahead of the device: before the next call it waits for the one this many back.
+RUN_AHEAD = 2
+#: The idle block's settling: at least this long after the device is synchronised ...
+SETTLE_MIN_S = 1.0
+#: ... and until the power stops falling (two readings :data:`_SETTLE_POLL_S` apart within
+#: :data:`_SETTLE_FLAT` of each other), but no longer than this.
+SETTLE_MAX_S = 5.0
+_SETTLE_POLL_S = 0.25
+_SETTLE_FLAT = 0.05
+
+
+def _event() -> Any:
+    """A CUDA event recorded on the current stream now (a test replaces this where there is no CUDA)."""
+    import torch
+
+    event = torch.cuda.Event()
+    event.record()
+    return event
+
+
+class _RunAhead:
+    """Keeps the host at most :data:`RUN_AHEAD` calls ahead of the device (a no-op on CPU, where calls block)."""
+
+    def __init__(self, timer: Timer) -> None:
+        self.on = timer.is_cuda
+        self.pending: deque[Any] = deque()
+
+    def after_call(self) -> None:
+        if not self.on:
+            return
+        self.pending.append(_event())
+        if len(self.pending) > RUN_AHEAD:
+            self.pending.popleft().synchronize()  # the call RUN_AHEAD back has finished on the device
 
 
 def check_block_seconds(seconds: float) -> None:
@@ -80,6 +121,7 @@ class IdleReading:
     seconds: float = 0.0
     joules: float | None = None
     reason: str | None = None
+    settle_seconds: float = 0.0  # waited before the block for the power to stop falling
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,12 +193,13 @@ def _block(fn: Callable[[], object] | None, gpu: NvmlDevice, timer: Timer, secon
     start_mj, start_ns, _ = _step(gpu, timer, fn)  # the lead-in's calls are not counted
     if start_mj is None:
         return _reason(gpu, f"energy counter did not step within {_ALIGN_S} s")
-    calls = 0
+    calls, ahead = 0, _RunAhead(timer)
     while (fn is not None and calls == 0) or timer.now_ns() - start_ns < seconds * 1e9:
         if fn is None:
             _sleep(_IDLE_POLL_S)
         else:
             fn()
+            ahead.after_call()
             calls += 1
     timer.synchronize()
     end_mj, end_ns, tail = _step(gpu, timer, fn)  # busy up to the step that ends the block: its calls count
@@ -177,16 +220,33 @@ def _unavailable(gpu: NvmlDevice, min_seconds: float) -> str | None:
     return None
 
 
+def _settle(gpu: NvmlDevice, timer: Timer) -> float:
+    """Waits, device synchronised, at least :data:`SETTLE_MIN_S` and until the power draw stops falling (at
+    most :data:`SETTLE_MAX_S`); returns the seconds waited."""
+    timer.synchronize()
+    start = timer.now_ns()
+    before = None
+    while True:
+        _sleep(_SETTLE_POLL_S)
+        waited = (timer.now_ns() - start) / 1e9
+        power = gpu.power_w()
+        flat = power is None or (before is not None and before - power <= _SETTLE_FLAT * before)
+        if waited >= SETTLE_MAX_S or (waited >= SETTLE_MIN_S and flat):
+            return waited
+        before = power
+
+
 def idle_power(gpu: NvmlDevice, timer: Timer, seconds: float = MIN_BLOCK_SECONDS) -> IdleReading:
-    """The GPU's power with no work: the counter across ``seconds`` of waiting (device synchronised first), both
-    ends on a step. ``seconds`` as :func:`check_block_seconds` (0: not measured)."""
+    """The GPU's power with no work: the counter across ``seconds`` of waiting, both ends on a step, after the
+    GPU has settled (:func:`_settle`). ``seconds`` as :func:`check_block_seconds` (0: not measured)."""
     why = _unavailable(gpu, seconds)
     if why is not None:
         return IdleReading(None, reason=why)
+    settled = _settle(gpu, timer)
     block = _block(None, gpu, timer, seconds)
     if isinstance(block, str):
-        return IdleReading(None, reason=block)
-    return IdleReading(block.joules / block.seconds, block.seconds, block.joules)
+        return IdleReading(None, reason=block, settle_seconds=settled)
+    return IdleReading(block.joules / block.seconds, block.seconds, block.joules, settle_seconds=settled)
 
 
 def _reading(blocks: list[EnergyBlock], idle: IdleReading | None, confidence: float) -> EnergyReading:

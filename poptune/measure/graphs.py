@@ -18,9 +18,11 @@ transformers takes the causal path under capture as it does eagerly. A prompt wi
 prompt, keeps its mask: its graph computes the full square, and the row's ideal counts it so
 (:func:`poptune.measure.flops.prefill_flops`, ``materialised``).
 
-**A failed capture** is ended on the spot (the stream leaves capture mode) and, where torch stopped before
-handing the caching allocator back from the graph's private pool, the allocator is handed back and the pool
-released, so later allocations and ``empty_cache()`` behave as if no capture had been tried.
+**A failed capture** is ended on the spot (the stream leaves capture mode) and the caching allocator is handed
+back from the capture's private pool, and the pool released, so later allocations and ``empty_cache()`` behave
+as if no capture had been tried. The pool is made here (``torch.cuda.graph_pool_handle()``) and given to
+``capture_begin(pool=...)``, so its handle is known whatever the capture did: ``CUDAGraph.pool()`` cannot be
+asked after a failed ``capture_end`` (it checks that the capture ended, which a failed end never records).
 """
 
 from __future__ import annotations
@@ -79,36 +81,35 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
 
 
-def _abandon(graph: Any, device: torch.device) -> None:
-    """Hands the caching allocator back from ``graph``'s private pool after a failed capture, and releases the
-    pool, where torch's ``capture_end`` raised before doing so (it checks the capture's status first)."""
+def _abandon(pool: Any, device: torch.device) -> None:
+    """Hands the caching allocator back from the private ``pool`` of a failed capture and releases the pool.
+
+    Each step is suppressed where torch did it already (``capture_end`` stops routing allocations to the pool
+    before it checks the capture; a capture that never began routed nothing).
+    """
     index = device.index if device.index is not None else torch.cuda.current_device()
-    try:
-        pool = graph.pool()
-    except Exception:  # no capture began: nothing to hand back
-        return
     end = getattr(torch._C, "_cuda_endAllocateToPool", None)
     release = getattr(torch._C, "_cuda_releasePool", None)
-    try:
-        if end is None:
-            return
-        end(index, pool)
-    except Exception:  # capture_end got that far itself: the pool is the graph's to release
-        return
+    if end is not None:
+        with contextlib.suppress(Exception):
+            end(index, pool)
     if release is not None:
         with contextlib.suppress(Exception):
             release(index, pool)
 
 
 def _record(graph: Any, fn: Callable[[], object], stream: Any, device: torch.device) -> BaseException | None:
-    """Captures ``fn()`` into ``graph`` on ``stream``; the capture is ended whatever ``fn`` does. Returns the
-    first error (``fn``'s before ``capture_end``'s), or None for a graph ready to replay."""
+    """Captures ``fn()`` into ``graph`` on ``stream``, in a private pool made first; the capture is ended
+    whatever ``fn`` does. Returns the first error (``fn``'s before ``capture_end``'s), or None for a graph
+    ready to replay (it then owns the pool)."""
     failure: BaseException | None = None
+    pool = torch.cuda.graph_pool_handle()
     with torch.cuda.stream(stream):
         try:
-            graph.capture_begin(capture_error_mode="thread_local")  # the NVML sampler's thread is not captured
+            # thread_local: the NVML sampler's thread is not captured
+            graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         except Exception as e:
-            _abandon(graph, device)
+            _abandon(pool, device)
             return e
         try:
             fn()
@@ -116,10 +117,10 @@ def _record(graph: Any, fn: Callable[[], object], stream: Any, device: torch.dev
             failure = e
         try:
             graph.capture_end()
-        except Exception as e:
+        except Exception as e:  # the graph holds nothing: the pool is ours to hand back
             failure = failure or e
-            _abandon(graph, device)
-    return failure
+            _abandon(pool, device)
+    return failure  # after a successful end the graph owns the pool and releases it when it is freed
 
 
 def capture(fn: Callable[[], object], device: torch.device) -> Graphed:

@@ -167,17 +167,22 @@ class NvmlDevice:
         """NVML's total-energy counter (mJ since the driver loaded; Volta and newer), or None."""
         return self._q("energy", "nvmlDeviceGetTotalEnergyConsumption")
 
+    def power_w(self) -> float | None:
+        """The power draw now (W), or None."""
+        milliwatts = self._q("power draw", "nvmlDeviceGetPowerUsage")
+        return None if milliwatts is None else milliwatts / 1000.0
+
     def sample(self) -> dict[str, Any]:
         """One reading: SM and memory clock (MHz), power (W), temperature (°C), clock event reasons, energy (mJ)."""
         if not self.available:
             keys = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "clock_reasons", "energy_mj")
             return dict.fromkeys(keys)
         nv = self._nv
-        power = self._q("power draw", "nvmlDeviceGetPowerUsage")
+        power = self.power_w()
         return {
             "sm_clock_mhz": self._q("SM clock", "nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),  # type: ignore[union-attr]
             "mem_clock_mhz": self._q("memory clock", "nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM),  # type: ignore[union-attr]
-            "power_w": None if power is None else power / 1000.0,
+            "power_w": power,
             "temperature_c": self._q("temperature", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),  # type: ignore[union-attr]
             "clock_reasons": _clock_reasons(nv, self._handle, self.notes),  # type: ignore[arg-type]
             "energy_mj": self.energy_mj(),

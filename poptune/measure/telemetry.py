@@ -43,24 +43,25 @@ FAILING_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", 
 INFORMATIONAL_REASONS = ("sw_power_cap", "gpu_idle", "applications_clocks_setting", "sync_boost",
                          "display_clock_setting")
 
-#: A row fails as ``sm_clock_dip`` when its lowest SM clock during the timed pairs is more than this fraction below
-#: the median of its readings: a transient slowdown within the row, whatever reason NVML gave (a threshold the
-#: check chooses, not a measured figure).
+#: A row fails as ``sm_clock_dip`` when two consecutive SM clock readings during the timed pairs are both more than
+#: this fraction below the median of its readings: a slowdown within the row lasting at least one sampling
+#: period, whatever reason NVML gave (a threshold the check chooses, not a measured figure). One low reading
+#: alone is not enough: at its power cap an H200's clock swings from one 15 Hz reading to the next.
 SM_CLOCK_DIP = 0.15
 
 
 def failing_reasons(reasons: list[str], sm_clocks: list[int]) -> list[str]:
     """The reasons that fail a row: those in :data:`FAILING_REASONS` (and unknown bits), plus ``sm_clock_dip``
-    when the lowest of ``sm_clocks`` is more than :data:`SM_CLOCK_DIP` below their median.
+    when two consecutive readings of ``sm_clocks`` (in the order read) are both more than :data:`SM_CLOCK_DIP`
+    below their median.
 
-    Example: ``failing_reasons(["sw_power_cap"], [1980, 1965, 1980]) == []``;
-    ``failing_reasons(["hw_thermal_slowdown"], [1980, 1400, 1980]) == ["hw_thermal_slowdown", "sm_clock_dip"]``.
+    Example: ``failing_reasons(["sw_power_cap"], [1980, 1400, 1980]) == []`` (one low reading);
+    ``failing_reasons(["hw_thermal_slowdown"], [1980, 1400, 1390, 1980]) == ["hw_thermal_slowdown", "sm_clock_dip"]``.
     """
     failing = [r for r in reasons if r not in INFORMATIONAL_REASONS]
     if sm_clocks:
-        ordered = sorted(sm_clocks)
-        median = ordered[len(ordered) // 2]
-        if ordered[0] < (1 - SM_CLOCK_DIP) * median:
+        floor = (1 - SM_CLOCK_DIP) * sorted(sm_clocks)[len(sm_clocks) // 2]
+        if any(a < floor and b < floor for a, b in zip(sm_clocks, sm_clocks[1:])):
             failing.append("sm_clock_dip")
     return failing
 

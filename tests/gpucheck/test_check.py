@@ -24,8 +24,10 @@ def test_tiny_check_writes_every_record(tmp_path: Path, capsys: pytest.CaptureFi
     summary = (tmp_path / "gpu-check.md").read_text()
     assert data["errors"] == {} and data["skipped"] == {}
     statuses = [(c["name"], c["status"]) for c in data["preflight"]]
-    assert statuses[:3] == [("regex", "PASS"), ("scipy", "PASS"), ("transformers", "PASS")]  # the version lines
-    assert [s for _, s in statuses[3:]] == ["SKIP"] * 4  # no CUDA, no NVML: said, not failed
+    names = [n for n, _ in statuses[:-4]]
+    assert {"scipy", "transformers", "regex", "tokenizers", "huggingface-hub", "safetensors", "nvidia-ml-py"} <= set(names)
+    assert {s for _, s in statuses[:-4]} == {"PASS"}  # the version lines
+    assert [s for _, s in statuses[-4:]] == ["SKIP"] * 4  # no CUDA, no NVML: said, not failed
     # Rows: tiny-llama 2 lengths x 2 batches, tiny-gemma3 1, tiny-qwen3-vl one image.
     assert [(r["model"], r["length"] if not r["image"] else r["image"], r["batch"]) for r in data["rows"]] == [
         ("tiny-llama", 24, 1), ("tiny-llama", 48, 1), ("tiny-llama", 24, 2), ("tiny-llama", 48, 2),
@@ -39,7 +41,7 @@ def test_tiny_check_writes_every_record(tmp_path: Path, capsys: pytest.CaptureFi
     assert null["aa"]["pairs"] == AA_PAIRS and null["decode"]["pairs"] == 3  # the A/A test takes its own pairs
     scores = data["scores"]
     assert scores["status"] == "PASS" and scores["items"] == 50 and scores["max_abs_diff"] <= 1e-3
-    assert len(data["benches"]) == 1 + 2 + 1 + 1  # null checks, tiny-llama per batch, tiny-gemma3, tiny-qwen3-vl
+    assert len(data["benches"]) == 1 + 6  # the null checks, then one bench run per row
     for line in ("SKIP energy: cpu device: no CUDA, no NVML", "A/A tiny-llama @24:", "PASS scores: tiny-gemma3"):
         assert line in printed and line in summary
     fails = [line for line in printed.splitlines() if line.startswith("FAIL")]
@@ -51,22 +53,24 @@ def test_full_check_without_cuda_stops_at_preflight(tmp_path: Path, capsys) -> N
     assert main(["gpu-check", "--device", "cpu", "--out", str(tmp_path)]) == 1
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1] == "FAIL cuda: CUDA is not available: the full check needs one GPU (or pass --tiny)"
-    assert [line.split(":")[0] for line in printed[:-1]] == ["PASS regex", "PASS scipy", "PASS transformers"]
+    assert all(line.startswith("PASS ") for line in printed[:-1]) and "PASS transformers: " in "\n".join(printed)
     assert json.loads((tmp_path / "gpu-check.json").read_text())["rows"] == []
 
 
-def test_dry_run_skips_every_stage_with_the_time_its_plan_expects(tmp_path: Path, capsys) -> None:
-    from poptune.gpucheck.plan import case_seconds, full_plan
+def test_dry_run_runs_every_stage_on_stand_ins_with_the_time_its_plan_expects(tmp_path: Path, capsys) -> None:
+    from poptune.gpucheck.plan import full_plan, stage_seconds
 
     assert main(["gpu-check", "--dry-run", "--device", "cpu", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "gpu-check.json").read_text())
     plan = full_plan()
-    assert list(data["skipped"]) == [c.model for c in plan.cases] + ["scores"] and data["rows"] == []
-    for case in plan.cases:
-        assert data["expected"][case.model] == round(case_seconds(plan, case), 1) > 0
-        assert data["skipped"][case.model].startswith("dry run: no device work (expected ")
-    assert "SKIP llama-3.1: dry run" in capsys.readouterr().out and "expected by the plan" in (
-        tmp_path / "gpu-check.md").read_text()
+    assert data["dry_run"] and data["errors"] == {} and data["skipped"] == {}
+    assert list(data["seconds"]) == [c.model for c in plan.cases] + ["scores"]
+    last = plan.cases[-1]  # its expected time is the device's (full-size build), not the stand-in's
+    assert data["expected"][last.model] == round(stage_seconds(plan, last, first_import=False,
+                                                               first_profile=False)["total"], 1) > 20
+    assert {r["model"] for r in data["rows"]} == {c.model for c in plan.cases}
+    assert "DRY llama-3.1: its code path ran on stand-ins" in capsys.readouterr().out
+    assert "DRY RUN on stand-in models" in (tmp_path / "gpu-check.md").read_text()
 
 
 def test_a_stage_that_cannot_finish_in_the_budget_left_is_skipped_not_started(tmp_path: Path, monkeypatch) -> None:
@@ -80,11 +84,13 @@ def test_a_stage_that_cannot_finish_in_the_budget_left_is_skipped_not_started(tm
 
 
 def test_the_full_plan_fits_its_budget_by_its_own_arithmetic() -> None:
-    from poptune.gpucheck.plan import case_seconds, full_plan
+    from poptune.gpucheck.plan import full_plan, stage_seconds
 
     plan = full_plan()
-    total = sum(case_seconds(plan, case) for case in plan.cases) + check.SCORES_SECONDS
+    parts = [stage_seconds(plan, case, first_import=i == 0, first_profile=i == 0) for i, case in enumerate(plan.cases)]
+    total = sum(p["total"] for p in parts) + check.SCORES_SECONDS
     assert total <= check.BUDGET_SECONDS
+    assert parts[0]["import"] > 0 and all(p["build"] > 10 and p["profiler"] > 0 for p in parts)
     assert plan.policy.warmup_seconds >= 1.0  # every row warms up a second at its own shape first
 
 
@@ -131,3 +137,64 @@ def test_busy_union_counts_overlaps_once() -> None:
     assert busy_union([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == 4
     assert launch_bound({"kernel_ms": 1.0}, 4.0)["launch_bound"] is True
     assert launch_bound({"kernel_ms": 3.0}, 4.0) | {} == {"kernel_ms": 3.0, "busy": 0.75, "launch_bound": False}
+
+
+def test_admission_counts_the_build_the_import_and_the_profiler(tmp_path: Path, monkeypatch) -> None:
+    # Issue 47 (4): a stage whose rows fit in what is left, but not with its build and profiler passes, is not
+    # started (it would overrun and lose what it measured).
+    from poptune.gpucheck.plan import case_seconds, stage_seconds, tiny_plan
+
+    plan = tiny_plan()
+    first = plan.cases[0]
+    parts = stage_seconds(plan, first, first_import=False, first_profile=True)
+    assert parts["rows"] == case_seconds(plan, first) and parts["total"] > parts["rows"] + parts["profiler"] - 1e-9
+    monkeypatch.setattr(check, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("started")))
+    check.run(tmp_path, tiny=True, device="cpu", budget=parts["rows"] + 0.5)
+    data = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert data["skipped"][first.model].startswith("time budget spent") and first.model not in data["errors"]
+    assert data["admitted"][first.model]["build"] > 0 and data["admitted"][first.model]["profiler"] >= 5
+
+
+def test_the_report_is_written_after_every_row(tmp_path: Path, monkeypatch) -> None:
+    from poptune.gpucheck.report import Report
+
+    written: list[int] = []
+    real = Report.write
+    monkeypatch.setattr(Report, "write", lambda self: written.append(len(self.data["rows"])) or real(self))
+    check.run(tmp_path, tiny=True, device="cpu")
+    assert all(n in written for n in range(1, 7))  # a write as each of the 6 rows came, not only at stage ends
+
+
+def test_nvml_preflight_failures_do_not_stop_the_timing(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Issue 47 (3): an energy counter NotSupported (a VM) or a UUID mismatch leaves NVML's figures empty, the rows
+    # are still timed. (A fake preflight: there is no GPU here.)
+    from poptune.gpucheck.preflight import Check
+
+    fails = [Check("cuda", "PASS", "a fake GPU"), Check("nvml", "PASS", "matched"),
+             Check("energy", "FAIL", "energy unavailable (NVMLError_NotSupported)", stops=False),
+             Check("clocks", "FAIL", "clocks unreadable", stops=False)]
+    monkeypatch.setattr(check, "preflight", lambda device, tiny: (fails, None))
+    assert main(["gpu-check", "--tiny", "--device", "cpu", "--out", str(tmp_path)]) == 1  # FAIL lines, loud
+    data = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert len(data["rows"]) == 6 and data["scores"]["status"] == "PASS"
+    printed = capsys.readouterr().out
+    assert "FAIL energy: energy unavailable (NVMLError_NotSupported) (timing went on without it)" in printed
+    assert f"NOTE {check.NVML_NOTE}" in printed
+    monkeypatch.setattr(check, "preflight", lambda device, tiny: ([Check("cuda", "FAIL", "no CUDA")], None))
+    assert not check.run(tmp_path / "b", tiny=True, device="cpu").data["rows"]  # CUDA's failure still stops it
+
+
+def test_the_same_command_keeps_the_stages_a_previous_run_finished(tmp_path: Path, monkeypatch) -> None:
+    # Issue 47 (5): a rerun on the first run's report runs only what that run did not finish.
+    check.run(tmp_path, tiny=True, device="cpu")
+    data = json.loads((tmp_path / "gpu-check.json").read_text())
+    data["errors"]["tiny-gemma3"] = "RuntimeError: broke"
+    data["rows"] = [r for r in data["rows"] if r["model"] != "tiny-gemma3"]
+    (tmp_path / "gpu-check.json").write_text(json.dumps(data))
+    loaded = []
+    real = check.load_model
+    monkeypatch.setattr(check, "load_model", lambda name, **k: loaded.append(name) or real(name, **k))
+    report = check.run(tmp_path, tiny=True, device="cpu")
+    assert loaded == ["tiny-gemma3"] and report.data["kept"] == ["tiny-llama", "tiny-qwen3-vl", "scores"]
+    assert [r["model"] for r in report.data["rows"]].count("tiny-gemma3") == 1 and len(report.data["rows"]) == 6
+    assert report.data["errors"] == {} and "KEPT tiny-llama: measured by the previous run" in "\n".join(report.lines())

@@ -46,6 +46,10 @@ class SimulatedGpu:
     def call(self) -> None:
         self._advance(CALL_S, BUSY_W)
 
+    def power_w(self) -> float:
+        self._advance(1e-4, IDLE_W)
+        return IDLE_W
+
     def energy_mj(self) -> int:
         self._advance(1e-4, IDLE_W)  # an NVML query: 0.1 ms
         stepped = (self.times[-1] - LAG_S) // STEP_S * STEP_S
@@ -114,3 +118,51 @@ def test_no_counter_no_blocks(gpu: SimulatedGpu) -> None:
                         timer=Timer("cpu", clock=gpu.now_ns), min_seconds=1.0)
     assert sides["pop"].j_per_call is None and "did not step" in sides["pop"].reason
     assert sides["full"].reason == sides["pop"].reason
+
+
+def test_a_block_waits_for_the_call_two_back_not_for_each(gpu: SimulatedGpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 47 (8): graph replays launch in microseconds; without a bound the host queues calls without end. A
+    # fake CUDA timer and fake CUDA events (no CUDA here) log what the block waits for.
+    log: list[str] = []
+
+    class Event:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def synchronize(self) -> None:
+            log.append(f"wait {self.n}")
+
+    made = itertools.count(1)
+    monkeypatch.setattr(energy, "_event", lambda: Event(next(made)))
+    timer = Timer("cpu", clock=gpu.now_ns)
+    monkeypatch.setattr(type(timer), "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(type(timer), "synchronize", lambda self: log.append("sync"))
+
+    def call() -> None:
+        log.append("call")
+        gpu.call()
+
+    block = energy._block(call, gpu, timer, 0.2)
+    assert isinstance(block, energy.EnergyBlock)
+    first = next(k for k in range(len(log) - 1) if log[k] == log[k + 1] == "call")  # the lead-in syncs each call
+    counted = log[first:]
+    counted = counted[:counted.index("sync")]
+    assert counted[:5] == ["call", "call", "call", "wait 1", "call"]  # call 3 issued, then call 1 waited for
+    waits = [e for e in counted if e.startswith("wait")]
+    assert counted.count("call") == len(waits) + energy.RUN_AHEAD and energy.RUN_AHEAD == 2
+
+
+def test_idle_power_waits_for_the_gpu_to_settle_first(gpu: SimulatedGpu) -> None:
+    # Issue 47 (8): right after a model build the GPU still draws more; the idle block starts once it stops
+    # falling. The simulated GPU draws 400 W decaying to 100 W over 2 s after its work.
+    timer = Timer("cpu", clock=gpu.now_ns)
+    start = gpu.times[-1]
+
+    def falling() -> float:
+        gpu._advance(1e-4, IDLE_W)
+        return IDLE_W + max(0.0, 300.0 * (1 - (gpu.times[-1] - start) / 2.0))
+
+    gpu.power_w = falling  # type: ignore[method-assign]
+    idle = idle_power(gpu, timer, 1.0)
+    assert 2.0 <= idle.settle_seconds <= energy.SETTLE_MAX_S
+    assert energy.SETTLE_MIN_S == 1.0 and idle.watts == pytest.approx(IDLE_W, rel=0.01)

@@ -1,6 +1,6 @@
 """CUDA-graph timing on CPU, with fakes: POP's forward makes no host sync while capturing, an unpadded text
 prompt is captured without a mask (SDPA's causal path, not a dense square), and a failed capture is ended and
-hands the caching allocator back."""
+hands the caching allocator back (a fake CUDA graph stands for torch's)."""
 
 from __future__ import annotations
 
@@ -104,27 +104,30 @@ def test_the_ideal_counts_a_materialised_mask_as_the_whole_square(tiny) -> None:
 
 
 class _FakeGraph:
-    """A CUDA graph whose capture fails as torch's does: ``capture_end`` raises before it ends the allocator's
-    routing to the graph's pool when the capture was invalidated."""
+    """A CUDA graph (a fake: no CUDA here) whose capture fails as torch 2.13's does: ``capture_end`` raises on an
+    invalidated capture before it records that the capture ended, so ``pool()``, which checks that, raises."""
 
     def __init__(self, log: list[str]) -> None:
         self.log = log
 
-    def capture_begin(self, **kwargs: Any) -> None:
-        self.log.append(f"begin {kwargs.get('capture_error_mode')}")
+    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+        self.log.append(f"begin {capture_error_mode} pool={pool}")
 
     def capture_end(self) -> None:
         self.log.append("end")
         raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
 
     def pool(self) -> tuple[int, int]:
-        return (7, 0)
+        self.log.append("pool() asked")
+        raise RuntimeError("Called CUDAGraph::pool() without a preceding successful capture.")
 
     def replay(self) -> None:
         raise AssertionError("a failed capture is never replayed")
 
 
 def test_a_failed_capture_is_ended_and_hands_the_allocator_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 47 (2): the pool is made before capture_begin(pool=...) and released by that handle; graph.pool()
+    # is never asked after a failed capture_end (torch raises there, and the pool would stay held).
     log: list[str] = []
     fake = type("FakeStream", (), {"wait_stream": lambda self, other: None})
     monkeypatch.setattr(torch.cuda, "Stream", lambda device: fake())
@@ -132,6 +135,7 @@ def test_a_failed_capture_is_ended_and_hands_the_allocator_back(monkeypatch: pyt
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: log.append("sync"))
     monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: _FakeGraph(log))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: log.append("handle") or (0, 9))
     monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", lambda i, p: log.append(f"allocator back {i} {p}"),
                         raising=False)
     monkeypatch.setattr(torch._C, "_cuda_releasePool", lambda i, p: log.append(f"pool released {i} {p}"),
@@ -146,8 +150,23 @@ def test_a_failed_capture_is_ended_and_hands_the_allocator_back(monkeypatch: pyt
     result = capture(fn, torch.device("cuda", 0))
     assert result.graph is None and result.call is fn and result.mode == "eager"
     assert "operation not permitted when stream is capturing" in result.reason  # fn's error, not capture_end's
-    after = log[log.index("begin thread_local"):]
-    assert after == ["begin thread_local", "end", "allocator back 0 (7, 0)", "pool released 0 (7, 0)", "sync"]
+    after = log[log.index("handle"):]
+    assert after == ["handle", "begin thread_local pool=(0, 9)", "end", "allocator back 0 (0, 9)",
+                     "pool released 0 (0, 9)", "sync"]
+
+
+def test_a_capture_whose_end_succeeds_leaves_the_pool_to_its_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fn raised, but capture_end made a graph: the graph releases its pool when freed, so releasing it here
+    # too would release it twice (a fake CUDA graph, as above).
+    log: list[str] = []
+    fake = type("FakeStream", (), {"wait_stream": lambda self, other: None})
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (0, 9))
+    monkeypatch.setattr(torch._C, "_cuda_releasePool", lambda i, p: log.append("released"), raising=False)
+    graph = _FakeGraph(log)
+    graph.capture_end = lambda: log.append("end")  # type: ignore[method-assign]
+    error = graphs._record(graph, lambda: 1 / 0, fake(), torch.device("cuda", 0))
+    assert isinstance(error, ZeroDivisionError) and "released" not in log and "pool() asked" not in log
 
 
 def test_capture_on_cpu_says_why_it_is_eager() -> None:

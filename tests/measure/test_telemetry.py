@@ -34,7 +34,8 @@ def test_sampler_reads_10_to_20_times_a_second_and_sums_a_row_up(install_nvml) -
     (["sw_thermal_slowdown", "hw_slowdown"], [1980], ["sw_thermal_slowdown", "hw_slowdown"]),
     (["hw_power_brake_slowdown"], [1980], ["hw_power_brake_slowdown"]),
     (["unknown_0x400"], [1980], ["unknown_0x400"]),  # a bit this code does not know is not waved through
-    ([], [1980, 1980, 1400, 1980], ["sm_clock_dip"]),  # 29% under the median: a dip whatever NVML says
+    ([], [1980, 1980, 1400, 1390, 1980], ["sm_clock_dip"]),  # two readings 29% under the median: a dip
+    (["sw_power_cap"], [1980, 1400, 1980, 1380, 1980], []),  # lone low readings: the power cap's swing (issue 47)
     (["sw_power_cap"], [1980, 1980, 1700, 1980], []),  # 14% under: within the power cap's range
 ])
 def test_failing_reasons_split_thermal_and_dips_from_the_power_cap(reasons, clocks, failing) -> None:
