@@ -23,7 +23,8 @@ from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.store.trials import StoredTrial
 
-__all__ = ["FORMAT", "export_config", "load_config", "load_kv_maps", "write_export", "best_within_budget"]
+__all__ = ["FORMAT", "best_within_budget", "check_export_path", "export_config", "load_config", "load_kv_maps",
+           "maps_path", "write_export"]
 
 FORMAT = "poptune-config/1"
 
@@ -108,28 +109,51 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
     }
 
 
+def maps_path(path: str | Path) -> Path:
+    """Where :func:`write_export` puts the K/V maps of a configuration written to ``path``:
+    ``<stem>.kv.safetensors`` beside it."""
+    path = Path(path)
+    return path.with_name(path.stem + ".kv.safetensors")
+
+
+def check_export_path(path: str | Path) -> None:
+    """Fail before any work if :func:`write_export` could not write ``path`` or its maps file beside it: a folder,
+    a device, a FIFO (poptune writes regular files only), a missing or read-only folder.
+
+    Raises:
+        ConfigError: either path cannot be written.
+    """
+    from poptune.files import check_regular, check_writable_file
+
+    check_writable_file(path)
+    check_regular(maps_path(check_regular(path)), "K/V maps file")
+
+
 def write_export(data: dict, path: str | Path) -> list[Path]:
     """Write an exported configuration to ``path`` (JSON), and its K/V maps file beside it (``<stem>.kv.safetensors``,
     named relative to the JSON) where it has one. Returns the files written.
 
     Raises:
         ConfigError: the maps file the study recorded is gone or changed since (fit them again: run the study's
-            configuration once with ``--kv calibrated``).
+            configuration once with ``--kv calibrated``); either target is not a regular file (a device, a FIFO, a
+            folder) or cannot be written.
     """
     import shutil
 
-    from poptune.files import write_text
+    from poptune.files import check_regular, replacing, write_text
     from poptune.kvmaps import file_sha256
 
+    check_export_path(path)  # both targets, before either is written
     path, written = Path(path), []
     maps = data.get("kv_maps")
     if maps is not None:
         source = Path(maps.get("file", ""))
         if not source.is_file() or file_sha256(source) != maps.get("sha256"):
             raise ConfigError(f"the K/V maps file {source} recorded with the study is gone or changed since")
-        target = path.with_name(path.stem + ".kv.safetensors")
+        target = maps_path(check_regular(path))  # beside the file the JSON lands in (a link's target)
         if target.resolve() != source.resolve():
-            shutil.copyfile(source, target)
+            with replacing(target) as tmp:
+                shutil.copyfile(source, tmp)
         data = dict(data, kv_maps=dict(maps, file=target.name))
         written.append(target)
     write_text(path, json.dumps(data, indent=2))
@@ -150,7 +174,7 @@ def load_kv_maps(path: str | Path, *, fingerprint: str | None = None, force: boo
     if not maps:
         raise ConfigError(f"{path} names no K/V maps (its configuration uses the layers' own K/V)")
     file = Path(path).parent / maps["file"]
-    return KVMaps.load(file, fingerprint=None if force else fingerprint, sha256=maps.get("sha256"))
+    return KVMaps.load(file, fingerprint=None if force else fingerprint, sha256=maps["sha256"])
 
 
 def _read(path: str | Path) -> dict:
@@ -158,11 +182,31 @@ def _read(path: str | Path) -> dict:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError as e:
         raise ConfigError(f"no configuration file {path}") from e
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"{path} is not a poptune configuration file: {e}") from e
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a poptune configuration file (expected format {FORMAT!r})")
+    _check_fields(path, data)
     return data
+
+
+def _check_fields(path: str | Path, data: dict) -> None:
+    """Refuse an exported file missing what :func:`load_config` and :func:`load_kv_maps` read, in one line."""
+    def text(value: Any) -> bool:
+        return isinstance(value, str) and bool(value)
+
+    if not isinstance(data.get("pop_config"), dict):
+        raise ConfigError(f"{path} has no `pop_config` object (the configuration itself): export it again")
+    if not isinstance(data.get("model"), dict) or not text(data["model"].get("name")):
+        raise ConfigError(f"{path} has no `model.name`: export it again")
+    if not isinstance(data.get("hardware"), dict) or not text(data["hardware"].get("hardware_id")):
+        raise ConfigError(f"{path} has no `hardware.hardware_id`: export it again")
+    maps = data.get("kv_maps")
+    if data["pop_config"].get("kv", "own") != "own" and maps is None:
+        raise ConfigError(f"{path} uses calibrated K/V but names no `kv_maps`: export it again")
+    if maps is not None and not (isinstance(maps, dict) and text(maps.get("file")) and text(maps.get("sha256"))):
+        raise ConfigError(f"{path}: `kv_maps` must name its `file` and `sha256` (the maps' integrity check): "
+                          "export it again")
 
 
 def load_config(

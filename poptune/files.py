@@ -1,13 +1,27 @@
-"""Writing result files: atomically, with one clear error; and checking, before any work, that they can be."""
+"""Writing result files: atomically, only as regular files, with one clear error; and checking, before any work,
+that they can be.
+
+A result is written to a temporary file beside its target, then renamed onto it. A rename replaces whatever the
+target's name is: a device (``/dev/null``), a FIFO, a socket. So a target that exists and is not a regular file
+is refused (:func:`check_regular`), and a symbolic link is followed to the file it names (the link is kept, its
+file replaced); a link to nothing is refused, since writing through it would create a file wherever it points.
+Temporary names are short and fixed in length (``.poptune-<random>.tmp``), so that a target whose name is near
+the file system's 255-byte limit can still be written.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
-from poptune.errors import ConfigError
+from poptune.errors import ConfigError, PoptuneError
 
-__all__ = ["safe_name", "result_name", "write_text", "check_writable_folder", "check_writable_file"]
+__all__ = ["safe_name", "result_name", "write_text", "replacing", "check_regular", "check_writable_folder",
+           "check_writable_file"]
 
 
 def safe_name(name: str) -> str:
@@ -29,19 +43,83 @@ def result_name(kind: str, study_name: str) -> str:
     return safe_name("-".join(part for part in (kind, tag, model, hardware) if part))
 
 
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_regular(path: str | os.PathLike[str], what: str = "output file") -> Path:
+    """The file ``path`` names once symbolic links are followed, if it is a regular file or absent.
+
+    Raises:
+        ConfigError: ``path`` is (or links to) a directory, a device, a FIFO or a socket, or is a link to
+            nothing; poptune writes only regular files.
+    """
+    target = Path(path)
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        if os.path.islink(target):
+            raise ConfigError(f"{path} is a symbolic link to a missing file ({os.readlink(target)}): give the "
+                              f"{what}'s own path") from None  # writing through it would create that file
+        return target
+    except OSError as e:
+        raise ConfigError(f"cannot use {path} as a {what}: {e.strerror or e}") from e
+    if stat.S_ISDIR(info.st_mode) and what == "output file":
+        raise ConfigError(f"{path} is a directory, not a file path")
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{path} is {_kind(info.st_mode)}, not a regular file: a {what} must be a regular file or "
+                          "a new path")
+    return Path(os.path.realpath(target)) if os.path.islink(target) else target
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Within: a temporary file beside ``path`` to write; on a clean exit it is renamed onto ``path``.
+
+    ``path`` must be a regular file or absent (:func:`check_regular`); the temporary file is removed on any
+    failure, which is one :class:`~poptune.errors.ConfigError` for an ``OSError``.
+    """
+    target = check_regular(path)
+    tmp: Path | None = None
+    try:
+        tmp = _new_temporary(target.parent)
+        yield tmp
+        check_regular(path)  # not replaced by a device since the check above
+        os.replace(tmp, target)
+        tmp = None
+    except PoptuneError:
+        raise
+    except OSError as e:
+        raise ConfigError(f"cannot write {path}: {e.strerror or e}") from e
+    finally:
+        if tmp is not None:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass  # the folder refuses the cleanup too (read-only): the one error to report is the write's
+
+
+def _new_temporary(folder: Path) -> Path:
+    """An empty new file in ``folder`` with a short random name, created with the usual permissions (umask)."""
+    for _ in range(100):
+        tmp = folder / f".poptune-{secrets.token_hex(6)}.tmp"
+        try:
+            with open(tmp, "x"):
+                return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {folder}")
+
+
 def write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write atomically: a temporary file beside the target, then a rename (no half-written file)."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
+    with replacing(path) as tmp:
         tmp.write_text(text + "\n")
-        os.replace(tmp, target)
-    except OSError as e:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass  # the folder refuses the cleanup too (read-only): the one error to report is the write's
-        raise ConfigError(f"cannot write {path}: {e.strerror or e}") from e
 
 
 def check_writable_folder(folder: str | os.PathLike[str]) -> None:
@@ -66,10 +144,9 @@ def check_writable_folder(folder: str | os.PathLike[str]) -> None:
 
 
 def check_writable_file(path: str | os.PathLike[str]) -> None:
-    """Fail now if ``path`` cannot be written later: a folder, a missing or read-only folder, a read-only file."""
-    target = Path(path)
-    if target.is_dir():
-        raise ConfigError(f"{path} is a directory, not a file path")
+    """Fail now if ``path`` cannot be written later: a folder, a device, a FIFO, a link to nothing, a missing or
+    read-only folder, a read-only file."""
+    target = check_regular(path)
     if not target.parent.exists():
         raise ConfigError(f"the folder of {path} does not exist")
     check_writable_folder(target.parent)

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from poptune.errors import ConfigError
-
 __all__ = ["PlotPoint", "attainment_steps", "place_labels", "pareto_plot", "pyplot", "save_figure"]
 
 
@@ -24,15 +22,13 @@ def pyplot() -> Any:
 
 def save_figure(fig: Any, path: str | Path) -> Path:
     """Write ``fig`` as PNG: a temporary file beside the target, then a rename (no half-written image)."""
+    from poptune.files import replacing
+
     plt = pyplot()
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp.png")
     try:
-        fig.savefig(tmp)
-        tmp.replace(target)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {target}: {e.strerror or e}") from e
+        with replacing(target) as tmp:  # a short temporary name: a target near the 255-byte limit still fits
+            fig.savefig(tmp, format="png")
     finally:
         plt.close(fig)
     return target

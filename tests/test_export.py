@@ -149,3 +149,98 @@ def test_no_budget_exports_the_fastest_configuration(stored, capsys):
     assert data["provenance"]["trial"] == fastest.trial
     with pytest.raises(ConfigError, match="finite"):
         export_config(url, None, max_drop=float("inf"))
+
+
+# Issue 49: outputs are regular files only, the maps file beside the JSON included, checked before any work; an
+# exported file missing what it is read for is refused in one line.
+
+from tests.hostile import assert_intact, guard_renames, hostile_paths  # noqa: E402,F401  (a fixture)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "null", "full", "dangling", "folder"])
+def test_export_out_that_is_not_a_regular_file_is_refused_untouched(stored, guard_renames, capsys, kind):
+    url, _ = stored
+    paths = hostile_paths(guard_renames / "hostile")
+    code = main(["export", "--storage", url, "--max-drop", "100", "--out", str(paths[kind])])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert_intact(paths)
+    assert sorted(p.name for p in paths["fifo"].parent.iterdir()) == sorted(p.name for p in paths.values())
+
+
+@pytest.mark.parametrize("kind", ["fifo", "null", "folder"])
+def test_export_refuses_a_maps_path_that_is_not_a_regular_file_before_writing(stored, guard_renames, capsys, kind):
+    url, _ = stored
+    paths = hostile_paths(guard_renames / "hostile")
+    out = guard_renames / "c.json"
+    (guard_renames / "c.kv.safetensors").symlink_to(paths[kind])
+    code = main(["export", "--storage", url, "--max-drop", "100", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "c.kv.safetensors" in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
+    assert_intact(paths)
+
+
+def _maps_export(tmp_path):
+    from poptune.kvmaps import file_sha256
+
+    source = tmp_path / "fitted.safetensors"
+    source.write_bytes(b"maps")
+    return {"format": "poptune-config/1", "pop_config": {"skip": 1, "kv": "calibrated"},
+            "kv_maps": {"file": str(source), "sha256": file_sha256(source)}}
+
+
+def test_write_export_refuses_a_folder_where_its_maps_go_and_writes_nothing(tmp_path):
+    from poptune.export import write_export
+
+    (tmp_path / "c.kv.safetensors").mkdir()
+    with pytest.raises(ConfigError, match="c.kv.safetensors is a directory"):
+        write_export(_maps_export(tmp_path), tmp_path / "c.json")
+    assert not (tmp_path / "c.json").exists() and not any((tmp_path / "c.kv.safetensors").iterdir())
+
+
+def test_write_export_copies_the_maps_atomically(tmp_path):
+    from poptune.export import write_export
+
+    written = write_export(_maps_export(tmp_path), tmp_path / "c.json")
+    assert [p.name for p in written] == ["c.json", "c.kv.safetensors"]
+    assert (tmp_path / "c.kv.safetensors").read_bytes() == b"maps"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "c.kv.safetensors", "fitted.safetensors"]
+
+
+def _config(tmp_path, **changes):
+    data = {"format": "poptune-config/1", "model": {"name": "tiny-llama"}, "hardware": {"hardware_id": "cpu-x"},
+            "pop_config": {"skip": 1}}
+    data.update(changes)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({k: v for k, v in data.items() if v is not ...}))
+    return path
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"pop_config": ...}, "no `pop_config` object"),
+    ({"pop_config": None}, "no `pop_config` object"),
+    ({"pop_config": [1]}, "no `pop_config` object"),
+    ({"model": None}, "no `model.name`"),
+    ({"hardware": {}}, "no `hardware.hardware_id`"),
+    ({"pop_config": {"skip": 1, "kv": "calibrated"}}, "names no `kv_maps`"),
+    ({"pop_config": {"skip": 1, "kv": "calibrated"}, "kv_maps": {"file": "c.kv.safetensors"}},
+     "must name its `file` and `sha256`"),
+    ({"pop_config": {"skip": 1, "kv": "calibrated"}, "kv_maps": {"file": "c.kv.safetensors", "sha256": ""}},
+     "must name its `file` and `sha256`"),
+])
+def test_an_exported_file_missing_what_it_is_read_for_is_one_error(tmp_path, changes, message):
+    from poptune.export import load_kv_maps
+
+    path = _config(tmp_path, **changes)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+    with pytest.raises(ConfigError, match=message):
+        load_kv_maps(path)
+
+
+def test_generate_with_a_config_without_pop_config_is_one_line(tmp_path, capsys):
+    path = _config(tmp_path, pop_config=None)
+    assert main(["generate", "--model", "tiny-llama", "--config", str(path), "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no `pop_config` object" in err, err

@@ -232,6 +232,7 @@ def preset_of(args: argparse.Namespace) -> Preset:
 
 def problem(args: argparse.Namespace) -> Any:
     """The :class:`~poptune.tune.problem.TuningProblem` of :func:`add_problem`'s options (data checked now)."""
+    from poptune.evaluate.prompts import PROMPT_TASKS
     from poptune.evaluate.suite import EMBEDDED, resolve_tasks
     from poptune.tune.problem import default_tasks
     from poptune.evaluate.taskpack import check_data, data_dir
@@ -244,7 +245,7 @@ def problem(args: argparse.Namespace) -> Any:
         tasks: tuple[str, ...] = (JUDGES[getattr(args, "judge", "answers")],)
     else:
         tasks = resolve_tasks(args.tasks, directory) if args.tasks else default_tasks(directory is not None)
-    real = [t for t in tasks if t not in EMBEDDED]
+    real = [t for t in tasks if t not in EMBEDDED and t not in PROMPT_TASKS]  # a prompts file is its own workload
     if directory is not None and real:
         check_data(directory, real)
     size = preset_of(args)
@@ -276,8 +277,17 @@ def problem(args: argparse.Namespace) -> Any:
         precision=args.precision or None, max_pairs=max(size.max_pairs, args.repeats), max_seconds=size.max_seconds,
         kv=tuple(part.strip() for part in args.kv.split(",") if part.strip()), certify_limit=certify,
         prompts=str(Path(prompts).expanduser().resolve()) if prompts else None,
-        store_prompts=bool(getattr(args, "store_prompts", False)),
+        prompts_sha256=_prompts_sha256(prompts), store_prompts=bool(getattr(args, "store_prompts", False)),
     )
+
+
+def _prompts_sha256(prompts: str | None) -> str | None:
+    """The prompts file's content hash: what a resumed study compares, not the file's path."""
+    if prompts is None:
+        return None
+    from poptune.evaluate.prompts import prompts_sha256
+
+    return prompts_sha256(prompts)
 
 
 def add_calibration(parser: argparse.ArgumentParser) -> None:

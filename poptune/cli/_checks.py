@@ -89,6 +89,8 @@ def _check_prompts(args: argparse.Namespace) -> None:
     if path is None:
         if judge != "answers":
             raise ConfigError(f"`--judge {judge}` goes with `--prompts FILE` (it judges the answers to its prompts)")
+        if getattr(args, "store_prompts", False):
+            raise ConfigError("`--store-prompts` goes with `--prompts FILE` (it stores that file's prompts)")
         return
     from poptune.evaluate.prompts import check_fit, read_prompts
     from poptune.models import load_tokenizer, max_positions

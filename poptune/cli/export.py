@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ._args import add_storage, budget, check_output_path
+from ._args import add_storage, budget
 
 
 def register(sub: Any) -> None:
@@ -20,10 +20,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poptune.export import export_config, write_export
+    from poptune.export import check_export_path, export_config, write_export
 
     if args.out:
-        check_output_path(args.out)
+        check_export_path(args.out)  # the JSON and its K/V maps file beside it, before the study is read
     data = export_config(args.storage, args.study, max_drop=args.max_drop, model=args.model)
     text = json.dumps(data, indent=2)
     if not args.out:

@@ -1,7 +1,8 @@
 """``poptune gpu-check``: the prepared GPU check, one command for one call of a lent GPU machine.
 
 ``--out DIR`` on one large GPU (an H200: about 4.5 minutes of rows); ``--tiny`` runs tiny models in seconds (on
-CPU the NVML parts say why not); ``--dry-run`` does no device work (every stage SKIP with its expected time);
+CPU the NVML parts say why not); ``--dry-run`` does no device work: every stage's code path runs on the CPU under the full model names, with
+tiny stand-in models (a report marked DRY RUN that fails only where a stage breaks);
 ``--versions`` is the version preflight alone, one line per package. Exit status 1 when any FAIL line was
 printed. docs/gpu-check.md explains every line.
 """
@@ -27,7 +28,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--budget", type=finite,
                         help="seconds for all stages: one that would not finish in what is left is skipped "
                              "(default: 330)")
-    parser.add_argument("--dry-run", action="store_true", help="no device work: each stage SKIP, its expected time")
+    parser.add_argument("--dry-run", action="store_true", help="no device work: every stage's code path on the CPU "
+                        "with tiny stand-ins under the full model names (a DRY RUN report)")
     parser.add_argument("--versions", action="store_true", help="only the version preflight, one line per package")
     parser.set_defaults(run=run)
 
@@ -37,6 +39,22 @@ def offline() -> None:
     import). The device has no network, and a look-up there waits for its time-out instead of failing at once."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def check_out(out: str) -> None:
+    """Fail before any device work if the report cannot be written in ``out``: a file or a device in the folder's
+    place, a read-only folder, or a report file that is not a regular file (the check writes through it)."""
+    from pathlib import Path
+
+    from poptune.files import check_regular, check_writable_folder
+
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"`--out` {out} is a file, not a folder (the folder of gpu-check.json and gpu-check.md)")
+    existing = next(p for p in (folder, *folder.parents) if p.exists())  # made with its parents, if missing
+    check_writable_folder(existing)
+    for name in ("gpu-check.json", "gpu-check.md"):
+        check_regular(folder / name, "report file")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
         return 1 if any(c.status == "FAIL" for c in checks) else 0
     if not args.out:
         raise ConfigError("`--out` is required (the folder of gpu-check.json and gpu-check.md), or pass --versions")
+    if args.budget is not None and args.budget <= 0:
+        raise ConfigError(f"`--budget` must be positive seconds, got {args.budget:g} (it would run nothing)")
+    check_out(args.out)
     from pathlib import Path
 
     from poptune.gpucheck.check import run as run_check

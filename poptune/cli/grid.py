@@ -56,8 +56,12 @@ def _progress(total: int) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from poptune import store
+    from poptune.errors import ConfigError
     from poptune.gridtable import GridSpec, build_grid, storage_of
     from poptune.tune.interrupt import exit_code, interruptible
+
+    if args.timeout is not None and args.timeout <= 0:  # before anything is made in --out (its raw/ folder)
+        raise ConfigError(f"`--timeout` must be positive seconds, got {args.timeout:g}")
 
     spec = GridSpec(problem=problem(args), out=args.out, storage=args.storage, study=args.study,
                     timeout=args.timeout, confirm=not args.no_confirm, table_only=args.table_only)

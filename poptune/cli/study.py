@@ -41,9 +41,10 @@ def register(sub: Any) -> None:
                         help="pruning ratio of that proposal (default: 1/3)")
     parser.add_argument("--no-confirm", action="store_true",
                         help="skip the A/A checks, the re-measures of noisy trials and the confirmation pass")
-    parser.add_argument("--enqueue", metavar="SKIP/BOUNDARY/OFFSET,...",
+    parser.add_argument("--enqueue", metavar="SKIP/BOUNDARY/OFFSET[/KV],...",
                         help="configurations to measure first, after the full model and the paper's rule, "
-                             "e.g. 9/window-4/0,6/window-4/0")
+                             "e.g. 9/window-4/0,6/window-4/0/calibrated (KV: own, the default, or calibrated, "
+                             "which needs --kv own,calibrated)")
     parser.add_argument("--baselines", help="after the search, measure these baselines at the ratios of POP's "
                         f"front: comma-separated of {', '.join(METHODS)}, or all (with --trials 0: only that)")
     parser.add_argument("--baseline-ratios", help="comma-separated ratios in (0, 1) for --baselines (default: those "
@@ -53,16 +54,25 @@ def register(sub: Any) -> None:
 
 
 def _enqueued(text: str | None) -> tuple[Any, ...]:
-    from poptune.engine import PopConfig
+    """``--enqueue`` items: ``SKIP/BOUNDARY/OFFSET`` or ``SKIP/BOUNDARY/OFFSET/KV``; any other field count or K/V
+    source is refused (a fourth field is never ignored)."""
+    from poptune.engine import KV_SOURCES, PopConfig
 
     configs = []
     for part in (p.strip() for p in (text or "").split(",") if p.strip()):
         fields = part.split("/")
         try:
+            if len(fields) not in (3, 4):
+                raise ValueError(part)
             skip, boundary, offset = int(fields[0]), fields[1], int(fields[2])
-        except (IndexError, ValueError) as e:
-            raise ConfigError(f"`--enqueue` takes SKIP/BOUNDARY/OFFSET items, got {part!r}") from e
-        configs.append(PopConfig(skip=skip, boundary=boundary, offset=offset))
+        except ValueError as e:
+            raise ConfigError(f"`--enqueue` takes SKIP/BOUNDARY/OFFSET items (or SKIP/BOUNDARY/OFFSET/KV), got "
+                              f"{part!r}") from e
+        kv = fields[3] if len(fields) == 4 else "own"
+        if kv not in KV_SOURCES:
+            raise ConfigError(f"`--enqueue` item {part!r}: its K/V source must be one of {', '.join(KV_SOURCES)}, "
+                              f"got {kv!r}")
+        configs.append(PopConfig(skip=skip, boundary=boundary, offset=offset, kv=kv))
     return tuple(configs)
 
 

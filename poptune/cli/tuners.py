@@ -30,8 +30,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--limit", type=positive, default=limit, help=f"items per task of --build (default: {limit})")
     parser.add_argument("--lengths", default=",".join(map(str, lengths)),
                         help=f"prompt lengths of --build (default: {','.join(map(str, lengths))})")
-    parser.add_argument("--max-drop", type=finite, help="accuracy budget in points (default: the grid's; 1.0 for "
-                        "a storage)")
+    parser.add_argument("--max-drop", type=_points, help="accuracy budget in points >= 0 (default: the grid's; "
+                        "1.0 for a storage)")
     parser.add_argument("--samplers", help="comma-separated (default: all six for --grid, tpe,nsga2,random else)")
     parser.add_argument("--seeds", type=positive, help="seeds per sampler (default: 20 for --grid, 10 else)")
     parser.add_argument("--noise", action="store_true", help="answers drawn from the recorded intervals (seeded)")
@@ -40,6 +40,14 @@ def register(sub: Any) -> None:
     parser.add_argument("--out", help="the Markdown file to write "
                         "(default: leaderboards/tuner-replay-<model>-<hardware>.md)")
     parser.set_defaults(run=run)
+
+
+def _points(text: str) -> float:
+    """An argparse type: an accuracy budget, finite points >= 0 (a negative one would admit nothing)."""
+    value = finite(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected accuracy points >= 0, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@ Two formats:
   one). Blank lines are ignored.
 - **Plain text** (``.txt``): one prompt per line, blank lines ignored.
 
+Lines end at a newline only (``\\r\\n`` is one too); a byte-order mark starting the file is dropped.
+
 Everything that can be wrong with the file is refused by :func:`read_prompts` with one line naming the line,
 before any model is loaded; :func:`check_fit` refuses a file none of whose prompts fits the model's context.
 A prompt's *text* stays in memory: what is stored (:func:`prompt_hash`) is its hash, its length and outcomes.
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +31,7 @@ from poptune.errors import ConfigError
 
 __all__ = ["DEFAULT_MAX_TOKENS", "JUDGES", "LIKELIHOOD", "PROMPTS", "PROMPT_TASKS", "REFERENCES", "ROLES",
            "PromptRequest", "check_fit", "encode", "prompt_hash",
-           "prompt_record", "read_prompts",
+           "prompt_record", "prompts_sha256", "read_prompts",
            "render", "render_all"]
 
 #: The task name of a prompts workload (its outcome per item: 1 when POP's greedy answer is the full model's).
@@ -85,26 +89,70 @@ def prompt_hash(text: str) -> str:
 
 
 def read_prompts(path: str | Path) -> tuple[PromptRequest, ...]:
-    """The requests of a prompts file (module docstring), checked.
+    """The requests of a prompts file (module docstring), checked; read once per process while the file is
+    unchanged (every later call, even once the file is gone, gives the same requests).
+
+    Lines end at ``\\n`` alone (``\\r\\n`` too): a U+2028, U+0085 or form feed inside a prompt or a JSON string
+    is part of it. A byte-order mark starting the file is dropped.
 
     Raises:
-        ConfigError: a missing or empty file, a line that is not JSON or not an object, a request without
-            ``prompt``/``messages`` (or with both), an empty prompt, a message without a known role or text
-            content, a ``max_tokens`` that is not an integer in [1, 1024], an ``answer`` that is not text.
+        ConfigError: a missing or empty file (or one that is not a regular file), a line that is not JSON or not
+            an object, a request without ``prompt``/``messages`` (or with both), an empty prompt, a message
+            without a known role or non-empty text content, a ``max_tokens`` that is not an integer in
+            [1, 1024], an ``answer`` that is not non-empty text, a request repeated on another line.
     """
+    return _load(path)[0]
+
+
+def prompts_sha256(path: str | Path) -> str:
+    """The SHA-256 of the prompts file's bytes, as :func:`read_prompts` read them: what a resumed study compares
+    (the file's content, wherever it lies now)."""
+    return _load(path)[1]
+
+
+#: Prompts files read in this process: real path -> (size, mtime, inode), requests, sha256.
+_READ: dict[str, tuple[tuple[int, int, int], tuple[PromptRequest, ...], str]] = {}
+
+
+def _load(path: str | Path) -> tuple[tuple[PromptRequest, ...], str]:
     file = Path(path).expanduser()
-    if not file.is_file():
+    key = os.path.realpath(file)
+    try:
+        info = os.stat(file)
+        signature = (info.st_size, info.st_mtime_ns, info.st_ino)
+    except OSError:
+        info, signature = None, None
+    cached = _READ.get(key)
+    if cached is not None and (signature is None or cached[0] == signature):
+        return cached[1], cached[2]
+    if info is None or not stat.S_ISREG(info.st_mode):
         raise ConfigError(f"`--prompts` {path} is not a file")
     try:
-        text = file.read_text(encoding="utf-8")
+        data = file.read_bytes()
+        text = data.decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"`--prompts` {path} cannot be read as UTF-8 text: {e}") from e
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    requests = _parse(path, file, text)
+    digest = hashlib.sha256(data).hexdigest()
+    _READ[key] = (signature, requests, digest)
+    return requests, digest
+
+
+def _parse(path: str | Path, file: Path, text: str) -> tuple[PromptRequest, ...]:
+    lines = [(n, line.removesuffix("\r")) for n, line in enumerate(text.split("\n"), 1) if line.strip()]
     if not lines:
         raise ConfigError(f"`--prompts` {path} holds no prompt (the file is empty)")
     if file.suffix.lower() == ".txt":
-        return tuple(PromptRequest(n, line, None) for n, line in lines)
-    return tuple(_request(path, n, line) for n, line in lines)
+        requests = tuple(PromptRequest(n, line, None) for n, line in lines)
+    else:
+        requests = tuple(_request(path, n, line) for n, line in lines)
+    seen: dict[tuple[Any, ...], int] = {}
+    for r in requests:  # a repeat is the same item twice: it would count as independent evidence
+        first = seen.setdefault((r.prompt, r.messages, r.max_tokens), r.line)
+        if first != r.line:
+            raise ConfigError(f"`--prompts` {path} line {r.line} repeats line {first} (the same request): each "
+                              "request is one item, remove the repeats")
+    return requests
 
 
 def _request(path: str | Path, n: int, line: str) -> PromptRequest:
@@ -125,6 +173,8 @@ def _request(path: str | Path, n: int, line: str) -> PromptRequest:
     answer = data.get("answer")
     if answer is not None and not isinstance(answer, str):
         raise ConfigError(f"{where}: `answer` must be text, got {type(answer).__name__}")
+    if answer is not None and not answer.strip():  # every answer contains "": it would judge nothing
+        raise ConfigError(f"{where}: `answer` must be non-empty text (or absent)")
     if has_prompt:
         if not isinstance(data["prompt"], str) or not data["prompt"].strip():
             raise ConfigError(f"{where}: `prompt` must be non-empty text")
@@ -139,6 +189,8 @@ def _messages(where: str, messages: Any) -> tuple[tuple[str, str], ...]:
     for k, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("content"), str):
             raise ConfigError(f"{where}: message {k} must be an object with text `content`")
+        if not message["content"].strip():  # as an empty `prompt` is refused
+            raise ConfigError(f"{where}: message {k} has an empty `content`")
         role = message.get("role")
         if role not in ROLES:
             raise ConfigError(f"{where}: message {k} has an unknown role {role!r} (known: {', '.join(ROLES)})")

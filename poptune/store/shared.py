@@ -23,6 +23,7 @@ import datetime as _dt
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -39,8 +40,9 @@ from poptune.store.journal import cut_partial_record
 if TYPE_CHECKING:
     from poptune.errors import StorageError
 
-__all__ = ["SafeJournalFileBackend", "SharedRDBStorage", "SharedJournalStorage", "is_permanent_sqlite", "is_transient",
-           "is_unresolved_host", "storage_error"]
+__all__ = ["AbsoluteSymlinkLock", "SafeJournalFileBackend", "SharedRDBStorage", "SharedJournalStorage",
+           "is_permanent_sqlite", "is_transient",
+           "is_unresolved_host", "journal_error", "storage_error"]
 
 log = logging.getLogger(__name__)
 
@@ -257,10 +259,17 @@ class SharedJournalStorage(JournalStorage, BaseHeartbeat):
         return changed
 
     def record_heartbeat(self, trial_id: int) -> None:
+        from poptune.errors import StorageError
+
         try:
             self.set_trial_system_attr(trial_id, _HEARTBEAT_ATTR, time.time())
         except UpdateFinishedTrialError:
             pass  # failed as stale by another worker meanwhile; its end is recorded there
+        except StorageError:
+            if threading.current_thread() is threading.main_thread():
+                raise
+            # Optuna's heartbeat thread: its traceback would be one more message; the trial's own next write
+            # fails in the main thread with the same line, and a trial that stops beating is retried on resume.
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         assert self._grace_period is not None
@@ -281,6 +290,49 @@ class SharedJournalStorage(JournalStorage, BaseHeartbeat):
         return self._stale_trial_callback
 
 
+class AbsoluteSymlinkLock(JournalFileSymlinkLock):
+    """Optuna's journal lock (the link ``PATH.lock`` -> ``PATH``), released after its grace period even when the
+    link does not resolve.
+
+    Optuna dates a lock by what its link points to; a link to a relative name (what a relative journal path made
+    before poptune resolved it) resolves against the lock's folder, finds nothing, and Optuna then retries at once,
+    forever, at full CPU. Here such a lock is dated by the link itself, so a stale one is released after the same
+    grace (30 s); ``filepath`` should be absolute, so that new locks always resolve.
+    """
+
+    def acquire(self) -> bool:
+        mtime, since, sleep_s = None, time.monotonic(), 0.001
+        while True:
+            try:
+                os.symlink(self._lock_target_file, self._lock_file)
+                return True
+            except FileExistsError:
+                pass
+            try:
+                current = _lock_mtime(self._lock_file)
+            except FileNotFoundError:
+                continue  # released meanwhile: take it now
+            if current != mtime:
+                mtime, since = current, time.monotonic()
+            elif self.grace_period is not None and time.monotonic() - since > self.grace_period:
+                log.warning("journal lock %s was held for over %d s without a write: releasing it (its holder is "
+                            "gone)", self._lock_file, self.grace_period)
+                with contextlib.suppress(RuntimeError):
+                    self.release()
+                mtime, sleep_s = None, 0.001
+                continue
+            time.sleep(sleep_s)
+            sleep_s = min(sleep_s * 2, 1.0)
+
+
+def _lock_mtime(lock: str) -> float:
+    """When a journal lock last moved: its journal's last write, or (a link that does not resolve) the link's own."""
+    try:
+        return os.stat(lock).st_mtime
+    except FileNotFoundError:
+        return os.lstat(lock).st_mtime  # FileNotFoundError again: the lock is gone
+
+
 class SafeJournalFileBackend(JournalFileBackend):
     """Optuna's journal file whose appends never continue a partial record (see the module docstring).
 
@@ -293,23 +345,58 @@ class SafeJournalFileBackend(JournalFileBackend):
     """
 
     def __init__(self, file_path: str) -> None:
-        self.lock = JournalFileSymlinkLock(file_path)
+        file_path = os.path.abspath(file_path)  # the lock's link must resolve from the journal's own folder
+        self.lock = AbsoluteSymlinkLock(file_path)
         super().__init__(file_path, self.lock)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Within: this process holds the journal's lock (no other writer is mid-append)."""
-        self.lock.acquire()
+        """Within: this process holds the journal's lock (no other writer is mid-append).
+
+        Raises:
+            StorageError: the lock cannot be made (a full disk, a read-only folder).
+        """
+        try:
+            self.lock.acquire()
+        except OSError as e:
+            raise journal_error(self._file_path, e) from e
         try:
             yield
         finally:
             self.lock.release()
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        """Append ``logs`` whole or not at all: a write that fails (a full disk) is cut off again, then one
+        :class:`~poptune.errors.StorageError`, as SQLite's own failures are (nothing is retried)."""
         with self.locked():
             cut_partial_record(self._file_path)
-            text = "\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n"
-            with open(self._file_path, "ab") as f:
-                f.write(text.encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
+            data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
+            try:
+                fd = os.open(self._file_path, os.O_WRONLY | os.O_APPEND)
+            except OSError as e:
+                raise journal_error(self._file_path, e) from e
+            try:
+                start = os.lseek(fd, 0, os.SEEK_END)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                except OSError as e:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, start)  # no partial record left for the next reader
+                    raise journal_error(self._file_path, e) from e
+            finally:
+                os.close(fd)
+
+
+def journal_error(path: str, error: OSError) -> "StorageError":
+    """The one line a journal write that failed ends in (like :func:`storage_error` for SQLite)."""
+    import errno
+
+    from poptune.errors import StorageError
+
+    code = errno.errorcode.get(error.errno or 0, "")
+    return StorageError(f"storage journal:{path} failed: {error.strerror or error}{f' ({code})' if code else ''}; "
+                        "nothing is retried: free the disk, make the file writable or restore it, then run the same "
+                        "command to resume")

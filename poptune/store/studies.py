@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from poptune.errors import ConfigError, PoptuneError
+from poptune.files import check_regular
 from poptune.store.attributes import PROBLEM_ATTR, StoredStudy
 from poptune.store.journal import check_journal_file
 from poptune.store.urls import DEFAULT_STORAGE, URL_FORMS, check_url, file_of, public_url
@@ -57,12 +58,13 @@ OPEN_RETRY_S = 15.0
 
 def _check_sqlite_file(path: Path) -> None:
     """Refuse a file that exists and is not an Optuna SQLite database (before Optuna creates tables in it)."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a database file")
+    check_regular(path, "database file")  # SQLite would write through a link to a device, and beside it
     if not path.exists():
         if not path.parent.exists():
             raise ConfigError(f"the folder of {path} does not exist")
         return
-    if path.is_dir():
-        raise ConfigError(f"{path} is a directory, not a database file")
     if path.stat().st_size == 0:
         return
     try:
@@ -179,6 +181,8 @@ def open_reader(url: str | None = None) -> "optuna.storages.BaseStorage":
     if path is not None and path.is_dir():
         raise ConfigError(f"{path} is a directory, not a study database: --storage names the database's file "
                           f"({URL_FORMS})")
+    if path is not None:
+        check_regular(path, "study database")
     if path is not None and (not path.is_file() or path.stat().st_size == 0):
         raise ConfigError(f"no study database at {path}: run `poptune study` first, or name the storage with --storage")
     return open_storage(url, heartbeat=None, writer=False)
@@ -197,9 +201,7 @@ def check_storage(url: str | None = None) -> None:
     elif url.startswith("journal:"):
         if not str(path) or not path.parent.exists():
             raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
-        if path.is_dir():
-            raise ConfigError(f"{path} is a directory, not a journal file")
-        check_journal_file(path)
+        _check_journal_path(path)
     elif url != DEFAULT_STORAGE or path.exists():
         _check_sqlite_file(path)
 
@@ -244,13 +246,20 @@ def sole_sqlite_worker(url: str | None) -> Iterator[bool]:
         os.close(fd)  # releases the lock
 
 
+def _check_journal_path(path: Path) -> None:
+    """Refuse a folder, anything but a regular file (a device reads zeros forever, a FIFO blocks) and a file that
+    is not a journal."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a journal file")
+    check_regular(path, "journal file")
+    check_journal_file(path)
+
+
 def _open_journal(url: str, beat: dict[str, Any], retry: Any, *, writer: bool) -> "optuna.storages.BaseStorage":
     path = Path(url.removeprefix("journal:"))
     if not str(path) or not path.parent.exists():
         raise ConfigError(f"journal storage needs an existing folder for its file, got {url!r}")
-    if path.is_dir():
-        raise ConfigError(f"{path} is a directory, not a journal file")
-    check_journal_file(path)
+    _check_journal_path(path)
     from poptune.store.journal import cut_partial_record
     from poptune.store.shared import SafeJournalFileBackend, SharedJournalStorage
 

@@ -26,9 +26,9 @@ URL_FORMS = "sqlite:///PATH, postgresql://USER@HOST/DB or journal:PATH"
 #: SQLAlchemy back-ends poptune opens (others may work through Optuna but are neither tested nor supported).
 _BACKENDS = ("sqlite", "postgresql")
 
-#: The most a study name adds around itself in a file name: the leaderboard's ``study-methods-NAME.csv``,
-#: written through a temporary ``.study-methods-NAME.csv.tmp``.
-_NAME_AFFIXES = len(".study-methods-") + len(".csv.tmp")
+#: The most a study name adds around itself in a file name: the leaderboard's ``study-methods-NAME.csv`` (files
+#: are written through short temporary names, :func:`poptune.files.replacing`).
+_NAME_AFFIXES = len("study-methods-") + len(".csv")
 
 #: The longest file name most file systems take, in bytes.
 _NAME_MAX = 255

@@ -87,6 +87,8 @@ class TuningProblem:
             reference answer): accuracy is the share of answers containing their reference, the drop the paired
             drop on them. Only its path is stored, never a prompt's text.
         store_prompts: Store the prompts' text with the study too (default: only their hashes and lengths).
+        prompts_sha256: The SHA-256 of the prompts file's bytes (:func:`poptune.evaluate.prompts.prompts_sha256`):
+            a resumed study compares it, not the file's path (None: a study stored before it, compared by path).
     """
 
     model: str = "gemma-3"
@@ -116,6 +118,7 @@ class TuningProblem:
     certify_candidates: int = 1
     prompts: str | None = None
     store_prompts: bool = False
+    prompts_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if self.image is not None:

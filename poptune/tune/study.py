@@ -163,6 +163,15 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
         stored_problem = TuningProblem.from_dict(stored)
         problem = replace(problem, certify_limit=stored_problem.certify_limit,
                           certify_candidates=stored_problem.certify_candidates)
+        if stored_problem.prompts_sha256 is None:  # stored before content hashes: its file's path is what it has
+            problem = replace(problem, prompts_sha256=None)
+        elif stored_problem.prompts_sha256 == problem.prompts_sha256:  # the same prompts, wherever the file is now
+            problem = replace(problem, prompts=stored_problem.prompts)
+        elif problem.prompts_sha256 is not None:
+            raise ConfigError(
+                f"study {study.study_name!r} was made on other prompts: {problem.prompts} holds other content (sha256 "
+                f"{problem.prompts_sha256[:12]}..., the study's {stored_problem.prompts_sha256[:12]}...): resume it "
+                "with the file it was made with, or use another --study name")
     if stored is not None and TuningProblem.from_dict(stored) != problem:
         changed = sorted(k for k, v in TuningProblem.from_dict(stored).to_dict().items() if problem.to_dict()[k] != v)
         raise ConfigError(

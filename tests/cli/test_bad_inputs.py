@@ -247,9 +247,9 @@ def test_a_long_study_name_that_fits_is_taken():
     from poptune.store import check_study_name
     from poptune.tune.study import StudySpec
 
-    assert check_study_name("x" * 232) == "x" * 232
+    assert check_study_name("x" * 237) == "x" * 237
     with pytest.raises(ConfigError, match="too long"):
-        StudySpec(problem=TuningProblem(model="tiny-llama"), study="x" * 233)
+        StudySpec(problem=TuningProblem(model="tiny-llama"), study="x" * 238)
     with pytest.raises(ConfigError, match="cannot name its report files"):
         StudySpec(problem=TuningProblem(model="tiny-llama"), study="..")
 

@@ -15,6 +15,7 @@ import contextlib
 import io
 import math
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -42,6 +43,18 @@ BASE = {
 }
 
 
+#: Seconds an example may run before it counts as hung (a stale lock is released after 3 s here).
+HANG_S = 60
+
+
+class Hung(BaseException):
+    """Raised in an example still running after :data:`HANG_S` seconds (a hang is a failure, never a wait)."""
+
+
+def _hung(signum: int, frame: object) -> None:
+    raise Hung(f"the command was still running after {HANG_S} s")
+
+
 class WorkStarted(BaseException):
     """Raised where a model would load: the arguments were accepted (a BaseException: no handler swallows it)."""
 
@@ -62,6 +75,18 @@ NUMBERS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.sampled_from(["nan", "inf", "-inf", "NaN", "1e999", "-0", "0", "1", "0.5", "1_000", " 3 ", "0x10", "none"]),
 )
+#: Issue 49: paths that are not regular files, made in each example's working folder by :func:`_hostile` (links
+#: to devices, a FIFO, a link to nothing, a journal whose stale lock links to a relative name), and names at the
+#: study-name limit; drawn for every option, as file paths and inside storage URLs.
+LIMIT_NAME = "n" * 238
+PATHS = st.one_of(
+    st.sampled_from(["fifo", "null", "full", "dangling", "folder", "studies", "studies/s.journal", LIMIT_NAME,
+                     "x" * 239, f"{LIMIT_NAME}.json"]),
+    st.sampled_from(["journal:", "sqlite:///"]).flatmap(lambda scheme: st.sampled_from(
+        [f"{scheme}{p}" for p in ("fifo", "null", "full", "dangling", "folder", "studies/s.journal", "studies/s.db",
+                                  "{abs}/studies/s.journal", "{abs}/null")])),
+)
+
 TEXT = st.one_of(
     st.sampled_from(["", " ", ".", "/", "..", "x" * 300, "é", "名前", "a,b", ",", "-", "--", "1,2,3", "-1,5",
                      "sqlite://", "sqlite:///", "sqlite:///nowhere/x.db", "journal:", "journal:.", "mysql://u@h/db",
@@ -85,13 +110,52 @@ def command_lines(draw: st.DrawFn) -> list[str]:
         if action.choices:
             value = draw(st.one_of(st.sampled_from(sorted(map(str, action.choices))), TEXT))
         else:
-            value = draw(st.one_of(NUMBERS, TEXT))
+            value = draw(st.one_of(NUMBERS, TEXT, PATHS))
         argv.append(f"{flag}={value}")  # "=": a value starting with "-" is a value, not an option
     return argv
 
 
 def _files(root: Path) -> dict[str, int]:
-    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+    """Regular files by size (a journal's stale lock, released after its grace, is not the user's file)."""
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*")
+            if p.is_file() and not p.is_symlink() and not p.name.endswith(".lock")}
+
+
+def _hostile(work: Path) -> None:
+    """What :data:`PATHS` names: a FIFO, links to ``/dev/null``, ``/dev/full`` and to nothing, a folder, and a
+    journal with a stale lock linking to a relative name (what a killed writer left before issue 49)."""
+    os.mkfifo(work / "fifo")
+    (work / "null").symlink_to("/dev/null")
+    (work / "full").symlink_to("/dev/full" if os.path.exists("/dev/full") else "/dev/null")
+    (work / "dangling").symlink_to(work / "missing" / "x")
+    (work / "folder").mkdir()
+    (work / "studies").mkdir()
+    (work / "studies" / "s.journal").write_bytes(_JOURNAL)
+    (work / "studies" / "s.journal.lock").symlink_to("studies/s.journal")
+
+
+def _intact(work: Path) -> None:
+    """The hostile paths are what :func:`_hostile` made, and the devices still devices."""
+    import stat
+
+    assert stat.S_ISFIFO(os.lstat(work / "fifo").st_mode)
+    assert all((work / name).is_symlink() for name in ("null", "full", "dangling"))
+    for device in ("/dev/null", "/dev/full"):
+        assert not os.path.exists(device) or stat.S_ISCHR(os.stat(device).st_mode), f"{device} is not a device"
+
+
+def _journal() -> bytes:
+    """The bytes of a journal holding one empty study (another tool's: commands refuse it or read it)."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with tempfile.TemporaryDirectory() as folder:
+        optuna.create_study(storage=JournalStorage(JournalFileBackend(f"{folder}/j")), study_name="other")
+        return Path(f"{folder}/j").read_bytes()
+
+
+_JOURNAL = _journal()
 
 
 def _run(argv: list[str], root: Path) -> tuple[int, str, bool, argparse.Namespace | None]:
@@ -108,7 +172,24 @@ def _run(argv: list[str], root: Path) -> tuple[int, str, bool, argparse.Namespac
         parsed.append(parse_args(self, *args, **kwargs))
         return parsed[-1]
 
+    def guarded(real):  # a rename onto anything outside the example's folder fails instead (we run as root)
+        def rename(src, dst, *args, **kwargs):
+            target = os.path.realpath(dst)
+            assert target.startswith(os.path.realpath(root) + os.sep), f"a rename onto {target} was stopped"
+            return real(src, dst, *args, **kwargs)
+        return rename
+
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    from poptune.store.shared import AbsoluteSymlinkLock
+
+    def short_grace(self, filepath, grace_period=30):  # a stale lock released in 3 s, not 30, per example
+        JournalFileSymlinkLock.__init__(self, filepath, grace_period=3)
+
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "replace", guarded(os.replace))
+        mp.setattr(os, "rename", guarded(os.rename))
+        mp.setattr(AbsoluteSymlinkLock, "__init__", short_grace)
         for name in ("HOME", "POPTUNE_CACHE", "XDG_CACHE_HOME"):
             mp.setenv(name, str(root / "home" if name == "HOME" else root / "cache"))
         mp.setenv("POPTUNE_KV_MAPS", str(root / "cache" / "kv-maps"))
@@ -117,6 +198,9 @@ def _run(argv: list[str], root: Path) -> tuple[int, str, bool, argparse.Namespac
         mp.setattr("poptune.models.registry.load_model", load_model)
         mp.setattr(argparse.ArgumentParser, "parse_args", record)
         mp.chdir(root / "work")
+        argv = [a.replace("{abs}", str(root / "work")) for a in argv]
+        previous = signal.signal(signal.SIGALRM, _hung)
+        signal.alarm(HANG_S)  # a FIFO read or a lock that never frees fails the example, not the whole run
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             try:
                 code = main(argv)
@@ -124,6 +208,9 @@ def _run(argv: list[str], root: Path) -> tuple[int, str, bool, argparse.Namespac
                 code = e.code if isinstance(e.code, int) else 2
             except WorkStarted:
                 code, started = 0, True
+            finally:
+                signal.alarm(0)
+                signal.signal(signal.SIGALRM, previous)
     return code, err.getvalue(), started, parsed[0] if parsed else None
 
 
@@ -136,8 +223,10 @@ def test_every_command_line_is_accepted_or_refused_in_one_line(argv):
         for name in ("work", "home", "cache"):
             (root / name).mkdir()
         (root / "work" / "notes.txt").write_text("the user's file\n")
+        _hostile(root / "work")
         before = _files(root)
         code, err, started, args = _run(argv, root)
+        _intact(root / "work")
         assert "Traceback" not in err, (argv, err)
         assert code in (0, 2), (argv, code, err)
         if code == 0 and args is not None:  # accepted: no number is NaN or infinite (read as "no limit")

@@ -4,6 +4,7 @@ Usage::
 
     python -m tests.harness.bad_inputs            # every case (tiny random models; a few minutes on 2 CPUs)
     python -m tests.harness.bad_inputs -k enqueue # only cases whose name holds "enqueue"
+    python -m tests.harness.bad_inputs -k issue-49 # only the hostile paths and small refusals of issue 49
 
 Each case runs ``python -m poptune ...`` in a scratch folder holding a small stored study (``ok.db``), a study
 another tool wrote (``foreign.db``), a poptune study with no completed trial (``empty.db``), a text file, a file
@@ -49,6 +50,48 @@ empty.set_user_attr("problem", TuningProblem(model="tiny-llama", tasks=("passkey
 empty.set_user_attr("model", "tiny-llama")
 empty.set_user_attr("num_layers", 6)
 """
+
+EXPORT = ["export", "--storage", "sqlite:///{d}/ok.db", "--max-drop", "100"]
+PROMPTS_STUDY = ["study", "--model", "tiny-llama", "--limit", "2", "--repeats", "1", "--storage",
+                 "sqlite:///{d}/new.db"]
+
+#: Issue 49: output and storage paths that are not regular files (``{d}/fifo``, ``{d}/null`` and ``{d}/full``
+#: link to those devices, ``{d}/dangling`` links to nothing), and the small refusals of its point 8.
+HOSTILE_CASES: list[tuple[str, list[str]]] = [
+    ("export: --out links to /dev/null", [*EXPORT, "--out", "{d}/null"]),
+    ("export: --out links to /dev/full", [*EXPORT, "--out", "{d}/full"]),
+    ("export: --out is a FIFO", [*EXPORT, "--out", "{d}/fifo"]),
+    ("export: --out links to nothing", [*EXPORT, "--out", "{d}/dangling"]),
+    ("export: its K/V maps path is a folder", [*EXPORT, "--out", "{d}/m.json"]),
+    ("eval: --out links to /dev/null", [*EVAL, "--out", "{d}/null"]),
+    ("eval: --out is a FIFO", [*EVAL, "--out", "{d}/fifo"]),
+    ("bench: --out links to /dev/full", [*BENCH, "--out", "{d}/full"]),
+    ("pareto: --out is a FIFO", ["pareto", "--storage", "sqlite:///{d}/ok.db", "--out", "{d}/fifo"]),
+    ("study: journal links to /dev/full", [*STUDY, "--storage", "journal:{d}/full"]),
+    ("study: journal links to /dev/null", [*STUDY, "--storage", "journal:{d}/null"]),
+    ("study: journal is a FIFO", [*STUDY, "--storage", "journal:{d}/fifo"]),
+    ("study: journal links to nothing", [*STUDY, "--storage", "journal:{d}/dangling"]),
+    ("study: sqlite links to /dev/null", [*STUDY, "--storage", "sqlite:///{d}/null"]),
+    ("pareto: journal is a FIFO", ["pareto", "--storage", "journal:{d}/fifo"]),
+    ("study: --store-prompts without --prompts", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--store-prompts"]),
+    ("study: --prompts with an empty chat content", [*PROMPTS_STUDY, "--prompts", "{d}/empty-content.jsonl"]),
+    ("study: --prompts with a repeated prompt", [*PROMPTS_STUDY, "--prompts", "{d}/repeated.txt"]),
+    ("study: --judge references, every answer empty", [*PROMPTS_STUDY, "--prompts", "{d}/empty-answers.jsonl",
+                                                      "--judge", "references"]),
+    ("study: --enqueue with a junk fourth field", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--enqueue",
+                                                   "3/last/0/junk"]),
+    ("study: --enqueue calibrated on an own-K/V study", [*STUDY, "--storage", "sqlite:///{d}/ok.db", "--enqueue",
+                                                         "4/last/0/calibrated"]),
+    ("generate: --config without pop_config", [*GEN, "--config", "{d}/no-pop.json", "--prompt", "hi"]),
+    ("generate: --config with pop_config null", [*GEN, "--config", "{d}/null-pop.json", "--prompt", "hi"]),
+    ("generate: --config whose kv_maps lost its sha256", [*GEN, "--config", "{d}/no-sha.json", "--prompt", "hi"]),
+    ("gpu-check: --out is a file", ["gpu-check", "--dry-run", "--out", "{d}/notes.txt"]),
+    ("gpu-check: --out read-only", ["gpu-check", "--dry-run", "--out", "{d}/ro/check"]),
+    ("gpu-check: --budget -5", ["gpu-check", "--dry-run", "--out", "{d}/check", "--budget", "-5"]),
+    ("gpu-check: --budget 0", ["gpu-check", "--dry-run", "--out", "{d}/check", "--budget", "0"]),
+    ("tuners: --max-drop -1", ["tuners", "--grid", "{d}/grid.csv", "--max-drop", "-1"]),
+    ("grid: --timeout -1", ["grid", "--model", "tiny-llama", "--tasks", "passkey", "--out", "{d}", "--timeout", "-1"]),
+]
 
 #: (name, argv). ``{d}`` is the scratch folder.
 CASES: list[tuple[str, list[str]]] = [
@@ -145,13 +188,19 @@ CASES: list[tuple[str, list[str]]] = [
     ("importance: negative seed", ["importance", "--model", "tiny-llama", "--seed", "-1", "--out", "{d}"]),
     ("importance: --out read-only", ["importance", "--model", "tiny-llama", "--samples", "2", "--length", "8",
                                      "--new-tokens", "2", "--out", "{d}/ro"]),
+    *HOSTILE_CASES,
 ]
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int, str]]:
     files = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file():
+        if path.is_dir() and not path.is_symlink():  # a folder made (grid's raw/) is a touch too
+            files[str(path.relative_to(folder)) + "/"] = (0, 0, "folder")
+        elif path.is_symlink() or not path.is_file():  # links, the FIFO: their kind, never their content
+            files[str(path.relative_to(folder))] = (0, 0, f"{os.lstat(path).st_mode:o}->"
+                                                          f"{os.readlink(path) if path.is_symlink() else ''}")
+        else:
             files[str(path.relative_to(folder))] = (path.stat().st_size, path.stat().st_mtime_ns,
                                                     hashlib.sha256(path.read_bytes()).hexdigest())
     return files
@@ -189,7 +238,29 @@ def make_scratch(folder: Path) -> None:
     (folder / "corrupt.db").write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
     for stray in folder.glob("*.png"):
         stray.unlink()
+    hostile_files(folder)
     read_only_folder(folder / "ro")
+
+
+def hostile_files(folder: Path) -> None:
+    """What :data:`HOSTILE_CASES` point at: a FIFO, links to devices and to nothing, a folder where an export's
+    maps go, malformed prompts files and exported configurations."""
+    import json
+
+    os.mkfifo(folder / "fifo")
+    (folder / "null").symlink_to("/dev/null")
+    (folder / "full").symlink_to("/dev/full")
+    (folder / "dangling").symlink_to(folder / "missing" / "x")
+    (folder / "m.kv.safetensors").mkdir()
+    (folder / "empty-content.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": ""}]}) + "\n")
+    (folder / "repeated.txt").write_text("What is two plus two?\nName a colour.\nWhat is two plus two?\n")
+    (folder / "empty-answers.jsonl").write_text("".join(json.dumps({"prompt": f"Question {i}?", "answer": ""}) + "\n"
+                                                        for i in range(3)))
+    config = json.loads((folder / "export.json").read_text())
+    (folder / "no-pop.json").write_text(json.dumps({k: v for k, v in config.items() if k != "pop_config"}))
+    (folder / "null-pop.json").write_text(json.dumps(dict(config, pop_config=None)))
+    (folder / "no-sha.json").write_text(json.dumps(dict(config, pop_config=dict(config["pop_config"], kv="calibrated"),
+                                                        kv_maps={"file": "m.kv.safetensors"})))
 
 
 def read_only_folder(path: Path) -> None:
@@ -237,11 +308,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-k", default="", help="only cases whose name holds this text")
     args = parser.parse_args()
-    selected = [c for c in CASES if args.k in c[0]]
+    selected = [c for c in CASES if args.k in c[0] or (args.k == "issue-49" and c in HOSTILE_CASES)]
     folder = Path(tempfile.mkdtemp(prefix="poptune-bad-"))
     try:
         make_scratch(folder)
         print(table(run_cases(folder, selected)))
+        broken = [d for d in ("/dev/null", "/dev/full") if os.path.exists(d) and not stat.S_ISCHR(os.stat(d).st_mode)]
+        state = f"{', '.join(broken)} NOT character devices" if broken else "/dev/null and /dev/full still devices"
+        print(f"\nAfter the cases: {state}.")
     finally:
         release_folder(folder / "ro")
         shutil.rmtree(folder, ignore_errors=True)

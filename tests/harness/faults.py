@@ -162,17 +162,19 @@ def two_processes_fault(folder: Path) -> dict:
                      f"{len(configs) - len(set(configs))} configurations measured twice")
 
 
-def full_disk_fault(folder: Path) -> dict:
+def full_disk_fault(folder: Path, journal: bool = False) -> dict:
+    """A study resumed on a full disk (a 1 MiB tmpfs filled up): SQLite, or a journal file with ``journal``."""
     if os.geteuid() != 0:
         return dict(exit=None, line="skipped: mounting a small tmpfs needs root", seconds=0.0, lost="")
     disk = folder / "disk"
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
     try:
-        db = disk / "s.db"
-        argv = [*STUDY, "--trials", "1", "--storage", f"sqlite:///{db}"]
-        run(argv, folder)
-        before = completed_values(db)
+        path = disk / ("s.journal" if journal else "s.db")
+        url = f"journal:{path}" if journal else f"sqlite:///{path}"
+        read = journal_completed if journal else completed_values
+        run([*STUDY, "--trials", "1", "--storage", url], folder)
+        before = read(path)
         fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)  # the rest of the disk
         try:
             while os.write(fd, b"\0" * 4096):
@@ -182,16 +184,37 @@ def full_disk_fault(folder: Path) -> dict:
         finally:
             os.close(fd)
         started = time.monotonic()
-        code, err = run([*STUDY, "--add", "1", "--storage", f"sqlite:///{db}"], folder)  # a trial to write
+        code, err = run([*STUDY, "--add", "1", "--storage", url], folder)  # a trial to write
         seconds = time.monotonic() - started
         (disk / "filler").unlink()
-        after = completed_values(db)
+        after = read(path)
         kept = all(after.get(n) == v for n, v in before.items())
+        where = (f"journal readable ({len(after)} completed), {len(err.splitlines())} line(s) on stderr" if journal
+                 else f"database readable ({len(after)} completed), states {sorted(set(s for _, s in states(path)))}")
         return dict(exit=code, line=err.splitlines()[0] if err else "", seconds=seconds,
-                    lost=f"{len(before)} completed before, {'all kept' if kept else 'CHANGED'}; database readable "
-                         f"({len(after)} completed), states {sorted(set(s for _, s in states(db)))}")
+                    lost=f"{len(before)} completed before, {'all kept' if kept else 'CHANGED'}; {where}")
     finally:
         subprocess.run(["umount", str(disk)])
+
+
+def stale_lock_fault(folder: Path) -> dict:
+    """A relative journal path (the docs' `journal:studies/poptune.journal`) whose lock a killed writer left."""
+    (folder / "studies").mkdir()
+    argv = [*STUDY, "--trials", "1", "--storage", "journal:studies/s.journal"]
+    run(argv, folder)
+    before = journal_completed(folder / "studies" / "s.journal")
+    os.symlink("studies/s.journal", folder / "studies" / "s.journal.lock")  # as a writer killed holding it left it
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "poptune", *argv[:-4], "--trials", "2", *argv[-2:]], cwd=folder,
+                              env=_env(), capture_output=True, text=True, errors="replace", timeout=300)
+        code, err = done.returncode, _lines(done.stderr)
+    except subprocess.TimeoutExpired:
+        code, err = None, "still waiting on the lock after 300 s (killed)"
+    after = journal_completed(folder / "studies" / "s.journal")
+    line = next((x for x in err.splitlines() if "lock" in x), err.splitlines()[0] if err else "")
+    return dict(exit=code, line=line, seconds=time.monotonic() - started,
+                lost=f"{len(before)} completed before, {len(after)} after; the stale lock released after its grace")
 
 
 def journal_completed(path: Path) -> dict[int, tuple]:
@@ -255,6 +278,8 @@ FAULTS = {
     "full disk (1 MiB tmpfs) on resume": full_disk_fault,
     "read-only output folder (bench --out)": read_only_output_fault,
     "journal cut mid-append, then the same command": journal_cut_fault,
+    "full disk (1 MiB tmpfs) under a journal, on resume": lambda d: full_disk_fault(d, journal=True),
+    "relative journal path with a stale lock, then the same command": stale_lock_fault,
 }
 
 
