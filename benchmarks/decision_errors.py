@@ -10,6 +10,9 @@ with simulated paired outcomes of known true drop and flip rate, two tasks, and 
 - **Power** (true drop 0): how often a configuration is certified within 2 points at each preset's
   certification cap (long-prompt 16, quick 64, standard 128, thorough 512 items per task) and at 1,250 per task
   (2,500 in all), for 0%, 5%, 10% and 20% flips, with the mean items a race spends.
+- **The study's attempts** (true drop 0): a study's k-th certification spends 2.5% / 2^k, so its first attempt
+  runs at 1.25% and the printed `--certify N` follow-up at 0.625%: the power of the first at the standard cap and
+  of the second at the size the cost line prints (:func:`poptune.evaluate.racing.verdict_cost`).
 
 Usage::
 
@@ -37,6 +40,27 @@ DESIGNS = (("standard search: 8 -> 32 per task", 8, 32, 0.95),
            ("certification of 2 candidates: 32 -> 128 per task", 32, 128, 0.975))
 POWER_CAPS = (("long-prompt", 16), ("quick", 64), ("standard", 128), ("thorough", 512), ("2,500 in all", 1250))
 POWER_FLIPS = (0.0, 0.05, 0.10, 0.20)
+
+
+def _attempts(replicates: int) -> list[str]:
+    """The study's first certification (1.25%, standard cap) and the printed follow-up (0.625%, at its size)."""
+    from poptune.evaluate.decisions import Scenario, race_error
+    from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
+    from poptune.evaluate.racing import verdict_cost
+
+    lines = ["", "## The study's attempts: the error shared (1.25%, then 0.625%), one candidate, true drop 0", "",
+             "| flips | attempt 1 at 32 -> 128 per task: certified within (at 2.5% it would be) | the follow-up's size "
+             "per task (cost line) | attempt 2 at that size: certified within |", "|---|---|---|---|"]
+    for flips in (0.037, 0.10):
+        first = race_error(Scenario(0.0, flips), start=32, cap=128, confidence=0.975, replicates=replicates, seed=5)
+        alone = race_error(Scenario(0.0, flips), start=32, cap=128, confidence=0.95, replicates=replicates, seed=5)
+        seen = PairedDrop(0.0, -3.0, 3.0, {"a": 200, "b": 200}, {t: round(200 * flips) for t in "ab"}, SEQUENTIAL)
+        cost = verdict_cost(seen, 2.0, planned=128, start=32, confidence=0.9875)
+        second = race_error(Scenario(0.0, flips), start=32, cap=cost.per_task, confidence=0.9875,
+                            replicates=replicates, seed=6)
+        lines.append(f"| {100 * flips:g}% | {100 * first.within:.1f}% ({100 * alone.within:.1f}%) | {cost.per_task:,} "
+                     f"| {100 * second.within:.1f}% |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                                replicates=args.power_replicates, seed=11)
             lines.append(f"| {preset} ({cap}) | {100 * flips:g}% | {100 * rates.within:.1f}% | "
                          f"{rates.mean_items:.0f} |")
+    lines += _attempts(args.power_replicates)
     lines += ["", f"Wall time: {time.monotonic() - started:.0f} s on this project's 2-core CPU."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
