@@ -13,8 +13,25 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
+from .clocks import ScrambledTime  # noqa: E402
+
 # Tests read only the fixtures in tests/data, never a data directory named by the caller's environment.
 os.environ.pop("POPTUNE_DATA", None)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--scramble-clock", type=int, default=None, metavar="SEED",
+        help="time every measurement with a clock that stretches each interval it reads by a random factor in "
+             "[1/4, 4] (seeded): a test that fails only with it depends on the machine's speed or load")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    seed = config.getoption("--scramble-clock")
+    if seed is not None:  # for the whole session: module-scoped studies are timed on it too
+        import poptune.measure.timer
+
+        poptune.measure.timer.time = ScrambledTime(str(seed))
 
 
 @pytest.fixture(scope="session", autouse=True)

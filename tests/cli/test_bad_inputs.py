@@ -138,7 +138,8 @@ def test_lengths_past_the_models_context_are_refused_before_any_work(capsys, scr
 
     began = time.perf_counter()
     line = _refused(capsys, scratch, *argv, *(["--storage", f"sqlite:///{scratch}/s.db"] if argv[0] == "study" else []))
-    assert "exceed this model's 4096 positions" in line and time.perf_counter() - began < 5
+    # refused before building anything: seconds, where the bug took minutes (a bound any loaded machine meets)
+    assert "exceed this model's 4096 positions" in line and time.perf_counter() - began < 30
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "NaN"])
@@ -230,7 +231,7 @@ def test_a_postgres_host_that_does_not_resolve_fails_at_once(capsys, scratch):
     pytest.importorskip("psycopg")
     started = time.monotonic()
     line = _refused(capsys, scratch, "pareto", "--storage", "postgresql://u:secret@no-such-host.invalid/x")
-    assert time.monotonic() - started < 5.0  # not retried as a server restarting would be
+    assert time.monotonic() - started < 30.0  # not retried as a server restarting would be (for minutes)
     assert "'no-such-host.invalid' does not resolve" in line and "secret" not in line
 
 

@@ -12,6 +12,8 @@ from poptune import ConfigError, MeasurementError, PopConfig, store
 from poptune.env import Measurement, PopEnv, ReplayEnv, TuningProblem, config_from_action, reward
 from poptune.tune.study import StudySpec, run_study
 
+from ..tune.fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse: no real A/A pairs)
+
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -62,7 +64,9 @@ def test_reward_penalises_beyond_budget():
 
 def test_replay_returns_exactly_the_stored_objectives(problem, tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
-    study = run_study(StudySpec(problem=problem, trials=3, storage=url, sampler="random", seed=2))
+    # What is replayed is what was stored, whatever it was: a synthetic evaluator stores it (no model, no timing).
+    study = run_study(StudySpec(problem=problem, trials=3, storage=url, sampler="random", seed=2),
+                      evaluator=FakeEvaluator(problem))
     env = gymnasium.make("poptune/POP-Replay-v0", storage=url)
     obs, _ = env.reset(seed=1)
     assert env.observation_space.contains(obs)

@@ -96,7 +96,7 @@ def test_a_read_only_database_fails_at_once_in_one_line(tmp_path):
     started = time.monotonic()
     with pytest.raises(StorageError) as exc:
         storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], "s")
-    assert time.monotonic() - started < 2.0  # not retried for minutes
+    assert time.monotonic() - started < 30.0  # not retried for its 60 s (a bound any loaded machine meets)
     assert "\n" not in str(exc.value) and "readonly" in str(exc.value)
 
 
