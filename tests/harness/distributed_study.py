@@ -2,10 +2,9 @@
 
 Starts N worker processes (`poptune study --max-trials T`) on one storage -- a PostgreSQL database (a throwaway
 local server unless --url is given) or a journal file -- optionally kills one worker with SIGKILL every few
-seconds once a trial completed since the last kill (and starts it again, as a scheduler would) or restarts the
-database server, and prints what the study holds at the end: completed trials, configurations measured (and
-measured twice), trials answered from storage, failed, pruned and left waiting, attributes missing, and the
-workers' exit codes.
+seconds (and starts it again, as a scheduler would) or restarts the database server, and prints what the study
+holds at the end: completed trials, configurations measured (and measured twice), trials answered from
+storage, failed, pruned and left waiting, attributes missing, and the workers' exit codes.
 
     python -m tests.harness.distributed_study --storage postgres --workers 4 --trials 40
     python -m tests.harness.distributed_study --storage postgres --workers 4 --trials 40 --kill-every 5
@@ -60,9 +59,6 @@ def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, mode
     codes: dict[int, int] = {}
     kills = restarts = 0
     kills_stopped_s = None
-    # A kill waits for a trial completed since the one before: on a machine too slow for the period (a worker's
-    # start alone -- Python, torch, the model -- can take longer under load), killing on time would starve them.
-    completed_at_kill = -1
     next_kill = began + kill_every if kill_every else math.inf
     next_restart = began + restart_every if restart_every else math.inf
     try:
@@ -78,10 +74,7 @@ def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, mode
                 # The study is full: stop the faults and let the workers notice and exit. Killing on would
                 # starve the last worker, whose start (Python, torch, the model) takes longer than a period.
                 next_kill, kills_stopped_s = math.inf, round(now - began, 1)
-            if procs and now >= next_kill and _completed(url) == completed_at_kill:
-                next_kill = now + kill_every  # nothing completed since the last kill: let the workers progress
             if procs and now >= next_kill:
-                completed_at_kill = _completed(url)
                 i = rng.choice(sorted(procs))
                 procs[i].send_signal(signal.SIGKILL)
                 procs[i].wait()
@@ -169,8 +162,7 @@ def main() -> int:
     parser.add_argument("--url", help="an existing empty PostgreSQL database (default: a throwaway local server)")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--trials", type=int, default=40, help="the study's budget of completed trials")
-    parser.add_argument("--kill-every", type=float, default=0.0,
-                        help="SIGKILL one worker every S seconds, once a trial completed since the last kill")
+    parser.add_argument("--kill-every", type=float, default=0.0, help="SIGKILL one worker every S seconds")
     parser.add_argument("--restart-db-every", type=float, default=0.0, help="restart the local server every S seconds")
     parser.add_argument("--heartbeat", type=int, default=2)
     parser.add_argument("--model", default="tiny-llama")
