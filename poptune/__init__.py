@@ -1,8 +1,9 @@
 """poptune: benchmark and auto-tuning suite for Prefill-Only Pruning (POP) of LLMs and VLMs.
 
 The public API is what this module exports (:data:`__all__`): the POP engine, model loading, the baselines,
-the errors, and the product's three jobs -- :func:`run_bench` (POP's speed against the full model),
-:func:`run_eval` (its accuracy) and :func:`run_study` (the search for the best configuration). Every name is
+the errors, and the product's jobs -- :func:`run_bench` (POP's speed against the full model),
+:func:`run_eval` (its accuracy), :func:`run_study` (the search for the best configuration) and :func:`compare`
+(POP against the baselines on the same items, rebuilt into a leaderboard by :func:`write_methods_board`). Every name is
 imported on first use (module ``__getattr__``), so ``import poptune`` and ``poptune --help`` load neither torch
 nor optuna. Inside the package, code imports the defining module, never these names (``tests/test_layers.py``).
 """
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["Baseline", "LayerRemoval", "build_baseline"], "poptune.baselines"),
     "CalibrationSpec": "poptune.calibration",
+    **dict.fromkeys(["PROFILES", "Profile", "compare", "methods_for"], "poptune.comparison.measure"),
+    "write_methods_board": "poptune.comparison.board",
     "cache_dir": "poptune.cache",
     **dict.fromkeys(["BOUNDARIES", "KV_SOURCES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "attach_kv_maps",
                      "detach_kv_maps", "get_pop_config", "remove_pop", "stage"], "poptune.engine"),
@@ -41,6 +44,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from poptune.baselines import Baseline, LayerRemoval, build_baseline
     from poptune.cache import cache_dir
     from poptune.calibration import CalibrationSpec
+    from poptune.comparison.board import write_methods_board
+    from poptune.comparison.measure import PROFILES, Profile, compare, methods_for
     from poptune.engine import (
         BOUNDARIES, KV_SOURCES, STAGES, PopConfig, PopHandle, apply_pop, attach_kv_maps, detach_kv_maps, get_pop_config,
         remove_pop, stage,
