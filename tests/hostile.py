@@ -62,3 +62,26 @@ def guard_renames(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", guarded(os.replace))
     monkeypatch.setattr(os, "rename", guarded(os.rename))
     return tmp_path
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def refused(capsys, *argv: str, folder: Path | None = None) -> str:
+    """Run ``poptune argv``; assert exit 2 in one stderr line with no traceback and, with ``folder``, nothing in
+    it added, removed or renamed; return the line."""
+    from poptune.cli import main
+
+    before = _names(folder) if folder is not None else None
+    try:
+        code = main(list(argv))
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    if folder is not None:
+        assert _names(folder) == before
+    return err.strip()
+

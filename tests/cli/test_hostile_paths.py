@@ -9,29 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from poptune.cli import main
-from tests.hostile import assert_intact, guard_renames, hostile_paths  # noqa: F401  (a fixture)
+from tests.hostile import assert_intact, guard_renames, hostile_paths, refused  # noqa: F401  (a fixture)
 
 EVAL = ["eval", "--model", "tiny-llama", "--skip", "1", "--tasks", "passkey", "--limit", "2", "--fidelity-pairs", "0"]
 BENCH = ["bench", "--model", "tiny-llama", "--skip", "1", "--lengths", "16", "--repeats", "1", "--min-seconds", "0",
          "--decode-tokens", "0"]
 
 
-def _files(folder) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
-
-
 def _refused(capsys, folder, *argv) -> str:
-    before = _files(folder)
-    try:
-        code = main(list(argv))
-    except SystemExit as e:
-        code = e.code
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert _files(folder) == before
-    return err.strip()
+    return refused(capsys, *argv, folder=folder)
 
 
 @pytest.fixture

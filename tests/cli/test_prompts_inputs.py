@@ -8,11 +8,12 @@ import json
 import optuna
 import pytest
 
-from poptune.cli import build_parser, main
+from poptune.cli import build_parser
 from poptune.cli._args import problem
 from poptune.errors import ConfigError
 from poptune.evaluate.prompts import prompts_sha256, read_prompts
 from poptune.tune.study import check_problem
+from tests.hostile import refused
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -34,14 +35,7 @@ def _problem(*argv):
 
 
 def _refused(capsys, *argv) -> str:
-    try:
-        code = main(list(argv))
-    except SystemExit as e:
-        code = e.code
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    return err.strip()
+    return refused(capsys, *argv)
 
 
 @pytest.mark.parametrize("how", ["option", "environment"])
