@@ -64,13 +64,13 @@ class Row:
 
 
 def _ratio(values: Sequence[float]) -> Ratio:
-    from poptune.measure.stats import median_ci
+    """The median of per-pair ratios with its order-statistic interval, as a timed pair reports its speedup
+    (:attr:`poptune.measure.records.PairRecord.speedup`)."""
+    from poptune.measure.records import percentile
+    from poptune.measure.stats import median_interval
 
-    interval = median_ci(list(values))
-    ordered = sorted(values)
-    n = len(ordered)
-    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
-    return Ratio(median, interval.low, interval.high)
+    lo, hi = median_interval(list(values))
+    return Ratio(percentile(list(values), 50), lo, hi)
 
 
 def _speed(entry: Mapping[str, Any], profiles: Sequence[Sequence[int]]) -> dict[str, dict[str, Ratio]]:
