@@ -321,3 +321,36 @@ def method_list(text: str | None) -> tuple[str, ...]:
     if unknown or not names:
         raise ConfigError(f"unknown baseline(s) {', '.join(unknown) or '(none)'}: use {', '.join(METHODS)} or all")
     return tuple(dict.fromkeys(names))
+
+
+def config_list(text: str | None, option: str) -> tuple[PopConfig, ...]:
+    """``option``'s comma-separated configurations: ``SKIP/BOUNDARY/OFFSET`` or ``SKIP/BOUNDARY/OFFSET/KV``; any
+    other field count or K/V source is refused (a fourth field is never ignored)."""
+    configs = []
+    for part in (p.strip() for p in (text or "").split(",") if p.strip()):
+        fields = part.split("/")
+        try:
+            if len(fields) not in (3, 4):
+                raise ValueError(part)
+            skip, boundary, offset = int(fields[0]), fields[1], int(fields[2])
+        except ValueError as e:
+            raise ConfigError(f"`{option}` takes SKIP/BOUNDARY/OFFSET items (or SKIP/BOUNDARY/OFFSET/KV), got "
+                              f"{part!r}") from e
+        kv = fields[3] if len(fields) == 4 else "own"
+        if kv not in KV_SOURCES:
+            raise ConfigError(f"`{option}` item {part!r}: its K/V source must be one of {', '.join(KV_SOURCES)}, "
+                              f"got {kv!r}")
+        configs.append(PopConfig(skip=skip, boundary=boundary, offset=offset, kv=kv))
+    return tuple(configs)
+
+
+def ratio_list(text: str, option: str) -> tuple[float, ...]:
+    """``option``'s comma-separated ratios, each in (0, 1), at least one."""
+    try:
+        ratios = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as e:
+        raise ConfigError(f"`{option}` must be comma-separated numbers, got {text!r}") from e
+    if not ratios or any(not 0 < r < 1 for r in ratios):
+        raise ConfigError(f"`{option}` must be in (0, 1), got {text!r}")
+    return ratios
+

@@ -14,7 +14,7 @@ from typing import Any
 from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
 
-from ._args import add_calibration, add_model, calibration_spec, check_output_path, positive
+from ._args import add_calibration, add_model, calibration_spec, check_output_path, config_list, positive, ratio_list
 
 #: POP's rows unless ``--pop`` says otherwise: the paper's rule (a third), the study's candidates on the
 #: long-prompt pack and the embedded tasks, and half the layers.
@@ -47,20 +47,12 @@ def register(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _pop(text: str) -> list[Any]:
-    from poptune.engine import PopConfig
-
-    configs = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        fields = part.split("/")
-        try:
-            if len(fields) != 3:
-                raise ValueError(part)
-            configs.append(PopConfig(skip=int(fields[0]), boundary=fields[1], offset=int(fields[2])))
-        except ValueError as e:
-            raise ConfigError(f"`--pop` takes SKIP/BOUNDARY/OFFSET items, got {part!r}") from e
+def _pop(text: str) -> tuple[Any, ...]:
+    configs = config_list(text, "--pop")
     if not configs:
         raise ConfigError("`--pop` needs at least one configuration")
+    if any(c.kv != "own" for c in configs):
+        raise ConfigError("`--pop` compares POP with the layers' own K/V only (SKIP/BOUNDARY/OFFSET)")
     return configs
 
 
@@ -91,18 +83,6 @@ def _choices(text: str, allowed: tuple[str, ...], name: str) -> list[str]:
     return picked
 
 
-def _ratios(text: str) -> list[float]:
-    from poptune.baselines.methods import check_ratio
-
-    try:
-        ratios = [float(r) for r in text.split(",") if r.strip()]
-    except ValueError as e:
-        raise ConfigError(f"`--ratios` takes numbers in (0, 1), got {text!r}") from e
-    for r in ratios:
-        check_ratio(r, "`--ratios`")
-    return ratios
-
-
 def run(args: argparse.Namespace) -> int:
     from poptune.comparison.measure import compare, methods_for
     from poptune.evaluate.suite import EMBEDDED, resolve_tasks
@@ -113,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from poptune.tune.trust import now
 
     pop, profiles = _pop(args.pop), _profiles(args.profiles)
-    methods, ratios = _choices(args.methods, METHODS, "baseline(s)"), _ratios(args.ratios)
+    methods, ratios = _choices(args.methods, METHODS, "baseline(s)"), ratio_list(args.ratios, "--ratios")
     if args.pairs < 6:
         raise ConfigError(f"`--pairs` must be >= 6 (an interval of the median at 95%), got {args.pairs}")
     check_output_path(args.out)

@@ -11,7 +11,7 @@ from poptune.store.studies import HEARTBEAT_S
 from poptune.tune.space import DEFAULT_SAMPLER, SAMPLERS
 
 from ._args import add_calibration, add_model, add_preset, add_problem, add_storage, calibration_spec
-from ._args import finite, method_list, positive, preset_of
+from ._args import config_list, finite, method_list, positive, preset_of, ratio_list
 from ._args import problem as problem_of
 from ._bars import Bars
 
@@ -54,39 +54,11 @@ def register(sub: Any) -> None:
 
 
 def _enqueued(text: str | None) -> tuple[Any, ...]:
-    """``--enqueue`` items: ``SKIP/BOUNDARY/OFFSET`` or ``SKIP/BOUNDARY/OFFSET/KV``; any other field count or K/V
-    source is refused (a fourth field is never ignored)."""
-    from poptune.engine import KV_SOURCES, PopConfig
-
-    configs = []
-    for part in (p.strip() for p in (text or "").split(",") if p.strip()):
-        fields = part.split("/")
-        try:
-            if len(fields) not in (3, 4):
-                raise ValueError(part)
-            skip, boundary, offset = int(fields[0]), fields[1], int(fields[2])
-        except ValueError as e:
-            raise ConfigError(f"`--enqueue` takes SKIP/BOUNDARY/OFFSET items (or SKIP/BOUNDARY/OFFSET/KV), got "
-                              f"{part!r}") from e
-        kv = fields[3] if len(fields) == 4 else "own"
-        if kv not in KV_SOURCES:
-            raise ConfigError(f"`--enqueue` item {part!r}: its K/V source must be one of {', '.join(KV_SOURCES)}, "
-                              f"got {kv!r}")
-        configs.append(PopConfig(skip=skip, boundary=boundary, offset=offset, kv=kv))
-    return tuple(configs)
+    return config_list(text, "--enqueue")
 
 
 def _ratios(text: str | None) -> tuple[float, ...] | None:
-    if not text:
-        return None
-    try:
-        ratios = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError as e:
-        raise ConfigError(f"`--baseline-ratios` must be comma-separated numbers, got {text!r}") from e
-    bad = [r for r in ratios if not 0 < r < 1]
-    if bad or not ratios:
-        raise ConfigError(f"`--baseline-ratios` must be in (0, 1), got {text!r}")
-    return ratios
+    return ratio_list(text, "--baseline-ratios") if text else None
 
 
 def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
