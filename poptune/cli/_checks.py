@@ -45,6 +45,17 @@ def positive(text: str) -> int:
     return value
 
 
+def non_negative(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
+    return value
+
+
 def budget(text: str) -> float | None:
     """An argparse type: an accuracy budget, finite points >= 0, or ``none`` for no budget."""
     if text.strip().lower() == "none":

@@ -15,6 +15,7 @@ from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
 
 from ._args import add_calibration, add_model, calibration_spec, check_output_path, config_list, positive, ratio_list
+from ._checks import non_negative
 
 #: POP's rows unless ``--pop`` says otherwise: the paper's rule (a third), the study's candidates on the
 #: long-prompt pack and the embedded tasks, and half the layers.
@@ -27,10 +28,14 @@ def register(sub: Any) -> None:
     add_model(parser)
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
     parser.add_argument("--tasks", required=True, help="comma-separated accuracy tasks (e.g. longctx_squad,"
-                        "longctx_qasper or piqa,arc_easy,hellaswag,winogrande,boolq)")
+                        "longctx_qasper or piqa,arc_easy,hellaswag,winogrande,boolq); `none`: time only, a record "
+                        "whose timings the leaderboard lends to the scored records of this model and machine")
     parser.add_argument("--workload", required=True, help="the workload's name in the leaderboard (e.g. long-prompts)")
     parser.add_argument("--items", type=positive, default=32, help="items per task, the same for every method "
                         "(default: 32)")
+    parser.add_argument("--skip", type=non_negative, default=0, help="leave out the first SKIP items of every task's "
+                        "order: the items a study chose its POP configuration on (searched and certified), so that "
+                        "configuration is judged on items it was not chosen on (default: 0)")
     parser.add_argument("--pop", default=DEFAULT_POP, help=f"POP rows, SKIP/BOUNDARY/OFFSET,... (default: {DEFAULT_POP})")
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"baselines, comma-separated of {', '.join(METHODS)} (default: all)")
@@ -96,28 +101,31 @@ def run(args: argparse.Namespace) -> int:
     methods, ratios = _choices(args.methods, METHODS, "baseline(s)"), ratio_list(args.ratios, "--ratios")
     if args.pairs < 6:
         raise ConfigError(f"`--pairs` must be >= 6 (an interval of the median at 95%), got {args.pairs}")
+    timing_only = args.tasks.strip().lower() == "none"
+    if timing_only and not profiles:
+        raise ConfigError("`--tasks none` times only: it needs `--profiles`, not `none`")
     check_output_path(args.out)
     directory = data_dir(args.data_dir)
-    tasks = resolve_tasks(args.tasks, directory)
+    tasks = resolve_tasks("embedded" if timing_only else args.tasks, directory)
     real = [t for t in tasks if t not in EMBEDDED]
     if real and directory is None:
         raise ConfigError(f"tasks {', '.join(real)} need a data directory (--data-dir or $POPTUNE_DATA)")
     if real:
         check_data(directory, real)
     problem = TuningProblem(model=args.model, tasks=tasks, data_dir=str(directory) if directory else None,
-                            device=args.device, dtype=args.dtype, weights=args.weights, limit=args.items,
-                            items_start=args.items, max_drop=None, certify_limit=0)
+                            device=args.device, dtype=args.dtype, weights=args.weights,
+                            limit=args.skip + args.items, items_start=args.items, max_drop=None, certify_limit=0)
     evaluator = ConfigEvaluator(problem)
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
     rows = methods_for(evaluator, pop, methods, ratios, calibration_spec(args), progress=say)
-    record = compare(evaluator, rows, workload=args.workload, per_task=args.items, profiles=profiles,
-                     pairs=args.pairs, decode_steps=args.decode_steps, progress=say)
+    record = compare(evaluator, rows, workload=args.workload, per_task=0 if timing_only else args.items,
+                     skip=args.skip, profiles=profiles, pairs=args.pairs, decode_steps=args.decode_steps, progress=say)
     record.update(command="poptune " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else "poptune compare",
                   date=now())
     write_text(args.out, json.dumps(record, indent=1, sort_keys=True))
-    print(f"wrote {args.out}: {len(rows)} methods on {sum(len(v) for v in record['methods'][0]['items'].values())} "
-          "items")
+    scored = sum(len(v) for v in record["methods"][0].get("items", {}).values())
+    print(f"wrote {args.out}: {len(rows)} methods" + (f" on {scored} items" if scored else ", timings only"))
     return 0

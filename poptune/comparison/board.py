@@ -197,8 +197,9 @@ def _section(record: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
             *[f"{k} {p}" for p in profiles for k in ("TTFT", "TPOT", "end-to-end")],
             "paired POP row", "POP - baseline", "verdict"]
     items = sum(len(v) for v in record["methods"][0]["outcomes"].values())
-    lines = [f"## {record['workload']}: {', '.join(record['tasks'])} ({record['per_task']} items per task at most, "
-             f"{items} in all)", "",
+    held_out = f" after the first {record['skip']} of each task's order" if record.get("skip") else ""
+    lines = [f"## {record['workload']}: {', '.join(record['tasks'])} ({record['per_task']} items per task at most"
+             f"{held_out}, {items} in all)", "",
              f"{decided} of {len(baselines)} baseline verdicts decided; POP - baseline intervals at "
              f"{100 * (1 - 0.05 / max(len(baselines), 1)):.2f}% each, so the table's verdicts hold together at 95%.",
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -211,7 +212,8 @@ def _section(record: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
 def _provenance(record: Mapping[str, Any]) -> list[str]:
     hw, versions = record["hardware"], record.get("versions", {})
     timed = f"timings from `{record['timed_in']}`" if record.get("timed_in") else \
-        f"{record['pairs']} timing pairs per profile, {record['decode_steps']} decode steps timed per pair"
+        f"{record['pairs']} timing pairs per profile, {record['decode_steps']} decode steps timed per pair" + \
+        ("" if record["tasks"] else " (timings only)")
     return [f"- `{record['_file']}`: {record['workload']}, command `{record.get('command', 'not recorded')}`, "
             f"{record.get('date', '')}, {timed}; hardware {hw.get('hardware_id')} ({hw.get('name')}); "
             + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))]
@@ -275,11 +277,14 @@ def write_methods_board(folder: str | Path, out: str | Path, *, command: str) ->
     if by_machine:
         Path(out).mkdir(parents=True, exist_ok=True)
     for (model, hardware), group in sorted(by_machine.items()):
-        timed = next((r for r in group if any(e.get("timing") for e in r["methods"])), None)
+        timed = next((r for r in sorted(group, key=lambda r: bool(r["tasks"]))  # a timings-only record first
+                      if any(e.get("timing") for e in r["methods"])), None)
         timings = {"methods": {e["name"]: e for e in timed["methods"]}, "profiles": timed["profiles"],
                    "pairs": timed["pairs"], "decode_steps": timed["decode_steps"], "file": timed["_file"]} \
             if timed else None
-        groups = [(_timed(r, timings), rows_of(r, timings)) for r in group]
+        groups = [(_timed(r, timings), rows_of(r, timings)) for r in group if r["tasks"]]
+        if not groups:  # timings alone make no table
+            continue
         stem = safe_name(f"methods-{model}-{hardware}")
         target = Path(out)
         title = f"Methods on {model}@{hardware}: POP against structured pruning"
@@ -290,7 +295,8 @@ def write_methods_board(folder: str | Path, out: str | Path, *, command: str) ->
                  "for the pairing rule and the verdicts."), "", f"![accuracy vs end-to-end speedup]({stem}.png)", ""]
         for record, rows in groups:
             lines += _section(record, rows)
-        lines += ["## Provenance", "", *[line for r, _ in groups for line in _provenance(r)]]
+        lines += ["## Provenance", "", *[line for r in group for line in _provenance(_timed(r, timings) if r["tasks"]
+                                                                                else r)]]
         write_text(target / f"{stem}.md", "\n".join(lines))
         write_text(target / f"{stem}.csv", _csv(groups))
         written += [target / f"{stem}.md", target / f"{stem}.csv", _plot(groups, target / f"{stem}.png", title)]

@@ -1,8 +1,10 @@
 """Measure the methods of a comparison on one workload: per-item outcomes and request-profile timing pairs.
 
-**Same items.** Every method is scored on the first N items of each task's fixed order (the study's order:
+**Same items.** Every method is scored on the same N items of each task's fixed order (the study's order:
 :meth:`poptune.tune.evaluator.ConfigEvaluator.score_first`), and each item's outcome is kept, so the board
-pairs any two methods item by item.
+pairs any two methods item by item. ``skip`` leaves out the first items of every order: the items a study chose
+its POP configuration on (searched and certified), so that configuration is judged on items it was not chosen
+on. With no items (``per_task=0``) a record holds timings only, for the board to lend to scored records.
 
 **A request's time.** For each request profile (prompt tokens, output tokens) a method is timed against the
 full model as interleaved pairs (:func:`poptune.measure.timer.measure_pair`, A-B then B-A): the prefill of the
@@ -126,35 +128,39 @@ def _timing(evaluator: "ConfigEvaluator", row: Method, profile: Profile, pairs: 
             "tpot_ms": {"a": per_token[0], "b": per_token[1], "order": tpot.order}}
 
 
-def _score(evaluator: "ConfigEvaluator", row: Method, counts: dict[str, int]) -> dict[str, Any]:
+def _score(evaluator: "ConfigEvaluator", row: Method, counts: dict[str, int], skip: int) -> dict[str, Any]:
     started = time.monotonic()
-    run = evaluator.score_first(row.config, counts, transform=row.transform)
+    run = evaluator.score_first(row.config, counts, transform=row.transform, skip=skip)
     return {"outcomes": {t: [float(v) for v in run.outcomes[t]] for t in sorted(run.outcomes)},
             "items": {t: list(run.items[t]) for t in sorted(run.items)},
             "score_seconds": round(time.monotonic() - started, 1)}
 
 
 def compare(evaluator: "ConfigEvaluator", rows: Sequence[Method], *, workload: str, per_task: int,
-            profiles: Sequence[Profile] = PROFILES, pairs: int = 6, decode_steps: int = 16,
+            profiles: Sequence[Profile] = PROFILES, pairs: int = 6, decode_steps: int = 16, skip: int = 0,
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Score every row on the same ``per_task`` items of each task and time it for each profile; the raw
-    record (JSON-serialisable) the board reads."""
+    """Score every row on the same ``per_task`` items of each task (after the first ``skip`` of its order; none:
+    timings only) and time it for each profile; the raw record (JSON-serialisable) the board reads."""
     from poptune.measure.hardware import fingerprint
     from poptune.measure.provenance import versions
     from poptune.models.registry import resolve_model
 
-    if per_task < 1 or pairs < 6 or decode_steps < 1:
-        raise ConfigError(f"a comparison needs >= 1 item per task, >= 6 timing pairs (an interval of the median "
-                          f"at 95%) and >= 1 decode step, got {per_task}, {pairs}, {decode_steps}")
-    tasks = evaluator.problem.tasks
-    counts = {t: min(per_task, evaluator.workload.size(t)) for t in tasks}
+    if per_task < 0 or skip < 0 or pairs < 6 or decode_steps < 1 or not (per_task or profiles):
+        raise ConfigError(f"a comparison needs items (>= 0 per task, after >= 0 skipped) or profiles, >= 6 timing "
+                          f"pairs (an interval of the median at 95%) and >= 1 decode step, got {per_task}, {skip}, "
+                          f"{pairs}, {decode_steps}")
+    tasks = evaluator.problem.tasks if per_task else []
+    counts = {t: min(per_task, evaluator.workload.size(t) - skip) for t in tasks}
+    if any(n < 1 for n in counts.values()):
+        raise ConfigError(f"no items left after skipping {skip} of every task's order: {counts}")
     entries = []
     for row in rows:
-        if progress:
-            progress(f"scoring {row.name} on {sum(counts.values())} items")
         entry: dict[str, Any] = {"name": row.name, "method": row.method, "label": row.label, "ratio": row.ratio,
                                  "config": row.config.to_dict(), "details": row.details or {}}
-        entry.update(_score(evaluator, row, counts))
+        if counts:
+            if progress:
+                progress(f"scoring {row.name} on {sum(counts.values())} items")
+            entry.update(_score(evaluator, row, counts, skip))
         if row.method != "full" and profiles:
             if progress:
                 progress(f"timing {row.name}")
@@ -164,6 +170,6 @@ def compare(evaluator: "ConfigEvaluator", rows: Sequence[Method], *, workload: s
     p = evaluator.problem
     return {"record": RECORD[0], "version": RECORD[1], "workload": workload, "model": resolve_model(p.model).name,
             "num_layers": evaluator.num_layers, "tasks": list(tasks), "per_task": per_task,
-            "hardware": hardware.to_dict(), "versions": versions(),
+            "skip": skip, "hardware": hardware.to_dict(), "versions": versions(),
             "profiles": [[q.prompt, q.output] for q in profiles], "pairs": pairs, "decode_steps": decode_steps,
             "methods": entries}

@@ -362,10 +362,10 @@ class ConfigEvaluator:
                     confidence=confidence)
 
     def score_first(self, config: PopConfig, counts: dict[str, int], *,
-                    transform: Transform | None = None) -> "TaskRun":
-        """``config`` (with a baseline's ``transform``) scored on the first ``counts[task]`` items of every
-        task's fixed order: the same items for every method it is called with (no state reuse)."""
-        items = {t: self.workload.order[t][:n] for t, n in counts.items()}
+                    transform: Transform | None = None, skip: int = 0) -> "TaskRun":
+        """``config`` (with a baseline's ``transform``) scored on ``counts[task]`` items of every task's fixed
+        order from position ``skip`` on: the same items for every method it is called with (no state reuse)."""
+        items = {t: self.workload.order[t][skip:skip + n] for t, n in counts.items()}
         with applied(self.model, transform):
             return self._score(config, items, reuse=False)
 

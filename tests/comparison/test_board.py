@@ -84,3 +84,21 @@ def test_a_record_scored_without_timing_borrows_the_timings_of_its_machine(tmp_p
     md = write_methods_board(raw, tmp_path / "out", command="c")[0].read_text()
     assert "## v: t" in md and "timings from `methods-a.json`" in md
     assert "baseline more accurate" in md  # the untimed workload's rows were paired with the borrowed speeds
+
+
+def test_a_timings_only_record_lends_its_timings_and_makes_no_table(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    scored = _record([_entry("full", "full", GOOD), _entry("pop a", "pop", GOOD), _entry("static 1", "static-last",
+                                                                                      HALF)])
+    timings = {**_record([{k: v for k, v in e.items() if k not in ("outcomes", "items")} for e in
+                          (_entry("full", "full", GOOD), _entry("pop a", "pop", GOOD, 1.3),
+                           _entry("static 1", "static-last", HALF, 1.2))]), "tasks": [], "per_task": 0,
+               "workload": "request-timing"}
+    (raw / "methods-a.json").write_text(json.dumps({**scored, "skip": 48}))
+    (raw / "methods-z.json").write_text(json.dumps(timings))
+    md = write_methods_board(raw, tmp_path / "out", command="c")[0].read_text()
+    assert "request-timing" not in md.split("## Provenance")[0]  # no table of its own
+    assert "after the first 48 of each task's order" in md
+    assert "1.20x" in md and "POP more accurate" in md  # the timings-only record's speeds pair the rows
+    assert "timings from `methods-z.json`" in md and "(timings only)" in md

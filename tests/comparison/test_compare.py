@@ -37,3 +37,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         assert said in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "r.json").exists()
     assert main(["leaderboard", "--records", str(tmp_path / "none")]) == 2
+
+
+def test_skip_scores_items_after_the_first_and_tasks_none_times_only(tmp_path, capsys):
+    def run(*extra):
+        out = tmp_path / f"r{len(list(tmp_path.iterdir()))}.json"
+        code = main(["compare", "--model", "tiny-llama", "--workload", "w", "--pop", "1/last/0", "--methods",
+                     "static-last", "--ratios", "0.5", "--pairs", "6", "--decode-steps", "1", "--out", str(out),
+                     *extra])
+        assert code == 0, capsys.readouterr().err
+        return json.loads(out.read_text())
+
+    first = run("--tasks", "passkey", "--items", "4", "--profiles", "none")
+    held_out = run("--tasks", "passkey", "--items", "2", "--skip", "2", "--profiles", "none")
+    assert held_out["skip"] == 2 and held_out["methods"][0]["items"]["passkey"] == first["methods"][0]["items"]["passkey"][2:]
+    timed = run("--tasks", "none", "--profiles", "16+2")
+    assert timed["tasks"] == [] and timed["per_task"] == 0
+    assert all("outcomes" not in m for m in timed["methods"]) and "timing" in timed["methods"][1]
+    assert main(["compare", "--model", "tiny-llama", "--workload", "w", "--tasks", "none", "--profiles", "none",
+                 "--out", str(tmp_path / "x.json")]) == 2
+    assert "needs `--profiles`" in capsys.readouterr().err
