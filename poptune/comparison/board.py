@@ -30,7 +30,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["Row", "read_records", "rows_of", "write_methods_board"]
+__all__ = ["Row", "lead_of", "read_records", "row_confidence", "rows_of", "verdict_of", "write_methods_board"]
 
 _KIND, _VERSION = "poptune-methods", 1
 
@@ -87,6 +87,25 @@ def _speed(entry: Mapping[str, Any], profiles: Sequence[Sequence[int]]) -> dict[
     return out
 
 
+def row_confidence(rows: int) -> float:
+    """Each row's two-sided confidence in a table of ``rows`` baseline rows: ``1 - 0.05 / rows`` (Bonferroni),
+    so all the table's verdicts hold together at 95%."""
+    return 1 - 0.05 / max(rows, 1)
+
+
+def lead_of(pop: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]], rows: int) -> Any:
+    """POP - baseline in points over the same items, the score test's interval at :func:`row_confidence`."""
+    from poptune.evaluate.paired import paired_drop
+
+    return paired_drop(pop, baseline, confidence=row_confidence(rows))
+
+
+def verdict_of(lead: Any) -> str:
+    """``POP more accurate`` (the interval above 0), ``baseline more accurate`` (below) or ``undecided``."""
+    return ("POP more accurate" if lead.lo > 0 else "baseline more accurate" if lead.hi < 0
+            else f"undecided at {lead.total} items")
+
+
 def _mean(outcomes: Mapping[str, Sequence[float]]) -> float:
     return 100 * sum(sum(v) / len(v) for v in outcomes.values()) / len(outcomes)
 
@@ -135,15 +154,12 @@ def rows_of(record: Mapping[str, Any], timings: Mapping[str, Any] | None = None)
     outcomes = {e["name"]: e["outcomes"] for e in entries}
     pops = [r for r in rows if r.method == "pop" and profile in r.speed]
     baselines = [r for r in rows if r.method not in ("full", "pop") and profile in r.speed]
-    confidence = 1 - 0.05 / max(len(baselines), 1)
     paired = {}
     for row in baselines if pops else []:
         partner, slower = _partner(row, pops, profile)
-        lead = paired_drop(outcomes[partner.name], outcomes[row.name], confidence=confidence)  # POP - baseline
-        verdict = ("POP more accurate" if lead.lo > 0 else "baseline more accurate" if lead.hi < 0
-                   else f"undecided at {lead.total} items")
+        lead = lead_of(outcomes[partner.name], outcomes[row.name], len(baselines))
         paired[row.name] = Row(**{**row.__dict__, "against": partner.label, "slower": slower, "lead": lead,
-                                  "verdict": verdict})
+                                  "verdict": verdict_of(lead)})
     return [paired.get(r.name, r) for r in rows]
 
 
@@ -201,12 +217,30 @@ def _section(record: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
     lines = [f"## {record['workload']}: {', '.join(record['tasks'])} ({record['per_task']} items per task at most"
              f"{held_out}, {items} in all)", "",
              f"{decided} of {len(baselines)} baseline verdicts decided; POP - baseline intervals at "
-             f"{100 * (1 - 0.05 / max(len(baselines), 1)):.2f}% each, so the table's verdicts hold together at 95%.",
+             f"{100 * row_confidence(len(baselines)):.2f}% each, so the table's verdicts hold together at 95%.",
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_cells(r, profiles)) + " |" for r in rows]
     lines += ["", "Where a baseline is faster end to end than its paired POP row (static pruning shortens every decode "
               "step too):", "", *_wins(rows, profiles), ""]
-    return lines
+    return lines + _costs(record, rows, row_confidence(len(baselines)))
+
+
+def _costs(record: Mapping[str, Any], rows: Sequence[Row], confidence: float) -> list[str]:
+    """What each undecided verdict would cost (:mod:`poptune.comparison.cost`): a plan, not a claim."""
+    from .cost import decision_cost
+
+    pops = {r.label: r.name for r in rows if r.method == "pop"}
+    lines = []
+    for r in rows:
+        cost = decision_cost(record, pops[r.against], r.name, r.lead.mean, confidence) \
+            if r.verdict.startswith("undecided") else None
+        if cost is not None:
+            lines.append(f"- {r.label} against {r.against} ({r.lead.mean:+.2f} points): about {cost.per_task:,} items "
+                         f"per task; the whole table at that size ~{cost.minutes:,.0f} min here: `{cost.command}`")
+    if not lines:
+        return []
+    return ["What the undecided verdicts would cost, if the true lead were the one observed (80% power at this "
+            "table's per-row confidence; minutes from this record's scoring times, every method):", "", *lines, ""]
 
 
 def _provenance(record: Mapping[str, Any]) -> list[str]:

@@ -102,3 +102,21 @@ def test_a_timings_only_record_lends_its_timings_and_makes_no_table(tmp_path):
     assert "after the first 48 of each task's order" in md
     assert "1.20x" in md and "POP more accurate" in md  # the timings-only record's speeds pair the rows
     assert "timings from `methods-z.json`" in md and "(timings only)" in md
+
+
+def test_an_undecided_row_says_what_its_decision_would_cost(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    few = 24
+    close = ([1.0] * 11 + [0.0]) * (few // 12)  # 2 losses in 24 items: undecided
+    record = {**_record([{**_entry("full", "full", [1.0] * few), "score_seconds": 24.0},
+                         {**_entry("pop a", "pop", [1.0] * few, 1.3), "score_seconds": 12.0},
+                         {**_entry("static 1", "static-last", close, 1.2), "score_seconds": 12.0}]),
+              "command": "poptune compare --items 24 --out x.json"}
+    (raw / "methods-a.json").write_text(json.dumps(record))
+    md = write_methods_board(raw, tmp_path / "out", command="c")[0].read_text()
+    assert "undecided at 24 items" in md
+    line = next(x for x in md.splitlines() if x.startswith("- static 1 against pop a"))
+    per_task = int(line.split("about ")[1].split(" items")[0])
+    assert per_task > few and f"`poptune compare --items {per_task} --out x.json`" in line
+    assert f"~{2.0 * per_task / 60:,.0f} min" in line  # 48 s for 24 items, every method: 2 s per item
