@@ -34,26 +34,24 @@ def finite(text: str) -> float:
     return value
 
 
-def positive(text: str) -> int:
-    """An argparse type: an integer >= 1."""
+def _at_least(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
     return value
+
+
+def positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    return _at_least(text, 1)
 
 
 def non_negative(text: str) -> int:
     """An argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
-    return value
+    return _at_least(text, 0)
 
 
 def budget(text: str) -> float | None:
