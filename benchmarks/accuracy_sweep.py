@@ -10,9 +10,11 @@ Usage::
     POPTUNE_DATA=../shared/data python benchmarks/accuracy_sweep.py --name long-skip-sweep --limit 32 \
         --tasks longctx_squad,longctx_squad_bpb,longctx_qasper --configs 2:last,2:none,2:window-16,...
 
-Each configuration is ``skip:boundary[:offset[:kv]]`` (``kv``: ``own`` or ``calibrated``, whose maps are
-fitted on WikiText-2 validation windows, or with ``--kv-fit workload`` on documents of the tasks that the sweep
-never scores, as a study fits them, or read from the cache, before the configuration is scored). The full model
+Each configuration is ``skip:boundary[:offset[:kv]]`` (``kv``: a K/V source, ``own``, ``calibrated`` -- whose maps
+are fitted on WikiText-2 validation windows, or with ``--kv-fit workload`` on documents of the tasks that the sweep
+never scores, as a study fits them, or read from the cache, before the configuration is scored -- or ``anchor``).
+A configuration with another source than own is also paired with the same configuration with own K/V when the
+sweep measured it before. The full model
 is measured once; every configuration is
 scored by poptune's stage-aware lm-eval model (context = POP prefill, continuation or generation at full
 depth) on the same items (``--limit``: evenly spaced, the same every run), and its drop is paired item by item
@@ -41,7 +43,9 @@ from poptune import PopConfig, load_model
 from poptune.evaluate.paired import paired_drop
 from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, EvalSpec, drop_of, measure_tasks
 from poptune.evaluate.taskpack import data_dir
-from poptune.kvfit import KVFitSpec, prepare_kv
+from poptune.kv import registry as kv_registry
+from poptune.kvfit.fit import KVFitSpec
+from poptune.kvfit.prepare import kv_details, prepare_kv
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
 from poptune.models.registry import weights_fingerprint
@@ -102,7 +106,7 @@ def main() -> None:
         rows.append({"config": config.to_dict(), "scores": run.scores, "items": run.counts, "seconds": seconds,
                      "drop": mean.to_dict(), "task_drops": {t: d.to_dict() for t, d in drops.items()},
                      "outcomes": run.outcomes, **_against_own(config, measured, run),
-                     **({"kv_maps": maps.describe()} if maps is not None else {})})
+                     **kv_details(config, maps)})
         print(f"{config}: " + ", ".join(f"{t} {_fmt(t, run)} ({drops[t]})" for t in tasks)
               + f"; mean drop {mean} ({seconds:.0f} s)", flush=True)
         _write(args, tasks, rows, runs, states)  # after every configuration: a long sweep keeps what it has
@@ -116,7 +120,7 @@ def _kv_fit_spec(args, tokenizer, directory, tasks) -> KVFitSpec:
         return KVFitSpec(data_dir=str(directory))
     from poptune.evaluate.suite import item_indices
     from poptune.evaluate.workload import Workload, _real_prompts, calibration_prompts
-    from poptune.kvfit import PROMPT_TOKENS
+    from poptune.kvfit.fit import PROMPT_TOKENS
 
     named = [t for t in tasks if not t.endswith("_bpb")]
     texts = _real_prompts(named, directory)
@@ -127,12 +131,12 @@ def _kv_fit_spec(args, tokenizer, directory, tasks) -> KVFitSpec:
 
 
 def _against_own(config, measured, run) -> dict:
-    """A calibrated configuration's mean drop against the same configuration with own K/V measured earlier in
-    the sweep (``measured``: configuration and run pairs), paired on the same items (positive: calibrated
-    worse); nothing where there is none."""
-    own = dataclasses.replace(config, kv="own")
+    """A configuration's mean drop against the same configuration with own K/V measured earlier in the sweep
+    (``measured``: configuration and run pairs), paired on the same items (positive: the other source worse);
+    nothing where there is none (or it is own K/V)."""
+    own = dataclasses.replace(config, kv=kv_registry.DEFAULT)
     for other, other_run in measured:
-        if config.kv == "calibrated" and other == own:
+        if config != own and other == own:
             return {"against_own": drop_of(other_run, run).to_dict()}
     return {}
 
@@ -164,9 +168,9 @@ def _write(args, tasks, rows, runs, states) -> None:
                      + " | ".join(cells) + f" | {mean} |")
     paired = [(row["config"], row["against_own"]) for row in rows if "against_own" in row]
     if paired:
-        lines += ["", "Calibrated against own K/V, paired on the same items (mean drop of calibrated below own, "
-                  "points, 95% interval as above; positive: calibrated worse):", ""]
-        lines += [f"- skip {c['skip']} {c['boundary']} offset {c['offset']}: {_ci(d)}" for c, d in paired]
+        lines += ["", "Against own K/V, paired on the same items (mean drop of the configuration's K/V source below "
+                  "own K/V, points, 95% interval as above; positive: that source worse):", ""]
+        lines += [f"- skip {c['skip']} {c['boundary']} offset {c['offset']} {c['kv']}: {_ci(d)}" for c, d in paired]
     hw = fingerprint("cpu")
     reuse = "off" if states is None else (f"on ({states.replayed} prefills replayed, {states.drafted} generations "
                                           f"verified in rounds, {states.accepted} proposed tokens accepted)")

@@ -1,7 +1,7 @@
 """Benchmark: calibrated K/V against the layers' own projections, on held-out WikiText-2 text.
 
 For each skip (``--skips``, boundary ``last``), POP with the skipped layers' own K/V projections (the paper) and
-with calibrated maps (:mod:`poptune.kvfit`: fitted on WikiText-2 *validation* windows) prefill the same
+with calibrated maps (:mod:`poptune.kvfit.fit`: fitted on WikiText-2 *validation* windows) prefill the same
 ``--pairs`` contexts of WikiText-2 *test* (``--context`` tokens after BOS, at evenly spaced offsets); the next
 ``--continuation`` tokens are scored at full depth from that cache. Per pair: the continuation's mean NLL gap to
 the full model (nats per token) and KL(full || POP) of the first token after the prompt (the one boundary
@@ -17,7 +17,7 @@ Writes ``leaderboards/kv-calibration-<model>.md`` and ``.json``.
 
 **Held-out sweep** (``--lengths``, issue 38): contexts of each length (BOS included) of WikiText-2 *test* at
 evenly spaced offsets, ``--windows`` of them per length, the next ``--continuation`` tokens scored at full depth
-after the POP prefill of the context (:func:`poptune.kvcheck.continuation_nll`, as the project's likelihood
+after the POP prefill of the context (:func:`poptune.kvfit.check.continuation_nll`, as the project's likelihood
 scoring does), own against calibrated K/V at every skip, paired over the same windows: the mean of the per-window
 differences (calibrated minus own) with its 95% t interval (``scipy.stats.ttest_1samp``). The layers before the
 block are replayed from the full model's states (:mod:`poptune.prefix`: exact, and the only way 2,048-token
@@ -46,7 +46,8 @@ from poptune.engine import remove_pop
 from poptune.evaluate.fidelity import FidelitySpec, fidelity_pairs
 from poptune.evaluate.paired import paired_drop
 from poptune.evaluate.scoring import continuation_logprobs
-from poptune.kvfit import KVFitSpec, KVFitter, prepare_kv
+from poptune.kvfit.fit import KVFitSpec, KVFitter
+from poptune.kvfit.prepare import prepare_kv
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
 from poptune.models.registry import weights_fingerprint
@@ -204,7 +205,7 @@ def _paired(calibrated, own):
 def sweep(args) -> None:
     """The held-out sweep: per length and skip, the continuation NLL with own and with calibrated K/V."""
     from poptune.engine import apply_pop as pop
-    from poptune.kvcheck import continuation_nll
+    from poptune.kvfit.check import continuation_nll
     from poptune.prefix import PrefixStates
 
     began = time.perf_counter()
@@ -283,7 +284,7 @@ def _write_sweep(args, rows, fits, fitter, seconds) -> None:
         lines.append(f"| {length} | " + " | ".join(cells) + " |")
     lines += ["", "The fit per block (sink: tokens whose block-entry norm exceeds the threshold; check: the fit's "
               "held-out windows, calibrated minus own continuation NLL, one-sided t-test at the stated level, "
-              "`poptune/kvcheck.py`; maps not shown better are replaced by the layers' own):", ""]
+              "`poptune/kvfit/check.py`; maps not shown better are replaced by the layers' own):", ""]
     for skip, fit in fits.items():
         v = fit.get("validation") or {}
         decision = "maps kept" if fit["kept_own"] != "all (block)" else "layers' own kept"

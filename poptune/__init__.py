@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 #: Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["Baseline", "LayerRemoval", "build_baseline"], "poptune.baselines"),
-    "CalibrationSpec": "poptune.calibration",
+    "CalibrationSpec": "poptune.kvfit.calibration",
     **dict.fromkeys(["PROFILES", "Profile", "compare", "methods_for"], "poptune.comparison.measure"),
     "write_methods_board": "poptune.comparison.board",
     "cache_dir": "poptune.cache",
     **dict.fromkeys(["BOUNDARIES", "KV_SOURCES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "attach_kv_maps",
                      "detach_kv_maps", "get_pop_config", "remove_pop", "stage"], "poptune.engine"),
-    **dict.fromkeys(["KVFitSpec", "prepare_kv"], "poptune.kvfit"),
-    "KVMaps": "poptune.kvmaps",
+    "KVFitSpec": "poptune.kvfit.fit",
+    "prepare_kv": "poptune.kvfit.prepare",
+    "KVMaps": "poptune.kv.maps",
     **dict.fromkeys(["ConfigError", "DataError", "DeviceError", "InputError", "MeasurementError",
                      "ModelNotFoundError", "PoptuneError", "StorageError", "UnsupportedModelError"], "poptune.errors"),
     "load_config": "poptune.export",
@@ -35,7 +36,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["PromptRequest", "read_prompts"], "poptune.evaluate.prompts"),
     "changed_interval": "poptune.evaluate.changed",
     **dict.fromkeys(["StudySpec", "run_study"], "poptune.tune.study"),
-    "TuningProblem": "poptune.tune.problem",
+    "TuningProblem": "poptune.problem.problem",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -43,7 +44,7 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
     from poptune.baselines import Baseline, LayerRemoval, build_baseline
     from poptune.cache import cache_dir
-    from poptune.calibration import CalibrationSpec
+    from poptune.kvfit.calibration import CalibrationSpec
     from poptune.comparison.board import write_methods_board
     from poptune.comparison.measure import PROFILES, Profile, compare, methods_for
     from poptune.engine import (
@@ -58,13 +59,14 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from poptune.evaluate.prompts import PromptRequest, read_prompts
     from poptune.evaluate.suite import EvalSpec, run_eval
     from poptune.export import load_config
-    from poptune.kvfit import KVFitSpec, prepare_kv
-    from poptune.kvmaps import KVMaps
+    from poptune.kv.maps import KVMaps
+    from poptune.kvfit.fit import KVFitSpec
+    from poptune.kvfit.prepare import prepare_kv
     from poptune.measure.bench import BenchSpec, run_bench
     from poptune.models import ImageSize, ModelSpec, image_prompt, load_model, max_positions, model_names, resolve_model
     from poptune.models import synthetic_image
     from poptune.segments import chunk_bounds, prefill_prompt
-    from poptune.tune.problem import TuningProblem
+    from poptune.problem.problem import TuningProblem
     from poptune.tune.study import StudySpec, run_study
 
     __version__: str

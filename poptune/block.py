@@ -4,8 +4,9 @@ A segment is a forward that adds ``N`` tokens to a cache holding ``past`` tokens
 Its first ``P`` tokens are pruned; the other ``N - P`` (the boundary, possibly none) run at full depth. In every
 layer of the skipped block, one pass over the segment
 
-1. writes the K/V of the pruned tokens through the layer's own input norm, K/V projections, key norm and RoPE,
-   applied to the hidden state entering the block, and passes their hidden states through unchanged, and
+1. writes the pruned tokens' K/V as the configuration's K/V source says (:mod:`poptune.kv`; the paper's: through
+   the layer's own input norm, K/V projections, key norm and RoPE, applied to the hidden state entering the
+   block) and passes their hidden states through unchanged, and
 2. runs the whole layer for the boundary tokens, which attend to everything the cache holds by then: the earlier
    segments, the pruned tokens and their own K/V.
 
@@ -14,25 +15,29 @@ the cache returns once their K/V are added), so bidirectional image blocks, padd
 their exact shape. The masks of the eager and SDPA kernels are 4-D (queries x keys), flash attention's are 2-D
 key-padding masks (the kernel aligns causality bottom-right itself); other attention implementations are
 refused by name.
+
+A layer whose cache is compact (it keeps some of the tokens it has seen, :mod:`poptune.kv.compact`: the anchor
+source's skipped layers) attends with the model's mask gathered at the tokens it keeps, in the block and in every
+later forward (:func:`compacted`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import UnsupportedModelError
+from .kv.source import COMPACT_FLAG
 from .patching import Patch
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from .kvmaps import KVMaps, LayerMaps
+    from .kv.source import Write
 
-__all__ = ["mask_layout", "skipping", "write_prompt_kv"]
+__all__ = ["compacted", "mask_layout", "skipping"]
 
 
 def mask_layout(config: Any) -> str:
@@ -57,20 +62,14 @@ def mask_layout(config: Any) -> str:
 
 
 @contextlib.contextmanager
-def skipping(decoder: "nn.Module", skipped: Sequence[int], pruned: int, layout: str,
-             maps: "KVMaps | None" = None) -> Iterator[None]:
-    """Within the block, layers write the first ``pruned`` tokens' K/V only and run in full for the others.
-
-    With ``maps`` (calibrated K/V, see :mod:`poptune.kvmaps`), a layer it holds writes those K/V through its
-    fitted projections instead of its own.
-    """
+def skipping(decoder: "nn.Module", skipped: Sequence[int], pruned: int, layout: str, write: "Write") -> Iterator[None]:
+    """Within the block, layers write the first ``pruned`` tokens' K/V only (with ``write``, the K/V source's) and
+    run in full for the others."""
     patches: list[Patch] = []
     try:
         for i in skipped:
             layer = decoder.layers[i]
-            fitted = maps.layer(i) if maps is not None else None
-            build = (lambda inner, layer=layer, fitted=fitted:
-                     _skipped_layer_forward(layer, inner, pruned, layout, fitted))
+            build = (lambda inner, layer=layer: _skipped_layer_forward(layer, inner, pruned, layout, write))
             patches.append(Patch(layer, build))
         yield
     finally:
@@ -78,12 +77,11 @@ def skipping(decoder: "nn.Module", skipped: Sequence[int], pruned: int, layout: 
             patch.undo()
 
 
-def _skipped_layer_forward(layer: "nn.Module", inner: Any, pruned: int, layout: str,
-                           fitted: "LayerMaps | None") -> Any:
+def _skipped_layer_forward(layer: "nn.Module", inner: Any, pruned: int, layout: str, write: "Write") -> Any:
     """One segment through a skipped layer, all its tokens at once; ``inner`` is the layer's own forward.
 
-    Tokens ``[0, pruned)`` pass through unchanged and write their K/V through the layer's own projections
-    (POP's independent K/V). Tokens ``[pruned, N)`` -- the boundary -- run the whole layer, attending to those
+    Tokens ``[0, pruned)`` pass through unchanged and write their K/V with ``write`` (POP's independent K/V, as
+    the K/V source says). Tokens ``[pruned, N)`` -- the boundary -- run the whole layer, attending to those
     K/V and to their own: exactly what a separate boundary pass over the cache would compute, without paying
     a second forward over the model.
     """
@@ -102,7 +100,7 @@ def _skipped_layer_forward(layer: "nn.Module", inner: Any, pruned: int, layout: 
         # The model built the mask over the keys the cache returned before this layer wrote anything.
         _, mask_offset = cache.get_mask_sizes(n, layer.self_attn.layer_idx)
         cos, sin = position_embeddings  # (B, N, D) each
-        write_prompt_kv(layer, hidden_states[:, :pruned], (cos[:, :pruned], sin[:, :pruned]), cache, fitted)
+        write(layer, hidden_states[:, :pruned], (cos[:, :pruned], sin[:, :pruned]), cache)
         if pruned == n:
             return hidden_states
         position_ids = kwargs.pop("position_ids", None)
@@ -128,14 +126,20 @@ def _boundary_mask(mask: Any, cache: Any, layer: "nn.Module", queries: tuple[int
     ``mask`` is the model's for the whole segment: (B, 1, N, KV) with its first column at absolute key position
     ``mask_offset`` (4-D), or (B, KV) aligned on the last key (2-D). The boundary needs the rows ``[start, stop)``
     and the columns the cache holds now: all keys for full attention, the last ``window - 1`` earlier ones and the
-    boundary for a sliding-window layer. Without a mask (SDPA's causal shortcut: no padding) one query may see
-    every key; a window of several queries needs an explicit bottom-right-aligned causal mask (a flash kernel
-    aligns it so itself).
+    boundary for a sliding-window layer, the columns kept for a compact layer. Without a mask (SDPA's causal
+    shortcut: no padding) one query may see every key; a window of several queries needs an explicit
+    bottom-right-aligned causal mask (a flash kernel aligns it so itself).
     """
     import torch
 
     start, stop = queries
     width = stop - start
+    from .kv.compact import CompactLayer, compact_mask
+
+    held = cache.layers[layer.self_attn.layer_idx]
+    if isinstance(held, CompactLayer):
+        return compact_mask(mask, held, queries, mask_offset, batch=held.columns.shape[0], device=device,
+                            window=getattr(layer.self_attn, "sliding_window", None))
     kv_length, kv_offset = cache.get_mask_sizes(width, layer.self_attn.layer_idx)
     if layout == "2d":
         return mask[:, -kv_length:] if isinstance(mask, torch.Tensor) else None  # (B, KV)
@@ -155,50 +159,44 @@ def _boundary_mask(mask: Any, cache: Any, layer: "nn.Module", queries: tuple[int
     return allowed[None, None]  # (1, 1, W, KV)
 
 
-def write_prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_embeddings: Any, cache: Any,
-                    fitted: "LayerMaps | None" = None) -> None:
-    """Independent K/V projection of a skipped layer: k = RoPE(k_norm(W_K LN(x))), v = W_V LN(x).
+@contextlib.contextmanager
+def compacted(decoder: "nn.Module", cache: Any, exclude: Sequence[int] = ()) -> Iterator[None]:
+    """Within, the layers whose cache is compact (:mod:`poptune.kv.compact`), but ``exclude``, attend with the
+    model's masks gathered at the tokens they keep. Nothing to do (and no cost) for a cache without one.
 
-    ``W_K``, ``W_V`` are the layer's own projections, or ``fitted`` ones (calibrated K/V: the same shapes, with
-    the layer's own biases if it has any); with those, a sink token (block-entry norm above
-    ``fitted.sink_norm``) gets the sink projections (the layer's own where the maps hold none).
+    Raises:
+        UnsupportedModelError: a compact cache under flash attention (2-D masks cannot be gathered).
     """
-    attn = layer.self_attn
-    normed = layer.input_layernorm(hidden_states)  # (B, P, C)
-    shape = (*normed.shape[:-1], -1, attn.head_dim)
-    if fitted is None:
-        keys, values = attn.k_proj(normed), attn.v_proj(normed)  # (B, P, H_kv * D) each
-    else:
-        keys, values = _fitted_kv(attn, hidden_states, normed, fitted)
-    keys = keys.view(shape)  # (B, P, H_kv, D)
-    k_norm = getattr(attn, "k_norm", None)
-    if k_norm is not None:
-        keys = k_norm(keys)
-    keys = keys.transpose(1, 2)  # (B, H_kv, P, D)
-    values = values.view(shape).transpose(1, 2)  # (B, H_kv, P, D)
-    cos, sin = position_embeddings
-    # The architecture's own RoPE (Gemma-3 local vs global bases, Qwen3-VL's interleaved mRoPE are already
-    # folded into cos/sin by the model's rotary embedding for this layer).
-    rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
-    _, keys = rope(keys, keys, cos, sin)
-    cache.update(keys, values, attn.layer_idx)
+    if cache is None or not getattr(cache, COMPACT_FLAG, False):
+        yield
+        return
+    from .kv.compact import CompactLayer
+
+    if mask_layout(decoder.config) != "4d":
+        raise UnsupportedModelError("a cache that dropped tokens needs eager or sdpa attention (4-D masks)")
+    patches: list[Patch] = []
+    try:
+        for i, held in enumerate(cache.layers):
+            if isinstance(held, CompactLayer) and i not in exclude:
+                layer = decoder.layers[i]
+                patches.append(Patch(layer, lambda inner, layer=layer: _compact_layer_forward(layer, inner)))
+        yield
+    finally:
+        for patch in reversed(patches):
+            patch.undo()
 
 
-def _fitted_kv(attn: "nn.Module", hidden_states: "torch.Tensor", normed: "torch.Tensor", fitted: "LayerMaps"
-               ) -> "tuple[torch.Tensor, torch.Tensor]":
-    """Keys and values (B, P, H_kv * D) through fitted maps, sink tokens through their own projections.
+def _compact_layer_forward(layer: "nn.Module", inner: Any) -> Any:
+    """A layer whose cache is compact: its own forward, with the mask of its type gathered at the kept tokens."""
 
-    The sink test is elementwise (``torch.where``), not an index: no host sync, so CUDA graphs can capture it.
-    """
-    import torch
-    import torch.nn.functional as F
+    def forward(hidden_states: "torch.Tensor", *args: Any, attention_mask: Any = None, cache: Any = None,
+                **kwargs: Any) -> Any:
+        from .kv.compact import compact_mask
 
-    keys = F.linear(normed, fitted.k, attn.k_proj.bias)
-    values = F.linear(normed, fitted.v, attn.v_proj.bias)
-    if fitted.sink_norm is None:
-        return keys, values
-    sink = hidden_states.float().norm(dim=-1, keepdim=True) > fitted.sink_norm  # (B, P, 1)
-    k_sink, v_sink = fitted.sink if fitted.sink is not None else (attn.k_proj.weight, attn.v_proj.weight)
-    keys = torch.where(sink, F.linear(normed, k_sink, attn.k_proj.bias), keys)
-    values = torch.where(sink, F.linear(normed, v_sink, attn.v_proj.bias), values)
-    return keys, values
+        index, (batch, n) = layer.self_attn.layer_idx, hidden_states.shape[:2]
+        _, offset = cache.get_mask_sizes(n, index)
+        mask = compact_mask(attention_mask, cache.layers[index], (0, n), offset, batch=batch,
+                            device=hidden_states.device, window=getattr(layer.self_attn, "sliding_window", None))
+        return inner(hidden_states, *args, attention_mask=mask, cache=cache, **kwargs)
+
+    return forward

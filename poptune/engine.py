@@ -18,8 +18,9 @@ The engine wraps the forward of the decoder (the module that owns ``layers``) of
 
 A segment of ``N`` tokens with ``W`` boundary tokens is one pass in which every layer of the skipped block
 
-1. writes the K/V of the first ``N - W`` (pruned) tokens through its own projections and passes their hidden
-   states through unchanged (no attention, no FFN), and
+1. writes the K/V of the first ``N - W`` (pruned) tokens as the configuration's K/V source says (the paper's:
+   through the layer's own projections; :mod:`poptune.kv`) and passes their hidden states through unchanged (no
+   attention, no FFN), and
 2. runs in full for the last ``W`` (boundary) tokens, which attend to the cache, those K/V and their own.
 
 Layers outside the block run as usual, so the boundary tokens see the full model (see :mod:`poptune.block`). The
@@ -60,10 +61,12 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import kvmaps
-from .block import mask_layout, skipping
+from .block import compacted, mask_layout, skipping
 from .errors import ConfigError, InputError, UnsupportedModelError
-from .kvmaps import KVMaps
+from .kv import maps as kvmaps
+from .kv import registry
+from .kv.maps import KVMaps
+from .kv.source import Segment
 from .patching import Patch
 
 if TYPE_CHECKING:
@@ -76,9 +79,9 @@ __all__ = ["BOUNDARIES", "KV_SOURCES", "STAGES", "PopConfig", "PopHandle", "appl
 #: The boundary rules the tuner searches; ``window-<W>`` for any positive W is accepted too.
 BOUNDARIES: tuple[str, ...] = ("none", "last", "window-4", "window-16", "window-64")
 
-#: Where the pruned tokens' K/V in the skipped block come from: the layers' own projections (the paper) or
-#: projections fitted to the full model's (:mod:`poptune.kvmaps`).
-KV_SOURCES: tuple[str, ...] = ("own", "calibrated")
+#: Where the pruned tokens' K/V in the skipped block come from, by name (:mod:`poptune.kv.registry`): the layers'
+#: own projections (the paper), projections fitted to the full model's, the first token's and the boundary's only.
+KV_SOURCES: tuple[str, ...] = registry.NAMES
 
 _WINDOW = re.compile(r"^window-([1-9][0-9]*)$")
 
@@ -109,17 +112,18 @@ class PopConfig:
             ``[L - offset - skip, L - offset)``; the paper's case is 0.
         layers: An explicit set of skipped layers instead of a final block (for baselines that choose layers by
             a metric, e.g. ShortGPT's prefill-only variant); ``skip`` must equal its size and ``offset`` be 0.
-        kv: ``"own"``: the pruned tokens' K/V through the skipped layers' own projections (the paper);
-            ``"calibrated"``: through projections fitted to the full model's K/V (:mod:`poptune.kvmaps`; the
-            model must hold the block's maps, see :func:`attach_kv_maps`). Needs ``skip >= 1`` and a final
-            block (no ``layers``).
+        kv: Where the pruned tokens' K/V come from, a source of :data:`KV_SOURCES` (:mod:`poptune.kv`): by default
+            the skipped layers' own projections (the paper); ``calibrated``: projections fitted to the full
+            model's K/V (the model must hold the block's maps, see :func:`attach_kv_maps`; ``skip >= 1`` and a
+            final block); ``anchor``: only the first prompt token's and the boundary's K/V are kept in the
+            skipped layers (``skip >= 1``).
     """
 
     skip: int
     boundary: str = "last"
     offset: int = 0
     layers: tuple[int, ...] | None = None
-    kv: str = "own"
+    kv: str = registry.DEFAULT
 
     def __post_init__(self) -> None:
         for name in ("skip", "offset"):
@@ -142,10 +146,7 @@ class PopConfig:
                 raise ConfigError(f"`layers` must be distinct indices >= 0 in increasing order, got {list(layers)}")
             if self.skip != len(layers) or self.offset:
                 raise ConfigError(f"with `layers`, `skip` must be {len(layers)} (their number) and `offset` 0")
-        if self.kv not in KV_SOURCES:
-            raise ConfigError(f"`kv` must be one of {', '.join(KV_SOURCES)}, got {self.kv!r}")
-        if self.kv == "calibrated" and (self.skip == 0 or self.layers is not None):
-            raise ConfigError("`kv='calibrated'` needs skip >= 1 and a final block (no `layers`)")
+        registry.source(self.kv).check(self)
 
     @property
     def boundary_width(self) -> int:
@@ -182,8 +183,8 @@ class PopConfig:
             del data["layers"]  # a final block: the three fields every stored configuration has
         else:
             data["layers"] = list(self.layers)
-        if self.kv == "own":
-            del data["kv"]  # the paper's K/V: configurations stored before calibrated K/V read the same
+        if registry.is_default(self.kv):
+            del data["kv"]  # the paper's K/V: configurations stored before other K/V sources read the same
         return data
 
     @classmethod
@@ -200,7 +201,7 @@ class PopConfig:
 
     def __str__(self) -> str:
         text = f"skip={self.skip} boundary={self.boundary} offset={self.offset}"
-        if self.kv != "own":
+        if not registry.is_default(self.kv):
             text += f" kv={self.kv}"
         return text if self.layers is None else f"{text} layers={','.join(map(str, self.layers))}"
 
@@ -269,15 +270,15 @@ def apply_pop(model: "nn.Module", config: PopConfig) -> PopHandle:
 
     Raises:
         UnsupportedModelError: the architecture or its attention implementation is not one the engine knows.
-        ConfigError: the configuration does not fit the model's depth, or asks for calibrated K/V the model
-            holds no maps for.
+        ConfigError: the configuration does not fit the model's depth, or its K/V source cannot run on the model
+            as it is (calibrated K/V the model holds no maps for).
     """
     if not isinstance(config, PopConfig):
         raise ConfigError(f"apply_pop needs a PopConfig, got {type(config).__name__}")
     decoder = decoder_of(model)
     skipped = config.skipped_layers(len(decoder.layers))
-    mask_layout(decoder.config)  # an attention implementation POP cannot mask is refused before anything changes
-    _maps_for(decoder, config, skipped)  # calibrated K/V without the block's maps is refused here too
+    layout = mask_layout(decoder.config)  # an attention implementation POP cannot mask: refused before any change
+    registry.source(config.kv).ready(decoder, config, skipped, layout)  # calibrated K/V without maps: refused too
     state = getattr(model, _STATE_ATTR, None)
     previous = state.config if state is not None else None
     if state is None:
@@ -299,7 +300,8 @@ def remove_pop(model: "nn.Module") -> None:
 
 
 def attach_kv_maps(model: "nn.Module", maps: KVMaps) -> None:
-    """Give ``model`` the fitted K/V maps of one block, used by ``PopConfig(kv="calibrated")`` on that block.
+    """Give ``model`` the fitted K/V maps of one block, used by calibrated K/V (:mod:`poptune.kv.calibrated`) on that
+    block.
 
     A model holds maps for any number of blocks (one per ``(skip, offset)``); attaching maps of a block it
     already holds replaces them.
@@ -313,20 +315,6 @@ def attach_kv_maps(model: "nn.Module", maps: KVMaps) -> None:
 def detach_kv_maps(model: "nn.Module") -> None:
     """Drop every K/V map ``model`` holds."""
     kvmaps.detach_from(decoder_of(model))
-
-
-def _maps_for(decoder: "nn.Module", config: PopConfig, skipped: "range | tuple[int, ...]") -> KVMaps | None:
-    """The maps of ``config``'s block (None for the layers' own K/V), or :class:`ConfigError` if not held."""
-    if config.kv == "own" or not skipped:
-        return None
-    block = (min(skipped), max(skipped) + 1)
-    maps = kvmaps.kv_maps_of(decoder).get(block)
-    if maps is None:
-        raise ConfigError(
-            f"{config} needs fitted K/V maps of layers [{block[0]}, {block[1]}): fit or load them with "
-            "poptune.prepare_kv (or KVMaps.load) and attach them with poptune.attach_kv_maps"
-        )
-    return maps
 
 
 def get_pop_config(model: "nn.Module") -> PopConfig | None:
@@ -386,23 +374,26 @@ def _pop_forward(
     # Prefix states (see poptune.prefix) are whole prompts from position 0: segments over a cache never use them.
     prefix = getattr(decoder, "_poptune_prefix_states", None) if past == 0 else None
     if state.config.skip == 0 or kind == "decode" or pruned <= 0:
-        # Decode, or a segment inside the boundary window: the unmodified model.
+        # Decode, or a segment inside the boundary window: the unmodified model (a compact cache's masks gathered).
         recording = prefix.recording(decoder, inputs) if prefix is not None and n > 1 else contextlib.nullcontext()
-        with recording:
+        with recording, compacted(decoder, cache):
             return inner(cache=cache, use_cache=use_cache, **inputs)
 
     from transformers import DynamicCache
 
     layout = mask_layout(decoder.config)
-    _check_left_padded(attention_mask, n)
+    pads = _check_left_padded(attention_mask, n)
     if use_cache is None:
         use_cache = decoder.config.use_cache
     if cache is None:  # the boundary tokens attend to the skipped layers' K/V through a cache
         cache = DynamicCache(config=decoder.config)
     replaying = prefix.replaying(decoder, inputs, min(state.skipped)) if prefix is not None \
         else contextlib.nullcontext()
-    maps = _maps_for(decoder, state.config, state.skipped)
-    with skipping(decoder, state.skipped, pruned, layout, maps), replaying:
+    source = registry.source(state.config.kv)
+    source.ready(decoder, state.config, state.skipped, layout)
+    segment = Segment(pruned, None if pads == 0 else attention_mask, n, pads)
+    write = source.writer(decoder, state.config, state.skipped, segment)
+    with skipping(decoder, state.skipped, pruned, layout, write), compacted(decoder, cache, state.skipped), replaying:
         out = inner(cache=cache, use_cache=True, **inputs)
     # Only positions that ran at full depth yield logits: (B, N, C) -> (B, N - P, C); with boundary "none", the
     # prompt's last (pruned) position, which predicts the first token; a chunk, none.
@@ -413,9 +404,10 @@ def _pop_forward(
     return out
 
 
-def _check_left_padded(mask: Any, n: int) -> None:
+def _check_left_padded(mask: Any, n: int) -> int | None:
     """Refuse a segment whose 2-D attention mask has padding after a real token: the boundary is the last
-    tokens of every row, which right padding would fill with pads.
+    tokens of every row, which right padding would fill with pads. Returns the most pads a row of the segment
+    starts with (0 without a 2-D mask), None where the check was skipped (unknown).
 
     Reading the mask on the host synchronises the device, so each mask is checked once: a mask found
     left-padded is remembered (by identity, while it lives, and its version where it has one), and later
@@ -425,26 +417,27 @@ def _check_left_padded(mask: Any, n: int) -> None:
     before (the warm-up calls of :func:`poptune.measure.graphs.capture`), so its mask was checked there.
     """
     if mask is None or not hasattr(mask, "ndim") or mask.ndim != 2:
-        return
+        return 0
     root = getattr(mask, "_base", None)
     root = mask if root is None else root  # the model hands the decoder a new view of the caller's mask each call
     key = (id(root), mask.data_ptr(), tuple(mask.shape), tuple(mask.stride()), n)
     known = _LEFT_PADDED.get(key)
     if known is not None and known[0]() is root and known[1] == _version_of(root):
-        return
+        return known[2]
     if _capturing():
-        return
-    rows = _right_padded_rows(mask[:, -n:])
+        return None
+    rows, pads = _right_padded_rows(mask[:, -n:])
     if rows:
         raise InputError(f"POP needs left-padded prompts, but row(s) {rows} have padding after a token (right "
                          "padding): set the tokenizer's padding_side to 'left'")
-    _LEFT_PADDED[key] = (weakref.ref(root, lambda _, key=key: _LEFT_PADDED.pop(key, None)), _version_of(root))
+    _LEFT_PADDED[key] = (weakref.ref(root, lambda _, key=key: _LEFT_PADDED.pop(key, None)), _version_of(root), pads)
+    return pads
 
 
 #: Masks found left-padded, by (id of the tensor owning the memory, address, shape, strides, segment length): a
-#: weak reference to that tensor (an id alone may be reused) and its version when checked (None for inference
-#: tensors, which keep none).
-_LEFT_PADDED: dict[tuple[int, int], tuple[Any, int | None]] = {}
+#: weak reference to that tensor (an id alone may be reused), its version when checked (None for inference
+#: tensors, which keep none) and the most pads a row starts with.
+_LEFT_PADDED: dict[tuple[int, int], tuple[Any, int | None, int]] = {}
 
 
 def _version_of(mask: Any) -> int | None:
@@ -454,13 +447,15 @@ def _version_of(mask: Any) -> int | None:
         return None
 
 
-def _right_padded_rows(new: Any) -> list[int]:
-    """Rows of a (B, N) mask with a pad after a real token; reads the mask on the host (a device sync)."""
+def _right_padded_rows(new: Any) -> tuple[list[int], int]:
+    """Rows of a (B, N) mask with a pad after a real token, and the most pads a row starts with; reads the mask
+    on the host (a device sync)."""
     new = new.bool()  # (B, N)
     after = new[:, :-1] & ~new[:, 1:]
+    pads = int((~new).sum(dim=-1).max()) if new.numel() else 0
     if not bool(after.any()):
-        return []
-    return sorted({int(r) for r in after.nonzero()[:, 0]})
+        return [], pads
+    return sorted({int(r) for r in after.nonzero()[:, 0]}), pads
 
 
 def _capturing() -> bool:

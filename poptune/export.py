@@ -5,14 +5,14 @@ An exported file names the model (and a fingerprint of its weights), the hardwar
 versions). :func:`load_config` gives the configuration back, refusing one made for another model or another
 kind of machine unless forced.
 
-A configuration with calibrated K/V (``kv: calibrated``) needs its fitted maps: the export names them
-(``kv_maps``: file, sha256, block, how they were fitted); :func:`write_export` copies the file beside the JSON
-and :func:`load_kv_maps` reads it back, refusing a changed file or maps fitted on other weights.
+A configuration whose K/V source needs a file carries it (:attr:`poptune.kv.source.KVSource.export_key`; calibrated
+K/V: ``kv_maps``, its fitted maps' file, sha256, block and how they were fitted): :func:`write_export` copies the
+file beside the JSON (``<stem><suffix>``, ``.kv.safetensors`` for the maps) and :func:`load_carried` attaches it to
+a model, refusing a changed file or maps fitted on other weights.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 from pathlib import Path
@@ -21,10 +21,11 @@ from typing import Any
 from poptune import store
 from poptune.engine import PopConfig
 from poptune.errors import ConfigError
+from poptune.kv import registry as kv_registry
 from poptune.store.trials import StoredTrial
 
-__all__ = ["FORMAT", "best_within_budget", "check_export_path", "export_config", "load_config", "load_kv_maps",
-           "maps_path", "write_export"]
+__all__ = ["FORMAT", "best_within_budget", "carried_path", "check_export_path", "export_config", "load_carried",
+           "load_config", "write_export"]
 
 FORMAT = "poptune-config/1"
 
@@ -59,6 +60,8 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
                   model: str | None = None) -> dict:
     """The deployable configuration of a stored study, as a JSON-serialisable dict (``max_drop`` None: the fastest
     configuration, whatever its drop)."""
+    from poptune.measure.provenance import now
+
     study = store.read_study(storage, study_name)
     stored = store.StoredStudy.of(study)
     if model is not None:
@@ -71,12 +74,13 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
                           "(or wait for its first trial)")
     row = best_within_budget(study, max_drop)
     trial = StoredTrial.of(study.trials[row.trial])
+    key = kv_registry.source(row.kv).export_key
     return {
         "format": FORMAT,
         "model": {"name": stored.model, "weights_fingerprint": stored.weights_fingerprint},
         "hardware": stored.hardware,
         "pop_config": row.config.to_dict(),
-        **({"kv_maps": trial.details["kv_maps"]} if row.kv != "own" else {}),
+        **({key: trial.details[key]} if key else {}),
         "objectives": {
             "prefill_ms": row.prefill_ms,
             "speedup": row.speedup,
@@ -95,6 +99,7 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "latency": trial.latency,
             "accuracy_per_task": trial.accuracy,
             "full_accuracy_per_task": trial.full_accuracy,
+            "study_objectives": dict(row.values),  # every objective of the study by name (kv_bytes, tpot, ...)
         },
         "provenance": {
             "storage": store.public_url(storage),
@@ -104,77 +109,86 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "versions": stored.versions or None,
             "measurement": trial.provenance,
             "null_checks": stored.null_checks or None,
-            "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "exported": now(),
         },
     }
 
 
-def maps_path(path: str | Path) -> Path:
-    """Where :func:`write_export` puts the K/V maps of a configuration written to ``path``:
-    ``<stem>.kv.safetensors`` beside it."""
+def carried_path(path: str | Path, suffix: str) -> Path:
+    """Where :func:`write_export` puts the file a configuration written to ``path`` carries: ``<stem><suffix>``
+    beside it (``suffix``: its K/V source's, e.g. ``.kv.safetensors``)."""
     path = Path(path)
-    return path.with_name(path.stem + ".kv.safetensors")
+    return path.with_name(path.stem + suffix)
+
+
+def _carrying() -> list[Any]:
+    """The K/V sources whose configurations carry a file."""
+    return [s for s in kv_registry.SOURCES if s.export_key]
 
 
 def check_export_path(path: str | Path) -> None:
-    """Fail before any work if :func:`write_export` could not write ``path`` or its maps file beside it: a folder,
-    a device, a FIFO (poptune writes regular files only), a missing or read-only folder.
+    """Fail before any work if :func:`write_export` could not write ``path`` or a file it may carry beside it (any
+    K/V source's): a folder, a device, a FIFO (poptune writes regular files only), a missing or read-only folder.
 
     Raises:
-        ConfigError: either path cannot be written.
+        ConfigError: a path cannot be written.
     """
     from poptune.files import check_regular, check_writable_file
 
     check_writable_file(path)
-    check_regular(maps_path(check_regular(path)), "K/V maps file")
+    for source in _carrying():
+        check_regular(carried_path(check_regular(path), source.export_suffix), f"{source.label} file")
 
 
 def write_export(data: dict, path: str | Path) -> list[Path]:
-    """Write an exported configuration to ``path`` (JSON), and its K/V maps file beside it (``<stem>.kv.safetensors``,
-    named relative to the JSON) where it has one. Returns the files written.
+    """Write an exported configuration to ``path`` (JSON), and the file its K/V source carries beside it
+    (``<stem><suffix>``, named relative to the JSON) where it has one. Returns the files written.
 
     Raises:
-        ConfigError: the maps file the study recorded is gone or changed since (fit them again: run the study's
-            configuration once with ``--kv calibrated``); either target is not a regular file (a device, a FIFO, a
-            folder) or cannot be written.
+        ConfigError: the file the study recorded is gone or changed since (prepare it again: run the study's
+            configuration once with its ``--kv``); a target is not a regular file (a device, a FIFO, a folder) or
+            cannot be written.
     """
     import shutil
 
     from poptune.files import check_regular, replacing, write_text
-    from poptune.kvmaps import file_sha256
+    from poptune.kv.maps import file_sha256
 
-    check_export_path(path)  # both targets, before either is written
+    check_export_path(path)  # every target, before any is written
     path, written = Path(path), []
-    maps = data.get("kv_maps")
-    if maps is not None:
-        source = Path(maps.get("file", ""))
-        if not source.is_file() or file_sha256(source) != maps.get("sha256"):
-            raise ConfigError(f"the K/V maps file {source} recorded with the study is gone or changed since")
-        target = maps_path(check_regular(path))  # beside the file the JSON lands in (a link's target)
+    for kv in _carrying():
+        carried = data.get(kv.export_key)
+        if carried is None:
+            continue
+        source = Path(carried.get("file", ""))
+        if not source.is_file() or file_sha256(source) != carried.get("sha256"):
+            raise ConfigError(f"the {kv.label} file {source} recorded with the study is gone or changed since")
+        target = carried_path(check_regular(path), kv.export_suffix)  # beside the JSON (a link's target)
         if target.resolve() != source.resolve():
             with replacing(target) as tmp:
                 shutil.copyfile(source, tmp)
-        data = dict(data, kv_maps=dict(maps, file=target.name))
+        data = dict(data, **{kv.export_key: dict(carried, file=target.name)})
         written.append(target)
     write_text(path, json.dumps(data, indent=2))
     return [path, *written]
 
 
-def load_kv_maps(path: str | Path, *, fingerprint: str | None = None, force: bool = False) -> Any:
-    """The fitted K/V maps an exported configuration names (a :class:`~poptune.kvmaps.KVMaps`), checked against
-    its recorded sha256 and (unless ``force``) the weights ``fingerprint`` of the model it is applied to.
+def load_carried(path: str | Path, model: Any, *, fingerprint: str | None = None, force: bool = False) -> None:
+    """Attach to ``model`` what an exported configuration carries for its K/V source (calibrated K/V: its maps,
+    checked against their recorded sha256 and, unless ``force``, the weights ``fingerprint`` of ``model``);
+    nothing for a source that carries nothing.
 
     Raises:
-        ConfigError: the export names no maps. DataError: the file is missing, changed or of other weights.
+        ConfigError: a file the export should name and does not. DataError: the file is missing, changed or of
+            other weights.
     """
-    from poptune.kvmaps import KVMaps
+    from poptune.engine import decoder_of
 
     data = _read(path)
-    maps = data.get("kv_maps")
-    if not maps:
-        raise ConfigError(f"{path} names no K/V maps (its configuration uses the layers' own K/V)")
-    file = Path(path).parent / maps["file"]
-    return KVMaps.load(file, fingerprint=None if force else fingerprint, sha256=maps["sha256"])
+    source = kv_registry.source(data["pop_config"].get("kv", kv_registry.DEFAULT))
+    if source.export_key:
+        source.load_export(model, decoder_of(model), data[source.export_key], Path(path).parent,
+                           fingerprint=None if force else fingerprint)
 
 
 def _read(path: str | Path) -> dict:
@@ -201,12 +215,15 @@ def _check_fields(path: str | Path, data: dict) -> None:
         raise ConfigError(f"{path} has no `model.name`: export it again")
     if not isinstance(data.get("hardware"), dict) or not text(data["hardware"].get("hardware_id")):
         raise ConfigError(f"{path} has no `hardware.hardware_id`: export it again")
-    maps = data.get("kv_maps")
-    if data["pop_config"].get("kv", "own") != "own" and maps is None:
-        raise ConfigError(f"{path} uses calibrated K/V but names no `kv_maps`: export it again")
-    if maps is not None and not (isinstance(maps, dict) and text(maps.get("file")) and text(maps.get("sha256"))):
-        raise ConfigError(f"{path}: `kv_maps` must name its `file` and `sha256` (the maps' integrity check): "
-                          "export it again")
+    source = kv_registry.source(data["pop_config"].get("kv", kv_registry.DEFAULT))
+    for kv in _carrying():
+        carried = data.get(kv.export_key)
+        if kv is source and carried is None:
+            raise ConfigError(f"{path} uses {kv.label} but names no `{kv.export_key}`: export it again")
+        if carried is not None and not (isinstance(carried, dict) and text(carried.get("file"))
+                                        and text(carried.get("sha256"))):
+            raise ConfigError(f"{path}: `{kv.export_key}` must name its `file` and `sha256` (the file's integrity "
+                              "check): export it again")
 
 
 def load_config(

@@ -2,7 +2,7 @@
 
 :func:`build_grid` is the whole job behind ``poptune grid``: run (or continue) the grid study
 (:mod:`poptune.tune.gridstudy`), or with ``table_only`` read it as stored, measuring nothing; then write
-``<out>/grid-<model>-<hardware>.csv`` (:mod:`poptune.tune.grid`) and ``grid-<model>-<hardware>.md`` beside it
+``<out>/grid-<model>-<hardware>.csv`` (:mod:`poptune.problem.grid`) and ``grid-<model>-<hardware>.md`` beside it
 (:func:`readme`): how it was measured, its progress (a partial grid is marked so), the commands, the wall time,
 how to cite. By default the grid's journal file lies beside them (:func:`storage_of`), the raw record of the
 table. docs/grid.md says how to read it.
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from poptune.kv import registry as kv_registry
 from poptune.store.attributes import StoredStudy
-from poptune.tune.problem import TuningProblem
+from poptune.problem.problem import TuningProblem
 
 if TYPE_CHECKING:
     import optuna
@@ -134,7 +135,7 @@ def _record(storage: str | None, csv_path: Path) -> str:
 
 def _coverage(rows: list[dict[str, str]], space: list[Any], trial_s: list[float]) -> list[str]:
     """A partial grid's progress: configurations measured per skip, and what the rest would take."""
-    measured = {(int(r["skip"]), r["boundary"], int(r["offset"]), r.get("kv") or "own") for r in rows}
+    measured = {(int(r["skip"]), r["boundary"], int(r["offset"]), r.get("kv") or kv_registry.DEFAULT) for r in rows}
     skips = sorted({c.skip for c in space})
     cells = []
     for skip in skips:
@@ -194,7 +195,7 @@ def _shown(command: list[str]) -> str:
 def _state(attrs: "StoredStudy", rows: list[dict[str, str]]) -> dict[str, Any]:
     """What the README's sections share: the problem, the space, the runs and their spans, the trials' times."""
     from poptune import store
-    from poptune.tune.space import all_configs
+    from poptune.problem.space import all_configs
 
     p = TuningProblem.from_dict(attrs.problem)
     space = all_configs(attrs.num_layers, p.kv)
@@ -209,14 +210,16 @@ def _state(attrs: "StoredStudy", rows: list[dict[str, str]]) -> dict[str, Any]:
 def _measured(study: Any, csv_path: Path, rows: list[dict[str, str]], s: dict[str, Any], storage: str | None,
               ) -> list[str]:
     """The title, what the table holds, and how it was measured."""
+    from poptune.measure.provenance import hardware_text, versions_text
+
     attrs, p, hw = StoredStudy.of(study), s["p"], s["hw"]
-    versions = ", ".join(f"{k} {v}" for k, v in sorted(attrs.versions.items()))
+    versions = versions_text(attrs.versions)
     state = ("complete: every configuration of the space" if len(rows) >= s["total"] else
              f"PARTIAL: {len(rows)} of {s['total']} configurations; run the command again to continue")
     return [
         f"# Grid: every POP configuration of {attrs.model} on {hw.get('hardware_id')}", "",
         f"`{csv_path.name}`: {len(rows)} rows ({state}), one per configuration of the canonical search space "
-        f"(`poptune.tune.space.all_configs`, {attrs.num_layers} layers: skip 0..{attrs.num_layers - 1}, "
+        f"(`poptune.problem.space.all_configs`, {attrs.num_layers} layers: skip 0..{attrs.num_layers - 1}, "
         "offset 0..2 where the block fits, 5 boundaries; skip 0 is the full model).", "",
         "## How it was measured", "",
         f"- A study (`poptune.tune.study.run_study`) with the `grid` sampler, {s['total']} trials (study "
@@ -239,8 +242,7 @@ def _measured(study: Any, csv_path: Path, rows: list[dict[str, str]], s: dict[st
         "pair ratio, the pairs' range below 3 pairs; 3-5 pairs cover the median 75-94% of the time, not 95%: the "
         "current order-statistic interval needs the raw pairs, kept in the journal).",
         f"- Model {attrs.model} (weights {p.weights}, fingerprint `{attrs.weights_fingerprint}`), device "
-        f"{p.device}, dtype {p.dtype or 'default'}; hardware {hw.get('hardware_id')} ({hw.get('name', '')}); "
-        f"{versions}.",
+        f"{p.device}, dtype {p.dtype or 'default'}; hardware {hardware_text(hw)}; {versions}.",
         f"- Trust: {_checks(attrs)}; `noisy` = 1 where a null check failed and no trusted re-measure replaced it; "
         f"state reuse checked against the plain forward ({attrs.state_reuse_check}).", "",
     ]
@@ -256,7 +258,7 @@ def _columns_and_fastest(study: Any, rows: list[dict[str, str]], s: dict[str, An
         "and its 95% interval; `ideal` the FLOPs-only speedup; `drop, drop_lo, drop_hi` the accuracy drop in points "
         "and its 95% interval; `accuracy` the study's accuracy objective; `items` items scored; `pairs` timing pairs; "
         "`ttft_ms, full_ttft_ms, reference_ms, target_length` the raw latencies and the objective's reference; "
-        "`noisy`; `model, num_layers, max_drop, hardware, versions` (see `poptune/tune/grid.py`).", "",
+        "`noisy`; `model, num_layers, max_drop, hardware, versions` (see `poptune/problem/grid.py`).", "",
         *(_coverage(rows, s["space"], seconds) if s["partial"] else []),
         f"## Fastest within the budget ({s['budget']})" + (f", among the {len(rows)} measured" if s["partial"] else ""),
         "",
@@ -306,7 +308,7 @@ def readme(study: optuna.Study, csv_path: Path, rows: list[dict[str, str]], comm
 def write(study: optuna.Study, out: str | Path, command: str, storage: str | None = None) -> tuple[Path, Path]:
     """The grid table of ``study`` (stored in ``storage``) and its README in ``out``; returns both paths."""
     from poptune.files import safe_name, write_text
-    from poptune.tune.grid import grid_rows, write_grid
+    from poptune.problem.grid import grid_rows, write_grid
 
     attrs = StoredStudy.of(study)
     hardware = attrs.hardware_id or "unknown"

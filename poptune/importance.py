@@ -30,7 +30,6 @@ cache, and a second gated pass over the continuation reuses it, so the prompt is
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import math
 import os
@@ -40,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .calibration import calibration_text, sample_tokens
+from .kvfit.calibration import calibration_text, sample_tokens
 from .engine import PopConfig, decoder_of, get_pop_config
 from .errors import ConfigError, DataError, UnsupportedModelError
 
@@ -321,7 +320,7 @@ def sample_with_gradients(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample continuations and take the gate gradients of their loss, with one pass over the prompt.
 
-    Equal to :func:`~poptune.calibration.sample_continuations` followed by :func:`gate_gradients` (same tokens for the same generator
+    Equal to :func:`~poptune.kvfit.calibration.sample_continuations` followed by :func:`gate_gradients` (same tokens for the same generator
     state), without encoding the prompt a second time: the gated prompt pass keeps its K/V, in the graph, for
     the gated pass over the continuation; the tokens are sampled in between from a snapshot of that cache.
 
@@ -388,12 +387,12 @@ def compute_importance(
         progress: Called with the number of samples finished after each batch.
 
     Raises:
-        ConfigError: POP is applied; DataError: see :func:`~poptune.calibration.calibration_text`.
+        ConfigError: POP is applied; DataError: see :func:`~poptune.kvfit.calibration.calibration_text`.
     """
     import torch
 
     from .measure.hardware import fingerprint
-    from .measure.provenance import versions
+    from .measure.provenance import now, versions
 
     if get_pop_config(model) is not None:
         raise ConfigError("remove POP from the model first: the importance analysis measures the full model")
@@ -425,7 +424,7 @@ def compute_importance(
         device=str(device),
         hardware_id=fingerprint(device).hardware_id,
         versions=versions(),
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        date=now(),
     )
 
 

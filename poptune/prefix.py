@@ -205,7 +205,7 @@ def _replay_forward(layer: "nn.Module", inputs: "torch.Tensor", outputs: "torch.
 
     def forward(hidden_states: "torch.Tensor", *, position_embeddings: Any = None, cache: Any = None,
                 **kwargs: Any) -> "torch.Tensor":
-        from poptune.block import write_prompt_kv
+        from poptune.kv.project import write_prompt_kv
 
         write_prompt_kv(layer, inputs.to(hidden_states.dtype), position_embeddings, cache)  # (B, T, C)
         return outputs.to(hidden_states.dtype)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from poptune.store.attributes import StoredStudy
     from poptune.store.front import FrontRow
     from poptune.store.trials import StoredTrial
-    from poptune.tune.problem import TuningProblem
+    from poptune.problem.problem import TuningProblem
 
 __all__ = ["AccuracyColumn", "accuracy_column", "null_line", "prompts_lines"]
 
@@ -33,7 +33,7 @@ def _looks(stored: "StoredStudy", *, certified: bool) -> int:
     """The planned looks of the search's racing, or of the certification's (each spends its error over them)."""
     from poptune.evaluate.workload import rounds
     from poptune.tune.certify import certification_policy
-    from poptune.tune.problem import TuningProblem
+    from poptune.problem.problem import TuningProblem
 
     problem = TuningProblem.from_dict(stored.problem)
     policy = certification_policy(problem) if certified else problem.racing()
@@ -54,7 +54,7 @@ def accuracy_column(stored: "StoredStudy", *, certified: bool = False) -> Accura
     and its exact Clopper-Pearson 95% interval (:func:`poptune.evaluate.changed.changed_interval`, Bonferroni over
     the search's planned looks, or the certification's for ``certified`` rows); None for any other study."""
     from poptune.evaluate.prompts import PROMPTS
-    from poptune.tune.problem import TuningProblem
+    from poptune.problem.problem import TuningProblem
 
     if PROMPTS not in TuningProblem.from_dict(stored.problem).tasks:  # judged on references: a task's score
         return None
@@ -77,7 +77,7 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
     """Lines for the ``rows`` (the front's, then the reference rows') of a prompts study (empty for any other
     study), from its ``trials``: per POP row the answers unchanged with their exact interval, the fidelity
     figures and, with references, their drop; for the full model, the share of its answers holding them."""
-    from poptune.tune.problem import TuningProblem
+    from poptune.problem.problem import TuningProblem
 
     problem = TuningProblem.from_dict(stored.problem)
     if problem.prompts is None:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from poptune import certreport, store
 from poptune.engine import PopConfig
 from poptune.files import safe_name, write_text
+from poptune.kv import registry as kv_registry
+from poptune.objectives.registry import DEFAULT, get, named, weakly_dominates
 from poptune.promptreport import AccuracyColumn, accuracy_column, prompts_lines
 from poptune.store.front import FrontRow
 from poptune.store.trials import StoredTrial
@@ -72,17 +74,18 @@ def _trial_of(trials: list[StoredTrial], confirmed: dict[str, Any], config: PopC
 
 def references(study: "optuna.Study", front: list[FrontRow] | None = None) -> list[Reference]:
     """The full model and the paper's rule, each with its row and whether (and why not) it is on the front."""
-    from poptune.tune.space import paper_default
+    from poptune.problem.space import paper_default
 
     stored = store.StoredStudy.of(study)
     front = store.front(study) if front is None else front
     trials = [StoredTrial.of(t) for t in store.completed(study)]
     return _references(trials, stored.confirmations, paper_default(stored.num_layers), stored.reference_ms, front,
-                       stored.max_drop)
+                       stored.max_drop, stored.objectives)
 
 
 def _references(trials: list[StoredTrial], confirmed: dict[str, Any], paper: PopConfig, reference_ms: float | None,
-                front: list[FrontRow], budget: float | None) -> list[Reference]:
+                front: list[FrontRow], budget: float | None, objectives: tuple[str, ...] = DEFAULT
+                ) -> list[Reference]:
     out = []
     for name, config in (("full model", PopConfig(skip=0)), ("paper's rule", paper)):
         trial = _trial_of(trials, confirmed, config)
@@ -90,13 +93,13 @@ def _references(trials: list[StoredTrial], confirmed: dict[str, Any], paper: Pop
             out.append(Reference(name, config, None, "not measured in this study"))
             continue
         mine = confirmed.get(str(trial.number))
-        row = FrontRow.from_trial(trial, mine, reference_ms)
-        out.append(Reference(name, config, row, _status(row, trial, mine, front, budget)))
+        row = FrontRow.from_trial(trial, mine, reference_ms, objectives)
+        out.append(Reference(name, config, row, _status(row, trial, mine, front, budget, objectives)))
     return out
 
 
 def _status(row: FrontRow, trial: StoredTrial, confirmed: dict[str, Any] | None, front: list[FrontRow],
-            budget: float | None) -> str:
+            budget: float | None, objectives: tuple[str, ...] = DEFAULT) -> str:
     if any(r.trial == row.trial for r in front):
         return "on the front"
     reasons = []
@@ -105,9 +108,11 @@ def _status(row: FrontRow, trial: StoredTrial, confirmed: dict[str, Any] | None,
         reasons.append(f"drop's 95% lower bound {lower:+.2f} > budget {budget:.2f} points")
     if (confirmed or {}).get("above_ideal") or (confirmed is None and trial.noisy):
         reasons.append("a null check failed on its timing (noisy)")
-    better = [r for r in front if r.prefill_ms <= row.prefill_ms and r.accuracy >= row.accuracy]
+    better = [r for r in front if weakly_dominates(r.values, row.values, objectives)]
     if better and not reasons:
-        reasons.append(f"trial {better[0].trial} ({_label(better[0])}) is as fast and as accurate or better")
+        reasons.append(f"trial {better[0].trial} ({_label(better[0])}) is " + (
+            "as fast and as accurate or better" if objectives == DEFAULT else
+            f"as good or better on every objective ({', '.join(objectives)})"))
     return "off the front" + (": " + "; ".join(reasons) if reasons else "")
 
 
@@ -136,22 +141,38 @@ def undecided_line(rows: list[FrontRow], budget: float | None) -> str:
             f"points): {named}{more}")
 
 
-_COLUMNS = ("trial", "configuration", "speedup [95% CI]", "pairs", "ideal", "TTFT ms", "full ms", "objective ms",
-            "accuracy", "drop [95% CI]", "items")
+#: The table's columns before and after the study's objectives (one column each, in their order).
+_HEAD = ("trial", "configuration", "speedup [95% CI]", "pairs", "ideal", "TTFT ms", "full ms")
+_TAIL = ("drop [95% CI]", "items")
 
 
-def _columns(accuracy: AccuracyColumn | None) -> tuple[str, ...]:
-    return _COLUMNS if accuracy is None else tuple(accuracy.title if c == "accuracy" else c for c in _COLUMNS)
+def _columns(accuracy: AccuracyColumn | None, objectives: tuple[str, ...] = DEFAULT) -> tuple[str, ...]:
+    labels = tuple(accuracy.title if n == "accuracy" and accuracy is not None else get(n).label for n in objectives)
+    return _HEAD + labels + _TAIL
 
 
-def _cells(row: FrontRow, accuracy: AccuracyColumn | None = None) -> list[str]:
+def _value(row: FrontRow, name: str) -> float | None:
+    """A row's objective ``name``: its TTFT and accuracy as the row says them (confirmed, certified), any other
+    as its trial stored it."""
+    return {"ttft": row.prefill_ms, "accuracy": row.accuracy}.get(name, row.values.get(name))
+
+
+def _cells(row: FrontRow, accuracy: AccuracyColumn | None = None, objectives: tuple[str, ...] = DEFAULT) -> list[str]:
     interval = f" [{row.speedup_lo:.3f}, {row.speedup_hi:.3f}]" if row.speedup_lo is not None else ""
     drop = f"{row.drop:+.2f}" + (f" [{row.drop_lo:+.2f}, {row.drop_hi:+.2f}]" if row.drop_hi is not None else "")
     ms = lambda v: f"{v:.1f}" if v is not None else ""  # noqa: E731
+    values = [accuracy.cell(row) if n == "accuracy" and accuracy is not None else
+              get(n).cell(v) if (v := _value(row, n)) is not None else "" for n in objectives]
     return [str(row.trial), _label(row), f"{row.speedup:.3f}x{interval}{'*' if row.confirmed else ''}",
             str(row.pairs or ""), f"{row.ideal:.2f}x" if row.ideal is not None else "", ms(row.ttft_ms),
-            ms(row.full_ttft_ms), ms(row.prefill_ms),
-            f"{100 * row.accuracy:.2f}%" if accuracy is None else accuracy.cell(row), drop, str(row.items or "")]
+            ms(row.full_ttft_ms), *values, drop, str(row.items or "")]
+
+
+def _objective_notes(objectives: tuple[str, ...]) -> list[str]:
+    """What the study's objectives beyond TTFT and accuracy are (none for a study of those two)."""
+    extra = [get(n) for n in objectives if n not in DEFAULT]
+    return [f"{o.label}: {o.about}" for o in extra] + (
+        [f"the front: Pareto-optimal on the study's objectives, {', '.join(objectives)}"] if extra else [])
 
 
 def _notes(rows: list[FrontRow], reference_ms: float | None) -> list[str]:
@@ -167,13 +188,15 @@ def _notes(rows: list[FrontRow], reference_ms: float | None) -> list[str]:
 
 
 def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_ms: float | None = None,
-                markdown: bool = False, accuracy: AccuracyColumn | None = None) -> str:
-    """The front and the reference rows as a fixed-width table (or Markdown), with what each column means
-    (``accuracy``: the accuracy column of a prompts study, :func:`poptune.promptreport.accuracy_column`)."""
-    columns = _columns(accuracy)
-    body = [_cells(r, accuracy) for r in rows]
-    extra = [(ref, _cells(ref.row, accuracy)) for ref in refs if ref.row is not None]
-    notes = _notes(rows + [ref.row for ref, _ in extra], reference_ms)
+                markdown: bool = False, accuracy: AccuracyColumn | None = None,
+                objectives: tuple[str, ...] = DEFAULT) -> str:
+    """The front and the reference rows as a fixed-width table (or Markdown), one column per objective of the
+    study's ``objectives``, with what each column means (``accuracy``: the accuracy column of a prompts study,
+    :func:`poptune.promptreport.accuracy_column`)."""
+    columns = _columns(accuracy, objectives)
+    body = [_cells(r, accuracy, objectives) for r in rows]
+    extra = [(ref, _cells(ref.row, accuracy, objectives)) for ref in refs if ref.row is not None]
+    notes = _notes(rows + [ref.row for ref, _ in extra], reference_ms) + _objective_notes(objectives)
     if accuracy is not None:
         notes.append(accuracy.note)
     if markdown:
@@ -198,10 +221,12 @@ def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_m
 
 
 def verdict_table(rows: list[FrontRow], *, reference_ms: float | None = None, markdown: bool = False,
-                  accuracy: AccuracyColumn | None = None, record: dict[str, Any] | None = None) -> str:
+                  accuracy: AccuracyColumn | None = None, record: dict[str, Any] | None = None,
+                  objectives: tuple[str, ...] = DEFAULT) -> str:
     """The certified candidates as :func:`front_table` rows with their verdict (and, given the certification
     ``record``, each one's certified bound: :func:`poptune.certreport.verdict_cells`) as the last column."""
-    table = front_table(rows, reference_ms=reference_ms, markdown=markdown, accuracy=accuracy).splitlines()
+    table = front_table(rows, reference_ms=reference_ms, markdown=markdown, accuracy=accuracy,
+                        objectives=objectives).splitlines()
     head, body = (2, len(rows)) if markdown else (1, len(rows))
     cells = certreport.verdict_cells(rows, record)
     if markdown:
@@ -231,7 +256,9 @@ def _spot_checks(study: "optuna.Study", trials: list["optuna.trial.FrozenTrial"]
 
     stored = store.StoredStudy.of(study)
     num_layers = stored.num_layers if stored.recorded else 0
-    return spot_checks(trials, num_layers, stored.max_drop, stored.kv)
+    if not {"ttft", "accuracy"} <= set(stored.objectives):
+        return []  # the order's verdicts are read on TTFT and accuracy
+    return spot_checks(trials, num_layers, stored.max_drop, stored.kv, stored.objectives)
 
 
 def _order_line(checks: list[Any]) -> str:
@@ -243,7 +270,9 @@ def _order_line(checks: list[Any]) -> str:
             f"held (trials {trials})")
 
 
-def _plot_point(row: FrontRow) -> Any:
+def _plot_point(row: FrontRow, objectives: tuple[str, ...] = DEFAULT) -> Any:
+    """A front row on the speedup/accuracy plot, labelled with its configuration and, in a study of more
+    objectives, their values (``9/last/0, K/V MiB 0.88``): the plot's two axes are TTFT and accuracy."""
     from poptune.plots import PlotPoint
 
     drop_range = None
@@ -251,7 +280,8 @@ def _plot_point(row: FrontRow) -> Any:
         base = 100 * row.accuracy + row.drop
         drop_range = (base - row.drop_hi, base - row.drop_lo)
     speed_range = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None else None
-    return PlotPoint(row.speedup, 100 * row.accuracy, _label(row), speed_range, drop_range)
+    extra = [f"{get(n).label} {get(n).cell(row.values[n])}" for n in objectives if n not in DEFAULT and n in row.values]
+    return PlotPoint(row.speedup, 100 * row.accuracy, ", ".join([_label(row), *extra]), speed_range, drop_range)
 
 
 def front_plot(study: "optuna.Study", path: str | Path) -> Path:
@@ -306,7 +336,7 @@ class StudyReport:
     @classmethod
     def of(cls, study: "optuna.Study") -> "StudyReport":
         """Read ``study`` once: its attributes, its trials, its front, references and certification."""
-        from poptune.tune.space import paper_default
+        from poptune.problem.space import paper_default
 
         stored = store.StoredStudy.snapshot(study)
         completed = store.completed(study)
@@ -314,7 +344,7 @@ class StudyReport:
         budget = stored.max_drop
         front = store.front(study)
         refs = _references(trials, stored.confirmations, paper_default(stored.num_layers), stored.reference_ms, front,
-                           budget)
+                           budget, stored.objectives)
         return cls(name=study.study_name, stored=stored, trials=trials,
                    baselines=[t for t in map(StoredTrial.of, store.completed(study, method=None)) if not t.is_pop],
                    front=front, references=refs, certified=store.certified(study),
@@ -366,7 +396,7 @@ class StudyReport:
                      "that selected them" + (f"; rows not rejected by the budget of {budget:g} points):"
                                              if budget is not None else "):"))
         lines.append(front_table(self.front, self.references, reference_ms=self.reference_ms,
-                                 accuracy=self.accuracy_column()))
+                                 accuracy=self.accuracy_column(), objectives=self.stored.objectives))
         lines += self.prompts_lines()
         line = undecided_line(self.undecided, budget)
         if line:
@@ -377,7 +407,7 @@ class StudyReport:
                          "valid at every planned look):")
             lines.append(verdict_table(self.certified, reference_ms=self.reference_ms,
                                        accuracy=self.accuracy_column(certified=True),
-                                       record=self.stored.certification))
+                                       record=self.stored.certification, objectives=self.stored.objectives))
         lines.append(self.verdict_line())
         lines += [f"  {line}" for line in self.cost_lines()]
         noisy = [t.number for t in measured if t.noisy]
@@ -406,29 +436,10 @@ class StudyReport:
                 f"{problem.get('max_seconds')} s per length"]
 
     def _kv_lines(self) -> list[str]:
-        """Which text the study's calibrated K/V maps were fitted on, and per block what the fit's held-out check
-        decided (nothing where the study measured no calibrated configuration)."""
-        sources: dict[str, None] = {}
-        checks: dict[tuple[int, ...], str] = {}
-        for trial in self.trials:
-            maps = (trial.details or {}).get("kv_maps") or {}
-            calibration = maps.get("calibration", {})
-            if calibration.get("source"):
-                used = (f" (the fit took {calibration['prompts']} of them, {calibration['tokens']:,} tokens)"
-                        if "prompts" in calibration and "tokens" in calibration else "")
-                sources[calibration["source"] + used] = None
-            check = maps.get("validation") or {}
-            if "p" in check:  # fit version 3 on: the check is a stated test
-                kept = "maps kept" if check["keep"] else "layers' own kept (calibrated K/V = own K/V)"
-                checks[tuple(maps["block"])] = (
-                    f"[{maps['block'][0]}, {maps['block'][1]}): {kept}, calibrated - own "
-                    f"{check['calibrated_minus_own']:+.3f} nats on {check['windows']} held-out windows, "
-                    f"p = {check['p']:.2g} (alpha {check['alpha']:g})")
-        lines = [f"- calibrated K/V maps fitted on: {'; '.join(sources)}"] if sources else []
-        if checks:
-            lines.append("- the maps' held-out check (one-sided t-test, poptune/kvcheck.py): "
-                         + "; ".join(checks[block] for block in sorted(checks)))
-        return lines
+        """What each K/V source says of what the study prepared for it (calibrated K/V: the text its maps were
+        fitted on, and per block what the fit's held-out check decided; nothing where it was not measured)."""
+        details = [trial.details or {} for trial in self.trials]
+        return [line for source in kv_registry.SOURCES for line in source.report_lines(details)]
 
     def markdown(self, plot: str | None = None) -> str:
         """The summary: what the study measured and for how long, its verdict and front, the null checks (and
@@ -457,11 +468,11 @@ class StudyReport:
         lines += ["", "## Verdict: the front's candidates certified on fresh items", "", self.verdict_line(), "",
                   *([f"- {line}" for line in self.cost_lines()] + [""] if self.cost_lines() else []),
                   *([verdict_table(self.certified, reference_ms=reference, markdown=True,
-                                   accuracy=self.accuracy_column(certified=True),
-                                   record=self.stored.certification), ""] if self.certified else []),
+                                   accuracy=self.accuracy_column(certified=True), record=self.stored.certification,
+                                   objectives=stored.objectives), ""] if self.certified else []),
                   "## Search front (not a verdict: drops on the items that selected them)", "",
                   front_table(self.front, self.references, reference_ms=reference, markdown=True,
-                              accuracy=self.accuracy_column()), "",
+                              accuracy=self.accuracy_column(), objectives=stored.objectives), "",
                   *([*(("  - " if line.startswith("    ") else "- ") + line.strip() for line in prompts), ""]
                     if (prompts := self.prompts_lines()) else []),
                   *([f"- {line}", ""] if (line := undecided_line(self.undecided, budget)) else []),
@@ -479,7 +490,9 @@ class StudyReport:
         certified candidate at the full model's accuracy minus its certified bound (not its search figures)."""
         from poptune.plots import pareto_plot
 
-        points = [(t.speedup, 100 * t.values[1], "") for t in self.trials]
+        objectives = self.stored.objectives
+        points = [(t.speedup, 100 * named(objectives, t.values).get("accuracy", t.objective_accuracy), "")
+                  for t in self.trials]
         marked = {r.name if r.row.skip == 0 else f"{r.name} ({_label(r.row)})": replace(_plot_point(r.row), label="")
                   for r in self.references if r.row is not None}  # named in the legend, not labelled beside the point
         budget = None
@@ -489,8 +502,12 @@ class StudyReport:
             budget = (100 * full.accuracy - limit,
                       f"budget: drop <= {limit:g} points at 95% (lower bar above the line)")
             marked.update(certreport.bound_points(self.certified, self.stored.certification, 100 * full.accuracy))
-        return pareto_plot(points, [_plot_point(r) for r in self.front], path, references=marked, budget=budget,
-                           title=f"{self.name}: POP configurations (skip/boundary/offset)")
+        title = f"{self.name}: POP configurations (skip/boundary/offset)"
+        if objectives != DEFAULT:  # the front is on more (or other) objectives than the axes show
+            title += f"\nfront on {', '.join(objectives)}; beside each point: " + ", ".join(
+                get(n).label for n in objectives if n not in DEFAULT)
+        return pareto_plot(points, [_plot_point(r, objectives) for r in self.front], path, references=marked,
+                           budget=budget, title=title)
 
     def write(self, folder: str | Path) -> tuple[Path, Path]:
         """Write ``<study>.pareto.png`` and ``<study>.md`` (which shows the plot) in ``folder``; returns both."""

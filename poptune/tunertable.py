@@ -21,7 +21,6 @@ that sampler implies after 16 trials the recorded figures bear out (:func:`poptu
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -79,8 +78,9 @@ class TunerSpec:
 def _build(spec: TunerSpec) -> None:
     from poptune.engine import BOUNDARIES
     from poptune.evaluate.taskpack import data_dir
-    from poptune.tune.evaluator import ConfigEvaluator
-    from poptune.tune.problem import MAX_OFFSET, TuningProblem
+    from poptune.problem.evaluator import ConfigEvaluator
+    from poptune.problem.space import MAX_OFFSET
+    from poptune.problem.problem import TuningProblem
     from poptune.tune.study import StudySpec, run_study
 
     directory = data_dir()
@@ -96,17 +96,18 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
     """The replay, its provenance lines, and ``spec`` with the route's defaults filled in."""
     from poptune import store
     from poptune.store.attributes import StoredStudy
-    from poptune.tune.problem import DEFAULT_MAX_DROP
-    from poptune.tune.replay import TUNER_SAMPLERS, Replay
+    from poptune.problem.problem import DEFAULT_MAX_DROP
+    from poptune.tune.replay import TUNER_SAMPLERS
+    from poptune.measure.provenance import versions_text
+    from poptune.problem.replay import Replay
 
     if spec.grid:
         replay = Replay.from_csv(spec.grid)
         defaults = dict(samplers=tuple(TUNER_SAMPLERS), seeds=20, horizon=64,
                         max_drop=replay.max_drop if replay.max_drop is not None else DEFAULT_MAX_DROP)
         first = next(iter(replay.table.values()))
-        versions = ", ".join(f"{k} {v}" for k, v in first.versions.items())
-        where = [f"- grid file: `{spec.grid}` ({len(replay.table)} configurations, measured on "
-                 f"{first.hardware.get('hardware_id')}; versions {versions})"]
+        where = [f"grid file: `{spec.grid}` ({len(replay.table)} configurations, measured on "
+                 f"{first.hardware.get('hardware_id')}; versions {versions_text(first.versions)})"]
     else:
         spec = replace(spec, storage=spec.storage or "sqlite:///studies/grid.db")
         if spec.build:
@@ -115,7 +116,7 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
         study = store.load_study(store.open_reader(spec.storage), None)  # the storage, opened once
         replay = Replay.of(study)
         defaults = dict(samplers=("tpe", "nsga2", "random"), seeds=10, horizon=32, max_drop=1.0)
-        where = [f"- grid study: `{study.study_name}` in {store.public_url(spec.storage)}, measured on "
+        where = [f"grid study: `{study.study_name}` in {store.public_url(spec.storage)}, measured on "
                  f"{StoredStudy.of(study).hardware_id}"]
     spec = replace(spec, **{k: v for k, v in defaults.items() if getattr(spec, k) is None})
     return replay, where, spec
@@ -174,6 +175,7 @@ def _order(replay, spec: TunerSpec) -> list[str]:
 
 
 def _markdown(replay, rows, spec: TunerSpec, where: list[str], seconds: float, command: str) -> str:
+    from poptune.measure.provenance import now, provenance_block
     from poptune.tune.replay import CHECKPOINTS, HV_SHARE
 
     feasible = [m for m in replay.table.values() if m.candidate(spec.max_drop)]
@@ -213,9 +215,8 @@ def _markdown(replay, rows, spec: TunerSpec, where: list[str], seconds: float, c
     lines += ["", "## Against random search", ""] + _verdicts(rows, CHECKPOINTS)
     if spec.grid and "structured" in spec.samplers:
         lines += ["", "## The order on this grid", ""] + _order(replay, spec)
-    lines += ["", "## Provenance", "", f"- command: `{command.strip()}`",
-              f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}; replay wall time "
-              f"{seconds:.0f} s (no model)", *where, ""]
+    date = f"{now()}; replay wall time {seconds:.0f} s (no model)"
+    lines += ["", *provenance_block(command, details=where, date=date)]
     return "\n".join(lines)
 
 

@@ -10,8 +10,9 @@ import pytest
 
 from poptune import PopConfig, cache
 from poptune.engine import decoder_of, detach_kv_maps
-from poptune.kvfit import KVFitSpec, prepare_kv
-from poptune.kvmaps import kv_maps_of
+from poptune.kv.maps import kv_maps_of
+from poptune.kvfit.fit import KVFitSpec
+from poptune.kvfit.prepare import prepare_kv
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def test_calibrated_maps_with_an_unwritable_cache(shared, eval_data, monkeypatch
     monkeypatch.delenv("POPTUNE_KV_MAPS")
     monkeypatch.setenv("POPTUNE_CACHE", str(read_only_dir / "cache"))
     if kept == "nowhere":
-        monkeypatch.setattr("poptune.kvfit.fallback_dir", lambda: read_only_dir / "tmp")
+        monkeypatch.setattr("poptune.kv.maps.fallback_dir", lambda: read_only_dir / "tmp")
     spec = KVFitSpec(samples=2, length=32, data_dir=str(eval_data))
     config = PopConfig(3, kv="calibrated")
     with caplog.at_level(logging.WARNING, logger="poptune.cache"):

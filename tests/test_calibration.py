@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from poptune import DataError, load_model
-from poptune.calibration import (
+from poptune.kvfit.calibration import (
     GENERATED,
     Calibration,
     CalibrationSpec,

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import poptune.block as block
+import poptune.kv.project as project
 import poptune.engine as engine
 from poptune import ConfigError, PopConfig, UnsupportedModelError, apply_pop, get_pop_config, remove_pop
 
@@ -120,7 +121,7 @@ def test_exact_kv_reproduces_the_full_model(arch, monkeypatch):
         n = hidden_states.shape[1]
         cache.update(exact.layers[idx].keys[:, :, :n], exact.layers[idx].values[:, :, :n], idx)
 
-    monkeypatch.setattr(block, "write_prompt_kv", write_exact)
+    monkeypatch.setattr(project, "write_prompt_kv", write_exact)
     with apply_pop(model, PopConfig(skip=3)):
         pop, _ = _prefill_and_decode(model, inputs)
     for a, b in zip(full, pop):
@@ -382,7 +383,7 @@ def test_images_exact_kv_reproduces_the_full_model(vlm, boundary, monkeypatch):
         n = hidden_states.shape[1]
         cache.update(exact.layers[idx].keys[:, :, :n], exact.layers[idx].values[:, :, :n], idx)
 
-    monkeypatch.setattr(block, "write_prompt_kv", write_exact)
+    monkeypatch.setattr(project, "write_prompt_kv", write_exact)
     with apply_pop(model, config), torch.no_grad():
         pop = model(**inputs).logits
     torch.testing.assert_close(pop, full, rtol=1e-4, atol=1e-5)
@@ -417,7 +418,7 @@ def test_deepstack_features_reach_the_skipped_layers(shared):
         for i in range(3):  # indices 0-1 as placeholders so that layer 2 lands at its own index
             expected.update(cache.layers[i].keys, cache.layers[i].values, i)
         expected.layers[2] = type(expected.layers[2])()
-        block.write_prompt_kv(layers[2], x, seen["pe"], expected)
+        project.write_prompt_kv(layers[2], x, seen["pe"], expected)
         return expected.layers[2].keys
 
     torch.testing.assert_close(cache.layers[2].keys, keys_from(with_injection), rtol=1e-4, atol=1e-5)

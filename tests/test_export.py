@@ -182,7 +182,7 @@ def test_export_refuses_a_maps_path_that_is_not_a_regular_file_before_writing(st
 
 
 def _maps_export(tmp_path):
-    from poptune.kvmaps import file_sha256
+    from poptune.kv.maps import file_sha256
 
     source = tmp_path / "fitted.safetensors"
     source.write_bytes(b"maps")
@@ -230,13 +230,13 @@ def _config(tmp_path, **changes):
      "must name its `file` and `sha256`"),
 ])
 def test_an_exported_file_missing_what_it_is_read_for_is_one_error(tmp_path, changes, message):
-    from poptune.export import load_kv_maps
+    from poptune.export import load_carried
 
     path = _config(tmp_path, **changes)
     with pytest.raises(ConfigError, match=message):
         load_config(path)
     with pytest.raises(ConfigError, match=message):
-        load_kv_maps(path)
+        load_carried(path, model=None)
 
 
 def test_generate_with_a_config_without_pop_config_is_one_line(tmp_path, capsys):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from poptune import ConfigError, DataError, PopConfig, apply_pop, load_model
-from poptune.calibration import sample_continuations
+from poptune.kvfit.calibration import sample_continuations
 from poptune.cli import main
 from poptune.engine import decoder_of
 from poptune.importance import (

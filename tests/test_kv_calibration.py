@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from poptune import ConfigError, DataError, PopConfig, apply_pop, load_model
-from poptune.calibration import calibration
+from poptune.kvfit.calibration import calibration
 from poptune.engine import attach_kv_maps, decoder_of, detach_kv_maps
-from poptune.kvfit import KVFitSpec, KVFitter, prepare_kv
-from poptune.kvmaps import KVMaps, file_sha256
+from poptune.kv.maps import KVMaps, file_sha256
+from poptune.kvfit.fit import KVFitSpec, KVFitter
+from poptune.kvfit.prepare import prepare_kv
 from poptune.measure.prompts import prompt_batch
 from poptune.models.configs import tiny_names
 from poptune.segments import generate, prefill_prompt
@@ -367,7 +368,7 @@ def test_the_check_decides_on_held_out_windows_at_its_level(eval_data, monkeypat
     """The block-level check scores every held-out window at its continuation points with own and calibrated
     K/V, and keeps the maps exactly when its one-sided test rejects "not better" at ``alpha``; a block whose
     maps are kept uses them, one whose maps are not keeps its own (no sink maps, no threshold)."""
-    import poptune.kvcheck as kvcheck
+    import poptune.kvfit.check as kvcheck
 
     model, tok = load_model("tiny-llama")
     spec = KVFitSpec(samples=4, length=40, short_samples=8, short_length=24, data_dir=str(eval_data), points=4)
@@ -383,7 +384,7 @@ def test_the_check_decides_on_held_out_windows_at_its_level(eval_data, monkeypat
     assert validation["keep"] == (validation["p"] < spec.alpha)
     assert validation["calibrated_minus_own"] == pytest.approx(validation["calibrated_nll"] - validation["own_nll"])
     for p, kept in ((0.01, True), (0.2, False)):
-        monkeypatch.setattr("poptune.kvfit.keep_maps", lambda diffs, alpha, p=p: {"keep": p < alpha, "p": p})
+        monkeypatch.setattr("poptune.kvfit.fit.keep_maps", lambda diffs, alpha, p=p: {"keep": p < alpha, "p": p})
         maps = fitter.fit(3, 6)
         layers = decoder_of(model).layers
         own = all(torch.equal(maps.weights[i][0], layers[i].self_attn.k_proj.weight) for i in (4, 5))

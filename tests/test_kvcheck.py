@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from poptune.kvcheck import ALPHA, MIN_WINDOWS, cut_ends, keep_maps
+from poptune.kvfit.check import ALPHA, MIN_WINDOWS, cut_ends, keep_maps
 
 REPLICATES = 4000
 

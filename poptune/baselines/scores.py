@@ -1,7 +1,7 @@
 """Layer-redundancy metrics on the residual stream (pure functions of hidden states and weights).
 
 ``states`` is (L + 1, S, T, C): the input of every layer and the output of the last one
-(:func:`poptune.calibration.residual_stream`).
+(:func:`poptune.kvfit.calibration.residual_stream`).
 """
 
 from __future__ import annotations

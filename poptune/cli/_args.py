@@ -9,10 +9,11 @@ from typing import Any
 
 from poptune.device import DTYPES
 from poptune.engine import BOUNDARIES, KV_SOURCES, PopConfig
+from poptune.kv import registry as kv_registry
 from poptune.errors import ConfigError
 from poptune.files import write_text  # noqa: F401  (the commands' one way to write a file)
-from poptune.tune.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
-from poptune.tune.problem import DEFAULT_MAX_DROP, STUDY_TASKS, TuningProblem
+from poptune.problem.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
+from poptune.problem.problem import DEFAULT_MAX_DROP, STUDY_TASKS, TuningProblem
 
 from ._checks import BENCH_LENGTHS, budget, finite, int_list, positive  # noqa: F401  (shared with the commands)
 
@@ -81,23 +82,26 @@ def add_pop(parser: argparse.ArgumentParser, *, skip_required: bool = True) -> N
     group.add_argument("--skip", type=int, required=skip_required, help="layers skipped in prefill")
     group.add_argument("--boundary", default="last", help=f"one of {', '.join(BOUNDARIES)} (default: last)")
     group.add_argument("--offset", type=int, default=0, help="final layers kept even in prefill (default: 0)")
-    group.add_argument("--kv", choices=KV_SOURCES, default="own",
-                       help="the skipped layers' K/V: their own projections (the paper, default) or maps calibrated "
-                            "on WikiText-2 validation text (the data directory; else text sampled from the model), "
-                            "fitted once per block and kept in the poptune cache")
+    group.add_argument("--kv", choices=KV_SOURCES, default=kv_registry.DEFAULT,
+                       help="the skipped layers' K/V for the pruned tokens: " + _kv_help())
+
+
+def _kv_help() -> str:
+    """Every K/V source in one line of help: ``name`` (default) and what it keeps."""
+    return "; ".join(f"`{s.name}`{' (default)' if kv_registry.is_default(s.name) else ''}: {s.help}"
+                     for s in kv_registry.SOURCES)
 
 
 def prepare_kv(model: Any, tokenizer: Any, config: PopConfig, args: argparse.Namespace,
                data_dir: Any = None) -> None:
-    """:func:`poptune.kvfit.prepare_kv` for the command line's model: the K/V maps a calibrated configuration
-    needs, read from the cache, else fitted now."""
-    if config.kv == "own":
-        return
-    from poptune import kvfit
+    """:func:`poptune.kvfit.prepare.prepare_kv` for the command line's model (calibrated K/V: the block's maps, read
+    from the cache, else fitted now on WikiText-2 validation text of ``data_dir``)."""
+    from poptune.kvfit.fit import KVFitSpec
+    from poptune.kvfit.prepare import prepare_kv as prepare
     from poptune.models import weights_fingerprint
 
-    kvfit.prepare_kv(model, tokenizer, config, fingerprint=weights_fingerprint(args.model, args.weights),
-                     spec=kvfit.KVFitSpec(data_dir=str(data_dir) if data_dir is not None else None))
+    prepare(model, tokenizer, config, fingerprint=weights_fingerprint(args.model, args.weights),
+            spec=KVFitSpec(data_dir=str(data_dir) if data_dir is not None else None))
 
 
 def add_prefill_chunk(parser: argparse.ArgumentParser) -> None:
@@ -164,10 +168,8 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=seed, default=default_of(TuningProblem, "seed"))
     kv = ",".join(default_of(TuningProblem, "kv"))
     parser.add_argument("--kv", default=kv, metavar="SOURCES",
-                        help=f"the skipped block's K/V sources searched (default: {kv}): `own` keeps the paper's space; "
-                             "`calibrated` adds projections fitted per block on the study's own prompts that it "
-                             "never scores (else WikiText-2 validation text), kept only where a one-sided test on "
-                             "held-out prompts finds them better (else the layers' own)")
+                        help=f"the skipped block's K/V sources searched, comma-separated (default: {kv}; the default "
+                             "alone keeps the paper's space): " + _kv_help())
     add_precision(parser, repeats=default_of(TuningProblem, "repeats"), max_pairs=STANDARD.max_pairs,
                   max_seconds=STANDARD.max_seconds, stop="--repeats", preset=True)
 
@@ -197,7 +199,7 @@ def add_prompts(parser: argparse.ArgumentParser, *, store: bool = True, judge: b
 
 
 def add_preset(parser: argparse.ArgumentParser) -> None:
-    """``--preset``: a study's size by name (:mod:`poptune.tune.presets`); explicit options override it."""
+    """``--preset``: a study's size by name (:mod:`poptune.problem.presets`); explicit options override it."""
     sizes = "; ".join(f"{name}: {p.trials} configurations, {p.items}-{p.limit} items per task, at most {p.max_pairs} "
                       f"pairs" for name, p in PRESETS.items())
     parser.add_argument("--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET,
@@ -224,17 +226,17 @@ def add_precision(parser: argparse.ArgumentParser, *, repeats: int, max_pairs: i
 
 def preset_of(args: argparse.Namespace) -> Preset:
     """The preset of ``args`` with the options given explicitly in its place."""
-    from poptune.tune.presets import sized
+    from poptune.problem.presets import sized
 
     return sized(getattr(args, "preset", None), trials=getattr(args, "trials", None), items=args.items,
                  limit=args.limit, max_pairs=args.max_pairs, max_seconds=args.max_seconds)
 
 
 def problem(args: argparse.Namespace) -> Any:
-    """The :class:`~poptune.tune.problem.TuningProblem` of :func:`add_problem`'s options (data checked now)."""
+    """The :class:`~poptune.problem.problem.TuningProblem` of :func:`add_problem`'s options (data checked now)."""
     from poptune.evaluate.prompts import PROMPT_TASKS
     from poptune.evaluate.suite import EMBEDDED, resolve_tasks
-    from poptune.tune.problem import default_tasks
+    from poptune.problem.problem import default_tasks
     from poptune.evaluate.taskpack import check_data, data_dir
 
     directory = data_dir(args.data_dir)
@@ -253,7 +255,7 @@ def problem(args: argparse.Namespace) -> Any:
     certify = args.certify if getattr(args, "certify", None) is not None else size.certify_for(tasks)
     if prompts is not None and args.limit is None and getattr(args, "certify", None) is None:
         from poptune.evaluate.prompts import read_prompts
-        from poptune.tune.presets import prompts_split
+        from poptune.problem.presets import prompts_split
 
         requests = read_prompts(prompts)
         items = sum(r.answer is not None for r in requests) if tasks == (REFERENCES,) else len(requests)
@@ -291,7 +293,7 @@ def _prompts_sha256(prompts: str | None) -> str | None:
 
 
 def add_calibration(parser: argparse.ArgumentParser) -> None:
-    from poptune.calibration import CalibrationSpec
+    from poptune.kvfit.calibration import CalibrationSpec
 
     samples, length, seed_ = (default_of(CalibrationSpec, name) for name in ("samples", "length", "seed"))
     group = parser.add_argument_group("baseline calibration (WikiText-2 from the data directory, else generated)")
@@ -301,7 +303,7 @@ def add_calibration(parser: argparse.ArgumentParser) -> None:
 
 
 def calibration_spec(args: argparse.Namespace) -> Any:
-    from poptune.calibration import CalibrationSpec, calibration_file
+    from poptune.kvfit.calibration import CalibrationSpec, calibration_file
     from poptune.evaluate.taskpack import data_dir
 
     directory = data_dir(args.data_dir)
@@ -336,7 +338,7 @@ def config_list(text: str | None, option: str) -> tuple[PopConfig, ...]:
         except ValueError as e:
             raise ConfigError(f"`{option}` takes SKIP/BOUNDARY/OFFSET items (or SKIP/BOUNDARY/OFFSET/KV), got "
                               f"{part!r}") from e
-        kv = fields[3] if len(fields) == 4 else "own"
+        kv = fields[3] if len(fields) == 4 else kv_registry.DEFAULT
         if kv not in KV_SOURCES:
             raise ConfigError(f"`{option}` item {part!r}: its K/V source must be one of {', '.join(KV_SOURCES)}, "
                               f"got {kv!r}")

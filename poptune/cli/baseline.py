@@ -54,7 +54,7 @@ def _tables(m: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from poptune.baselines.methods import build_baseline, check_ratio
-    from poptune.tune.evaluator import ConfigEvaluator
+    from poptune.problem.evaluator import ConfigEvaluator
 
     spec = problem(args)
     calib = calibration_spec(args)

@@ -13,6 +13,7 @@ from typing import Any
 
 from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
+from poptune.kv import registry as kv_registry
 
 from ._args import add_calibration, add_model, calibration_spec, check_output_path, config_list, positive, ratio_list
 from ._checks import non_negative
@@ -56,7 +57,7 @@ def _pop(text: str) -> tuple[Any, ...]:
     configs = config_list(text, "--pop")
     if not configs:
         raise ConfigError("`--pop` needs at least one configuration")
-    if any(c.kv != "own" for c in configs):
+    if not all(kv_registry.is_default(c.kv) for c in configs):
         raise ConfigError("`--pop` compares POP with the layers' own K/V only (SKIP/BOUNDARY/OFFSET)")
     return configs
 
@@ -93,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
     from poptune.evaluate.suite import EMBEDDED, resolve_tasks
     from poptune.evaluate.taskpack import check_data, data_dir
     from poptune.files import write_text
-    from poptune.tune.evaluator import ConfigEvaluator
-    from poptune.tune.problem import TuningProblem
+    from poptune.problem.evaluator import ConfigEvaluator
+    from poptune.problem.problem import TuningProblem
     from poptune.tune.trust import now
 
     pop, profiles = _pop(args.pop), _profiles(args.profiles)

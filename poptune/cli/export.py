@@ -32,9 +32,17 @@ def run(args: argparse.Namespace) -> int:
     written = write_export(data, args.out)
     cfg, obj = data["pop_config"], data["objectives"]
     interval = f" [{obj['speedup_lo']:.2f}, {obj['speedup_hi']:.2f}]" if obj.get("speedup_lo") else ""
-    maps = f" (+ its K/V maps {written[1]})" if len(written) > 1 else ""
+    maps = f" (+ {written[1]})" if len(written) > 1 else ""
     print(f"wrote {args.out}{maps}: skip={cfg['skip']} boundary={cfg['boundary']} offset={cfg['offset']}"
-          f"{', calibrated K/V' if cfg.get('kv') == 'calibrated' else ''}, "
+          f"{_kv_label(cfg)}, "
           f"{obj['speedup']:.2f}x{interval} prefill, drop {obj['drop_points']:+.2f} points on "
           f"{data['hardware']['hardware_id']}")
     return 0
+
+
+def _kv_label(cfg: dict[str, Any]) -> str:
+    """``, <label>`` of an exported configuration's K/V source (nothing for the paper's)."""
+    from poptune.kv import registry
+
+    label = registry.source(cfg.get("kv", registry.DEFAULT)).label
+    return f", {label}" if label else ""

@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from poptune.errors import ConfigError
+from poptune.kv import registry as kv_registry
 
 from ._args import add_model, add_pop, add_prefill_chunk, pop_config, prefill_chunk, prepare_kv
 
@@ -66,13 +67,11 @@ def run(args: argparse.Namespace) -> int:
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
-    if args.config and config.kv != "own":  # the maps exported beside the configuration
-        from poptune.engine import attach_kv_maps
-        from poptune.export import load_kv_maps
+    if args.config and kv_registry.source(config.kv).export_key:  # what the export carries (calibrated: its maps)
+        from poptune.export import load_carried
         from poptune.models import weights_fingerprint
 
-        attach_kv_maps(model, load_kv_maps(args.config, fingerprint=weights_fingerprint(args.model, args.weights),
-                                           force=args.force))
+        load_carried(args.config, model, fingerprint=weights_fingerprint(args.model, args.weights), force=args.force)
     else:
         prepare_kv(model, tokenizer, config, args)
     inputs = tokenizer([args.prompt or demo_prompt()], return_tensors="pt").to(model.device)

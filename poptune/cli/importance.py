@@ -50,7 +50,7 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poptune.calibration import calibration_file
+    from poptune.kvfit.calibration import calibration_file
     from poptune.importance import ImportanceSpec
 
     spec = ImportanceSpec(samples=args.samples, prompt_tokens=args.length, new_tokens=args.new_tokens,

@@ -33,11 +33,12 @@ def run(args: argparse.Namespace) -> int:
     table = (f"study {built.name}: search front"
              + (f" (rows not rejected by the budget of {budget:g} points; not a verdict)" if budget is not None else "")
              + "\n" + report.front_table(rows, refs, reference_ms=built.reference_ms,
-                                         accuracy=built.accuracy_column()))
+                                         accuracy=built.accuracy_column(), objectives=built.stored.objectives))
     table += "".join(f"\n{line}" for line in built.prompts_lines())
     if certified:
         table += "\ncertified on fresh items:\n" + report.verdict_table(
-            certified, reference_ms=built.reference_ms, accuracy=built.accuracy_column(certified=True))
+            certified, reference_ms=built.reference_ms, accuracy=built.accuracy_column(certified=True),
+            objectives=built.stored.objectives)
     table += "\n" + built.verdict_line()
     emit(args, table, data)
     return 0

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
 from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
+from poptune.kv import registry as kv_registry
+from poptune.objectives import registry as objectives
 from poptune.store.studies import HEARTBEAT_S
-from poptune.tune.space import DEFAULT_SAMPLER, SAMPLERS
+from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS
 
 from ._args import add_calibration, add_model, add_preset, add_problem, add_storage, calibration_spec
 from ._args import config_list, finite, method_list, positive, preset_of, ratio_list
@@ -31,6 +34,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--timeout", type=finite, help="stop starting trials after this many seconds")
     add_preset(parser)
     add_problem(parser)
+    parser.add_argument("--objectives", default=",".join(objectives.DEFAULT), metavar="NAMES",
+                        help=f"the study's objectives, comma-separated (default: {','.join(objectives.DEFAULT)}); "
+                        "stored with the study, so a resumed one keeps them: "
+                        + "; ".join(f"{o.name} ({o.direction}), {o.about}" for o in objectives.OBJECTIVES.values()))
     parser.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER)
     add_storage(parser, study="<model>@<hardware-id>")
     parser.add_argument("--heartbeat", type=positive, default=HEARTBEAT_S,
@@ -43,8 +50,9 @@ def register(sub: Any) -> None:
                         help="skip the A/A checks, the re-measures of noisy trials and the confirmation pass")
     parser.add_argument("--enqueue", metavar="SKIP/BOUNDARY/OFFSET[/KV],...",
                         help="configurations to measure first, after the full model and the paper's rule, "
-                             "e.g. 9/window-4/0,6/window-4/0/calibrated (KV: own, the default, or calibrated, "
-                             "which needs --kv own,calibrated)")
+                             f"e.g. 9/window-4/0,6/window-4/0/{kv_registry.NAMES[1]} (KV: one of "
+                             f"{', '.join(kv_registry.NAMES)}, default {kv_registry.DEFAULT}; a source the search "
+                             "does not search needs it in --kv)")
     parser.add_argument("--baselines", help="after the search, measure these baselines at the ratios of POP's "
                         f"front: comma-separated of {', '.join(METHODS)}, or all (with --trials 0: only that)")
     parser.add_argument("--baseline-ratios", help="comma-separated ratios in (0, 1) for --baselines (default: those "
@@ -74,8 +82,11 @@ def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
 
 
 def _spec(args: argparse.Namespace, problem: Any) -> Any:
+    from dataclasses import replace
+
     from poptune.tune.study import StudySpec
 
+    problem = replace(problem, objectives=objectives.parse(args.objectives))  # an unknown name: one line, exit 2
     return StudySpec(problem=problem, trials=preset_of(args).trials, add=args.add, timeout=args.timeout,
                      sampler=args.sampler, storage=args.storage, study=args.study, seed=args.seed,
                      heartbeat_s=args.heartbeat, enqueue=_enqueued(args.enqueue) + _importance_proposal(args),
@@ -102,7 +113,7 @@ def run_study(args: argparse.Namespace) -> int:
         if trial.state != optuna.trial.TrialState.COMPLETE:
             return
         stored = store.StoredTrial.of(trial)
-        bars.write(trial_line(stored))
+        bars.write(trial_line(stored, spec.problem.objectives))
         if not stored.measured:
             return  # the bar and its ETA count measured configurations, as the budget does
         rows = [r for r in store.front(study) if r.skip]
@@ -126,16 +137,19 @@ def run_study(args: argparse.Namespace) -> int:
     return 0
 
 
-def trial_line(trial: Any) -> str:
+def trial_line(trial: Any, names: Sequence[str] = objectives.DEFAULT) -> str:
     """One line per finished trial (a :class:`~poptune.store.StoredTrial`): configuration, speedup and drop with
-    their intervals, items, reused or not."""
+    their intervals, items, the study's objectives beyond those two (``names``: K/V MiB, TPOT ms), reused or not."""
     c, ci, d = trial.config, trial.speedup_ci, trial.drop_ci
     speed = f"{trial.speedup:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
     drop = f"{trial.drop_points:+.2f}" + (f" [{d[0]:+.2f}, {d[1]:+.2f}]" if d else "")
     how = f"reused from trial {trial.reused_from}" if trial.reused_from is not None else "measured"
-    kv = " calibrated K/V" if c.kv != "own" else ""
+    label = kv_registry.source(c.kv).label
+    kv = f" {label}" if label else ""
+    others = "".join(f"  {objectives.get(n).label} {objectives.get(n).cell(v)}"
+                     for n, v in objectives.named(names, trial.values).items() if n not in objectives.DEFAULT)
     return (f"trial {trial.number:>3}: skip {c.skip:>2} {c.boundary:<9} offset {c.offset}{kv}  "
-            f"speedup {speed}  drop {drop} pts  {trial.items or 0} items  {how} ({trial.seconds:.0f} s)")
+            f"speedup {speed}  drop {drop} pts{others}  {trial.items or 0} items  {how} ({trial.seconds:.0f} s)")
 
 
 def _interrupted(error: BaseException, spec: Any, target: Any) -> int:

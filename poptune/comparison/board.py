@@ -244,13 +244,14 @@ def _costs(record: Mapping[str, Any], rows: Sequence[Row], confidence: float) ->
 
 
 def _provenance(record: Mapping[str, Any]) -> list[str]:
-    hw, versions = record["hardware"], record.get("versions", {})
+    from poptune.measure.provenance import hardware_text, versions_text
+
     timed = f"timings from `{record['timed_in']}`" if record.get("timed_in") else \
         f"{record['pairs']} timing pairs per profile, {record['decode_steps']} decode steps timed per pair" + \
         ("" if record["tasks"] else " (timings only)")
     return [f"- `{record['_file']}`: {record['workload']}, command `{record.get('command', 'not recorded')}`, "
-            f"{record.get('date', '')}, {timed}; hardware {hw.get('hardware_id')} ({hw.get('name')}); "
-            + ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))]
+            f"{record.get('date', '')}, {timed}; hardware {hardware_text(record['hardware'])}; "
+            + versions_text(record.get("versions", {}))]
 
 
 def _csv(groups: Sequence[tuple[Mapping[str, Any], Sequence[Row]]]) -> str:

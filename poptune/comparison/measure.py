@@ -1,7 +1,7 @@
 """Measure the methods of a comparison on one workload: per-item outcomes and request-profile timing pairs.
 
 **Same items.** Every method is scored on the same N items of each task's fixed order (the study's order:
-:meth:`poptune.tune.evaluator.ConfigEvaluator.score_first`), and each item's outcome is kept, so the board
+:meth:`poptune.problem.evaluator.ConfigEvaluator.score_first`), and each item's outcome is kept, so the board
 pairs any two methods item by item. ``skip`` leaves out the first items of every order: the items a study chose
 its POP configuration on (searched and certified), so that configuration is judged on items it was not chosen
 on. With no items (``per_task=0``) a record holds timings only, for the board to lend to scored records.
@@ -28,7 +28,7 @@ from poptune.errors import ConfigError
 from poptune.transform import Transform, applied
 
 if TYPE_CHECKING:
-    from poptune.tune.evaluator import ConfigEvaluator
+    from poptune.problem.evaluator import ConfigEvaluator
 
 __all__ = ["PROFILES", "RECORD", "Method", "Profile", "compare", "methods_for"]
 
@@ -142,7 +142,7 @@ def compare(evaluator: "ConfigEvaluator", rows: Sequence[Method], *, workload: s
     """Score every row on the same ``per_task`` items of each task (after the first ``skip`` of its order; none:
     timings only) and time it for each profile; the raw record (JSON-serialisable) the board reads."""
     from poptune.measure.hardware import fingerprint
-    from poptune.measure.provenance import versions
+    from poptune.measure.provenance import stamp
     from poptune.models.registry import resolve_model
 
     if per_task < 0 or skip < 0 or pairs < 6 or decode_steps < 1 or not (per_task or profiles):
@@ -170,6 +170,6 @@ def compare(evaluator: "ConfigEvaluator", rows: Sequence[Method], *, workload: s
     p = evaluator.problem
     return {"record": RECORD[0], "version": RECORD[1], "workload": workload, "model": resolve_model(p.model).name,
             "num_layers": evaluator.num_layers, "tasks": list(tasks), "per_task": per_task,
-            "skip": skip, "hardware": hardware.to_dict(), "versions": versions(),
+            "skip": skip, **stamp(hardware.to_dict()),
             "profiles": [[q.prompt, q.output] for q in profiles], "pairs": pairs, "decode_steps": decode_steps,
             "methods": entries}

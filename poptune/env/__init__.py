@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import gymnasium
 
-from poptune.tune.evaluator import ConfigEvaluator
+from poptune.problem.evaluator import ConfigEvaluator
 from poptune.env.pop_env import PopEnv, ReplayEnv
 from poptune.store.measurement import Measurement
-from poptune.tune.problem import TuningProblem, config_from_action, reward
+from poptune.problem.problem import TuningProblem, reward
+from poptune.problem.space import config_from_action
 
 __all__ = [
     "ConfigEvaluator",

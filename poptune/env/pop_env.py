@@ -2,7 +2,7 @@
 
 Both are one-step (contextual-bandit) environments: ``reset`` gives a fixed observation describing the
 problem, ``step(action)`` measures (or looks up) one configuration and ends the episode (``terminated=True``).
-The reward is :func:`poptune.tune.problem.reward`; ``info`` holds every objective and sub-measurement.
+The reward is :func:`poptune.problem.problem.reward`; ``info`` holds every objective and sub-measurement.
 """
 
 from __future__ import annotations
@@ -14,24 +14,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from poptune.engine import BOUNDARIES
-from poptune.tune.evaluator import ConfigEvaluator
-from poptune.store.measurement import Measurement
-from poptune.tune.problem import MAX_OFFSET, TuningProblem, config_from_action, reward
 from poptune.errors import ConfigError
+from poptune.problem.evaluator import ConfigEvaluator
+from poptune.problem.problem import TuningProblem, reward
+from poptune.problem.space import OWN, action_of, action_space, all_configs, config_from_action
+from poptune.store.measurement import Measurement
 
 __all__ = ["PopEnv", "ReplayEnv"]
 
-
-def _action_space(num_layers: int, seed: int | None = None) -> spaces.Dict:
-    return spaces.Dict(
-        {
-            "skip": spaces.Discrete(num_layers),
-            "boundary": spaces.Discrete(len(BOUNDARIES)),
-            "offset": spaces.Discrete(MAX_OFFSET + 1),
-        },
-        seed=seed,
-    )
+#: The action's keys in the order an action given as integers (a NumPy array, a tuple) lists them.
+_KEYS = ("skip", "boundary", "offset", "kv")
 
 
 class _MeasuredActions(spaces.Dict):
@@ -39,8 +31,9 @@ class _MeasuredActions(spaces.Dict):
     configuration the stored study measured, so that random exploration (and Gymnasium's ``check_env``) gets
     answers from a study that is not a full grid."""
 
-    def __init__(self, num_layers: int, actions: list[dict[str, int]], seed: int | None = None) -> None:
-        super().__init__(_action_space(num_layers).spaces, seed=seed)
+    def __init__(self, num_layers: int, kv: tuple[str, ...], actions: list[dict[str, int]],
+                 seed: int | None = None) -> None:
+        super().__init__(action_space(num_layers, kv).spaces, seed=seed)
         self.actions = actions
 
     def sample(self, mask: Any = None, probability: Any = None) -> dict[str, Any]:
@@ -51,14 +44,15 @@ class _MeasuredActions(spaces.Dict):
 
 
 def _as_mapping(action: Any) -> Any:
-    """A ``{"skip", "boundary", "offset"}`` action, or one given as three integers (a NumPy array, a tuple)."""
+    """A ``{"skip", "boundary", "offset"[, "kv"]}`` action, or one given as three or four integers (skip, boundary
+    index, offset, K/V source index)."""
     if isinstance(action, dict) or hasattr(action, "keys"):
         return action
     values = np.asarray(action)
-    if values.shape != (3,) or not np.issubdtype(values.dtype, np.integer):
-        raise ConfigError("an action is a dict {skip, boundary, offset} or three integers (skip, boundary index, "
-                          f"offset), got {action!r}")
-    return {"skip": int(values[0]), "boundary": int(values[1]), "offset": int(values[2])}
+    if values.shape not in ((3,), (4,)) or not np.issubdtype(values.dtype, np.integer):
+        raise ConfigError("an action is a dict {skip, boundary, offset, kv} or three or four integers (skip, boundary "
+                          f"index, offset, K/V source index), got {action!r}")
+    return {key: int(v) for key, v in zip(_KEYS, values)}
 
 
 def _observation_space() -> spaces.Box:
@@ -69,10 +63,12 @@ def _observation_space() -> spaces.Box:
 class _OneStepEnv(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, num_layers: int, target_length: int, max_drop: float | None) -> None:
+    def __init__(self, num_layers: int, target_length: int, max_drop: float | None,
+                 kv: tuple[str, ...] = OWN) -> None:
         self.num_layers = num_layers
         self.max_drop = max_drop
-        self.action_space = _action_space(num_layers)
+        self.kv = kv
+        self.action_space = action_space(num_layers, kv)
         self.observation_space = _observation_space()
         self._observation = np.array([num_layers, target_length], dtype=np.float32)
 
@@ -83,7 +79,7 @@ class _OneStepEnv(gym.Env):
         return self._observation.copy(), {}
 
     def step(self, action: dict[str, Any]):
-        config = config_from_action(_as_mapping(action), self.num_layers)
+        config = config_from_action(_as_mapping(action), self.num_layers, self.kv)
         measurement = self._measure(config)
         info = copy.deepcopy(measurement.info())  # each step its own dict: a caller may change it
         return self._observation.copy(), float(reward(measurement, self.max_drop)), True, False, info
@@ -109,7 +105,7 @@ class PopEnv(_OneStepEnv):
         self.problem = problem
         self.evaluator = evaluator or ConfigEvaluator(problem)
         self._cache: dict[Any, Measurement] = {}
-        super().__init__(self.evaluator.num_layers, self.evaluator.target_length, problem.max_drop)
+        super().__init__(self.evaluator.num_layers, self.evaluator.target_length, problem.max_drop, problem.kv)
 
     def _measure(self, config: Any) -> Measurement:
         if config not in self._cache:  # a configuration already measured is not re-run
@@ -123,22 +119,23 @@ class ReplayEnv(_OneStepEnv):
     Args:
         storage: A storage URL (see :mod:`poptune.store.studies`).
         study: The study name (default: the storage's only study).
-        grid: A grid file (CSV, :mod:`poptune.tune.grid`) to replay instead of a storage: no database needed.
+        grid: A grid file (CSV, :mod:`poptune.problem.grid`) to replay instead of a storage: no database needed.
         max_drop: The reward's accuracy budget (default: the study's own).
         noise: Each step's answer drawn afresh from the recorded 95% intervals
-            (:func:`poptune.tune.grid.draw`) with the environment's ``np_random``, so ``reset(seed=s)`` followed
+            (:func:`poptune.problem.grid.draw`) with the environment's ``np_random``, so ``reset(seed=s)`` followed
             by the same actions gives the same answers; without, the recorded figures.
 
     Actions whose configuration the study never measured raise :class:`ConfigError`; a fully enumerated
     (grid) study answers every action. ``action_space.sample()`` draws only measured configurations. Configurations
     are read from what each trial measured (its ``config``), so studies made with the older, aliased search space
-    replay the same. The Gym action space keeps ``skip``/``boundary``/``offset`` with ``skip`` clipped
-    (:func:`config_from_action`); Optuna studies use the one-to-one space of :mod:`poptune.tune.space`.
+    replay the same. The action space is :func:`poptune.problem.space.action_space` (``skip``/``boundary``/``offset``
+    with ``skip`` clipped, and ``kv``, an index into the replayed study's K/V sources), the same space the
+    study searched (:mod:`poptune.problem.space`).
     """
 
     def __init__(self, storage: str | None = None, study: str | None = None, *, grid: str | None = None,
                  max_drop: float | None = None, noise: bool = False) -> None:
-        from poptune.tune.replay import Replay
+        from poptune.problem.replay import Replay
 
         if grid is not None:
             if storage is not None or study is not None:
@@ -150,16 +147,15 @@ class ReplayEnv(_OneStepEnv):
         self.study_name = self._replay.study_name
         self.noise = noise
         self.table: dict[Any, Measurement] = self._replay.table  # trusted measurements first
-        num_layers = self._replay.num_layers
-        super().__init__(num_layers, target, self._replay.max_drop if max_drop is None else max_drop)
-        actions = [{"skip": c.skip, "boundary": BOUNDARIES.index(c.boundary), "offset": c.offset}
-                   for c in self.table if c.boundary in BOUNDARIES and c.offset <= MAX_OFFSET and c.layers is None]
-        self.action_space = _MeasuredActions(num_layers, actions)
+        num_layers, kv = self._replay.num_layers, self._replay.kv
+        super().__init__(num_layers, target, self._replay.max_drop if max_drop is None else max_drop, kv)
+        space = set(all_configs(num_layers, kv))
+        self.action_space = _MeasuredActions(num_layers, kv, [action_of(c, kv) for c in self.table if c in space])
 
     @staticmethod
     def _stored(storage: str | None, study: str | None) -> tuple[Any, int]:
         from poptune import store
-        from poptune.tune.replay import Replay
+        from poptune.problem.replay import Replay
 
         loaded = store.read_study(storage, study)
         replay = Replay.of(loaded)

@@ -26,6 +26,7 @@ from poptune import progress
 from poptune.engine import PopConfig, apply_pop, decoder_of
 from poptune.errors import ConfigError
 from poptune.evaluate.scoring import score_continuations
+from poptune.kv import registry
 from poptune.prefix import attached_states
 from poptune.segments import chunk_bounds
 from poptune.speculate import generate
@@ -76,9 +77,10 @@ class PopLM(HFLM):
         skip, boundary, offset: The :class:`~poptune.engine.PopConfig`; ``skip=0`` is the full model.
         layers: An explicit set of skipped layers (a tuple, or ``"3-5-9"`` from ``--model_args``) instead of the
             final block; ``skip`` then defaults to its size.
-        kv: ``own`` or ``calibrated``: with a model name, the block's maps are read from the poptune cache or
-            fitted there first, as a study does (:func:`poptune.prepare_kv`, on WikiText-2 validation text
-            from ``$POPTUNE_DATA``, else text sampled from the model); a loaded model must hold them already.
+        kv: The K/V source (:data:`poptune.engine.KV_SOURCES`). With a model name the model is prepared for it
+            as a study prepares it (:func:`poptune.prepare_kv`: calibrated K/V's maps are read from the poptune
+            cache or fitted there first, on WikiText-2 validation text from ``$POPTUNE_DATA``, else text sampled
+            from the model); a loaded model must be prepared already (hold the maps).
         device, dtype, weights: As :func:`poptune.load_model` (ignored for a loaded model). lm-eval's default
             device is CUDA: where CUDA is not available, ``cuda`` and ``cuda:0`` fall back to the CPU with one
             warning line, as lm-eval's own Hugging Face model does for a device it does not know.
@@ -101,7 +103,7 @@ class PopLM(HFLM):
         boundary: str = "last",
         offset: int = 0,
         layers: tuple[int, ...] | str | None = None,
-        kv: str = "own",
+        kv: str = registry.DEFAULT,
         device: str = "cpu",
         dtype: str | None = None,
         weights: str = "pretrained",
@@ -117,18 +119,18 @@ class PopLM(HFLM):
         if isinstance(pretrained, str):
             name = pretrained
             pretrained, tokenizer = _load(name, device, dtype, weights)
-            if config.kv == "calibrated":  # fitted once per block and kept in the cache, as a study does
-                config.check(len(decoder_of(pretrained).layers))  # a bad block fails before the fit
-                from poptune.kvfit import prepare_kv
-                from poptune.models import weights_fingerprint
+            from poptune.kvfit.prepare import prepare_kv
+            from poptune.models import weights_fingerprint
 
-                prepare_kv(pretrained, tokenizer, config, fingerprint=weights_fingerprint(name, weights))
+            # The one preparation (a bad block fails before any fit; calibrated maps fitted once per block and
+            # kept in the cache, as a study does).
+            prepare_kv(pretrained, tokenizer, config, fingerprint=weights_fingerprint(name, weights))
         elif tokenizer is None:
             raise ConfigError("PopLM needs `tokenizer` when given a loaded model")
         chunk_bounds(2, prefill_chunk)  # validates it
         super().__init__(pretrained=pretrained, tokenizer=tokenizer, batch_size=int(batch_size), **kwargs)
         config.check(len(decoder_of(self.model).layers))  # refused before any request, not at the first
-        with apply_pop(self.model, config):  # calibrated K/V without the block's maps: refused now too
+        with apply_pop(self.model, config):  # a K/V source the model is not ready for (no maps): refused now too
             pass
         self.pop_config = config
         self.prefill_chunk = prefill_chunk
@@ -137,7 +139,8 @@ class PopLM(HFLM):
     def config_tag(self) -> str:
         """A file-name-safe name of the configuration, e.g. ``pop-skip6-last-off0``."""
         c = self.pop_config
-        tag = f"pop-skip{c.skip}-{c.boundary}-off{c.offset}" + ("-kvcal" if c.kv != "own" else "")
+        source = registry.source(c.kv)
+        tag = f"pop-skip{c.skip}-{c.boundary}-off{c.offset}" + (f"-{source.tag}" if source.tag else "")
         return tag if c.layers is None else f"{tag}-layers{'_'.join(map(str, c.layers))}"
 
     def set_cache_hook(self, cache_hook: Any) -> None:

@@ -37,13 +37,15 @@ def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) 
 
 
 def _take_rows(cache: Any, index: torch.Tensor) -> Any:
-    """A new cache holding rows ``index`` (repeats allowed) of ``cache``; ``cache`` itself is left intact."""
+    """A new cache holding rows ``index`` (repeats allowed) of ``cache``; ``cache`` itself is left intact. A layer
+    keeping more than keys and values per row (a compact one's columns, :mod:`poptune.kv.compact`) names them in
+    ``row_fields``."""
     taken = copy.copy(cache)
     taken.layers = []
     for layer in cache.layers:
         new = copy.copy(layer)
-        new.keys = layer.keys.index_select(0, index)
-        new.values = layer.values.index_select(0, index)
+        for name in getattr(layer, "row_fields", ("keys", "values")):
+            setattr(new, name, getattr(layer, name).index_select(0, index))
         taken.layers.append(new)
     return taken
 

@@ -238,7 +238,7 @@ def calibration_prompts(
     max_tokens: int,
     prompts_file: str | None = None,
 ) -> tuple[list[str], str]:
-    """Prompts of the workload's tasks that it never scores, for fitting calibrated K/V (:mod:`poptune.kvfit`).
+    """Prompts of the workload's tasks that it never scores, for fitting calibrated K/V (:mod:`poptune.kvfit.fit`).
 
     Real tasks: the last ``count`` documents of the task's fixed permutation (:data:`ORDER_SEED`) that are not
     in ``workload.order`` -- the racing and certification items are a prefix of that permutation, so these are

@@ -18,7 +18,6 @@ and, with ``graphs``, prefills timed as replayed CUDA graphs (records:
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,9 +33,9 @@ from poptune.measure.graphs import DECODE_EAGER, capture, graph_inputs, mask_mat
 from poptune.measure.hardware import fingerprint
 from poptune.measure.nullcheck import AA_PAIRS, NullCheck, aa_figures, figures
 from poptune.measure.nvml import NvmlDevice
-from poptune.measure.prefill import decode, prefill
+from poptune.measure.prefill import cache_bytes, decode, prefill
 from poptune.measure.prompts import image_prompt_batch, prompt_batch
-from poptune.measure.provenance import load_average, provenance, versions
+from poptune.measure.provenance import load_average, now, provenance, versions
 from poptune.measure.telemetry import Sampler, Telemetry, nvml_device
 from poptune.measure.timer import LatencyRecord, PairRecord, Staged, Timer, measure_pair
 from poptune.measure.windows import window_sizes_on_device
@@ -131,19 +130,22 @@ def _measure_row(run: _Row, prompt: _PromptRow, label: str) -> BenchRow:
     if run.progress:
         run.progress(f"prefill {label}")
     decode_pair = None
+    pop, whole = _sides(run, inputs)
+    sizes: dict[str, int] = {}  # each side's K/V cache after its prefill, per request (untimed)
     if steps:
-        pop, _ = _sides(run, inputs)
 
         def measured_decode(out: Any) -> None:
             with applied(model, transform):
                 decode(model, out, inputs, steps)
 
-        _, whole = _sides(run, inputs)
-        full = Staged(whole, lambda out: decode(model, out, inputs, steps))
-        decode_pair = _per_token(measure_pair(Staged(pop, measured_decode), full, timer=run.timer,
-                                              policy=run.spec.policy, during=sampler), steps)
+        full = Staged(_sized(whole, sizes, "full", prompt), lambda out: decode(model, out, inputs, steps))
+        decode_pair = _per_token(measure_pair(Staged(_sized(pop, sizes, "pop", prompt), measured_decode), full,
+                                              timer=run.timer, policy=run.spec.policy, during=sampler), steps)
         if run.progress:
             run.progress(f"decode {label}")
+    else:  # no decode pair to read the caches from: one more prefill of each side, untimed
+        _sized(pop, sizes, "pop", prompt)()
+        _sized(whole, sizes, "full", prompt)()
     decoder = decoder_of(model)
     attention = getattr(decoder.config, "_attn_implementation", None)
     dense = timing.get("mask") == "materialised"  # a graph given a 4-D mask computes the whole square
@@ -153,7 +155,21 @@ def _measure_row(run: _Row, prompt: _PromptRow, label: str) -> BenchRow:
         ideal = full_flops / (prompt.fixed_flops + prefill_flops(decoder.config, prompt.length, run.config,
                                                                  attention=attention, materialised=dense))
     return BenchRow(prompt.length, prefill_pair, ideal, decode_pair, prompt.image, prompt.image_tokens,
-                    telemetry=sampler.summary(), energy=energy, timing=timing)
+                    telemetry=sampler.summary(), energy=energy, timing=timing, kv_bytes=sizes.get("pop"),
+                    full_kv_bytes=sizes.get("full"))
+
+
+def _sized(side: Callable[[], Any], sizes: dict[str, int], name: str, prompt: _PromptRow) -> Callable[[], Any]:
+    """``side`` (a prefill), noting the first time it runs the bytes of its K/V cache per request in
+    ``sizes[name]`` (:func:`~poptune.measure.prefill.cache_bytes` over the batch's prompts)."""
+
+    def run() -> Any:
+        out = side()
+        if name not in sizes:
+            sizes[name] = cache_bytes(out.cache, prompt.inputs["input_ids"].shape[0])
+        return out
+
+    return run
 
 
 def _null_check(model: Any, prompt: _PromptRow, rows: list[BenchRow], spec: BenchSpec, timer: Timer) -> NullCheck:
@@ -240,7 +256,7 @@ def run_bench(
     return BenchResult(
         model=model_name, config=config, spec=spec, rows=rows, hardware=hardware,
         telemetry=telemetry.result().to_dict(), versions=versions(),
-        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        date=now(),
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         transform=transform.describe() if transform is not None else None,
         null_check=check, provenance=record,

@@ -112,7 +112,8 @@ class BenchRow:
     <poptune.measure.telemetry.Sampler.summary>`; ``energy`` holds each side's
     :class:`~poptune.measure.energy.EnergyReading` as a dict (``pop``, ``full``); ``timing`` says how the
     prefill was timed (``mode``: ``eager`` or ``cuda-graph``, and ``reason`` where graphs were asked for but
-    did not apply).
+    did not apply). ``kv_bytes`` and ``full_kv_bytes``: the bytes of each side's K/V cache after its prefill, per
+    request (:func:`poptune.measure.prefill.cache_bytes`; None in a record made before them).
     """
 
     length: int
@@ -124,6 +125,8 @@ class BenchRow:
     telemetry: dict[str, Any] | None = None
     energy: dict[str, dict[str, Any]] | None = None
     timing: dict[str, Any] | None = None
+    kv_bytes: int | None = None
+    full_kv_bytes: int | None = None
 
     @property
     def speedup(self) -> float:
@@ -178,6 +181,8 @@ class BenchRow:
             "above_ideal": self.above_ideal,
             "decode_full_ms_per_token": self.decode.b.p50 if self.decode else None,
             "decode_pop_ms_per_token": self.decode.a.p50 if self.decode else None,
+            "kv_bytes": self.kv_bytes,
+            "full_kv_bytes": self.full_kv_bytes,
         }
         if self.decode is not None:
             dlo, dhi = self.decode.speedup_ci
@@ -212,6 +217,8 @@ class BenchRow:
             telemetry=data.get("telemetry"),
             energy=data.get("energy"),
             timing=data.get("timing"),
+            kv_bytes=data.get("kv_bytes"),
+            full_kv_bytes=data.get("full_kv_bytes"),
         )
 
 

@@ -2,7 +2,9 @@
 
 A multiply-add counts 2 FLOPs. Per token and layer: the Q/K/V/O projections, the (gated) FFN, and attention
 over the keys the token sees (causal, clipped by the sliding window on sliding layers). A skipped layer costs
-only its K and V projections for the pruned tokens. Both sides compute the LM head for one position.
+only its K and V projections for the pruned tokens -- those its K/V source keeps (anchor K/V: the first only,
+:meth:`poptune.kv.source.KVSource.kept`), over which its boundary tokens then attend. Both sides compute the LM
+head for one position.
 Embedding look-ups, norms and RoPE are ignored (they are memory-bound and small). The ideal ratio is an upper
 bound on what a perfect kernel schedule could get; measured speedups are reported beside it.
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from poptune.engine import PopConfig
+from poptune.kv import registry as kv_registry
 
 __all__ = ["prefill_flops", "ideal_speedup", "vision_flops", "assumption"]
 
@@ -61,6 +64,18 @@ def _shape(config: Any) -> dict[str, Any]:
         types=list(getattr(config, "layer_types", None) or ["full_attention"] * layers),
         window=getattr(config, "sliding_window", None),
     )
+
+
+def _attended_kept(first: int, stop: int, kept: int, window: int | None, dense: bool) -> int:
+    """Keys computed for the boundary queries ``[first, stop)`` of a skipped layer that holds ``kept`` of the
+    ``first`` pruned tokens (the first ones: every one, or anchor K/V's first token) and the boundary's."""
+    if kept >= first:
+        return _attended(first, stop, window, dense)
+    anchor = kept if window is None or first < window else 0  # a sliding layer drops it once out of its window
+    if dense:
+        return (stop - first) * (anchor + stop - first)
+    return sum(min(i - first + 1, window or stop) + (kept if window is None or i < window else 0)
+               for i in range(first, stop))
 
 
 def _attended(first: int, stop: int, window: int | None, dense: bool = False) -> int:
@@ -104,12 +119,14 @@ def prefill_flops(config: Any, length: int, pop: PopConfig | None = None, *, att
     pruned = max(length - pop.boundary_width, 0) if skipped else 0
     if pruned == 0:
         skipped = set()
+    kept = kv_registry.source(pop.kv).kept(pruned) if skipped else 0
     total = 2.0 * c * s["vocab"]  # the LM head for the last position
     for layer in range(s["layers"]):
         win = window_of(layer)
         if layer in skipped:
-            # Pruned tokens only write K/V; boundary tokens run the whole layer over every key.
-            total += pruned * kv + (length - pruned) * layer_dense + per_key * _attended(pruned, length, win, dense(layer))
+            # Pruned tokens only write K/V (those kept); boundary tokens run the whole layer over the keys held.
+            total += kept * kv + (length - pruned) * layer_dense + per_key * _attended_kept(pruned, length, kept, win,
+                                                                                            dense(layer))
         else:
             total += length * layer_dense + per_key * _attended(0, length, win, dense(layer))
     return float(total)

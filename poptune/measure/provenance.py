@@ -5,20 +5,26 @@ torch, transformers and Python (:func:`versions`), the command line, the git com
 a git checkout), the weights' source and fingerprint, the attention implementation, dtype, torch's thread
 counts, the OpenMP/MKL variables, and the load average when the work started and ended (a load well above the
 cores means other work shared the machine, whatever the intervals say).
+
+Every result poptune writes says what made it, on which hardware, with which versions and when, through the one
+writer here: :func:`stamp` for a JSON record, :func:`provenance_block` for the ``## Provenance`` section of a
+Markdown file (the leaderboards, the tuner table), :func:`hardware_text` and :func:`versions_text` where a file
+says them in a sentence (the grid's README, the methods board), and :func:`now` for every date.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import platform
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
-__all__ = ["THREAD_VARIABLES", "git_commit", "load_average", "poptune_version", "provenance", "versions"]
+__all__ = ["THREAD_VARIABLES", "git_commit", "hardware_text", "load_average", "now", "poptune_version", "provenance",
+           "provenance_block", "stamp", "versions", "versions_text"]
 
 #: Environment variables that set how many threads the math libraries use.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY", "OMP_PROC_BIND")
@@ -33,6 +39,7 @@ def poptune_version() -> str:
 
 def versions() -> dict[str, str]:
     """Versions of what produced a measurement, for provenance."""
+    import torch
     import transformers
 
     return {
@@ -77,6 +84,8 @@ def provenance(model: Any, *, model_name: str, weights: str | None = None) -> di
         model_name: The poptune name it was loaded by.
         weights: ``pretrained`` or ``random`` as given to :func:`poptune.load_model` (None: unknown).
     """
+    import torch
+
     config = getattr(model, "config", None)
     fingerprint = None
     if weights is not None:
@@ -101,3 +110,43 @@ def provenance(model: Any, *, model_name: str, weights: str | None = None) -> di
         "load_start": load_average(),
         "load_end": None,
     }
+
+
+def now() -> str:
+    """The time now, UTC, ISO 8601 to the second: how every record is dated."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def stamp(hardware: Mapping[str, Any] | None, *, command: str | None = None, date: str | None = None
+          ) -> dict[str, Any]:
+    """The provenance block of a JSON record: the ``command`` that made it, the ``hardware`` it ran on (a
+    :class:`~poptune.measure.hardware.HardwareRecord` as a dict), the :func:`versions` running now and the
+    ``date`` (default: :func:`now`)."""
+    return {"command": command, "hardware": dict(hardware) if hardware is not None else None,
+            "versions": versions(), "date": date or now()}
+
+
+def hardware_text(hardware: Mapping[str, Any]) -> str:
+    """A hardware record in words: ``<hardware id> (<device name, else CPU, else kind>)``."""
+    name = hardware.get("name") or hardware.get("cpu") or hardware.get("kind", "")
+    return f"{hardware.get('hardware_id', '?')} ({name})".replace(" ()", "")
+
+
+def versions_text(versions: Mapping[str, Any]) -> str:
+    """Versions in words, by name: ``poptune 0.1.0, python 3.11.7, torch 2.13.0, ...``."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+
+
+def provenance_block(command: str, *, hardware: Mapping[str, Any] | None = None,
+                     versions: Mapping[str, Any] | None = None, date: str | None = None,
+                     details: Sequence[str] = ()) -> list[str]:
+    """The ``## Provenance`` section of a Markdown result: the command that wrote it, what it was made from
+    (``details``, one bullet each), the hardware, the versions and the date, each where given."""
+    lines = ["## Provenance", "", f"- command: `{command.strip()}`", *(f"- {d}" for d in details)]
+    if hardware is not None:
+        lines.append(f"- hardware: {hardware_text(hardware)}")
+    if versions is not None:
+        lines.append(f"- versions: {versions_text(versions)}")
+    if date is not None:
+        lines.append(f"- date: {date}")
+    return lines + [""]

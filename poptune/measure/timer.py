@@ -204,9 +204,10 @@ def _orders(policy: RepeatPolicy, count: int) -> list[str]:
     return [order for block in blocks for order in block][:count]
 
 
-def _precise(values: list[list[float]], policy: RepeatPolicy) -> bool:
+def _precise(timed: list[list[float]], policy: RepeatPolicy) -> bool:
     """Whether the interval of the median (per-pair ratio, or latency of one function) is narrow enough."""
-    samples = values[0] if len(values) == 1 else [b / a for a, b in zip(values[0], values[1])]
+    first, *second = timed
+    samples = [b / a for a, b in zip(first, second[0])] if second else first
     centre = percentile(samples, 50)
     interval = median_interval(samples, confidence=policy.confidence, seed=policy.seed)
     return relative_half_width(interval, centre) <= policy.precision  # type: ignore[operator]

@@ -12,8 +12,12 @@ newer poptune keeps its attributes as they were):
 
 - 0 to 1: a ``problem`` stored before calibrated K/V (no ``kv``) searched the paper's space, ``kv = ["own"]``; a
   study without ``target_length`` timed its problem's ``target_length``, else its first length. A problem's
-  fields added since take their defaults (:meth:`poptune.tune.problem.TuningProblem.from_dict`); an old study's
+  fields added since take their defaults (:meth:`poptune.problem.problem.TuningProblem.from_dict`); an old study's
   ``full_accuracy`` without ``full_run`` (no per-item outcomes) is the full model's reference as it stands.
+
+Read with their defaults, no schema change: a ``problem`` without ``objectives`` (stored before they had names)
+has TTFT and accuracy, in that order; a study without ``reference_tpot_ms`` reads each TPOT against its own
+paired full model.
 
 Elsewhere, on purpose: a trial's keys and their defaults live in :mod:`poptune.store.trials`; a configuration's
 stored form (``kv`` written only when not ``own``, so that one stored before calibrated K/V reads the same) in
@@ -26,6 +30,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from poptune.errors import ConfigError
+from poptune.kv import registry as kv_registry
+from poptune.objectives.base import References
+from poptune.objectives.registry import DEFAULT
 
 if TYPE_CHECKING:
     import optuna
@@ -55,7 +62,7 @@ def migrate(attrs: Mapping[str, Any]) -> dict[str, Any]:
                           f"({SCHEMA_VERSION}): upgrade poptune to read it")
     if version < 1 and PROBLEM_ATTR in data:
         problem = dict(data[PROBLEM_ATTR])
-        problem.setdefault("kv", ["own"])  # a study stored before calibrated K/V searched the paper's space
+        problem.setdefault("kv", [kv_registry.DEFAULT])  # a study stored before calibrated K/V searched the paper's space
         data[PROBLEM_ATTR] = problem
     data[SCHEMA_ATTR] = SCHEMA_VERSION
     return data
@@ -115,7 +122,7 @@ class StoredStudy:
 
     @property
     def problem(self) -> dict[str, Any]:
-        """The tuning problem as stored (:meth:`poptune.tune.problem.TuningProblem.to_dict`; empty: none)."""
+        """The tuning problem as stored (:meth:`poptune.problem.problem.TuningProblem.to_dict`; empty: none)."""
         return dict(self._get(PROBLEM_ATTR) or {})
 
     @property
@@ -131,7 +138,13 @@ class StoredStudy:
     @property
     def kv(self) -> tuple[str, ...]:
         """The K/V sources the study searches."""
-        return tuple(self.problem.get("kv", ("own",)))
+        return tuple(self.problem.get("kv", (kv_registry.DEFAULT,)))
+
+    @property
+    def objectives(self) -> tuple[str, ...]:
+        """The study's objectives by name, in the order of its trials' values (a study stored before objectives
+        had names: :data:`poptune.objectives.registry.DEFAULT`, TTFT and accuracy)."""
+        return tuple(self.problem.get("objectives") or DEFAULT)
 
     @property
     def model(self) -> str | None:
@@ -201,6 +214,20 @@ class StoredStudy:
 
     def set_reference_ms(self, value: float) -> None:
         self.study.set_user_attr("reference_prefill_ms", value)
+
+    @property
+    def reference_tpot_ms(self) -> float | None:
+        """The reference full-model time per output token at the target length in ms (None before the first
+        measurement, in a study stored before it, or where decode is not timed)."""
+        return self._get("reference_tpot_ms")
+
+    def set_reference_tpot_ms(self, value: float) -> None:
+        self.study.set_user_attr("reference_tpot_ms", value)
+
+    @property
+    def references(self) -> References:
+        """The reference figures the study's objectives are read against."""
+        return References(ttft_ms=self.reference_ms, tpot_ms=self.reference_tpot_ms)
 
     @property
     def full_accuracy(self) -> dict[str, float] | None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig
+from poptune.kv import registry as kv_registry
+from poptune.objectives.registry import DEFAULT, dominates, named
 from poptune.store.attributes import StoredStudy
 from poptune.store.trials import StoredTrial, completed, confirmations, latency_objective, reference_ms
 
@@ -15,13 +18,13 @@ if TYPE_CHECKING:
 __all__ = ["FrontRow", "candidates", "certified", "front", "pareto", "trusted"]
 
 
-def pareto(trials: list["optuna.trial.FrozenTrial"]) -> list["optuna.trial.FrozenTrial"]:
-    """The trials no other trial dominates on (latency objective: minimise, accuracy: maximise)."""
-
-    def dominates(a: Any, b: Any) -> bool:
-        return a.values[0] <= b.values[0] and a.values[1] >= b.values[1] and tuple(a.values) != tuple(b.values)
-
-    return [t for t in trials if not any(dominates(other, t) for other in trials)]
+def pareto(trials: list["optuna.trial.FrozenTrial"], objectives: Sequence[str] = DEFAULT
+           ) -> list["optuna.trial.FrozenTrial"]:
+    """The trials no other trial dominates on the study's ``objectives`` (each its own direction,
+    :func:`poptune.objectives.registry.dominates`)."""
+    values = [named(objectives, t.values) for t in trials]
+    return [t for t, mine in zip(trials, values)
+            if not any(dominates(other, mine, objectives) for other in values if other)]
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,9 @@ class FrontRow:
     ``pairs``: how many pairs it rests on; ``confirmed``: the figures come from the confirmation pass.
     ``prefill_ms`` is the latency objective (the study's reference full-model TTFT over the speedup);
     ``ttft_ms`` and ``full_ttft_ms`` are the raw p50 times to first token of the configuration and of its
-    paired full model as the trial measured them (expected over the workload's prompt lengths).
+    paired full model as the trial measured them (expected over the workload's prompt lengths). ``values``: the
+    study's objectives by name (:mod:`poptune.objectives.registry`; TTFT and accuracy as ``prefill_ms`` and
+    ``accuracy`` say them), what the front is decided on.
     """
 
     trial: int
@@ -55,8 +60,9 @@ class FrontRow:
     confirmed: bool = False
     ttft_ms: float | None = None
     full_ttft_ms: float | None = None
-    kv: str = "own"
+    kv: str = kv_registry.DEFAULT
     verdict: str | None = None
+    values: dict[str, float] = field(default_factory=dict)
 
     @property
     def config(self) -> PopConfig:
@@ -65,15 +71,16 @@ class FrontRow:
 
     @property
     def label(self) -> str:
-        """``skip/boundary/offset`` (``/calibrated`` for calibrated K/V), or ``full model``."""
+        """``skip/boundary/offset`` (``/<kv>`` for a K/V source other than the paper's), or ``full model``."""
         if self.skip == 0:
             return "full model"
-        return f"{self.skip}/{self.boundary}/{self.offset}" + ("/calibrated" if self.kv != "own" else "")
+        return f"{self.skip}/{self.boundary}/{self.offset}" + ("" if kv_registry.is_default(self.kv) else f"/{self.kv}")
 
     @classmethod
     def from_trial(cls, trial: "optuna.trial.FrozenTrial | StoredTrial", confirmed: dict[str, Any] | None = None,
-                   reference_ms: float | None = None) -> "FrontRow":
-        """The row of ``trial``; with ``confirmed`` figures (and the study's reference latency) those instead."""
+                   reference_ms: float | None = None, objectives: Sequence[str] = DEFAULT) -> "FrontRow":
+        """The row of ``trial`` in a study of ``objectives``; with ``confirmed`` figures (and the study's reference
+        latency) those instead."""
         t = trial if isinstance(trial, StoredTrial) else StoredTrial.of(trial)
         target: dict[str, Any] = dict(t.target_row)
         if t.weighted:  # a workload-weighted trial: its combined figures
@@ -82,9 +89,12 @@ class FrontRow:
                       "ideal": t.ideal}
         figures = confirmed or target
         speedup = float(figures.get("speedup", t.speedup))
-        prefill_ms = t.values[0]
+        values = named(objectives, t.values)
+        prefill_ms = values.get("ttft", latency_objective(reference_ms, speedup) if reference_ms else t.ttft_ms)
         if confirmed and reference_ms:
             prefill_ms = latency_objective(reference_ms, speedup)
+        accuracy = values.get("accuracy", t.objective_accuracy)
+        values.update({k: v for k, v in (("ttft", prefill_ms), ("accuracy", accuracy)) if k in values})
         drop_lo, drop_hi = t.drop_ci or (None, None)
         return cls(
             trial=t.number,
@@ -94,7 +104,7 @@ class FrontRow:
             method=t.method,
             prefill_ms=prefill_ms,
             speedup=speedup,
-            accuracy=t.values[1],
+            accuracy=accuracy,
             drop=t.drop_points,
             feasible=t.feasible,
             drop_lo=drop_lo,
@@ -108,6 +118,7 @@ class FrontRow:
             ttft_ms=t.ttft_ms,
             full_ttft_ms=t.full_ttft_ms,
             kv=t.config.kv,
+            values=values,
         )
 
 
@@ -128,6 +139,7 @@ def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
     """
     figures = confirmations(study) if confirmed else {}
     reference = reference_ms(study)
+    objectives = StoredStudy.of(study).objectives
     rows: dict[tuple, FrontRow] = {}
     for trial in map(StoredTrial.of, completed(study)):
         if not trial.feasible or trial.reused_from is not None:
@@ -135,17 +147,12 @@ def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
         mine = figures.get(str(trial.number))
         if not trusted(trial, mine):
             continue
-        row = FrontRow.from_trial(trial, mine, reference)
+        row = FrontRow.from_trial(trial, mine, reference, objectives)
         key = (row.method, row.skip, row.boundary, row.offset, row.kv)
         if key not in rows or (row.confirmed and not rows[key].confirmed):
             rows[key] = row
     candidates = list(rows.values())
-
-    def dominates(a: FrontRow, b: FrontRow) -> bool:
-        return (a.prefill_ms <= b.prefill_ms and a.accuracy >= b.accuracy
-                and (a.prefill_ms, a.accuracy) != (b.prefill_ms, b.accuracy))
-
-    best = [r for r in candidates if not any(dominates(o, r) for o in candidates)]
+    best = [r for r in candidates if not any(dominates(o.values, r.values, objectives) for o in candidates)]
     return sorted(best, key=lambda r: (r.prefill_ms, -r.accuracy, r.trial))
 
 
@@ -161,13 +168,14 @@ def certified(study: "optuna.Study") -> list[FrontRow]:
     speed stays the confirmed or trial's figure). Empty where the study has no certification."""
     from dataclasses import replace
 
-    record = StoredStudy.of(study).certification or {}
+    stored = StoredStudy.of(study)
+    record = stored.certification or {}
     figures = confirmations(study)
     reference = reference_ms(study)
     rows = []
     for entry in record.get("candidates", []):
         trial = StoredTrial.of(study.trials[int(entry["trial"])])
-        row = FrontRow.from_trial(trial, figures.get(str(trial.number)), reference)
+        row = FrontRow.from_trial(trial, figures.get(str(trial.number)), reference, stored.objectives)
         drop = entry.get("drop")
         if drop is not None:  # accuracy: on the fresh items (older records: the search's reference minus their drop)
             accuracy = float(entry["accuracy"]) if entry.get("accuracy") is not None else \

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig
+from poptune.objectives.ttft import latency_objective
 from poptune.store.attributes import StoredStudy
 from poptune.store.measurement import POP, Measurement, method_of
 
@@ -23,15 +24,6 @@ __all__ = [
     "StoredTrial", "completed", "confirmations", "fail_reason", "is_answer", "is_pop", "latency_objective",
     "measured_table", "measures", "reference_ms", "stored_config",
 ]
-
-
-def latency_objective(reference_ms: float, speedup: float) -> float:
-    """A study's latency objective: its reference full-model TTFT over a configuration's paired speedup.
-
-    Ranking by the paired speedup against one reference, not by the raw TTFT, keeps trials comparable however
-    busy the machine was while each was timed.
-    """
-    return reference_ms / speedup
 
 
 def reference_ms(study: "optuna.Study") -> float | None:
@@ -86,8 +78,11 @@ def completed(study: "optuna.Study", method: str | None = POP) -> list["optuna.t
     return [t for t in trials if method_of(t.user_attrs) == method]
 
 
-def _pair(values: Any) -> tuple[Any, Any] | None:
-    return (values[0], values[1]) if values else None
+def _pair(ends: Any) -> tuple[Any, Any] | None:
+    if not ends:
+        return None
+    lo, hi = ends
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -98,7 +93,8 @@ class StoredTrial:
         number: The trial's number in its study.
         method: ``pop`` or a baseline's name.
         config: The configuration measured (a baseline's: the POP configuration it ran as, skip 0 mostly).
-        values: The study's objectives: (latency objective in ms, accuracy objective).
+        values: The study's objectives, in the order of its names (:attr:`~poptune.store.attributes.StoredStudy.objectives`;
+            read them by name: :func:`poptune.objectives.registry.named`).
         speedup: The paired TTFT speedup over the workload; ``speedup_ci`` its 95% interval where measured.
         pairs: The fewest timing pairs of a prompt length; ``ideal``: the speedup of skipped FLOPs alone.
         ttft_ms: The configuration's expected p50 TTFT over the workload; ``full_ttft_ms``: its paired full model's.
@@ -168,6 +164,11 @@ class StoredTrial:
     @property
     def is_pop(self) -> bool:
         return self.method == POP
+
+    @property
+    def objective_accuracy(self) -> float:
+        """The accuracy objective as the trial stored it (its plain mean in a trial stored before it)."""
+        return float(self._info.get("objective_accuracy", self.accuracy_mean))
 
     @property
     def measured(self) -> bool:

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
-from poptune.calibration import CalibrationSpec
+from poptune.kvfit.calibration import CalibrationSpec
 from poptune.baselines.methods import WANDA_SPARSITY
 from poptune.store.measurement import Measurement
 from poptune.store.trials import StoredTrial
-from poptune.tune.evaluator import ConfigEvaluator
+from poptune.problem.evaluator import ConfigEvaluator
 from poptune.tune.objective import add_finished_trial, outcome, settle_reference
-from poptune.tune.space import paper_default
+from poptune.problem.space import paper_default
 
 if TYPE_CHECKING:
     import optuna
@@ -59,8 +59,8 @@ def add_baselines(
             with progress.phase(f"baseline {method} at ratio {ratio:.3f}", unit="step"):
                 measurement = evaluator.evaluate_baseline(
                     build_baseline(evaluator.model, evaluator.tokenizer, method, ratio, calibration, memo=memo))
-            reference = settle_reference(study, measurement)  # a study of baselines only: this one's full model
-            add_finished_trial(study, *outcome(measurement, measurement.info(), problem, reference))
+            references = settle_reference(study, measurement)  # a study of baselines only: this one's full model
+            add_finished_trial(study, *outcome(measurement, measurement.info(), problem, references))
             done.add(key)
             measured.append(measurement)
     return measured

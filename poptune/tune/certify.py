@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     import optuna
 
     from poptune.evaluate.racing import RacingPolicy
-    from poptune.tune.evaluator import ConfigEvaluator
-    from poptune.tune.problem import TuningProblem
+    from poptune.problem.evaluator import ConfigEvaluator
+    from poptune.problem.problem import TuningProblem
 
 __all__ = ["CERTIFY_START", "ERROR", "WITHIN", "BEYOND", "attempt_error", "candidates", "certification_policy",
            "certify_front", "spent_error", "verdict_of", "wants_certification"]

@@ -1,7 +1,7 @@
 """The grid study: every configuration of the search space measured once, as one study with the ``grid`` sampler.
 
-As many trials as the canonical space has configurations (:func:`poptune.tune.space.all_configs`: 241 for
-Gemma-3-270M's 18 layers), on a :class:`~poptune.tune.problem.TuningProblem`'s workload. By default it is stored
+As many trials as the canonical space has configurations (:func:`poptune.problem.space.all_configs`: 241 for
+Gemma-3-270M's 18 layers), on a :class:`~poptune.problem.problem.TuningProblem`'s workload. By default it is stored
 in an Optuna journal file beside its table (:func:`grid_storage`), small enough to commit, so that the same
 command continues where it stopped on any machine of the same hardware id (an interrupted trial is measured
 again; a complete grid returns at once). One process per grid: it times the A/A checks, re-times noisy trials and
@@ -21,7 +21,7 @@ from poptune.store.attributes import StoredStudy
 if TYPE_CHECKING:
     import optuna
 
-    from poptune.tune.problem import TuningProblem
+    from poptune.problem.problem import TuningProblem
 
 __all__ = ["grid_name", "grid_storage", "measure_grid", "stored_grid"]
 
@@ -75,7 +75,7 @@ def stored_grid(problem: TuningProblem, storage: str, study: str | None = None) 
 
 def _num_layers(problem: TuningProblem, storage: str, study: str | None) -> tuple[int, Any]:
     """The model's layers: from the stored study when there is one (no model loaded), else a loaded evaluator."""
-    from poptune.tune.evaluator import ConfigEvaluator
+    from poptune.problem.evaluator import ConfigEvaluator
 
     try:
         found = _find(problem, storage, study)
@@ -107,7 +107,7 @@ def measure_grid(problem: TuningProblem, storage: str, *, study: str | None = No
     import optuna
 
     from poptune import store
-    from poptune.tune.space import all_configs
+    from poptune.problem.space import all_configs
     from poptune.tune.study import StudySpec, run_study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -1,10 +1,10 @@
 """One trial of the study: settle its configuration (answered from storage, or measured), then its objectives.
 
 A configuration already measured in the study is answered from storage; one being measured by an
-earlier-numbered trial is waited for; one that failed before fails again at once. The latency objective is
-the study's reference full-model TTFT over the paired speedup (:func:`poptune.store.trials.latency_objective`);
-the reference is the full-model trial's, or the first measurement's paired full model
-(:func:`settle_reference`).
+earlier-numbered trial is waited for; one that failed before fails again at once. Its values are the problem's
+objectives (:mod:`poptune.objectives.registry`); the latency objectives are the study's reference full-model
+figures over the paired speedups, the reference being the full-model trial's, or the first measurement's
+paired full model (:func:`settle_reference`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ from typing import TYPE_CHECKING, Any
 from poptune import progress, store
 from poptune.engine import PopConfig
 from poptune.errors import MeasurementError
+from poptune.kv import registry as kv_registry
 from poptune.store.measurement import Measurement
-from poptune.store.trials import StoredTrial, fail_reason, is_pop, latency_objective, measures
-from poptune.tune.evaluator import ConfigEvaluator
+from poptune.objectives.base import References
+from poptune.objectives.registry import values_of
+from poptune.store.trials import StoredTrial, fail_reason, is_pop, measures
+from poptune.problem.evaluator import ConfigEvaluator
 from poptune.tune.interrupt import INTERRUPTED
-from poptune.tune.problem import TuningProblem
-from poptune.tune.space import config_of_trial, distributions_of, params_of, suggest_config
+from poptune.problem.problem import TuningProblem
+from poptune.problem.space import config_of_trial, distributions_of, params_of, suggest_config
 
 if TYPE_CHECKING:
     import optuna
@@ -98,8 +101,8 @@ def _settled(study: "optuna.Study", number: int, config: PopConfig, num_layers: 
         time.sleep(POLL_S)
 
 
-def _reference_ms(study: "optuna.Study", number: int, measurement: Measurement, num_layers: int) -> float:
-    """The study's reference full-model latency: the full-model trial's, written once by that trial.
+def _references(study: "optuna.Study", number: int, measurement: Measurement, num_layers: int) -> References:
+    """The study's reference full-model figures: the full-model trial's, written once by that trial.
 
     A trial finishing before the full-model trial waits for it; without one pending, the trial's own paired
     full-model latency becomes the reference (as for the first trial of a study made without it).
@@ -108,9 +111,8 @@ def _reference_ms(study: "optuna.Study", number: int, measurement: Measurement, 
 
     full = PopConfig(skip=0)
     while True:
-        reference = store.reference_ms(study)
-        if reference is not None:
-            return float(reference)
+        if store.reference_ms(study) is not None:
+            return settle_reference(study, measurement)  # written: read (a study's TPOT reference it lacks, written)
         pending = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
                    if t.number != number and (config_of(t, num_layers) == full or
                                               t.system_attrs.get("fixed_params", {}).get("skip") == 0)]
@@ -120,14 +122,18 @@ def _reference_ms(study: "optuna.Study", number: int, measurement: Measurement, 
         time.sleep(POLL_S)
 
 
-def settle_reference(study: "optuna.Study", measurement: Measurement) -> float:
-    """The study's reference full-model TTFT; where it has none yet, ``measurement``'s paired full model's,
-    written as the study's (a study's first measurement, or the first baseline of a study of baselines only)."""
-    reference = store.reference_ms(study)
-    if reference is None:
-        reference = measurement.full_ms
-        store.StoredStudy.of(study).set_reference_ms(reference)
-    return float(reference)
+def settle_reference(study: "optuna.Study", measurement: Measurement) -> References:
+    """The study's reference full-model figures (:class:`~poptune.objectives.base.References`); where it has none
+    yet, ``measurement``'s paired full model's, written as the study's (a study's first measurement, or the first
+    baseline of a study of baselines only): its TTFT always, its time per output token at the target length in a
+    study with the ``tpot`` objective."""
+    stored = store.StoredStudy.of(study)
+    if stored.reference_ms is None:
+        stored.set_reference_ms(measurement.full_ms)
+    tpot = measurement.latency.get(measurement.target_length, {}).get("decode_full_ms_per_token")
+    if stored.reference_tpot_ms is None and tpot is not None and "tpot" in stored.objectives:
+        stored.set_reference_tpot_ms(float(tpot))
+    return stored.references
 
 
 def _measure(evaluator: ConfigEvaluator, trial: "optuna.Trial", config: PopConfig) -> Measurement:
@@ -160,7 +166,7 @@ def make_objective(
 
     num_layers = evaluator.num_layers
 
-    def objective(trial: "optuna.Trial") -> tuple[float, float]:
+    def objective(trial: "optuna.Trial") -> tuple[float, ...]:
         config = suggest_config(trial, num_layers, problem.kv)
         if _over_budget(study, trial.number, budget):
             raise optuna.TrialPruned("the study's budget is taken by other workers' trials")
@@ -178,8 +184,8 @@ def make_objective(
             measurement = _measure(evaluator, trial, config)
             info = measurement.info()
             store_full_run(study, evaluator)
-        reference = _reference_ms(study, trial.number, measurement, num_layers)
-        values, info, constraint = outcome(measurement, info, problem, reference)
+        references = _references(study, trial.number, measurement, num_layers)
+        values, info, constraint = outcome(measurement, info, problem, references)
         info["noisy"] = measurement.noisy  # not ranked; timed again at the end of the run
         if constraint is not None:
             trial.set_constraint("max_drop", constraint)
@@ -198,11 +204,13 @@ def store_full_run(study: "optuna.Study", evaluator: ConfigEvaluator) -> None:
 
 
 def outcome(measurement: Measurement, info: dict[str, Any], problem: TuningProblem,
-             reference: float) -> tuple[tuple[float, float], dict[str, Any], float | None]:
-    """A measurement's objective values, user attributes and accuracy constraint (None without a budget).
+            references: References) -> tuple[tuple[float, ...], dict[str, Any], float | None]:
+    """A measurement's objective values (the problem's objectives in order, read against the study's
+    ``references``: :func:`poptune.objectives.registry.values_of`), user attributes and accuracy constraint (None
+    without a budget).
 
-    Latency objective: the study's reference full-model latency over this measurement's paired speedup. The
-    speedup is measured side by side and survives load on a shared machine; a raw latency would rank trials by
+    The latency objectives are the study's reference full-model figures over this measurement's paired speedups.
+    A speedup is measured side by side and survives load on a shared machine; a raw latency would rank trials by
     how busy the machine was when they ran. The raw p50s stay in the user attributes.
     """
     # The search only rejects: a configuration stays feasible until its drop's lower end is beyond the budget.
@@ -212,12 +220,12 @@ def outcome(measurement: Measurement, info: dict[str, Any], problem: TuningProbl
     if problem.max_drop is not None:
         info["feasible"] = lower <= problem.max_drop
         constraint = lower - problem.max_drop
-    return (latency_objective(reference, measurement.speedup), measurement.objective_accuracy), info, constraint
+    return values_of(problem.objectives, measurement, references), info, constraint
 
 
-def add_finished_trial(study: "optuna.Study", values: tuple[float, float], info: dict[str, Any],
+def add_finished_trial(study: "optuna.Study", values: tuple[float, ...], info: dict[str, Any],
                        constraint: float | None, *, config: PopConfig | None = None, num_layers: int = 0,
-                       kv: tuple[str, ...] = ("own",)) -> None:
+                       kv: tuple[str, ...] = (kv_registry.DEFAULT,)) -> None:
     """Store a measurement made outside ``optimize`` as a completed trial (with ``config``: with its search
     parameters, a re-measure's; without: none, a baseline's), its accuracy constraint where there is a budget."""
     import optuna

@@ -1,9 +1,7 @@
 """How fast each sampler finds good configurations, on the replay of a fully measured grid (no model).
 
-A :class:`Replay` answers configurations from what was measured: a stored study (:meth:`Replay.of`) or a grid
-file (:meth:`Replay.from_csv`, see :mod:`poptune.tune.grid`), exactly as recorded or, with a noise seed, drawn
-from each figure's recorded 95% interval (:func:`poptune.tune.grid.draw`: one draw per seed and
-configuration, so a configuration asked again gets the same answer, as a study answers it from storage).
+A :class:`~poptune.problem.replay.Replay` answers configurations from what was measured (a stored study or a
+grid file, exactly or with seeded noise).
 
 :func:`tuner_efficiency`: for each sampler and seed an in-memory Optuna study asks configurations and the
 replay answers them (seconds on a CPU). The sampler sees the (possibly noisy) answers; the table scores the
@@ -21,25 +19,23 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from poptune import store
-from poptune.engine import PopConfig
+from poptune.objectives import registry as objectives
+from poptune.objectives.base import References
 from poptune.errors import ConfigError
+from poptune.problem.replay import Replay, covers_grid
+from poptune.problem.space import all_configs, suggest_config
 from poptune.store.measurement import Measurement
-from poptune.tune.grid import draw, noise_rng, read_grid
-from poptune.tune.problem import TuningProblem
 from poptune.tune.samplers import make_sampler
-from poptune.tune.space import all_configs, suggest_config
 
 if TYPE_CHECKING:
-    import numpy as np
     import optuna
 
-__all__ = ["CHECKPOINTS", "HV_SHARE", "TUNER_SAMPLERS", "Interval", "Replay", "TunerRow", "covers_grid",
-           "hypervolume", "implied_held", "mean_interval", "tuner_efficiency"]
+__all__ = ["CHECKPOINTS", "HV_SHARE", "TUNER_SAMPLERS", "Interval", "TunerRow", "hypervolume", "implied_held",
+           "mean_interval", "tuner_efficiency"]
 
 CHECKPOINTS = (8, 16, 32)
 
@@ -50,68 +46,6 @@ TUNER_SAMPLERS = ("tpe", "nsga2", "random", "grid", "gp", "structured")
 
 #: The share of the grid's hypervolume whose first reach is counted in trials.
 HV_SHARE = 0.95
-
-
-@dataclass(frozen=True)
-class Replay:
-    """What a study measured, to answer configurations from (no model).
-
-    Attributes:
-        study_name: The study (or grid file) replayed.
-        num_layers: Its model's layers (the search space).
-        table: Per configuration, its measurement (a trusted trial first, see :func:`poptune.store.measured_table`).
-        max_drop: The study's accuracy budget (None: none).
-        reference_ms: The study's reference full-model TTFT: the latency objective is it over the speedup.
-        noise_seed: None: answers are the recorded figures; a seed: drawn from their intervals (see the module).
-    """
-
-    study_name: str
-    num_layers: int
-    table: dict[PopConfig, Measurement]
-    max_drop: float | None
-    reference_ms: float | None = None
-    noise_seed: int | None = None
-
-    @classmethod
-    def of(cls, study: "optuna.Study") -> "Replay":
-        stored = store.StoredStudy.of(study)
-        problem = TuningProblem.from_dict(stored.problem)
-        return cls(study.study_name, stored.num_layers, store.measured_table(study), problem.max_drop,
-                   stored.reference_ms)
-
-    @classmethod
-    def from_csv(cls, path: str | Path) -> "Replay":
-        """The replay of a grid file (:func:`poptune.tune.grid.read_grid`; a bad file is an InputError)."""
-        grid = read_grid(path)
-        return cls(grid.name, grid.num_layers, grid.measurements, grid.max_drop, grid.reference_ms)
-
-    @property
-    def kv(self) -> tuple[str, ...]:
-        """The K/V sources of the replayed space: calibrated too where the table holds such configurations."""
-        return ("own", "calibrated") if any(c.kv != "own" for c in self.table) else ("own",)
-
-    def noisy(self, seed: int | None) -> "Replay":
-        """This replay answering with noise drawn under ``seed`` (None: the recorded figures)."""
-        return replace(self, noise_seed=seed)
-
-    def answer(self, config: PopConfig, rng: "np.random.Generator | None" = None) -> Measurement:
-        """The measurement of ``config``: drawn from ``rng`` when given, else under :attr:`noise_seed`, else as
-        recorded.
-
-        Raises:
-            ConfigError: the study never measured it.
-        """
-        if config not in self.table:
-            raise ConfigError(f"the study {self.study_name!r} holds no measurement of {config}")
-        recorded = self.table[config]
-        if rng is None and self.noise_seed is None:
-            return recorded
-        return draw(recorded, rng if rng is not None else noise_rng(self.noise_seed, config))  # type: ignore[arg-type]
-
-
-def covers_grid(replay: Replay) -> bool:
-    """Whether the stored study measured every configuration of the search space."""
-    return set(all_configs(replay.num_layers, replay.kv)) <= set(replay.table)
 
 
 def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float]) -> float:
@@ -193,18 +127,19 @@ def _replayed(replay: Replay, sampler: str, seed: int, trials: int, max_drop: fl
     import optuna
 
     ideal = {c: float(m.info()["ideal"]) for c, m in replay.table.items()}
-    study = optuna.create_study(directions=["minimize", "maximize"], sampler=make_sampler(
+    study = optuna.create_study(directions=objectives.directions(objectives.DEFAULT), sampler=make_sampler(
         sampler, seed, replay.num_layers, replay.kv, max_drop=max_drop, ideal=ideal))
+    references = References(ttft_ms=reference_ms)
     history = []
 
-    def objective(trial: optuna.Trial) -> tuple[float, float]:
+    def objective(trial: optuna.Trial) -> tuple[float, ...]:
         config = suggest_config(trial, replay.num_layers, replay.kv)
         answered = replay.answer(config)
         trial.set_constraint("max_drop", answered.drop_lower - max_drop)  # the study's constraint
         trial.set_user_attr("drop", answered.drop)  # as a study stores it
         trial.set_user_attr("drop_points", answered.drop_points)
         history.append(replay.table[config])
-        return store.latency_objective(reference_ms, answered.speedup), answered.objective_accuracy
+        return objectives.values_of(objectives.DEFAULT, answered, references)
 
     study.optimize(objective, n_trials=trials)
     return history, study

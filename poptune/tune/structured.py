@@ -37,8 +37,9 @@ measured, grows with the skipped layers and with narrower boundaries.
 A trial's verdict is read from what the study stored: the ``drop`` user attribute (``mean``/``lo``/``hi``
 points, and ``drop_points``) against the budget (``max_drop``, else inferred from the trial's constraint,
 which a POP study sets to ``drop lo - budget``); without a drop, the trial's constraints (feasible: all <= 0);
-without either, none (then only the front is searched). Objectives: ``(latency to minimise, accuracy to
-maximise)``, as a POP study's.
+without either, none (then only the front is searched). Objectives: the study's TTFT (minimised) and accuracy
+(maximised), read by name (:mod:`poptune.objectives.registry`); a study's other objectives (TPOT, K/V bytes) are
+not searched for, only measured.
 
 :func:`implied_verdicts` lists what the order implies for configurations no trial measured (never reported as
 measured); :func:`order_violations` counts where a measured grid breaks the order beyond its intervals.
@@ -56,9 +57,12 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from poptune.engine import BOUNDARIES, PopConfig
+from poptune.errors import ConfigError
+from poptune.kv import registry as kv_registry
+from poptune.objectives.registry import DEFAULT, named
 from poptune.store.measurement import Measurement
 from poptune.store.trials import is_pop
-from poptune.tune.space import OWN, all_configs, config_of_trial, params_of
+from poptune.problem.space import OWN, all_configs, config_of_trial, params_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -106,12 +110,13 @@ def _shallower_block(a: PopConfig, b: PopConfig) -> bool:
 def proxy_ideal(config: PopConfig, num_layers: int, length: int = 1024, kv_share: float = 0.1) -> float:
     """A model-free stand-in for the FLOPs ideal speedup (:func:`poptune.measure.flops.ideal_speedup`) where
     the model is not at hand: layers of equal cost, a skipped layer's pruned tokens paying ``kv_share`` of it
-    (their K/V projections), ``length`` prompt tokens. It orders configurations as the FLOPs ideal does within
-    a family and across boundaries."""
+    (their K/V projections, those the K/V source keeps), ``length`` prompt tokens. It orders configurations as
+    the FLOPs ideal does within a family and across boundaries."""
     if config.skip == 0:
         return 1.0
-    pruned = max(length - config.boundary_width, 0) / length
-    return num_layers / (num_layers - config.skip * pruned * (1 - kv_share))
+    tokens = max(length - config.boundary_width, 0)
+    share = kv_share * kv_registry.source(config.kv).kept(tokens) / tokens if tokens else kv_share
+    return num_layers / (num_layers - config.skip * tokens / length * (1 - share))
 
 
 @dataclass(frozen=True)
@@ -155,17 +160,22 @@ def _within(trial: "optuna.trial.FrozenTrial", budget: float | None) -> float | 
     return None
 
 
-def observations(trials: Sequence["optuna.trial.FrozenTrial"], num_layers: int,
-                 max_drop: float | None = None) -> dict[PopConfig, Observation]:
-    """Each configuration's first completed two-objective trial, read as an :class:`Observation`."""
+def observations(trials: Sequence["optuna.trial.FrozenTrial"], num_layers: int, max_drop: float | None = None,
+                 objectives: Sequence[str] = DEFAULT) -> dict[PopConfig, Observation]:
+    """Each configuration's first completed trial, read as an :class:`Observation` (its TTFT and accuracy
+    objectives by name among the study's ``objectives``)."""
+    if not {"ttft", "accuracy"} <= set(objectives):
+        raise ConfigError(f"the structured sampler reads the ttft and accuracy objectives, the study has "
+                          f"{', '.join(objectives)}")
     budget = max_drop if max_drop is not None else _budget(trials)
     seen: dict[PopConfig, Observation] = {}
     for t in sorted(trials, key=lambda t: t.number):
-        if t.state != optuna.trial.TrialState.COMPLETE or t.values is None or len(t.values) != 2 or not is_pop(t):
+        values = named(objectives, t.values) if t.state == optuna.trial.TrialState.COMPLETE else {}
+        if not values or not is_pop(t):
             continue  # a baseline's trial is not a point of the space
         config = config_of_trial(t, num_layers)
         if config is not None and config not in seen:
-            seen[config] = Observation(config, t.number, float(t.values[0]), float(t.values[1]), _within(t, budget))
+            seen[config] = Observation(config, t.number, values["ttft"], values["accuracy"], _within(t, budget))
     return seen
 
 
@@ -222,15 +232,15 @@ class SpotCheck:
 
 
 def spot_checks(trials: Sequence["optuna.trial.FrozenTrial"], num_layers: int, max_drop: float | None = None,
-                kv: tuple[str, ...] = OWN) -> list[SpotCheck]:
+                kv: tuple[str, ...] = OWN, objectives: Sequence[str] = DEFAULT) -> list[SpotCheck]:
     """The implied verdicts a study's later trials measured: for each judged trial, what the trials before it
     implied of its configuration (:func:`implied_verdicts`), if anything, against what it measured."""
     done = sorted(trials, key=lambda t: t.number)
     checks = []
-    for obs in observations(done, num_layers, max_drop).values():
+    for obs in observations(done, num_layers, max_drop, objectives).values():
         if obs.within is None:
             continue
-        before = observations([t for t in done if t.number < obs.number], num_layers, max_drop)
+        before = observations([t for t in done if t.number < obs.number], num_layers, max_drop, objectives)
         implied = {v.config: v for v in implied_verdicts(before, num_layers, kv)}.get(obs.config)
         if implied is not None:
             checks.append(SpotCheck(obs.number, obs.config, implied.within, implied.within == (obs.within > 0.5)))
@@ -300,14 +310,15 @@ def _hypervolume(points: Sequence[tuple[float, float]], reference: tuple[float, 
 class StructuredSampler(optuna.samplers.BaseSampler):
     """An Optuna sampler over POP's space that searches it by its order (see the module for the method).
 
-    Usable by any Optuna study whose objective asks :func:`~poptune.tune.space.suggest_config` and returns
-    ``(latency, accuracy)``; seeded, so a study is reproducible. Example::
+    Usable by any Optuna study whose objective asks :func:`~poptune.problem.space.suggest_config` and returns
+    its ``objectives`` (:mod:`poptune.objectives.registry`; TTFT and accuracy among them, the others are not
+    searched for); seeded, so a study is reproducible. Example::
 
         sampler = StructuredSampler(18, max_drop=2.0, seed=0)
-        study = optuna.create_study(directions=["minimize", "maximize"], sampler=sampler)
+        study = optuna.create_study(directions=registry.directions(registry.DEFAULT), sampler=sampler)
 
     Args:
-        num_layers: The model's layers (the space of :func:`~poptune.tune.space.all_configs`).
+        num_layers: The model's layers (the space of :func:`~poptune.problem.space.all_configs`).
         kv: The space's K/V sources.
         max_drop: The accuracy budget in points (None: inferred from the trials' constraints).
         ideal: The ideal speedup of every configuration (a mapping or a function; default
@@ -315,14 +326,16 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         seed: Seeds the random fallback.
         min_gain: The least expected improvement, relative to the best speedup within the budget, that keeps
             the budget search going.
+        objectives: The study's objectives by name, in the order of its trials' values.
     """
 
     def __init__(self, num_layers: int, *, kv: tuple[str, ...] = OWN, max_drop: float | None = None,
                  ideal: Mapping[PopConfig, float] | Callable[[PopConfig], float] | None = None,
-                 seed: int | None = None, min_gain: float = 0.002) -> None:
+                 seed: int | None = None, min_gain: float = 0.002, objectives: Sequence[str] = DEFAULT) -> None:
         import numpy as np
 
         self.num_layers, self.kv, self.max_drop, self.min_gain = num_layers, kv, max_drop, min_gain
+        self.objectives = tuple(objectives)
         self._configs = all_configs(num_layers, kv)
         get = ideal.__getitem__ if isinstance(ideal, Mapping) else ideal
         self._ideal = {c: float(get(c)) if get is not None else proxy_ideal(c, num_layers) for c in self._configs}
@@ -359,7 +372,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         free = [c for c in self._configs if c not in taken]
         if not free:
             return self._rng.choice(self._configs)
-        seen = observations(trials, self.num_layers, self.max_drop)
+        seen = observations(trials, self.num_layers, self.max_drop, self.objectives)
         fastest = max(self._configs, key=self._ideal.__getitem__)
         if fastest in free:  # always on the front: nothing can be faster
             return fastest
@@ -413,7 +426,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         gains = np.zeros((len(BOUNDARIES), self.num_layers))
         for b, boundary in enumerate(BOUNDARIES):
             for skip in range(1, self.num_layers):
-                config = PopConfig(skip=skip, boundary=boundary, kv=source if skip >= 2 else "own")
+                config = PopConfig(skip=skip, boundary=boundary, kv=kv_registry.distinct_at(skip, (source,))[0])
                 gains[b, skip] = self._ideal.get(config, proxy_ideal(config, self.num_layers)) - 1
         return gains
 
@@ -436,7 +449,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             gains = self._gains(source)
             now = float((marginals[source] * gains).max())
             for c in free:
-                if c.skip == 0 or c.offset or (c.kv != source and c.skip >= 2):
+                if c.skip == 0 or c.offset or c.kv != kv_registry.distinct_at(c.skip, (source,))[0]:
                     continue
                 b = BOUNDARIES.index(c.boundary)
                 p = float(marginals[source][b, c.skip])

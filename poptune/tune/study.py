@@ -1,10 +1,12 @@
 """The Optuna study: POP's configuration space searched for real, per model and per machine.
 
-Two objectives: minimise POP's prefill latency at the target prompt length, maximise mean task accuracy. The
-latency objective is the study's reference full-model latency (its first measurement) divided by the trial's
-speedup, itself the median of POP/full pairs timed side by side: comparable across trials however busy the
-machine was (raw p50 latencies are kept as trial attributes).
-Search space (:mod:`poptune.tune.space`): ``skip`` in [0, L-1], 0 being the full model with no other
+Objectives (:mod:`poptune.objectives`, the problem's ``objectives``): by default two, minimise POP's prefill
+latency at the target prompt length (``ttft``), maximise mean task accuracy (``accuracy``); ``tpot`` (time per
+output token at the target context) and ``kv_bytes`` (the K/V cache of a request at the target length) may join
+them. The latency objective is the study's reference full-model latency (its first measurement) divided by the
+trial's speedup, itself the median of POP/full pairs timed side by side: comparable across trials however busy
+the machine was (raw p50 latencies are kept as trial attributes).
+Search space (:mod:`poptune.problem.space`): ``skip`` in [0, L-1], 0 being the full model with no other
 parameter; for ``skip > 0`` also ``offset`` in [0, min(2, L-1-skip)] and ``boundary`` in
 :data:`~poptune.engine.BOUNDARIES`: one point per configuration, parameters equal to what ran. The full model
 and the paper's rule (``skip = round(L/3)``, ``boundary=last``) are enqueued first. A configuration already
@@ -54,21 +56,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from poptune import store
+from poptune.objectives import registry as objectives
 from poptune.baselines.methods import METHODS
-from poptune.calibration import CalibrationSpec
-from poptune.engine import BOUNDARIES, PopConfig
+from poptune.kvfit.calibration import CalibrationSpec
+from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.store.trials import is_answer
 from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
 from poptune.tune.certify import certify_front, wants_certification
-from poptune.tune.evaluator import ConfigEvaluator
+from poptune.problem.evaluator import ConfigEvaluator
 from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
-from poptune.tune.presets import STANDARD
-from poptune.tune.problem import TuningProblem
-from poptune.tune.samplers import make_sampler
-from poptune.tune.space import DEFAULT_SAMPLER, SAMPLERS, all_configs, paper_default, params_of
+from poptune.problem.presets import STANDARD
+from poptune.problem.problem import TuningProblem
+from poptune.problem.space import all_configs, check_enqueue, paper_default, params_of
+from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS, make_sampler
 
 if TYPE_CHECKING:
     import optuna
@@ -77,7 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SAMPLERS", "StudySpec", "run_study", "study_name_of", "target_of", "make_sampler", "add_baselines", "front_ratios",
-    "check_enqueue", "check_problem",
+    "check_problem",
 ]
 
 log = logging.getLogger(__name__)
@@ -150,6 +153,9 @@ class StudySpec:
             raise ConfigError(f"`heartbeat_s` must be a positive integer, got {self.heartbeat_s!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"`sampler` must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if self.sampler == "structured" and not {"ttft", "accuracy"} <= set(self.problem.objectives):
+            raise ConfigError("the structured sampler searches by TTFT and accuracy: give both in --objectives (any "
+                              "others beside them), or another --sampler (tpe, nsga2, random, grid)")
         store.check_study_name(self.study)
         store.check_url(self.storage)
 
@@ -191,28 +197,10 @@ def _record_problem(
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names([f"prefill_ms@{problem.target_label}", "accuracy"])
+            study.set_metric_names(objectives.metric_names(problem.objectives, problem.target_label))
         stored.record_problem(problem.to_dict(), target_length=target_length, model=target.model.name,
                               weights_fingerprint=target.model.weights_fingerprint, num_layers=num_layers,
                               hardware=target.hardware.to_dict(), versions=versions())
-
-
-def check_enqueue(configs: tuple[PopConfig, ...], num_layers: int, kv: tuple[str, ...] = ("own",)) -> None:
-    """Refuse a configuration to enqueue that lies outside the search space of a model with ``num_layers`` layers.
-
-    Optuna would store it as a waiting trial whose parameters the sampler's distributions do not hold, and
-    every later run of the study would trip over it; so it is refused before anything is written.
-    """
-    space = set(all_configs(num_layers, kv))
-    for config in configs:
-        if config not in space:
-            label = f"{config.skip}/{config.boundary}/{config.offset}"
-            try:
-                config.check(num_layers)
-            except ConfigError as e:
-                raise ConfigError(f"`--enqueue` item {label} is outside the search space: {e}") from e
-            raise ConfigError(f"`--enqueue` item {label} ({config}) is outside the search space: boundary must be "
-                              f"one of {', '.join(BOUNDARIES)}, offset at most 2 and kv one of {', '.join(kv)}")
 
 
 def _sampler_seed(spec: StudySpec) -> int:
@@ -236,10 +224,10 @@ def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tu
     import optuna
 
     sampler = make_sampler(spec.sampler, _sampler_seed(spec), num_layers, spec.problem.kv,
-                           max_drop=spec.problem.max_drop)
+                           max_drop=spec.problem.max_drop, objectives=spec.problem.objectives)
     kwargs = dict(study_name=name, storage=storage, sampler=sampler)
     try:
-        return optuna.create_study(directions=["minimize", "maximize"], **kwargs), True
+        return optuna.create_study(directions=objectives.directions(spec.problem.objectives), **kwargs), True
     except optuna.exceptions.DuplicatedStudyError:
         return optuna.load_study(**kwargs), False
 

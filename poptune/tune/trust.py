@@ -21,22 +21,22 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
 from poptune.engine import PopConfig
 from poptune.measure.nullcheck import AA_PAIRS, aa_figures, aa_reasons, above_ideal
+from poptune.measure.provenance import now
 from poptune.store.front import candidates
 from poptune.store.trials import StoredTrial
 from poptune.tune.objective import add_finished_trial, outcome
-from poptune.tune.space import config_of_trial
+from poptune.problem.space import config_of_trial
 
 if TYPE_CHECKING:
     import optuna
 
-    from poptune.tune.evaluator import ConfigEvaluator
+    from poptune.problem.evaluator import ConfigEvaluator
     from poptune.measure.records import PairRecord
 
 __all__ = ["CONFIRM_ROUNDS", "CONFIRM_PAIRS", "now", "record_run", "finish_run", "record_aa_check", "remeasure_noisy",
@@ -50,9 +50,6 @@ CONFIRM_ROUNDS = 4
 CONFIRM_PAIRS = 4
 
 
-def now() -> str:
-    """The time now, UTC, ISO 8601 to the second (how the study's records are dated)."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _time(evaluator: "ConfigEvaluator", config: PopConfig, pairs: int, warmup: int,
@@ -130,12 +127,12 @@ def remeasure_noisy(study: "optuna.Study", evaluator: "ConfigEvaluator", *, atte
     for t in trials:
         if t.noisy and t.config not in clean and t.reused_from is None:
             noisy.setdefault(t.config, t.number)
-    reference = float(store.reference_ms(study)) if noisy else 0.0
+    references = store.StoredStudy.of(study).references
     for config, number in noisy.items():
         for _ in range(attempts):
             with progress.phase(f"re-timing trial {number} (a null check failed)", unit="step"):
                 measurement = evaluator.retime(StoredTrial.of(study.trials[number]).measurement())
-            values, info, constraint = outcome(measurement, measurement.info(), evaluator.problem, reference)
+            values, info, constraint = outcome(measurement, measurement.info(), evaluator.problem, references)
             info.update(noisy=measurement.noisy, remeasure_of=number)
             add_finished_trial(study, values, info, constraint, config=config, num_layers=num_layers,
                                kv=evaluator.problem.kv)
@@ -157,7 +154,7 @@ def confirm_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rounds
     """Re-time the front's configurations together, interleaved by rounds, and store the figures.
 
     Every configuration of the current front gets ``rounds * pairs`` pairs against the full model -- or, when
-    the study certifies (:attr:`~poptune.tune.problem.TuningProblem.certifies`), only the certification's
+    the study certifies (:attr:`~poptune.problem.problem.TuningProblem.certifies`), only the certification's
     candidates (:func:`poptune.store.front.candidates`), the rows a verdict will be given for: on long prompts
     re-timing the whole front costs minutes the certification needs. The study attribute ``confirmation`` maps
     each confirmed trial's number to its figures (speedup, interval, pairs, ideal, whether it is above the

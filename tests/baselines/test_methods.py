@@ -13,7 +13,7 @@ from poptune.baselines import (
     METHODS, LayerRemoval, angular_distances, block_influence, build_baseline, layer_count, merge_layers, sleb_order,
     wanda_prune,
 )
-from poptune.calibration import CalibrationSpec, calibration, calibration_nll, residual_stream
+from poptune.kvfit.calibration import CalibrationSpec, calibration, calibration_nll, residual_stream
 from poptune.engine import decoder_of
 
 from .test_surgery import make_identity

@@ -86,7 +86,7 @@ def test_grid_refuses_a_negative_timeout_before_making_its_folder(capsys, guard_
 
 
 @pytest.mark.parametrize("item, message", [
-    ("3/last/0/junk", "its K/V source must be one of own, calibrated, got 'junk'"),
+    ("3/last/0/junk", "its K/V source must be one of own, calibrated, anchor, got 'junk'"),
     ("3/last/0/own/x", "takes SKIP/BOUNDARY/OFFSET items"),
     ("4/last/0/calibrated", "outside the search space"),  # the study searches own K/V only
 ])

@@ -62,6 +62,26 @@ def test_an_action_of_three_integers_is_accepted(partial_study):
     info = env.step(np.array([3, 0, 1]))[4]
     assert info["config"] == {"skip": 3, "boundary": "none", "offset": 1}
     assert env.step((2, 1, 0))[4]["config"] == {"skip": 2, "boundary": "last", "offset": 0}
-    for bad in (np.array([1.5, 0.0, 0.0]), np.array([1, 2]), "skip"):
-        with pytest.raises(ConfigError, match="three integers"):
+    assert env.step((2, 1, 0, 0))[4]["config"] == {"skip": 2, "boundary": "last", "offset": 0}  # kv: own
+    for bad in (np.array([1.5, 0.0, 0.0]), np.array([1, 2]), np.array([1, 2, 0, 0, 0]), "skip"):
+        with pytest.raises(ConfigError, match="three or four integers"):
             env.step(bad)
+
+
+def test_the_action_space_holds_the_kv_sources_the_study_measured(tmp_path):
+    url = f"sqlite:///{tmp_path}/kv.db"
+    study = optuna.create_study(storage=url, study_name="kv", directions=["minimize", "maximize"])
+    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("passkey",), lengths=(16,), kv=("own", "calibrated"))
+    study.set_user_attr("problem", problem.to_dict())
+    study.set_user_attr("num_layers", 6)
+    calibrated = PopConfig(skip=3, boundary="last", kv="calibrated")
+    for i, config in enumerate((*CONFIGS, calibrated)):
+        info = _measurement(config, 1.0 + i / 10).info()
+        study.add_trial(optuna.trial.create_trial(values=[1.0 / (1 + i / 10), 0.5], user_attrs=info))
+    env = ReplayEnv(url)
+    assert env.action_space["kv"].n == 2
+    env.reset(seed=0)
+    assert env.step({"skip": 3, "boundary": 1, "offset": 0, "kv": 1})[4]["config"]["kv"] == "calibrated"
+    assert env.step(np.array([3, 1, 0, 1]))[4]["speedup"] == pytest.approx(1.3)
+    sampled = {PopConfig.from_dict(env.step(env.action_space.sample())[4]["config"]) for _ in range(40)}
+    assert calibrated in sampled and sampled <= {*CONFIGS, calibrated}

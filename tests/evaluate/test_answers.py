@@ -90,7 +90,7 @@ def test_bad_combinations_with_the_likelihood_judge_are_refused_in_one_line(tmp_
 
 def test_a_problem_judges_a_prompts_file_one_way_at_a_time(tmp_path):
     from poptune.evaluate.prompts import PROMPTS
-    from poptune.tune.problem import TuningProblem
+    from poptune.problem.problem import TuningProblem
 
     path = _write(tmp_path, [{"prompt": "Hello"}])
     with pytest.raises(ConfigError, match="judged one way at a time"):

@@ -180,8 +180,8 @@ def test_calibrated_kv_from_model_args_fits_then_reads_the_maps(eval_data, monke
     """Issue 33, case 8: `--model_args ...,kv=calibrated` was refused with a pointer to the Python API; now the maps
     are read from the cache or fitted there first, as a study does."""
     from poptune.engine import decoder_of
-    from poptune.kvfit import KVFitter
-    from poptune.kvmaps import kv_maps_of
+    from poptune.kv.maps import kv_maps_of
+    from poptune.kvfit.fit import KVFitter
 
     monkeypatch.setenv("POPTUNE_DATA", str(eval_data))
     import tempfile

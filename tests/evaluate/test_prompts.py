@@ -206,7 +206,7 @@ def test_eval_reports_answers_unchanged_with_their_exact_interval(tmp_path, caps
 
 
 def test_a_small_prompts_file_is_halved_between_search_and_certification():
-    from poptune.tune.presets import prompts_split
+    from poptune.problem.presets import prompts_split
 
     assert prompts_split(34, 32, 128) == (17, 17)  # the example file: as many fresh prompts as searched
     assert prompts_split(1000, 32, 128) == (32, 128)  # a file with room for both keeps both

@@ -39,7 +39,7 @@ NOT_UTF8 = os.fsdecode(b"caf\xe9 \xff")
 #: Writes ``foreign.db`` (an Optuna study poptune did not write) and ``empty.db`` (a poptune study, no trial yet).
 OTHER_STUDIES = """
 import sys, optuna
-from poptune.tune.problem import TuningProblem
+from poptune.problem.problem import TuningProblem
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 d = sys.argv[1]
 other = optuna.create_study(storage=f"sqlite:///{d}/foreign.db", study_name="other")

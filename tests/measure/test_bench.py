@@ -7,7 +7,7 @@ import torch
 
 from poptune import ConfigError, PopConfig, load_model
 from poptune.measure import RepeatPolicy
-from poptune.measure.bench import BenchResult, BenchSpec, run_bench
+from poptune.measure.bench import BenchResult, BenchRow, BenchSpec, run_bench
 from poptune.measure.nullcheck import AA_PAIRS
 from poptune.measure.prompts import prompt_batch
 
@@ -162,3 +162,34 @@ def test_a_gpu_warms_up_at_least_a_second_at_the_timed_shape() -> None:
     assert device_policy(one_pair, torch.device("cpu")) == one_pair  # a CPU has no clocks to ramp up
     longer = RepeatPolicy(warmup=2, warmup_seconds=3.0)
     assert device_policy(longer, torch.device("cuda")) == longer
+
+
+@pytest.mark.parametrize("decode_tokens", [0, 2])
+def test_each_row_records_the_kv_cache_bytes_of_both_sides(tiny, decode_tokens):
+    # The bytes of the real cache after each side's prefill, per request: with the layers' own K/V, POP's cache is
+    # the full model's (every layer holds every prompt token), whether read from the decode pair or a prefill of
+    # its own.
+    from poptune.measure.prefill import cache_bytes, prefill
+    from poptune.measure.windows import window_sizes_on_device
+
+    model, tok = tiny
+    spec = BenchSpec(lengths=(24,), batch_size=2, decode_tokens=decode_tokens, policy=FAST, null_check=False)
+    row = run_bench(model, tok, PopConfig(skip=3), spec, model_name="tiny-gemma3").rows[0]
+    with torch.inference_mode(), window_sizes_on_device(model):  # as the bench prefills (one shared window size)
+        out = prefill(model, prompt_batch(tok, 24, 1, device=model.device), None)
+    keys_values = sum(t.nbytes for layer in out.cache.layers for t in (layer.keys, layer.values))
+    assert row.kv_bytes == row.full_kv_bytes == cache_bytes(out.cache) >= keys_values > 0
+    assert row.summary()["kv_bytes"] == row.kv_bytes and BenchRow.from_dict(row.to_dict()).kv_bytes == row.kv_bytes
+
+
+def test_cache_bytes_counts_each_tensor_once():
+    from poptune.measure.prefill import cache_bytes
+
+    keys, values = torch.zeros(1, 2, 5, 4), torch.zeros(1, 2, 5, 4, dtype=torch.float16)
+    layer = type("Layer", (), {})()
+    layer.keys, layer.values, layer.is_initialized = keys, values, True
+    shared = type("Layer", (), {})()
+    shared.keys, shared.values = keys, values  # a layer reusing another's cache holds no bytes of its own
+    cache = type("Cache", (), {"layers": [layer, shared]})()
+    assert cache_bytes(cache) == 1 * 2 * 5 * 4 * (4 + 2)
+    assert cache_bytes(((keys, values), (keys[:, :, :2], values))) == keys.nbytes + values.nbytes  # a prefix view

@@ -49,3 +49,29 @@ def test_the_commit_is_dirty_with_code_changes_not_with_measured_outputs(tmp_pat
     assert provenance.git_commit(tmp_path) == clean
     (tmp_path / "code.py").write_text("two\n")
     assert provenance.git_commit(tmp_path) == clean + "+dirty"
+
+
+def test_one_writer_states_command_hardware_versions_and_date():
+    hardware = {"hardware_id": "cpu-amd-epyc-2t", "name": "AMD EPYC 7B13", "kind": "cpu"}
+    record = provenance.stamp(hardware, command="poptune compare")
+    assert set(record) == {"command", "hardware", "versions", "date"} and record["versions"] == provenance.versions()
+    assert record["hardware"] == hardware and record["date"].endswith("+00:00")
+    block = provenance.provenance_block(" poptune leaderboard --out x ", details=["study: `s`"], hardware=hardware,
+                                        versions={"torch": "2", "poptune": "1"}, date="2026-01-01T00:00:00+00:00")
+    assert block == ["## Provenance", "", "- command: `poptune leaderboard --out x`", "- study: `s`",
+                     "- hardware: cpu-amd-epyc-2t (AMD EPYC 7B13)", "- versions: poptune 1, torch 2",
+                     "- date: 2026-01-01T00:00:00+00:00", ""]
+    assert provenance.provenance_block("c") == ["## Provenance", "", "- command: `c`", ""]  # only what is given
+    assert provenance.hardware_text({"hardware_id": "cpu-x", "kind": "cpu"}) == "cpu-x (cpu)"
+    assert provenance.hardware_text({"hardware_id": "cpu-x"}) == "cpu-x"
+
+
+def test_no_result_dates_itself_by_hand():
+    # Every date in a written result comes from provenance.now(): no other module reads the clock for one (the
+    # embedded model's cache manifest, a floor below the measurements, is not a result).
+    from pathlib import Path
+
+    root = Path(provenance.__file__).resolve().parents[1]
+    by_hand = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.name not in ("provenance.py", "embedded.py")
+               and "isoformat(timespec=\"seconds\")" in p.read_text() and "datetime.now(" in p.read_text()]
+    assert not by_hand, f"dated by hand (use poptune.measure.provenance.now): {by_hand}"

@@ -110,7 +110,7 @@ def test_the_same_study_again_finishes_at_once_and_add_grows_it(tmp_path, monkey
 ])
 def test_presets_size_a_study_and_explicit_options_win(argv, expected):
     from poptune.cli import build_parser
-    from poptune.tune.presets import STANDARD, sized
+    from poptune.problem.presets import STANDARD, sized
 
     args = build_parser().parse_args(["study", *argv])  # the command's flags, as it parses them
     p = sized(args.preset, trials=args.trials, items=args.items, limit=args.limit, max_pairs=args.max_pairs,

@@ -10,7 +10,7 @@ import pytest
 from poptune import store
 from poptune.errors import ConfigError
 from poptune.store.attributes import SCHEMA_ATTR, SCHEMA_VERSION, StoredStudy, migrate
-from poptune.tune.problem import TuningProblem
+from poptune.problem.problem import TuningProblem
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

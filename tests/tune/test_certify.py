@@ -6,8 +6,8 @@ from poptune import PopConfig, store
 from poptune.cli import main
 from poptune.store.front import FrontRow
 from poptune.tune.certify import ERROR, WITHIN, attempt_error, certify_front, spent_error, verdict_of
-from poptune.tune.evaluator import ConfigEvaluator
-from poptune.tune.problem import TuningProblem
+from poptune.problem.evaluator import ConfigEvaluator
+from poptune.problem.problem import TuningProblem
 from poptune.tune.study import StudySpec, run_study
 
 

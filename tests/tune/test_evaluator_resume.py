@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from poptune import MeasurementError, PopConfig
-from poptune.tune.evaluator import ConfigEvaluator
-from poptune.tune.problem import TuningProblem
+from poptune.problem.evaluator import ConfigEvaluator
+from poptune.problem.problem import TuningProblem
 
 CONFIG = PopConfig(skip=2, boundary="last")
 

@@ -18,10 +18,11 @@ from poptune import ConfigError, InputError, PopConfig, store
 from poptune.cli import main
 from poptune.env import Measurement, ReplayEnv, TuningProblem, reward
 from poptune.gridtable import write
-from poptune.tune.grid import COLUMNS, draw, read_grid, write_grid
+from poptune.problem.grid import COLUMNS, draw, read_grid, write_grid
 from poptune.tune.gridstudy import grid_storage
-from poptune.tune.replay import Replay, tuner_efficiency
-from poptune.tune.space import all_configs
+from poptune.problem.replay import Replay
+from poptune.tune.replay import tuner_efficiency
+from poptune.problem.space import all_configs
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -4,8 +4,8 @@ from dataclasses import fields
 
 from poptune.measure.benchrecord import DEFAULT_POLICY
 from poptune.measure.stats import MIN_PAIRS_95, median_interval_coverage
-from poptune.tune.presets import PRESETS
-from poptune.tune.problem import TuningProblem
+from poptune.problem.presets import PRESETS
+from poptune.problem.problem import TuningProblem
 from poptune.tune.trust import CONFIRM_PAIRS, CONFIRM_ROUNDS
 
 

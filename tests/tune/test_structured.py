@@ -12,7 +12,8 @@ import pytest
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.store.measurement import Measurement
 from poptune.tune.samplers import make_sampler
-from poptune.tune.space import SAMPLERS, all_configs, params_of, suggest_config
+from poptune.tune.samplers import SAMPLERS
+from poptune.problem.space import all_configs, params_of, suggest_config
 from poptune.tune.structured import (
     StructuredSampler, implied_verdicts, no_deeper, observations, order_violations, proxy_ideal, spot_checks,
 )
@@ -178,8 +179,8 @@ def test_it_is_a_sampler_by_name():
 
 def test_a_study_runs_with_it_by_name(eval_data, tmp_path):
     from poptune import store
-    from poptune.tune.problem import TuningProblem
-    from poptune.tune.space import paper_default
+    from poptune.problem.problem import TuningProblem
+    from poptune.problem.space import paper_default
     from poptune.tune.study import StudySpec, run_study
 
     problem = TuningProblem(model="tiny-llama", max_drop=5.0, tasks=("piqa",), limit=4, data_dir=str(eval_data),

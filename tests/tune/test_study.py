@@ -16,7 +16,7 @@ import pytest
 from poptune import ConfigError, PopConfig, store
 from poptune.cli import main
 from poptune.env import TuningProblem
-from poptune.tune.space import paper_default, params_of
+from poptune.problem.space import paper_default, params_of
 from poptune.tune.study import StudySpec, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -94,6 +94,9 @@ def _sha(path):
         (["--trials", "0"], "`trials` must be a positive integer"),
         (["--enqueue", "3/last"], "`--enqueue` takes SKIP/BOUNDARY/OFFSET items"),
         (["--enqueue", "3/middle/0"], "`boundary` must be one of"),
+        (["--objectives", "ttft,speed"], "unknown objective(s) 'speed': use ttft, accuracy, tpot, kv_bytes"),
+        (["--objectives", "ttft"], "a study needs two or more distinct objectives"),
+        (["--objectives", "accuracy,kv_bytes"], "the structured sampler searches by TTFT and accuracy"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, message):
@@ -263,7 +266,7 @@ def test_image_study_input_errors_are_one_line_exit_2(capsys, tmp_path, argv, me
 
 def _failing_evaluate(monkeypatch, bad, make_error):
     """Make measuring ``bad`` fail with ``make_error(measurement)``; returns the list of configurations measured."""
-    from poptune.tune.evaluator import ConfigEvaluator
+    from poptune.problem.evaluator import ConfigEvaluator
 
     measured, original = [], ConfigEvaluator.evaluate
 

@@ -10,7 +10,7 @@ from poptune import PopConfig, store
 from poptune.env import TuningProblem
 from poptune.measure.nullcheck import AA_PAIRS
 from poptune.measure.stats import MIN_PAIRS_95
-from poptune.tune.space import all_configs, config_of_trial, params_of
+from poptune.problem.space import all_configs, config_of_trial, params_of
 from poptune.tune.trust import CONFIRM_PAIRS, CONFIRM_ROUNDS, record_aa_check
 from poptune.tune.study import StudySpec, run_study
 
@@ -167,6 +167,7 @@ def _old_study(url: str) -> None:
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
     from poptune.engine import BOUNDARIES
+    from poptune.objectives.base import References
     from poptune.tune.objective import outcome as _outcome
 
     problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), lengths=(16,), decode_tokens=8)
@@ -184,7 +185,7 @@ def _old_study(url: str) -> None:
         info = m.info()
         for key in ("null_check", "noisy", "provenance"):
             info.pop(key)  # not written then
-        values, info, _ = _outcome(m, info, problem, 100.0)
+        values, info, _ = _outcome(m, info, problem, References(ttft_ms=100.0))
         study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, values=list(values),
                                                   user_attrs=info))
 

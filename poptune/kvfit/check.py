@@ -71,15 +71,15 @@ def continuation_nll(model: "nn.Module", config: PopConfig, ids: "torch.Tensor",
 
 
 def window_differences(model: "nn.Module", own: PopConfig, calibrated: PopConfig, windows: Sequence["torch.Tensor"],
-                       continuation: int, points: int) -> dict[str, list[float]]:
-    """Per window (every row of every ``(S, T)`` tensor of ``windows``): its own-K/V and calibrated NLL, each
-    averaged over its :func:`cut_ends`; ``{"own": [...], "calibrated": [...]}`` in the same order."""
-    scores: dict[str, list[float]] = {"own": [], "calibrated": []}
+                       continuation: int, points: int) -> tuple[list[float], list[float]]:
+    """Per window (every row of every ``(S, T)`` tensor of ``windows``): its NLL under ``own`` (the layers' own
+    K/V) and under ``calibrated``, each averaged over its :func:`cut_ends`; the two lists, in the same order."""
+    scores: tuple[list[float], list[float]] = ([], [])
     for ids in windows:
         ends = cut_ends(ids.shape[1], continuation, points)
-        for kv, config in (("own", own), ("calibrated", calibrated)):
+        for scored, config in zip(scores, (own, calibrated)):
             per_end = [continuation_nll(model, config, ids[:, :end], continuation) for end in ends]
-            scores[kv] += [sum(row) / len(row) for row in zip(*per_end)]
+            scored += [sum(row) / len(row) for row in zip(*per_end)]
     return scores
 
 

@@ -3,7 +3,7 @@
 :func:`write_grid` writes what a stored (grid) study measured, :func:`read_grid` reads it back as
 :class:`~poptune.store.measurement.Measurement` records, so that the replay (:mod:`poptune.tune.replay`) and its
 Gymnasium environment answer configurations from the file alone. Columns (:data:`COLUMNS`), one row per
-configuration in the order of :func:`~poptune.tune.space.all_configs` (``skip`` 0 is the full model; its
+configuration in the order of :func:`~poptune.problem.space.all_configs` (``skip`` 0 is the full model; its
 ``boundary`` and ``offset`` mean nothing):
 
 - ``skip``, ``boundary``, ``offset``, ``kv``: the configuration (``kv``: the skipped block's K/V source,
@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 from poptune.engine import KV_SOURCES, PopConfig
 from poptune.errors import ConfigError, InputError
+from poptune.kv import registry as kv_registry
 from poptune.store.measurement import Measurement
 from poptune.store.attributes import StoredStudy
 from poptune.store.redecide import redecide
 from poptune.store.trials import measured_table, reference_ms
-from poptune.tune.problem import TuningProblem
-from poptune.tune.space import all_configs
+from poptune.problem.problem import TuningProblem
+from poptune.problem.space import all_configs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -160,7 +161,7 @@ def _measurement(row: dict[str, str], where: str) -> Measurement:
     """A row as a :class:`Measurement` of one timed length and one task (``workload``)."""
     try:
         config = PopConfig(skip=int(row["skip"]), boundary=row["boundary"].strip(), offset=int(row["offset"]),
-                           kv=(row.get("kv") or "own").strip())
+                           kv=(row.get("kv") or kv_registry.DEFAULT).strip())
     except (ValueError, ConfigError) as e:
         raise InputError(f"{where}: not a configuration ({e})") from None
     speedup = _float(row, "speedup", where)

@@ -1,6 +1,6 @@
 """Study sizes by name: how many configurations, items and timing pairs a study spends.
 
-``standard`` is the default and the library's defaults (:class:`~poptune.tune.problem.TuningProblem`,
+``standard`` is the default and the library's defaults (:class:`~poptune.problem.problem.TuningProblem`,
 :class:`~poptune.tune.study.StudySpec`) are its values; an option given explicitly overrides its preset's value.
 The README gives each preset's measured duration on this project's 2-core CPU.
 """

@@ -7,19 +7,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from poptune.engine import BOUNDARIES, KV_SOURCES, PopConfig
+from poptune.engine import KV_SOURCES
 from poptune.errors import ConfigError
+from poptune.kv import registry as kv_registry
+from poptune.objectives.registry import DEFAULT as DEFAULT_OBJECTIVES
+from poptune.objectives.registry import check as check_objectives
 from poptune.store.measurement import Measurement
-from poptune.tune.presets import STANDARD
+from poptune.problem.presets import STANDARD
 
 if TYPE_CHECKING:
     from poptune.evaluate.racing import RacingPolicy
 
-__all__ = ["DEFAULT_MAX_DROP", "MAX_OFFSET", "STUDY_TASKS", "TuningProblem", "config_from_action", "default_tasks",
-           "reward"]
-
-#: The search space's largest offset (final layers kept in prefill).
-MAX_OFFSET = 2
+__all__ = ["DEFAULT_MAX_DROP", "STUDY_TASKS", "TuningProblem", "default_tasks", "reward"]
 
 #: The accuracy budget in points unless a problem says otherwise (``None``: no budget).
 DEFAULT_MAX_DROP = 2.0
@@ -87,6 +86,9 @@ class TuningProblem:
             reference answer): accuracy is the share of answers containing their reference, the drop the paired
             drop on them. Only its path is stored, never a prompt's text.
         store_prompts: Store the prompts' text with the study too (default: only their hashes and lengths).
+        objectives: The study's objectives by name (:mod:`poptune.objectives.registry`), in the order of its
+            trials' values: ``("ttft", "accuracy")`` by default (every study stored before they had names), or
+            any two or more of ``ttft``, ``accuracy``, ``tpot`` (needs ``decode_tokens``) and ``kv_bytes``.
         prompts_sha256: The SHA-256 of the prompts file's bytes (:func:`poptune.evaluate.prompts.prompts_sha256`):
             a resumed study compares it, not the file's path (None: a study stored before it, compared by path).
     """
@@ -113,12 +115,13 @@ class TuningProblem:
     items_start: int = STANDARD.items
     halfwidth: float = 2.0
     latency_points: int = 2
-    kv: tuple[str, ...] = ("own",)
+    kv: tuple[str, ...] = (kv_registry.DEFAULT,)
     certify_limit: int = STANDARD.certify
     certify_candidates: int = 1
     prompts: str | None = None
     store_prompts: bool = False
     prompts_sha256: str | None = None
+    objectives: tuple[str, ...] = DEFAULT_OBJECTIVES
 
     def __post_init__(self) -> None:
         if self.image is not None:
@@ -159,6 +162,9 @@ class TuningProblem:
             raise ConfigError(f"`precision` must be in (0, 1), got {self.precision}")
         if not self.max_seconds > 0:
             raise ConfigError(f"`max_seconds` must be > 0, got {self.max_seconds}")
+        check_objectives(self.objectives)
+        if "tpot" in self.objectives and self.decode_tokens < 1:
+            raise ConfigError("objective `tpot` times decode steps: `decode_tokens` must be >= 1")
 
     @property
     def target(self) -> int:
@@ -176,7 +182,7 @@ class TuningProblem:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TuningProblem":
         data = dict(data)  # a field it lacks takes its default (a stored study's: poptune.store.attributes)
-        for key in ("tasks", "lengths", "kv"):
+        for key in ("tasks", "lengths", "kv", "objectives"):
             if key in data:
                 data[key] = tuple(data[key])
         return cls(**data)
@@ -205,38 +211,6 @@ class TuningProblem:
     def weighted(self) -> bool:
         """Whether latency is timed at the workload's prompt lengths (not ``lengths``)."""
         return self.latency_points > 0 and self.image is None
-
-
-def config_from_action(action: dict[str, Any], num_layers: int) -> PopConfig:
-    """A POP configuration from an action ``{"skip", "boundary", "offset"}`` and optionally ``"kv"``.
-
-    ``boundary`` may be an index into :data:`~poptune.engine.BOUNDARIES` or its name, ``kv`` one into
-    :data:`~poptune.engine.KV_SOURCES` or its name (default ``own``). ``skip`` is clipped so
-    that ``skip + offset <= L - 1``, and ``skip=0`` is always the plain full model (several actions then name
-    one configuration; it is measured once).
-    """
-    try:
-        skip, offset, boundary = int(action["skip"]), int(action["offset"]), action["boundary"]
-    except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"an action needs integer `skip`, `offset` and a `boundary`, got {action!r}") from e
-    if not isinstance(boundary, str):
-        index = int(boundary)
-        if not 0 <= index < len(BOUNDARIES):
-            raise ConfigError(f"`boundary` index must be in [0, {len(BOUNDARIES) - 1}], got {index}")
-        boundary = BOUNDARIES[index]
-    if not 0 <= offset <= MAX_OFFSET:
-        raise ConfigError(f"`offset` must be in [0, {MAX_OFFSET}], got {offset}")
-    if not 0 <= skip <= num_layers - 1:
-        raise ConfigError(f"`skip` must be in [0, {num_layers - 1}] for this model, got {skip}")
-    kv = action.get("kv", "own")
-    if not isinstance(kv, str):
-        if not 0 <= int(kv) < len(KV_SOURCES):
-            raise ConfigError(f"`kv` index must be in [0, {len(KV_SOURCES) - 1}], got {kv}")
-        kv = KV_SOURCES[int(kv)]
-    skip = min(skip, num_layers - 1 - offset)
-    if skip == 0:
-        return PopConfig(skip=0)  # nothing skipped: boundary and offset change nothing, one full model
-    return PopConfig(skip=skip, boundary=boundary, offset=offset, kv=kv)
 
 
 def reward(measurement: Measurement, max_drop: float | None) -> float:

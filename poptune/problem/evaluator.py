@@ -23,14 +23,14 @@ from poptune import progress
 from poptune.engine import PopConfig, decoder_of
 from poptune.store.measurement import Measurement
 from poptune.transform import Transform, applied
-from poptune.tune.problem import TuningProblem
+from poptune.problem.problem import TuningProblem
 
 if TYPE_CHECKING:
     from poptune.baselines import Baseline
     from poptune.evaluate.racing import RaceResult, RacingPolicy
     from poptune.evaluate.suite import TaskRun
     from poptune.evaluate.workload import Workload
-    from poptune.kvfit import KVFitSpec, KVFitter
+    from poptune.kvfit.fit import KVFitSpec, KVFitter
     from poptune.prefix import PrefixStates
 
 __all__ = ["ConfigEvaluator", "STATE_BYTES"]
@@ -375,29 +375,35 @@ class ConfigEvaluator:
         return replace(measurement, **self._timed(measurement.config, None))
 
     def prepare_kv(self, config: PopConfig) -> dict[str, Any]:
-        """Attach the fitted K/V maps of a calibrated configuration's block (fitted once per block and machine,
-        then read from the cache; :func:`poptune.kvfit.prepare_kv`); what they are, for the measurement's
-        details. They are fitted on the workload's calibration split (:meth:`kv_fit_spec`)."""
-        if config.kv != "calibrated":
-            return {}
-        from poptune.kvfit import KVFitter, prepare_kv
+        """Make the model ready for ``config``'s K/V source (:func:`poptune.kvfit.prepare.prepare_kv`: calibrated
+        K/V's maps fitted once per block and machine, then read from the cache); what was prepared, for the
+        measurement's details. Maps are fitted on the workload's calibration split (:meth:`kv_fit_spec`)."""
+        from poptune.kvfit.prepare import kv_details, prepare_kv
         from poptune.models import weights_fingerprint
 
         p = self.problem
+        prepared = prepare_kv(self.model, self.tokenizer, config, fingerprint=weights_fingerprint(p.model, p.weights),
+                              fitter=self._fitter)
+        return kv_details(config, prepared)
+
+    def _fitter(self) -> "KVFitter":
+        """The study's one fitter of K/V maps (one residual stream of calibration text for every block), made on
+        first use: finding its prompts reads the workload."""
+        from poptune.kvfit.fit import KVFitter
+        from poptune.models import weights_fingerprint
+
         if self._kv_fitter is None:
+            p = self.problem
             self._kv_fitter = KVFitter(self.model, self.tokenizer, self.kv_fit_spec(),
                                        weights_fingerprint(p.model, p.weights))
-        with progress.phase(f"K/V calibration ({self._kv_fitter.spec.source()})"):
-            maps = prepare_kv(self.model, self.tokenizer, config, fingerprint=self._kv_fitter.fingerprint,
-                              fitter=self._kv_fitter)
-        return {"kv_maps": maps.describe()}
+        return self._kv_fitter
 
     def kv_fit_spec(self) -> "KVFitSpec":
         """How the study's maps are fitted: on prompts of its own tasks that it never scores (the last
         :data:`KV_PROMPTS` of each task's fixed order beyond its racing and certification items,
         :func:`poptune.evaluate.workload.calibration_prompts`), else -- none left -- WikiText-2 validation."""
         from poptune.evaluate.workload import calibration_prompts
-        from poptune.kvfit import PROMPT_TOKENS, KVFitSpec
+        from poptune.kvfit.fit import PROMPT_TOKENS, KVFitSpec
 
         p = self.problem
         prompts, source = calibration_prompts(self.tokenizer, self.workload, data_dir=p.data_path(),

@@ -57,7 +57,7 @@ class CalibrationSpec:
             are measured on test text).
         region: The share of the text's tokens the windows lie in, ``(first, end)``: the whole text by default;
             calibrated K/V draw the windows they fit on and those they check the fit on from disjoint regions
-            (:class:`poptune.kvfit.KVFitSpec`). Sampled text has no region (every sequence is its own draw).
+            (:class:`poptune.kvfit.fit.KVFitSpec`). Sampled text has no region (every sequence is its own draw).
     """
 
     samples: int = 8

@@ -15,9 +15,10 @@ its K/V through the sink projections of :attr:`KVMaps.sinks` (a map fitted on si
 the layer's own. Detecting the sink by its state, not by its position, keeps left-padded rows, chunks and
 later turns right.
 
-Maps are fitted by :mod:`poptune.kvfit`, stored as one safetensors file per (model weights, block) with how
-they were fitted, and attached to a loaded model with :func:`poptune.engine.attach_kv_maps`; ``PopConfig(kv="calibrated")``
-then uses the maps of its block::
+Maps are fitted by :mod:`poptune.kvfit.fit`, stored as one safetensors file per (model weights, block) with how
+they were fitted (kept under :func:`kv_maps_dir`), and attached to a loaded model with
+:func:`poptune.engine.attach_kv_maps`; the calibrated source (:mod:`poptune.kv.calibrated`) then uses the maps
+of its block::
 
     attach_kv_maps(model, KVMaps.load(path, fingerprint=weights_fingerprint("gemma-3")))
     with apply_pop(model, PopConfig(skip=6, kv="calibrated")):
@@ -34,13 +35,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from poptune.cache import cache_dir as default_cache_dir
+from poptune.cache import fallback_dir, warn_unwritable
 from poptune.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["KVMaps", "LayerMaps", "attach_to", "detach_from", "kv_maps_of", "file_sha256"]
+__all__ = ["KVMaps", "LayerMaps", "attach_to", "detach_from", "kv_maps_of", "file_sha256", "kv_maps_dir", "maps_file",
+           "keep", "maps_paths", "read_cached"]
 
 _ATTR = "_poptune_kv_maps"
 
@@ -51,7 +55,7 @@ _FORMAT = "poptune-kv-maps-2"  # 2: sink projections and threshold (issue 38)
 
 @dataclass(frozen=True)
 class LayerMaps:
-    """What one skipped layer writes its pruned tokens' K/V with (see :func:`poptune.block.write_prompt_kv`).
+    """What one skipped layer writes its pruned tokens' K/V with (see :func:`poptune.kv.project.prompt_kv`).
 
     Attributes:
         k, v: The fitted projections (out x in).
@@ -248,3 +252,58 @@ def detach_from(decoder: "nn.Module", block: tuple[int, int] | None = None) -> N
 def kv_maps_of(decoder: "nn.Module") -> Mapping[tuple[int, int], KVMaps]:
     """The maps a decoder holds, by block."""
     return getattr(decoder, _ATTR, {})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The maps folder: fitted maps kept per weights and block, reused
+
+
+def kv_maps_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where fitted maps are kept: ``<cache_dir>/kv-maps``, else ``$POPTUNE_KV_MAPS``, else
+    ``<poptune cache>/kv-maps`` (:func:`poptune.cache.cache_dir`)."""
+    if cache_dir is None and os.environ.get("POPTUNE_KV_MAPS"):
+        return Path(os.environ["POPTUNE_KV_MAPS"]).expanduser()
+    return Path(cache_dir or default_cache_dir()).expanduser() / "kv-maps"
+
+
+def _fallback_maps_dir() -> Path:
+    return fallback_dir() / "kv-maps"
+
+
+def maps_file(fingerprint: str, block: tuple[int, int], tag: str) -> Path:
+    """``<fingerprint>/block-S-E-<tag>.safetensors``: a block's maps file inside the maps folder (``tag``: how they
+    are fitted, :meth:`poptune.kvfit.fit.KVFitter.cache_tag`)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in fingerprint)
+    return Path(safe) / f"block-{block[0]}-{block[1]}-{tag}.safetensors"
+
+
+def maps_paths(relative: Path, cache_dir: Any = None) -> list[Path]:
+    """Where ``relative`` may be kept: the maps folder, then the fallback folder of an unwritable cache."""
+    return [folder / relative for folder in dict.fromkeys((kv_maps_dir(cache_dir), _fallback_maps_dir()))]
+
+
+def read_cached(paths: list[Path], fingerprint: str) -> KVMaps | None:
+    """The maps of the first readable file of ``paths`` (None: none; an unreadable or foreign file is skipped,
+    to be fitted anew and replaced)."""
+    for path in (p for p in paths if p.is_file()):
+        try:
+            return KVMaps.load(path, fingerprint=fingerprint)
+        except DataError:
+            continue
+    return None
+
+
+def keep(maps: KVMaps, relative: Path, cache_dir: Any) -> None:
+    """Save fitted maps in the maps folder; where it cannot be written, in the fallback folder; where neither can
+    be, not at all (the maps stay attached): each said once, in one warning line."""
+    primary = kv_maps_dir(cache_dir)
+    maps.meta["cache_file"] = relative.as_posix()  # what the maps are, saved or not
+    for folder in (primary, _fallback_maps_dir()):
+        try:
+            maps.save(folder / relative)
+        except OSError:
+            continue
+        if folder != primary:
+            warn_unwritable(primary, folder)
+        return
+    warn_unwritable(primary, None)

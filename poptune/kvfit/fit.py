@@ -4,7 +4,7 @@ For a block ``[s, e)`` and each layer ``l`` in ``(s, e)``, POP writes the pruned
 state ``h_s`` where the full model has ``h_l``. On calibration text (:class:`KVFitSpec`: WikiText-2 *validation*
 windows of two lengths, 16 of 512 tokens and 48 of 64, each after BOS, so that short prompts, the sink and the
 first positions weigh in the fit as they do in real prompts; a study's own never-scored prompts; text sampled
-from the model without a data directory; :mod:`poptune.calibration`), with ``X = LN_l(h_s)`` and
+from the model without a data directory; :mod:`poptune.kvfit.calibration`), with ``X = LN_l(h_s)`` and
 ``Y = W LN_l(h_l)`` (the layer's own projection of its true input, bias excluded, before the key norm and
 RoPE), each of ``W_K`` and ``W_V`` is replaced by the ridge solution pulled towards the layer's own weights:
 
@@ -18,44 +18,45 @@ calibration text is computed once (:class:`KVFitter`) and serves every block.
 drawn from the last ``1/holdout`` of the text, which no fit window touches (:meth:`KVFitSpec.calibrations`).
 The held-out windows are scored with the maps and with the layers' own K/V at several continuation points each,
 and the block keeps its maps only where a one-sided paired t-test at level ``alpha`` finds them better
-(:mod:`poptune.kvcheck`, which states the test and its error rate); otherwise it keeps its layers' own
+(:mod:`poptune.kvfit.check`, which states the test and its error rate); otherwise it keeps its layers' own
 projections altogether (calibrated K/V then are the paper's POP, exactly). Nothing else is chosen on the
 held-out windows, so the test's level holds for the maps it decides on.
 
 **Sink tokens** (Gemma-3's BOS: a block-entry norm 6-16x every other token's) can get maps of their own, found
-by that norm (``KVFitSpec.sink``, :mod:`poptune.kvmaps`); measured worse than one map for every token, so off
+by that norm (``KVFitSpec.sink``, :mod:`poptune.kv.maps`); measured worse than one map for every token, so off
 by default.
 
 Maps are kept under ``<cache>/kv-maps/<weights fingerprint>/`` (:mod:`poptune.cache`: ``$POPTUNE_CACHE``, else
 the user cache folder, ``~/.cache/poptune`` on Linux; ``$POPTUNE_KV_MAPS`` names the folder itself), one
-safetensors file per block and calibration (:func:`prepare_kv`), and reused. Where that folder cannot be
-written, they are kept in the cache's fallback folder (one warning line), and where none can, used without
-being kept (one warning line); never a traceback.
+safetensors file per block and calibration (:meth:`KVFitter.cache_tag`), and reused: the calibrated source
+prepares a model so (:mod:`poptune.kv.calibrated`, through :func:`poptune.kvfit.prepare.prepare_kv`). Where that
+folder cannot be written, they are kept in the cache's fallback folder (one warning line), and where none can,
+used without being kept (one warning line); never a traceback.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from poptune.cache import cache_dir as default_cache_dir
-from poptune.cache import fallback_dir, warn_unwritable
-from poptune.calibration import GENERATED, Calibration, CalibrationSpec, calibration, calibration_file, residual_stream
 from poptune.engine import PopConfig, attach_kv_maps, decoder_of
 from poptune.errors import ConfigError, DataError
-from poptune.kvcheck import ALPHA, keep_maps, window_differences
-from poptune.kvmaps import KVMaps, detach_from, kv_maps_of
+from poptune.kv import calibrated as calibrated_source
+from poptune.kv.maps import KVMaps, detach_from, kv_maps_of
+from poptune.kv.registry import DEFAULT
+from poptune.kvfit.calibration import (
+    GENERATED, Calibration, CalibrationSpec, calibration, calibration_file, residual_stream,
+)
+from poptune.kvfit.check import ALPHA, keep_maps, window_differences
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["KVFitSpec", "KVFitter", "kv_maps_dir", "prepare_kv"]
+__all__ = ["FIT_VERSION", "KVFitSpec", "KVFitter", "PROMPT_TOKENS"]
 
 
 #: Bumped whenever the fit changes what it produces: maps cached by an older fit are not reused.
@@ -95,8 +96,8 @@ class KVFitSpec:
             maps are then kept unchecked); held-out windows come from the last ``1/holdout`` of the text, fit
             windows from the rest (:meth:`calibrations`).
         continuation: Tokens scored at each continuation point of a held-out window, at full depth after the
-            POP prefill of what precedes them (:mod:`poptune.kvcheck`).
-        points: Continuation points per held-out window, spread evenly over it (:func:`poptune.kvcheck.cut_ends`).
+            POP prefill of what precedes them (:mod:`poptune.kvfit.check`).
+        points: Continuation points per held-out window, spread evenly over it (:func:`poptune.kvfit.check.cut_ends`).
         alpha: Level of the check's one-sided test: the most often maps that are not better are kept.
         prompts: Prompts to fit on instead of WikiText-2 (a study's calibration split of its own workload,
             :func:`poptune.evaluate.workload.calibration_prompts`): each after BOS, cut at
@@ -218,6 +219,15 @@ class KVFitter:
             raise DataError("no calibration prompt has two tokens or more")
         return texts
 
+    def cache_tag(self) -> str:
+        """How the maps are fitted, as 12 hex digits: their file's name in the maps folder ends with it
+        (:func:`poptune.kv.maps.maps_file`), so that maps fitted otherwise are never reused."""
+        spec = self.spec
+        source = calibration_file(spec.data_dir, "valid") if not spec.prompts else None
+        described = {**asdict(spec), "data_dir": None, "fit_version": FIT_VERSION,
+                     "source": "prompts" if spec.prompts else "generated" if source is None else source.name}
+        return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:12]
+
     def describe(self) -> dict[str, Any]:
         """The calibration text used so far (amount, seed, source, per window length); empty before a fit."""
         if self._texts is None:
@@ -285,26 +295,26 @@ class KVFitter:
         return maps
 
     def _validate(self, maps: KVMaps) -> dict[str, Any] | None:
-        """The block-level check (:mod:`poptune.kvcheck`) on the held-out windows: their NLL with the layers'
+        """The block-level check (:mod:`poptune.kvfit.check`) on the held-out windows: their NLL with the layers'
         own K/V and with ``maps``, and whether the maps are kept; None where no window is held out."""
         layers = len(decoder_of(self.model).layers)
         held = [calib.ids for calib, out in self.texts() if out and calib.ids.shape[1] > self.spec.continuation + 1]
         if not held:
             return None
-        own = PopConfig(maps.stop - maps.start, "last", offset=layers - maps.stop)
-        calibrated = PopConfig(own.skip, "last", offset=own.offset, kv="calibrated")
+        own = PopConfig(maps.stop - maps.start, "last", offset=layers - maps.stop, kv=DEFAULT)
+        calibrated = PopConfig(own.skip, "last", offset=own.offset, kv=calibrated_source.SOURCE.name)
         previous = kv_maps_of(decoder_of(self.model)).get(maps.block)
         attach_kv_maps(self.model, maps)
         try:
-            nll = window_differences(self.model, own, calibrated, held, self.spec.continuation, self.spec.points)
+            nll_own, nll_fit = window_differences(self.model, own, calibrated, held, self.spec.continuation,
+                                                  self.spec.points)
         finally:
             detach_from(decoder_of(self.model), maps.block)
             if previous is not None:
                 attach_kv_maps(self.model, previous)
-        check = keep_maps([c - o for c, o in zip(nll["calibrated"], nll["own"])], self.spec.alpha)
+        check = keep_maps([c - o for c, o in zip(nll_fit, nll_own)], self.spec.alpha)
         return {**check, "continuation": self.spec.continuation, "points": self.spec.points,
-                "own_nll": sum(nll["own"]) / len(nll["own"]),
-                "calibrated_nll": sum(nll["calibrated"]) / len(nll["calibrated"])}
+                "own_nll": sum(nll_own) / len(nll_own), "calibrated_nll": sum(nll_fit) / len(nll_fit)}
 
 
 def _own_maps(decoder: "nn.Module", start: int, stop: int, fingerprint: str) -> KVMaps:
@@ -368,87 +378,3 @@ def _errors(x: "torch.Tensor", x_true: "torch.Tensor", own: "torch.Tensor", fitt
     target = x_true @ own.T
     scale = float(target.norm()) or 1.0
     return [float((x @ own.T - target).norm()) / scale, float((x @ fitted.T - target).norm()) / scale]
-
-
-def kv_maps_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Where fitted maps are kept: ``<cache_dir>/kv-maps``, else ``$POPTUNE_KV_MAPS``, else
-    ``<poptune cache>/kv-maps`` (:func:`poptune.cache.cache_dir`)."""
-    if cache_dir is None and os.environ.get("POPTUNE_KV_MAPS"):
-        return Path(os.environ["POPTUNE_KV_MAPS"]).expanduser()
-    return Path(cache_dir or default_cache_dir()).expanduser() / "kv-maps"
-
-
-def _fallback_maps_dir() -> Path:
-    return fallback_dir() / "kv-maps"
-
-
-def _relative_file(fingerprint: str, block: tuple[int, int], spec: KVFitSpec) -> Path:
-    """``<fingerprint>/block-S-E-<calibration tag>.safetensors``: a block's maps file inside the maps folder."""
-    source = calibration_file(spec.data_dir, "valid") if not spec.prompts else None
-    described = {**asdict(spec), "data_dir": None, "fit_version": FIT_VERSION,
-                 "source": "prompts" if spec.prompts else "generated" if source is None else source.name}
-    tag = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:12]
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in fingerprint)
-    return Path(safe) / f"block-{block[0]}-{block[1]}-{tag}.safetensors"
-
-
-def _keep(maps: KVMaps, relative: Path, cache_dir: Any) -> None:
-    """Save fitted maps in the maps folder; where it cannot be written, in the fallback folder; where neither can
-    be, not at all (the maps stay attached): each said once, in one warning line."""
-    primary = kv_maps_dir(cache_dir)
-    maps.meta["cache_file"] = relative.as_posix()  # what the maps are, saved or not (see prepare_kv)
-    for folder in (primary, _fallback_maps_dir()):
-        try:
-            maps.save(folder / relative)
-        except OSError:
-            continue
-        if folder != primary:
-            warn_unwritable(primary, folder)
-        return
-    warn_unwritable(primary, None)
-
-
-def prepare_kv(model: "nn.Module", tokenizer: Any, config: PopConfig, *, fingerprint: str | None,
-               spec: KVFitSpec | None = None, cache_dir: str | os.PathLike[str] | None = None,
-               fitter: KVFitter | None = None) -> KVMaps | None:
-    """Make ``model`` ready to run ``config``: for calibrated K/V, the maps of its block, loaded from the cache or
-    fitted (and kept there), attached to ``model`` and returned; for the layers' own K/V, nothing (None).
-
-    The one name of this act across poptune (the CLI's and the study's preparation call it).
-
-    The cache is the maps folder (:func:`kv_maps_dir`), then the fallback folder of an unwritable cache
-    (:func:`poptune.cache.fallback_dir`); fitted maps are kept in the first that can be written, or only in memory.
-
-    Args:
-        fingerprint: The loaded weights' identity (:func:`poptune.models.weights_fingerprint`).
-        fitter: One to reuse across blocks (its residual stream is computed once); made here otherwise.
-
-    Raises:
-        ConfigError: calibrated K/V asked for on a model whose weights have no fingerprint.
-    """
-    if config.kv != "calibrated":
-        return None
-    if fingerprint is None:
-        raise ConfigError("calibrated K/V needs the model's weights fingerprint (a model loaded by name)")
-    skipped = config.skipped_layers(len(decoder_of(model).layers))
-    block = (min(skipped), max(skipped) + 1)
-    spec = fitter.spec if fitter is not None else (spec or KVFitSpec())
-    relative = _relative_file(fingerprint, block, spec)
-    paths = [folder / relative for folder in dict.fromkeys((kv_maps_dir(cache_dir), _fallback_maps_dir()))]
-    held = kv_maps_of(decoder_of(model)).get(block)
-    if held is not None and held.fingerprint == fingerprint and (
-            held.path in paths or held.path is None and held.meta.get("cache_file") == relative.as_posix()):
-        return held  # attached already (a trial's timing and its scoring need the same maps)
-    maps = None
-    for path in (p for p in paths if p.is_file()):
-        try:
-            maps = KVMaps.load(path, fingerprint=fingerprint)
-            break
-        except DataError:
-            continue  # an unreadable or foreign file in the cache is fitted anew (and replaced)
-    if maps is None:
-        maps = (fitter or KVFitter(model, tokenizer, spec, fingerprint)).fit(*block)
-        _keep(maps, relative, cache_dir)
-    attach_kv_maps(model, maps)
-    return maps
-

@@ -1,0 +1,13 @@
+"""A study's objectives by name: what each one is, which way it is better, how it is read and shown.
+
+- :mod:`~poptune.objectives.base`: an objective (:class:`~poptune.objectives.base.Objective`) and the study's
+  reference figures it may be read against (:class:`~poptune.objectives.base.References`).
+- one module per objective: :mod:`~poptune.objectives.ttft`, :mod:`~poptune.objectives.accuracy`,
+  :mod:`~poptune.objectives.tpot`, :mod:`~poptune.objectives.kv_bytes`.
+- :mod:`~poptune.objectives.registry`: the registry (one line per objective) and everything that iterates over
+  it: a study's directions and metric names, its values from a measurement, values by name, and the one Pareto
+  dominance.
+
+Adding an objective is one new module here and one line in the registry. Importing this package imports none of
+its modules.
+"""

@@ -1,0 +1,220 @@
+"""POP's configuration space, defined once: the search space of a study, the environment's action space, the
+enqueue checks, and what a trial's parameters name.
+
+A space is a model's ``num_layers`` and the K/V sources it searches (``kv``). Its points:
+
+- ``skip`` in [0, L-1]; ``skip = 0`` is the full model and has no other parameter;
+- for ``skip > 0``, ``offset`` in [0, min(:data:`MAX_OFFSET`, L-1-skip)] (final layers kept, the block
+  ``[L-offset-skip, L-offset)`` always fits) and ``boundary`` in :data:`~poptune.engine.BOUNDARIES`;
+- where the space's K/V sources differ at that skip (:func:`poptune.kv.registry.distinct_at`: calibrated K/V of
+  one skipped layer are its own), the K/V source: ``kv`` where every source of the space differs, else a
+  parameter named by the sources that do (``kv_own_anchor`` at skip 1 of ``own,calibrated,anchor``: Optuna keeps
+  one set of choices per parameter); with one source there, that one.
+
+So no two points name one configuration and no parameter is clipped. Every view of the space is made here from
+these ranges: :func:`all_configs` (the enumeration: the grid, the structured sampler, the replay's coverage),
+:func:`suggest_config`, :func:`params_of` and :func:`distributions_of` (Optuna's view: what a trial asks and
+stores), :func:`action_space` and :func:`config_from_action` (the Gymnasium environment's view, ``kv`` included),
+:func:`check_enqueue` (a configuration to measure first must be a point of the space), and
+:func:`config_of_trial` (what a stored trial measured). A configuration's own validity (a block the model has, a
+known boundary and K/V source) is :meth:`~poptune.engine.PopConfig.check`'s, which every view defers to.
+Studies made before the one-to-one space (``skip``, ``boundary`` and ``offset`` on every trial, ``skip``
+clipped) stay readable: a trial's configuration is read from its ``config`` user attribute, what was measured.
+
+Nothing here imports Optuna or Gymnasium at module level: Optuna's distributions and Gymnasium's spaces are built
+inside the functions that return them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from poptune.engine import BOUNDARIES, KV_SOURCES, PopConfig
+from poptune.errors import ConfigError
+from poptune.kv import registry as kv_registry
+from poptune.store.trials import stored_config
+
+if TYPE_CHECKING:
+    import optuna
+    from gymnasium import spaces
+
+__all__ = [
+    "MAX_OFFSET", "OWN", "SOURCES", "action_of", "action_space", "all_configs", "check_enqueue", "config_from_action",
+    "config_of_trial", "distributions_of", "paper_default", "params_of", "suggest_config",
+]
+
+#: The search space's largest offset (final layers kept in prefill).
+MAX_OFFSET = 2
+
+#: The K/V sources of the paper's space (the default source alone).
+OWN = (kv_registry.DEFAULT,)
+
+#: The K/V sources a space may search: the one place they are taken from.
+SOURCES: tuple[str, ...] = tuple(KV_SOURCES)
+
+
+def paper_default(num_layers: int) -> PopConfig:
+    """The paper's fixed rule: skip the last third of the layers in prefill, boundary handling on."""
+    return PopConfig(skip=round(num_layers / 3), boundary="last")
+
+
+def _max_offset(skip: int, num_layers: int) -> int:
+    return min(MAX_OFFSET, num_layers - 1 - skip)
+
+
+def _sources(skip: int, kv: tuple[str, ...]) -> tuple[str, ...]:
+    """The K/V sources of the points at ``skip``: those of ``kv`` that differ there, each once (the registry's)."""
+    return kv_registry.distinct_at(skip, kv)
+
+
+def _kv_param(skip: int, kv: tuple[str, ...]) -> str | None:
+    """The trial parameter naming the K/V source at ``skip`` (None: one source there, no parameter)."""
+    sources = _sources(skip, kv)
+    if len(sources) < 2:
+        return None
+    return "kv" if sources == tuple(kv) else "_".join(("kv", *sources))
+
+
+def all_configs(num_layers: int, kv: tuple[str, ...] = OWN) -> list[PopConfig]:
+    """Every configuration of the space, the full model first (``1 + 5 * sum of offsets`` of them with one
+    K/V source; with ``own`` and ``calibrated``, twice as many for every skip from 2)."""
+    configs = [PopConfig(skip=0)]
+    for skip in range(1, num_layers):
+        sources = _sources(skip, kv)
+        for offset in range(_max_offset(skip, num_layers) + 1):
+            configs += [PopConfig(skip=skip, boundary=b, offset=offset, kv=k) for b in BOUNDARIES for k in sources]
+    return configs
+
+
+def suggest_config(trial: "optuna.Trial", num_layers: int, kv: tuple[str, ...] = OWN) -> PopConfig:
+    """Ask ``trial`` for a point of the space and return its configuration (the parameters equal it)."""
+    skip = trial.suggest_int("skip", 0, num_layers - 1)
+    if skip == 0:
+        return PopConfig(skip=0)
+    offset = trial.suggest_int("offset", 0, _max_offset(skip, num_layers))
+    boundary = trial.suggest_categorical("boundary", list(BOUNDARIES))
+    param, sources = _kv_param(skip, kv), _sources(skip, kv)
+    source = trial.suggest_categorical(param, list(sources)) if param else sources[0]
+    return PopConfig(skip=skip, boundary=boundary, offset=offset, kv=source)
+
+
+def params_of(config: PopConfig, kv: tuple[str, ...] = OWN) -> dict[str, Any]:
+    """The trial parameters of ``config`` (for ``enqueue_trial`` and ``create_trial``) in a space of ``kv``."""
+    if config.skip == 0:
+        return {"skip": 0}
+    params = {"skip": config.skip, "offset": config.offset, "boundary": config.boundary}
+    param = _kv_param(config.skip, kv)
+    if param:
+        params[param] = config.kv
+    return params
+
+
+def distributions_of(config: PopConfig, num_layers: int, kv: tuple[str, ...] = OWN) -> dict[str, Any]:
+    """The distributions of :func:`params_of` as :func:`suggest_config` asks them."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    space: dict[str, Any] = {"skip": IntDistribution(0, num_layers - 1)}
+    if config.skip:
+        space["offset"] = IntDistribution(0, _max_offset(config.skip, num_layers))
+        space["boundary"] = CategoricalDistribution(list(BOUNDARIES))
+    param = _kv_param(config.skip, kv)
+    if param:
+        space[param] = CategoricalDistribution(list(_sources(config.skip, kv)))
+    return space
+
+
+def config_of_trial(trial: "optuna.trial.FrozenTrial", num_layers: int) -> PopConfig | None:
+    """What ``trial`` measured (its ``config`` attribute), else what its parameters name; None when its
+    parameters are not all written yet (or it is not a POP trial)."""
+    stored = stored_config(trial)
+    if stored is not None:
+        return stored
+    params = {"kv" if name.startswith("kv_") else name: value for name, value in trial.params.items()}
+    if params.get("skip") == 0:
+        return PopConfig(skip=0)
+    if {"skip", "boundary", "offset"} - set(params):
+        return None
+    return config_from_action(params, num_layers, SOURCES)  # a trial still measuring, or an old study's (skip clipped)
+
+
+def check_enqueue(configs: Sequence[PopConfig], num_layers: int, kv: tuple[str, ...] = OWN) -> None:
+    """Refuse a configuration to enqueue that lies outside the space of a model with ``num_layers`` layers.
+
+    Optuna would store it as a waiting trial whose parameters the sampler's distributions do not hold, and
+    every later run of the study would trip over it; so it is refused before anything is written.
+    """
+    space = set(all_configs(num_layers, kv))
+    for config in configs:
+        if config not in space:
+            label = f"{config.skip}/{config.boundary}/{config.offset}"
+            try:
+                config.check(num_layers)
+            except ConfigError as e:
+                raise ConfigError(f"`--enqueue` item {label} is outside the search space: {e}") from e
+            raise ConfigError(f"`--enqueue` item {label} ({config}) is outside the search space: boundary must be "
+                              f"one of {', '.join(BOUNDARIES)}, offset at most {MAX_OFFSET} and kv one of "
+                              f"{', '.join(kv)}")
+
+
+# -- the environment's view: an action is a dict of indices (or names)
+
+
+def action_space(num_layers: int, kv: tuple[str, ...] = OWN, seed: int | None = None) -> "spaces.Dict":
+    """The Gymnasium action space of the space: ``skip``, ``boundary`` (an index into
+    :data:`~poptune.engine.BOUNDARIES`), ``offset`` and ``kv`` (an index into ``kv``). ``skip`` is not bounded
+    by the offset here: :func:`config_from_action` clips it, so that every action of the box is valid."""
+    from gymnasium import spaces
+
+    return spaces.Dict({"skip": spaces.Discrete(num_layers), "boundary": spaces.Discrete(len(BOUNDARIES)),
+                        "offset": spaces.Discrete(MAX_OFFSET + 1), "kv": spaces.Discrete(len(kv))}, seed=seed)
+
+
+def action_of(config: PopConfig, kv: tuple[str, ...] = OWN) -> dict[str, int]:
+    """The action of :func:`action_space` that names ``config`` (a point of the space of ``kv``)."""
+    source = config.kv if config.kv in kv else kv[0]
+    return {"skip": config.skip, "boundary": BOUNDARIES.index(config.boundary), "offset": config.offset,
+            "kv": kv.index(source)}
+
+
+def _index(action: Mapping[str, Any], key: str, names: Sequence[str], default: str) -> str:
+    value = action.get(key, default)
+    if isinstance(value, str):
+        if value not in names:
+            raise ConfigError(f"`{key}` must be one of {', '.join(names)}, got {value!r}")
+        return value
+    try:
+        index = int(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"`{key}` must be a name or an index, got {value!r}") from e
+    if not 0 <= index < len(names):
+        raise ConfigError(f"`{key}` index must be in [0, {len(names) - 1}], got {index}")
+    return names[index]
+
+
+def config_from_action(action: Mapping[str, Any], num_layers: int, kv: tuple[str, ...] = OWN) -> PopConfig:
+    """A POP configuration from an action ``{"skip", "boundary", "offset"}`` and optionally ``"kv"``.
+
+    ``boundary`` may be an index into :data:`~poptune.engine.BOUNDARIES` or its name, ``kv`` an index into the
+    space's sources ``kv`` or its name (default: the space's first). ``skip`` is clipped so that
+    ``skip + offset <= L - 1``, ``skip=0`` is always the plain full model and a point that does not search the
+    K/V source takes the space's (several actions then name one configuration; it is measured once). The
+    configuration is checked by :meth:`~poptune.engine.PopConfig.check`.
+    """
+    try:
+        skip, offset = int(action["skip"]), int(action["offset"])
+        action["boundary"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"an action needs integer `skip`, `offset` and a `boundary`, got {dict(action)!r}") from e
+    boundary = _index(action, "boundary", BOUNDARIES, "")
+    if not 0 <= offset <= MAX_OFFSET:
+        raise ConfigError(f"`offset` must be in [0, {MAX_OFFSET}], got {offset}")
+    if not 0 <= skip <= num_layers - 1:
+        raise ConfigError(f"`skip` must be in [0, {num_layers - 1}] for this model, got {skip}")
+    source = _index(action, "kv", kv, kv[0])
+    skip = min(skip, num_layers - 1 - offset)
+    if skip == 0:
+        return PopConfig(skip=0)  # nothing skipped: boundary, offset and kv change nothing, one full model
+    config = PopConfig(skip=skip, boundary=boundary, offset=offset, kv=kv_registry.distinct_at(skip, (source,))[0])
+    config.check(num_layers)
+    return config
