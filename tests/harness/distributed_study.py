@@ -1,14 +1,20 @@
 """Several `poptune study` workers on one shared study, with faults: do they fill it exactly, once each?
 
 Starts N worker processes (`poptune study --max-trials T`) on one storage -- a PostgreSQL database (a throwaway
-local server unless --url is given) or a journal file -- optionally kills one worker with SIGKILL every few
-seconds (and starts it again, as a scheduler would) or restarts the database server, and prints what the study
-holds at the end: completed trials, configurations measured (and measured twice), trials answered from
-storage, failed, pruned and left waiting, attributes missing, and the workers' exit codes.
+local server unless --url is given) or a journal file -- optionally kills one worker with SIGKILL (and starts it
+again, as a scheduler would) or restarts the database server, every few seconds or each time the study has a few
+more configurations measured, and prints what the study holds at the end: completed trials, configurations
+measured (and measured twice), trials answered from storage, failed, pruned and left waiting, attributes missing,
+and the workers' exit codes.
 
     python -m tests.harness.distributed_study --storage postgres --workers 4 --trials 40
     python -m tests.harness.distributed_study --storage postgres --workers 4 --trials 40 --kill-every 5
-    python -m tests.harness.distributed_study --storage journal --workers 4 --trials 40 --kill-every 5
+    python -m tests.harness.distributed_study --storage journal --workers 4 --trials 40 --kill-after 2
+
+A fault counted in measured configurations (``--kill-after``, ``--restart-db-after``) fires as often on a busy
+machine as on an idle one: the tests use those, so that how many faults a run sees does not depend on the
+machine's speed. The run fails if no configuration is measured for ``--stall`` seconds (a hang), not after a
+fixed wall time.
 
 A tiny random model and the embedded synthetic tasks keep a trial at a few seconds of CPU.
 """
@@ -26,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: What every completed trial must carry.
@@ -39,10 +46,41 @@ def worker_argv(url: str, trials: int, heartbeat: int, model: str) -> list[str]:
             "--heartbeat", str(heartbeat), "--worker"]
 
 
+@dataclass
+class Schedule:
+    """When a fault fires: every ``seconds`` of wall time and/or each time ``measured`` more configurations are in
+    the study than when it last fired (0: never on that count). Never once the study is full."""
+
+    seconds: float = 0.0
+    measured: int = 0
+    _at_time: float = field(default=math.inf, init=False)
+    _at_count: float = field(default=math.inf, init=False)
+
+    def start(self, now: float) -> "Schedule":
+        self._at_time = now + self.seconds if self.seconds else math.inf
+        self._at_count = self.measured or math.inf
+        return self
+
+    def due(self, now: float, measured: int) -> bool:
+        return now >= self._at_time or measured >= self._at_count
+
+    def fired(self, now: float, measured: int) -> None:
+        self._at_time = now + self.seconds if self.seconds else math.inf
+        self._at_count = measured + self.measured if self.measured else math.inf
+
+    def stop(self) -> None:
+        self._at_time = self._at_count = math.inf
+
+
 def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, model: str = "tiny-llama",
-                kill_every: float = 0.0, restart_db: object = None, restart_every: float = 0.0,
-                timeout: float = 1200.0, seed: int = 0) -> dict:
-    """Run the workers to the end with the faults asked for; returns the figures (see :func:`summarise`)."""
+                kill: Schedule | None = None, restart_db: object = None, restart: Schedule | None = None,
+                stall: float = 900.0, seed: int = 0) -> dict:
+    """Run the workers to the end with the faults asked for (``kill``, ``restart`` of ``restart_db``); returns the
+    figures (see :func:`summarise`).
+
+    Raises:
+        TimeoutError: no configuration was measured for ``stall`` seconds while workers ran.
+    """
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     argv = worker_argv(url, trials, heartbeat, model)
     logs = tempfile.TemporaryDirectory(prefix="poptune-workers-")
@@ -55,36 +93,42 @@ def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, mode
 
     rng = random.Random(seed)
     began = time.monotonic()
+    kill, restart = (kill or Schedule()).start(began), (restart or Schedule()).start(began)
     procs = {i: start(i) for i in range(workers)}
     codes: dict[int, int] = {}
     kills = restarts = 0
     kills_stopped_s = None
-    next_kill = began + kill_every if kill_every else math.inf
-    next_restart = began + restart_every if restart_every else math.inf
+    measured, progressed, polled = 0, began, -math.inf
     try:
         while procs:
             now = time.monotonic()
-            if now - began > timeout:
-                raise TimeoutError(f"workers still running after {timeout:.0f} s")
+            if now - polled >= 1.0:  # once a second: reading the study costs the workers CPU
+                done, polled = _completed(url, measured), now
+                if done > measured:
+                    measured, progressed = done, now
+            if now - progressed > stall:
+                raise TimeoutError(f"no configuration measured in {stall:.0f} s ({measured} of {trials} so far)")
             for i, proc in list(procs.items()):
                 if proc.poll() is not None:
                     codes[i] = proc.returncode
                     del procs[i]
-            if procs and now >= next_kill and _completed(url) >= trials:
+            if procs and measured >= trials and kills_stopped_s is None:
                 # The study is full: stop the faults and let the workers notice and exit. Killing on would
                 # starve the last worker, whose start (Python, torch, the model) takes longer than a period.
-                next_kill, kills_stopped_s = math.inf, round(now - began, 1)
-            if procs and now >= next_kill:
+                kill.stop()
+                restart.stop()
+                kills_stopped_s = round(now - began, 1)
+            if procs and kill.due(now, measured):
                 i = rng.choice(sorted(procs))
                 procs[i].send_signal(signal.SIGKILL)
                 procs[i].wait()
                 procs[i] = start(i)  # a scheduler starts the worker again
                 kills += 1
-                next_kill = now + kill_every
-            if procs and now >= next_restart:
+                kill.fired(now, measured)
+            if procs and restart.due(now, measured):
                 restart_db.restart()  # type: ignore[attr-defined]
                 restarts += 1
-                next_restart = now + restart_every
+                restart.fired(now, measured)
             time.sleep(0.1)
         wall = time.monotonic() - began
         failed_logs = {i: (Path(logs.name) / f"worker-{i}-{starts[i]}.log").read_text()[-2000:]
@@ -102,17 +146,21 @@ def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, mode
 _storages: dict[str, object] = {}
 
 
-def _completed(url: str) -> int:
-    """Measured configurations in the study so far (0 before a worker has made it): the budget's count."""
+def _completed(url: str, last: int = 0) -> int:
+    """Measured configurations in the study so far (0 before a worker has made it): the budget's count; ``last``
+    while the storage cannot be read (a database restarting)."""
     from poptune import store
 
-    if url not in _storages:
-        _storages[url] = store.open_storage(url, heartbeat=None)
-    storage = _storages[url]
-    studies = storage.get_all_studies()
-    if not studies:
-        return 0
-    trials = store.completed(store.load_study(storage, studies[0].study_name))
+    try:
+        if url not in _storages:
+            _storages[url] = store.open_storage(url, heartbeat=None)
+        storage = _storages[url]
+        studies = storage.get_all_studies()
+        if not studies:
+            return 0
+        trials = store.completed(store.load_study(storage, studies[0].study_name))
+    except Exception:  # noqa: BLE001 -- a restarting server or a journal being written: read again next second
+        return last
     return sum(not store.is_answer(t) for t in trials)
 
 
@@ -163,7 +211,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--trials", type=int, default=40, help="the study's budget of completed trials")
     parser.add_argument("--kill-every", type=float, default=0.0, help="SIGKILL one worker every S seconds")
+    parser.add_argument("--kill-after", type=int, default=0,
+                        help="SIGKILL one worker each time N more configurations are measured")
     parser.add_argument("--restart-db-every", type=float, default=0.0, help="restart the local server every S seconds")
+    parser.add_argument("--restart-db-after", type=int, default=0,
+                        help="restart the local server each time N more configurations are measured")
+    parser.add_argument("--stall", type=float, default=900.0,
+                        help="fail if no configuration is measured for S seconds (default: 900)")
     parser.add_argument("--heartbeat", type=int, default=2)
     parser.add_argument("--model", default="tiny-llama")
     parser.add_argument("--json", help="write the figures here")
@@ -183,8 +237,9 @@ def main() -> int:
             url = server.create_database("study")
         try:
             result = run_workers(url, workers=args.workers, trials=args.trials, heartbeat=args.heartbeat,
-                                 model=args.model, kill_every=args.kill_every, restart_db=server,
-                                 restart_every=args.restart_db_every)
+                                 model=args.model, kill=Schedule(args.kill_every, args.kill_after),
+                                 restart_db=server, restart=Schedule(args.restart_db_every, args.restart_db_after),
+                                 stall=args.stall)
         finally:
             if server is not None:
                 server.stop()

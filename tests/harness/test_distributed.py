@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _run(tmp_path, *args):
     out = tmp_path / "figures.json"
+    # The harness fails by itself if no configuration is measured for 900 s (its --stall); the wall limit here is
+    # only the backstop of a harness that hangs, far above a run on a loaded machine.
     done = subprocess.run([sys.executable, "-m", "tests.harness.distributed_study", *args, "--json", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+                          cwd=ROOT, capture_output=True, text=True, timeout=3600)
     assert out.exists(), done.stdout + done.stderr
     figures = json.loads(out.read_text())
     budget = int(args[args.index("--trials") + 1])
@@ -33,19 +35,22 @@ def _run(tmp_path, *args):
     return figures
 
 
+# Faults are counted in measured configurations, not seconds: a kill every 4 s gave one kill on an idle machine
+# (the study filled in 12 s) and, on a loaded one, killed each worker again before it had started, so the study
+# never filled. After every 2 of 8, with at most 3 measured between two looks, there are 2 faults or more.
+
+
 def test_postgres_workers_killed_again_and_again(tmp_path, postgres_url):
-    # A kill every 4 s: an idle machine fills the study in about 12 s, so a 6 s period gave one kill only
-    # (the check depended on the machine's speed).
     figures = _run(tmp_path, "--storage", "postgres", "--url", postgres_url, "--workers", "3", "--trials", "8",
-                   "--kill-every", "4")
+                   "--kill-after", "2")
     assert figures["kills"] >= 2
 
 
 def test_journal_workers_killed_again_and_again(tmp_path):
-    figures = _run(tmp_path, "--storage", "journal", "--workers", "3", "--trials", "8", "--kill-every", "4")
+    figures = _run(tmp_path, "--storage", "journal", "--workers", "3", "--trials", "8", "--kill-after", "2")
     assert figures["kills"] >= 2
 
 
 def test_postgres_restarted_under_the_workers(tmp_path, postgres):  # the fixture: skip where no server starts
-    figures = _run(tmp_path, "--storage", "postgres", "--workers", "3", "--trials", "8", "--restart-db-every", "5")
+    figures = _run(tmp_path, "--storage", "postgres", "--workers", "3", "--trials", "8", "--restart-db-after", "2")
     assert figures["db_restarts"] >= 2
