@@ -20,9 +20,9 @@ scored by poptune's stage-aware lm-eval model (context = POP prefill, continuati
 depth) on the same items (``--limit``: evenly spaced, the same every run), and its drop is paired item by item
 with the full model's, with a 95% interval (:mod:`poptune.evaluate.paired`: the anytime-valid confidence
 sequence for metrics in [0, 1], the bootstrap for bits per byte). The layers before the
-skipped block are replayed from the full model's states (:mod:`poptune.prefix`, checked once against the
+skipped block are replayed from the full model's states (:mod:`poptune.engine.prefix`, checked once against the
 plain prefill), and each configuration's greedy generation verifies the full model's answers as drafts
-(:mod:`poptune.speculate`: the same tokens, fewer decode steps; ``--no-reuse`` runs every configuration
+(:mod:`poptune.engine.speculate`: the same tokens, fewer decode steps; ``--no-reuse`` runs every configuration
 plainly). Writes
 ``leaderboards/accuracy-<model>-<name>.md`` and ``.json``.
 """
@@ -49,7 +49,7 @@ from poptune.kvfit.prepare import kv_details, prepare_kv
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
 from poptune.models.registry import weights_fingerprint
-from poptune.prefix import PrefixStates, verify
+from poptune.engine.prefix import PrefixStates, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,8 +4,8 @@ On the same long prompts (SQuAD, 5-shot, about 1,100 Gemma tokens), POP with ``-
 greedy generation as a trial's accuracy measurement does (lm-eval's ``longctx_squad``: stop at the task's
 ``until`` sequences, at most 50 new tokens, lm-eval's own stopping criteria), once on the plain path and once
 as a study runs it: the layers before the block replayed from the full model's stored states
-(:mod:`poptune.prefix`) and the decode verified in rounds of one full-depth forward over a proposal: the full
-model's own answer while POP's agrees with it, else prompt-lookup n-grams (:mod:`poptune.speculate`). The two are interleaved item by item,
+(:mod:`poptune.engine.prefix`) and the decode verified in rounds of one full-depth forward over a proposal: the full
+model's own answer while POP's agrees with it, else prompt-lookup n-grams (:mod:`poptune.engine.speculate`). The two are interleaved item by item,
 alternating which goes first. ``--tokens N`` instead generates exactly N tokens. The full model's own pass,
 which records the states and the answers, is paid once per study and reported separately. Null check: both
 paths must generate the same tokens on every item.
@@ -37,8 +37,8 @@ from poptune.evaluate.scoring import score_continuations
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
 from poptune.measure.stats import median_interval
-from poptune.prefix import PrefixStates
-from poptune.speculate import generate
+from poptune.engine.prefix import PrefixStates
+from poptune.engine.speculate import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,7 +20,7 @@ evenly spaced offsets, ``--windows`` of them per length, the next ``--continuati
 after the POP prefill of the context (:func:`poptune.kvfit.check.continuation_nll`, as the project's likelihood
 scoring does), own against calibrated K/V at every skip, paired over the same windows: the mean of the per-window
 differences (calibrated minus own) with its 95% t interval (``scipy.stats.ttest_1samp``). The layers before the
-block are replayed from the full model's states (:mod:`poptune.prefix`: exact, and the only way 2,048-token
+block are replayed from the full model's states (:mod:`poptune.engine.prefix`: exact, and the only way 2,048-token
 contexts fit the budget)::
 
     python benchmarks/kv_calibration.py --data-dir ../shared/data --lengths 64,128,512,2048 --windows 64,48,24,8
@@ -206,7 +206,7 @@ def sweep(args) -> None:
     """The held-out sweep: per length and skip, the continuation NLL with own and with calibrated K/V."""
     from poptune.engine import apply_pop as pop
     from poptune.kvfit.check import continuation_nll
-    from poptune.prefix import PrefixStates
+    from poptune.engine.prefix import PrefixStates
 
     began = time.perf_counter()
     torch.manual_seed(0)

@@ -27,10 +27,10 @@ _EXPORTS: dict[str, str] = {
     "KVMaps": "poptune.kv.maps",
     **dict.fromkeys(["ConfigError", "DataError", "DeviceError", "InputError", "MeasurementError",
                      "ModelNotFoundError", "PoptuneError", "StorageError", "UnsupportedModelError"], "poptune.errors"),
-    "load_config": "poptune.export",
+    "load_config": "poptune.reports.export",
     **dict.fromkeys(["ImageSize", "ModelSpec", "image_prompt", "load_model", "max_positions", "model_names",
                      "resolve_model", "synthetic_image"], "poptune.models"),
-    **dict.fromkeys(["chunk_bounds", "prefill_prompt"], "poptune.segments"),
+    **dict.fromkeys(["chunk_bounds", "prefill_prompt"], "poptune.engine.segments"),
     **dict.fromkeys(["BenchSpec", "run_bench"], "poptune.measure.bench"),
     **dict.fromkeys(["EvalSpec", "run_eval"], "poptune.evaluate.suite"),
     **dict.fromkeys(["PromptRequest", "read_prompts"], "poptune.evaluate.prompts"),
@@ -58,14 +58,14 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from poptune.evaluate.changed import changed_interval
     from poptune.evaluate.prompts import PromptRequest, read_prompts
     from poptune.evaluate.suite import EvalSpec, run_eval
-    from poptune.export import load_config
+    from poptune.reports.export import load_config
     from poptune.kv.maps import KVMaps
     from poptune.kvfit.fit import KVFitSpec
     from poptune.kvfit.prepare import prepare_kv
     from poptune.measure.bench import BenchSpec, run_bench
     from poptune.models import ImageSize, ModelSpec, image_prompt, load_model, max_positions, model_names, resolve_model
     from poptune.models import synthetic_image
-    from poptune.segments import chunk_bounds, prefill_prompt
+    from poptune.engine.segments import chunk_bounds, prefill_prompt
     from poptune.problem.problem import TuningProblem
     from poptune.tune.study import StudySpec, run_study
 

@@ -134,7 +134,7 @@ def _register_fake_flash() -> None:
 
 
 def _pop_logits(model, inputs, config):
-    from poptune.segments import prefill_prompt
+    from poptune.engine.segments import prefill_prompt
 
     with apply_pop(model, config), torch.no_grad():
         whole = model(**inputs).logits  # (B, W, V)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import poptune.block as block
+import poptune.engine.block as block
 import poptune.kv.project as project
 import poptune.engine as engine
 from poptune import ConfigError, PopConfig, UnsupportedModelError, apply_pop, get_pop_config, remove_pop

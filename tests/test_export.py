@@ -10,7 +10,7 @@ import pytest
 from poptune import ConfigError, apply_pop, get_pop_config, load_model, store
 from poptune.cli import main
 from poptune.env import TuningProblem
-from poptune.export import export_config, load_config
+from poptune.reports.export import export_config, load_config
 from poptune.tune.study import StudySpec, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -103,7 +103,7 @@ def test_a_calibrated_configuration_exports_its_maps_and_generate_applies_them(t
                                                                                 monkeypatch):
     """The study fits the block's maps once and records them with the trial; the export copies the file beside
     the JSON (referenced with its sha256); ``generate --config`` applies them; a changed file is refused."""
-    from poptune import export
+    from poptune.reports import export
     from poptune.store.front import FrontRow
 
     problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), limit=4, data_dir=str(eval_data),
@@ -115,7 +115,7 @@ def test_a_calibrated_configuration_exports_its_maps_and_generate_applies_them(t
     assert maps["block"] == [4, 6] and len(maps["sha256"]) == 64
     # Fitted on the study's own prompts that it never scores (issue 38), and the summary says so.
     assert maps["calibration"]["source"].startswith("study workload calibration split: piqa: ")
-    from poptune.report import summary_markdown
+    from poptune.reports.study import summary_markdown
 
     calibration = maps["calibration"]
     assert (f"- calibrated K/V maps fitted on: {calibration['source']} (the fit took {calibration['prompts']} of "
@@ -191,7 +191,7 @@ def _maps_export(tmp_path):
 
 
 def test_write_export_refuses_a_folder_where_its_maps_go_and_writes_nothing(tmp_path):
-    from poptune.export import write_export
+    from poptune.reports.export import write_export
 
     (tmp_path / "c.kv.safetensors").mkdir()
     with pytest.raises(ConfigError, match="c.kv.safetensors is a directory"):
@@ -200,7 +200,7 @@ def test_write_export_refuses_a_folder_where_its_maps_go_and_writes_nothing(tmp_
 
 
 def test_write_export_copies_the_maps_atomically(tmp_path):
-    from poptune.export import write_export
+    from poptune.reports.export import write_export
 
     written = write_export(_maps_export(tmp_path), tmp_path / "c.json")
     assert [p.name for p in written] == ["c.json", "c.kv.safetensors"]
@@ -230,7 +230,7 @@ def _config(tmp_path, **changes):
      "must name its `file` and `sha256`"),
 ])
 def test_an_exported_file_missing_what_it_is_read_for_is_one_error(tmp_path, changes, message):
-    from poptune.export import load_carried
+    from poptune.reports.export import load_carried
 
     path = _config(tmp_path, **changes)
     with pytest.raises(ConfigError, match=message):

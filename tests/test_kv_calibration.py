@@ -16,7 +16,7 @@ from poptune.kvfit.fit import KVFitSpec, KVFitter
 from poptune.kvfit.prepare import prepare_kv
 from poptune.measure.prompts import prompt_batch
 from poptune.models.configs import tiny_names
-from poptune.segments import generate, prefill_prompt
+from poptune.engine.segments import generate, prefill_prompt
 
 FINGERPRINT = "test-weights"
 

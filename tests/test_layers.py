@@ -27,15 +27,13 @@ RANKS: tuple[tuple[int, str], ...] = (
     (0, "poptune.patching"), (0, "poptune.data"), (0, "poptune.plots"), (0, "poptune.transform"),
     (0, "poptune.testing"), (0, "poptune.version"), (0, "poptune.cache"),
     (1, "poptune.models"),
-    (2, "poptune.kv"), (2, "poptune.engine"), (2, "poptune.block"), (2, "poptune.segments"), (2, "poptune.prefix"),
-    (2, "poptune.speculate"),
+    (2, "poptune.kv"), (2, "poptune.engine"),
     (3, "poptune.measure"), (3, "poptune.evaluate"), (3, "poptune.kvfit"),
     (4, "poptune.importance"), (4, "poptune.baselines"), (4, "poptune.objectives"),
     (5, "poptune.store"),
     (6, "poptune.problem"),
     (7, "poptune.tune"), (7, "poptune.env"),
-    (8, "poptune.report"), (8, "poptune.promptreport"), (8, "poptune.certreport"), (8, "poptune.leaderboard"), (8, "poptune.export"), (8, "poptune.gpucheck"),
-    (8, "poptune.gridtable"), (8, "poptune.tunertable"), (8, "poptune.comparison"),
+    (8, "poptune.reports"), (8, "poptune.gpucheck"), (8, "poptune.comparison"),
     (9, "poptune.cli"), (9, "poptune.__main__"),
 )
 

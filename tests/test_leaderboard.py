@@ -10,7 +10,7 @@ import pytest
 from poptune import store
 from poptune.kvfit.calibration import CalibrationSpec
 from poptune.cli import main
-from poptune.leaderboard import entries
+from poptune.reports.leaderboard import entries
 from poptune.env import ConfigEvaluator, TuningProblem
 from poptune.tune.study import StudySpec, add_baselines, front_ratios, run_study
 
@@ -121,7 +121,7 @@ def test_leaderboard_of_a_storage_without_studies(tmp_path, capsys):
 
 
 def test_a_speedup_above_the_flops_ideal_is_flagged():
-    from poptune.leaderboard import Entry, _flag
+    from poptune.reports.leaderboard import Entry, _flag
 
     def entry(speedup):
         return Entry(trial=0, method="shortgpt", label="x", ratio=0.5, speedup={512: speedup, 128: 9.0}, ideal=2.0,

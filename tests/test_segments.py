@@ -12,7 +12,7 @@ from poptune.engine import decoder_of
 from poptune.measure.prompts import prompt_batch
 from poptune.models.configs import tiny_names
 from poptune.models.vision import decode_position_ids
-from poptune.segments import generate
+from poptune.engine.segments import generate
 
 
 def test_chunk_bounds():

@@ -5,8 +5,8 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from poptune import PopConfig, apply_pop
-from poptune.prefix import PrefixStates
-from poptune.speculate import generate
+from poptune.engine.prefix import PrefixStates
+from poptune.engine.speculate import generate
 
 CONFIGS = [PopConfig(skip=3), PopConfig(skip=2, boundary="window-4", offset=1), PopConfig(skip=1, boundary="none"),
            PopConfig(skip=4, boundary="window-16", offset=1)]

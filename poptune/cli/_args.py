@@ -112,7 +112,7 @@ def add_prefill_chunk(parser: argparse.ArgumentParser) -> None:
 
 def prefill_chunk(args: argparse.Namespace) -> int | None:
     """``--prefill-chunk``, validated."""
-    from poptune.segments import chunk_bounds
+    from poptune.engine.segments import chunk_bounds
 
     chunk_bounds(2, args.prefill_chunk)
     return args.prefill_chunk

@@ -20,7 +20,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poptune.export import check_export_path, export_config, write_export
+    from poptune.reports.export import check_export_path, export_config, write_export
 
     if args.out:
         check_export_path(args.out)  # the JSON and its K/V maps file beside it, before the study is read

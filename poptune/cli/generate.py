@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.config:
         if args.skip is not None:
             raise ConfigError("give --skip (and --boundary, --offset) or --config, not both")
-        from poptune.export import load_config
+        from poptune.reports.export import load_config
 
         config = load_config(args.config, model=args.model, device=args.device, force=args.force)
     elif args.skip is None:
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
     if args.config and kv_registry.source(config.kv).export_key:  # what the export carries (calibrated: its maps)
-        from poptune.export import load_carried
+        from poptune.reports.export import load_carried
         from poptune.models import weights_fingerprint
 
         load_carried(args.config, model, fingerprint=weights_fingerprint(args.model, args.weights), force=args.force)
@@ -111,7 +111,7 @@ def converse(model: Any, inputs: Any, turns: list[Any], config: Any, max_new_tok
     import torch
 
     from poptune.engine import apply_pop, remove_pop
-    from poptune.segments import generate
+    from poptune.engine.segments import generate
 
     kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, return_dict_in_generate=True)
     if config is not None:

@@ -2,7 +2,7 @@
 
 The grid is a study with the ``grid`` sampler on ``poptune study``'s workload (its own options and defaults:
 with a data directory the long-prompt pack, else the embedded synthetic tasks), stored by default in a journal
-file beside the table, so that the same command continues where it stopped (:mod:`poptune.gridtable`).
+file beside the table, so that the same command continues where it stopped (:mod:`poptune.reports.gridtable`).
 ``--table-only`` writes the table and its README from what is stored, measuring nothing. docs/grid.md.
 """
 
@@ -57,7 +57,7 @@ def _progress(total: int) -> Any:
 def run(args: argparse.Namespace) -> int:
     from poptune import store
     from poptune.errors import ConfigError
-    from poptune.gridtable import GridSpec, build_grid, storage_of
+    from poptune.reports.gridtable import GridSpec, build_grid, storage_of
     from poptune.tune.interrupt import exit_code, interruptible
 
     if args.timeout is not None and args.timeout <= 0:  # before anything is made in --out (its raw/ folder)

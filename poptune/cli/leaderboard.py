@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from poptune import store
-    from poptune.leaderboard import write_leaderboards
+    from poptune.reports.leaderboard import write_leaderboards
 
     if args.records:
         return _records(args)

@@ -19,7 +19,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from poptune import report, store
+    from poptune import store
+    from poptune.reports import study as report
 
     if args.out:
         check_output_path(args.out)

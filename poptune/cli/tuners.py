@@ -2,7 +2,7 @@
 
 A grid file (``--grid``, written by ``poptune grid``; no database, no model) or a stored grid study
 (``--storage``; ``--build`` first measures one for real) answers each sampler's configurations, per seed; the
-table (:mod:`poptune.tunertable`) scores them by the recorded figures. A missing or malformed grid file, or one
+table (:mod:`poptune.reports.tunertable`) scores them by the recorded figures. A missing or malformed grid file, or one
 that does not cover the search space, is one line on stderr and exit 2.
 """
 
@@ -12,7 +12,7 @@ import argparse
 import shlex
 from typing import Any
 
-from poptune.tunertable import TunerSpec
+from poptune.reports.tunertable import TunerSpec
 
 from ._args import default_of
 from ._checks import finite, int_list, positive
@@ -51,7 +51,7 @@ def _points(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poptune.tunertable import summary_line, tuner_table
+    from poptune.reports.tunertable import summary_line, tuner_table
 
     spec = TunerSpec(grid=args.grid, storage=args.storage, build=args.build, model=args.model,
                      tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()), limit=args.limit,

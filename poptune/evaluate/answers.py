@@ -88,7 +88,7 @@ def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list
               prefill_chunk: int | None) -> list[tuple[int, ...]]:
     import torch
 
-    from poptune.segments import generate
+    from poptune.engine.segments import generate
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(map(len, prompts))

@@ -27,9 +27,9 @@ from poptune.engine import PopConfig, apply_pop, decoder_of
 from poptune.errors import ConfigError
 from poptune.evaluate.scoring import score_continuations
 from poptune.kv import registry
-from poptune.prefix import attached_states
-from poptune.segments import chunk_bounds
-from poptune.speculate import generate
+from poptune.engine.prefix import attached_states
+from poptune.engine.segments import chunk_bounds
+from poptune.engine.speculate import generate
 
 __all__ = ["PopLM"]
 
@@ -169,8 +169,8 @@ class PopLM(HFLM):
         """HFLM's generation -- greedy unless the task samples -- with POP applied for the call and the prompt
         prefilled in chunks of ``prefill_chunk`` tokens if given.
 
-        With prefix states attached (a study, :mod:`poptune.prefix`), the full model's greedy answers are kept
-        and a POP configuration's greedy generation verifies them as drafts (:mod:`poptune.speculate`): the
+        With prefix states attached (a study, :mod:`poptune.engine.prefix`), the full model's greedy answers are kept
+        and a POP configuration's greedy generation verifies them as drafts (:mod:`poptune.engine.speculate`): the
         same output, fewer decode steps where the answers agree."""
         from lm_eval.models.utils_hf import stop_sequences_criteria
 

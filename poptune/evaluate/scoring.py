@@ -17,7 +17,7 @@ import torch
 
 from poptune.engine import stage
 from poptune.models.vision import decode_position_ids
-from poptune.segments import prefill_prompt
+from poptune.engine.segments import prefill_prompt
 
 __all__ = ["score_continuations", "continuation_logprobs", "iter_logprobs"]
 

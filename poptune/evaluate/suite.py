@@ -25,7 +25,7 @@ from poptune.evaluate.paired import PairedDrop, paired_drop
 from poptune.evaluate.prompts import LIKELIHOOD, PROMPT_TASKS, REFERENCES
 from poptune.evaluate.synthetic import EMBEDDED, run_synthetic
 from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
-from poptune.segments import chunk_bounds
+from poptune.engine.segments import chunk_bounds
 
 __all__ = [
     "EMBEDDED", "LOWER_IS_BETTER", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "TaskRun", "drop_of", "item_indices",

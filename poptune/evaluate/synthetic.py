@@ -473,7 +473,7 @@ def _generate(
 ) -> list[str]:
     import torch
 
-    from poptune.segments import generate
+    from poptune.engine.segments import generate
 
     inputs = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

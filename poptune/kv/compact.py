@@ -9,7 +9,7 @@ cache is compact attends with the model's mask gathered at those columns (:func:
 sliding windows and bidirectional image blocks keep their exact shape over the keys kept, and its attention
 reads fewer keys: the memory and the decode work of the dropped tokens are really gone.
 
-The engine gathers the masks (:func:`poptune.block.compacted`) while POP is applied to the model. Decoded by a
+The engine gathers the masks (:func:`poptune.engine.block.compacted`) while POP is applied to the model. Decoded by a
 model without POP, a compact cache fails on the mask's shape wherever the model passes a mask: never silently.
 
 This module imports torch and transformers: import it inside functions (``import poptune`` loads neither).

@@ -3,7 +3,7 @@
 ``k = RoPE(k_norm(W_K LN(x)))``, ``v = W_V LN(x)`` with the layer's own input norm, key norm and RoPE applied to
 the hidden state ``x`` entering the skipped block (a state the layer never sees in the full model). ``W_K``,
 ``W_V`` are the layer's own projections, or fitted ones (:class:`poptune.kv.maps.LayerMaps`: calibrated K/V).
-Every K/V source writes through here; the prefix replay (:mod:`poptune.prefix`) too, for the layers before the
+Every K/V source writes through here; the prefix replay (:mod:`poptune.engine.prefix`) too, for the layers before the
 block.
 """
 

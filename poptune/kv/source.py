@@ -137,7 +137,7 @@ class KVSource:
 
     def ready(self, decoder: "nn.Module", config: Any, skipped: Any, layout: str) -> None:
         """Raise unless ``decoder`` can run ``config`` with this source now (``layout``: the attention masks' kind,
-        ``4d`` or ``2d``, see :func:`poptune.block.mask_layout`)."""
+        ``4d`` or ``2d``, see :func:`poptune.engine.block.mask_layout`)."""
 
     def kept(self, pruned: int) -> int:
         """Of a prompt's ``pruned`` tokens, how many a skipped layer projects and keeps K/V for (the FLOPs ideal

@@ -25,7 +25,7 @@ from poptune.measure.records import PairRecord
 from poptune.measure.stats import MIN_JUDGED, MIN_PAIRS_95
 from poptune.measure.timer import RepeatPolicy
 from poptune.models.vision import ImageSize
-from poptune.segments import chunk_bounds
+from poptune.engine.segments import chunk_bounds
 
 __all__ = ["DEFAULT_POLICY", "GPU_WARMUP_SECONDS", "BenchSpec", "BenchRow", "BenchResult", "device_policy"]
 
@@ -70,7 +70,7 @@ class BenchSpec:
             alternated, and once per run an idle block (see :mod:`poptune.measure.energy`); without NVML no
             block runs and the row says why.
         prefill_chunk: Prefill in chunks of this many tokens, POP and the full model alike (None: whole
-            prompts; text prompts only), see :mod:`poptune.segments`.
+            prompts; text prompts only), see :mod:`poptune.engine.segments`.
     """
 
     lengths: tuple[int, ...] = (128, 512, 2048)

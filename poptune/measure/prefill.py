@@ -8,14 +8,14 @@ from typing import Any
 import torch
 
 from poptune.engine import PopConfig, apply_pop, remove_pop
-from poptune.segments import prefill_prompt
+from poptune.engine.segments import prefill_prompt
 
 __all__ = ["cache_bytes", "prefill", "decode", "time_prefill_pair"]
 
 
 def prefill(model: Any, inputs: Mapping[str, torch.Tensor], config: PopConfig | None, chunk: int | None = None) -> Any:
     """One prefill of ``inputs``, with POP if ``config`` is given, the plain model otherwise; in chunks of
-    ``chunk`` tokens if given (see :mod:`poptune.segments`).
+    ``chunk`` tokens if given (see :mod:`poptune.engine.segments`).
 
     POP is applied for the call and removed after, so calls for several configurations can be interleaved
     on one model. Only the last position's logits are computed, as ``generate`` does, so the full model is
@@ -67,9 +67,9 @@ def decode(model: Any, output: Any, prompt: Mapping[str, torch.Tensor], steps: i
     ``prompt`` is what was prefilled (its attention mask grows by one per step; an image prompt sets
     Qwen3-VL's decode positions, see :func:`poptune.models.vision.decode_position_ids`). A cache whose layers
     keep only some tokens (anchor K/V, :mod:`poptune.kv.compact`) is decoded with its masks gathered
-    (:func:`poptune.block.compacted`; nothing for any other cache).
+    (:func:`poptune.engine.block.compacted`; nothing for any other cache).
     """
-    from poptune.block import compacted
+    from poptune.engine.block import compacted
     from poptune.engine import decoder_of
     from poptune.models.vision import decode_position_ids
 

@@ -9,7 +9,7 @@ The model loads once, on first use. Both halves follow the problem's workload
   machine, not POP.
 - **Accuracy** is raced (:mod:`poptune.evaluate.racing`): rounds of items until the paired drop's interval
   is decided. The full model scores each item once per study (its outcomes can be handed in from a resumed
-  study) and every configuration is paired with it item by item. With state reuse (:mod:`poptune.prefix`) a
+  study) and every configuration is paired with it item by item. With state reuse (:mod:`poptune.engine.prefix`) a
   resumed study's full model runs its stored items once more per process, when a configuration first needs
   them: that records the states and answers POP replays, and checks that they still score as stored.
 """
@@ -31,14 +31,14 @@ if TYPE_CHECKING:
     from poptune.evaluate.suite import TaskRun
     from poptune.evaluate.workload import Workload
     from poptune.kvfit.fit import KVFitSpec, KVFitter
-    from poptune.prefix import PrefixStates
+    from poptune.engine.prefix import PrefixStates
 
 __all__ = ["ConfigEvaluator", "STATE_BYTES"]
 
 #: Prompts per task in a study's K/V calibration split (see :meth:`ConfigEvaluator.kv_fit_spec`).
 KV_PROMPTS = 32
 
-#: Memory the reused prefix states of a study may take (see :mod:`poptune.prefix`).
+#: Memory the reused prefix states of a study may take (see :mod:`poptune.engine.prefix`).
 STATE_BYTES = 4 << 30
 
 
@@ -149,14 +149,14 @@ class ConfigEvaluator:
             return measure_tasks(self.model, self.tokenizer, config, spec)
 
     def enable_state_reuse(self, max_bytes: int = STATE_BYTES) -> float:
-        """Reuse the full model's layer inputs in POP prefills (:mod:`poptune.prefix`).
+        """Reuse the full model's layer inputs in POP prefills (:mod:`poptune.engine.prefix`).
 
         First checks, on a prompt of the workload's longest timed length, that the replayed prefill of the
         paper's rule equals the plain one. Returns the check's max abs logit difference; raises
         :class:`~poptune.errors.MeasurementError` (reuse stays off) when it exceeds the tolerance.
         """
         from poptune.measure.prompts import prompt_batch
-        from poptune.prefix import PrefixStates, verify
+        from poptune.engine.prefix import PrefixStates, verify
 
         length = max(n for n, _ in self.latency_points())
         ids = prompt_batch(self.tokenizer, length, 1, device=self.model.device)["input_ids"]

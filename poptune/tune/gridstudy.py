@@ -6,7 +6,7 @@ in an Optuna journal file beside its table (:func:`grid_storage`), small enough 
 command continues where it stopped on any machine of the same hardware id (an interrupted trial is measured
 again; a complete grid returns at once). One process per grid: it times the A/A checks, re-times noisy trials and
 confirms the front as a study on SQLite does. A stored grid is found again without loading the model
-(:func:`stored_grid`). Its table and README are :mod:`poptune.gridtable`'s.
+(:func:`stored_grid`). Its table and README are :mod:`poptune.reports.gridtable`'s.
 """
 
 from __future__ import annotations

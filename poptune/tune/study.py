@@ -107,7 +107,7 @@ class StudySpec:
             the ratios of POP's front and the paper's rule.
         calibration: Calibration text of the baselines.
         reuse_states: Replay the layers before the skipped block from the full model's stored states when
-            scoring accuracy (:mod:`poptune.prefix`; checked against the plain prefill at the start).
+            scoring accuracy (:mod:`poptune.engine.prefix`; checked against the plain prefill at the start).
         confirm: After this run's trials, re-time noisy trials, run the confirmation pass and time the A/A
             pairs (:mod:`poptune.tune.trust`); workers sharing a server storage leave it to a later single run.
         sole_worker: This process is the study's only worker, though its storage could be shared (a grid's

@@ -19,7 +19,7 @@ from poptune.engine import PopConfig, apply_pop, decoder_of
 from poptune.errors import ConfigError, UnsupportedModelError
 from poptune.kv.compact import CompactLayer
 from poptune.measure.prefill import cache_bytes
-from poptune.segments import prefill_prompt
+from poptune.engine.segments import prefill_prompt
 
 TEXT_MODELS = ("tiny-llama", "tiny-qwen3", "tiny-gemma3")
 CONFIGS = (PopConfig(3, "window-4", kv="anchor"), PopConfig(2, "last", offset=1, kv="anchor"),
@@ -210,8 +210,8 @@ def test_anchor_is_refused_where_it_cannot_run(shared):
 def test_speculative_generation_under_anchor_equals_plain_greedy(shared, name):
     """Rounds of proposals fed at once, the compact caches cropped back to the accepted tokens (issue 48: the
     accuracy sweep verifies drafts): the same tokens as plain greedy generation, drafts right or wrong."""
-    from poptune.prefix import PrefixStates
-    from poptune.speculate import generate
+    from poptune.engine.prefix import PrefixStates
+    from poptune.engine.speculate import generate
 
     model, tok = shared(name)
     inputs = dict(tok(["a much longer prompt than the other one, " * 4, "short prompt"], return_tensors="pt",

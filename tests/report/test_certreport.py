@@ -3,7 +3,7 @@ what deciding it costs and how."""
 
 from dataclasses import replace
 
-from poptune import certreport
+from poptune.reports import certification as certreport
 from poptune.evaluate.paired import paired_drop
 from poptune.store.front import FrontRow
 

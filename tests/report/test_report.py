@@ -8,7 +8,8 @@ import re
 import optuna
 import pytest
 
-from poptune import report, store
+from poptune import store
+from poptune.reports import study as report
 from poptune.env import TuningProblem
 from poptune.plots import PlotPoint, attainment_steps, place_labels, pyplot
 from poptune.tune.study import StudySpec, run_study

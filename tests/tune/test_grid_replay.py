@@ -17,7 +17,7 @@ import poptune.env  # noqa: F401  (registers the environments)
 from poptune import ConfigError, InputError, PopConfig, store
 from poptune.cli import main
 from poptune.env import Measurement, ReplayEnv, TuningProblem, reward
-from poptune.gridtable import write
+from poptune.reports.gridtable import write
 from poptune.problem.grid import COLUMNS, draw, read_grid, write_grid
 from poptune.tune.gridstudy import grid_storage
 from poptune.problem.replay import Replay
@@ -265,7 +265,7 @@ def test_the_grid_command_writes_a_stored_grid_without_measuring(tmp_path, capsy
 
 
 def test_the_grid_is_stored_by_default_in_a_journal_beside_its_table(tmp_path):
-    from poptune.gridtable import GridSpec, storage_of
+    from poptune.reports.gridtable import GridSpec, storage_of
 
     url = grid_storage("tiny-llama", "cpu", tmp_path)
     assert url.startswith("journal:") and url.endswith(".journal")
@@ -277,7 +277,7 @@ def test_the_grid_is_stored_by_default_in_a_journal_beside_its_table(tmp_path):
 
 
 def test_a_runs_command_is_shown_as_it_was_typed():
-    from poptune.gridtable import _shown
+    from poptune.reports.gridtable import _shown
 
     assert _shown(["benchmarks/build_grid.py", "--model", "x"]) == "python benchmarks/build_grid.py --model x"
     assert _shown(["/venv/bin/poptune", "grid", "--model", "x"]) == "poptune grid --model x"
@@ -285,7 +285,7 @@ def test_a_runs_command_is_shown_as_it_was_typed():
 
 
 def test_a_tuner_spec_refuses_two_sources_or_a_build_of_a_grid_file():
-    from poptune.tunertable import TunerSpec
+    from poptune.reports.tunertable import TunerSpec
 
     with pytest.raises(ConfigError, match="not both"):
         TunerSpec(grid="g.csv", storage="sqlite:///g.db")
@@ -301,13 +301,13 @@ def test_a_tuner_spec_refuses_two_sources_or_a_build_of_a_grid_file():
     ("my grid", "tuner-replay-my_grid"),
 ])
 def test_the_tuner_tables_default_name_follows_the_leaderboards_scheme(replayed, expected):
-    from poptune.tunertable import default_name
+    from poptune.reports.tunertable import default_name
 
     assert default_name(replayed) == expected
 
 
 def test_the_grid_readme_names_a_journal_under_raw(tmp_path):
-    from poptune.gridtable import _record
+    from poptune.reports.gridtable import _record
 
     csv_path = tmp_path / "grid-x-cpu.csv"
     assert "`raw/grid-x-cpu.journal` beside this file" in _record(

@@ -10,7 +10,7 @@ import pytest
 from poptune import ConfigError, PopConfig, store
 from poptune.env import TuningProblem
 from poptune.objectives import registry
-from poptune.report import StudyReport
+from poptune.reports.study import StudyReport
 from poptune.tune.study import StudySpec, run_study
 
 from .fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse: no real A/A pairs)
@@ -128,7 +128,7 @@ def test_a_study_resumes_only_with_its_objectives_and_refuses_the_structured_sam
 
 
 def test_an_export_of_a_three_objective_study_carries_every_objective(tmp_path):
-    from poptune.export import export_config
+    from poptune.reports.export import export_config
 
     url = f"sqlite:///{tmp_path}/s.db"
     study = run_study(StudySpec(problem=_problem(), trials=4, storage=url, sampler="random", seed=1,

@@ -208,7 +208,7 @@ def test_a_failed_closing_aa_check_retimes_the_certified_candidates_and_says_so(
     # a last A/A check follows, and the verdict line names the figures it reports.
     from dataclasses import replace
 
-    from poptune.report import StudyReport
+    from poptune.reports.study import StudyReport
 
     aa_calls = []
 
@@ -234,7 +234,7 @@ def test_a_failed_closing_aa_check_retimes_the_certified_candidates_and_says_so(
     text = report.text()
     assert "A/A check at end, after re-timing" in text and "A/A check at start" in text
     # the verdict line, had the candidate been certified within, names the figures it reports
-    from poptune import certreport
+    from poptune.reports import certification as certreport
 
     row = replace(store.certified(study)[0], verdict="certified within")
     line = certreport.verdict_line([row], study.user_attrs["certification"], 2.5, report.stored.confirmations)

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from poptune import certreport, store
+from poptune import store
+from poptune.reports import certification as certreport
 from poptune.engine import PopConfig
 from poptune.files import safe_name, write_text
 from poptune.kv import registry as kv_registry
 from poptune.objectives.registry import DEFAULT, get, named, weakly_dominates
-from poptune.promptreport import AccuracyColumn, accuracy_column, prompts_lines
+from poptune.reports.prompts import AccuracyColumn, accuracy_column, prompts_lines
 from poptune.store.front import FrontRow
 from poptune.store.trials import StoredTrial
 from poptune.tune.certify import ERROR
@@ -192,7 +193,7 @@ def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_m
                 objectives: tuple[str, ...] = DEFAULT) -> str:
     """The front and the reference rows as a fixed-width table (or Markdown), one column per objective of the
     study's ``objectives``, with what each column means (``accuracy``: the accuracy column of a prompts study,
-    :func:`poptune.promptreport.accuracy_column`)."""
+    :func:`poptune.reports.prompts.accuracy_column`)."""
     columns = _columns(accuracy, objectives)
     body = [_cells(r, accuracy, objectives) for r in rows]
     extra = [(ref, _cells(ref.row, accuracy, objectives)) for ref in refs if ref.row is not None]
@@ -224,7 +225,7 @@ def verdict_table(rows: list[FrontRow], *, reference_ms: float | None = None, ma
                   accuracy: AccuracyColumn | None = None, record: dict[str, Any] | None = None,
                   objectives: tuple[str, ...] = DEFAULT) -> str:
     """The certified candidates as :func:`front_table` rows with their verdict (and, given the certification
-    ``record``, each one's certified bound: :func:`poptune.certreport.verdict_cells`) as the last column."""
+    ``record``, each one's certified bound: :func:`poptune.reports.certification.verdict_cells`) as the last column."""
     table = front_table(rows, reference_ms=reference_ms, markdown=markdown, accuracy=accuracy,
                         objectives=objectives).splitlines()
     head, body = (2, len(rows)) if markdown else (1, len(rows))
@@ -379,7 +380,7 @@ class StudyReport:
                                        self.stored.confirmations)
 
     def cost_lines(self) -> list[str]:
-        """What a verdict on each undecided candidate would cost here (:func:`poptune.certreport.cost_lines`)."""
+        """What a verdict on each undecided candidate would cost here (:func:`poptune.reports.certification.cost_lines`)."""
         return certreport.cost_lines(self.certified, self.stored.certification, self.budget, self.stored.runs)
 
     def text(self, *, asked: int | None = None) -> str:

@@ -1,6 +1,6 @@
 """Greedy POP generation verified in rounds against proposals: exact, and cheaper where they hold.
 
-A study scores the full model first (its prefix states are recorded then, :mod:`poptune.prefix`), and its
+A study scores the full model first (its prefix states are recorded then, :mod:`poptune.engine.prefix`), and its
 greedy answer to each prompt is kept too. A POP configuration changes only the prompt's prefill; decode is
 the full model. So its decode steps can be checked several at a time instead of run one by one, as in
 speculative decoding with the full model's answer as the draft:
@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .engine import get_pop_config, stage
-from .models.vision import vision_family
+from poptune.engine import get_pop_config, stage
+from ..models.vision import vision_family
 from .segments import generate as plain_generate
 
 if TYPE_CHECKING:
@@ -60,14 +60,14 @@ NGRAMS = (3, 2)
 
 def generate(model: Any, inputs: dict[str, Any], *, states: "PrefixStates | None" = None, chunk: int | None = None,
              stopping: Callable[[], Any] | None = None, **kwargs: Any) -> "torch.Tensor":
-    """Greedy or sampled generation as :func:`poptune.segments.generate`, with the full model's answers kept.
+    """Greedy or sampled generation as :func:`poptune.engine.segments.generate`, with the full model's answers kept.
 
     Args:
         model: The model, POP applied or not.
         inputs: ``input_ids`` and optionally ``attention_mask`` (left-padded).
         states: Where the full model's answers are kept (a run of the full model, skip 0, records them) and
             read as drafts (a POP run verifies them); None: plain generation.
-        chunk: Prefill in chunks of this many tokens (see :mod:`poptune.segments`).
+        chunk: Prefill in chunks of this many tokens (see :mod:`poptune.engine.segments`).
         stopping: Makes a fresh ``StoppingCriteriaList`` (lm-eval's are stateful); None: none.
         **kwargs: ``generate``'s (``max_length`` or ``max_new_tokens``, ``do_sample``, ``pad_token_id``, ...).
 

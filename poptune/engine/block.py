@@ -27,15 +27,15 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import UnsupportedModelError
-from .kv.source import COMPACT_FLAG
-from .patching import Patch
+from ..errors import UnsupportedModelError
+from ..kv.source import COMPACT_FLAG
+from ..patching import Patch
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from .kv.source import Write
+    from ..kv.source import Write
 
 __all__ = ["compacted", "mask_layout", "skipping"]
 
@@ -134,7 +134,7 @@ def _boundary_mask(mask: Any, cache: Any, layer: "nn.Module", queries: tuple[int
 
     start, stop = queries
     width = stop - start
-    from .kv.compact import CompactLayer, compact_mask
+    from ..kv.compact import CompactLayer, compact_mask
 
     held = cache.layers[layer.self_attn.layer_idx]
     if isinstance(held, CompactLayer):
@@ -170,7 +170,7 @@ def compacted(decoder: "nn.Module", cache: Any, exclude: Sequence[int] = ()) -> 
     if cache is None or not getattr(cache, COMPACT_FLAG, False):
         yield
         return
-    from .kv.compact import CompactLayer
+    from ..kv.compact import CompactLayer
 
     if mask_layout(decoder.config) != "4d":
         raise UnsupportedModelError("a cache that dropped tokens needs eager or sdpa attention (4-D masks)")
@@ -191,7 +191,7 @@ def _compact_layer_forward(layer: "nn.Module", inner: Any) -> Any:
 
     def forward(hidden_states: "torch.Tensor", *args: Any, attention_mask: Any = None, cache: Any = None,
                 **kwargs: Any) -> Any:
-        from .kv.compact import compact_mask
+        from ..kv.compact import compact_mask
 
         index, (batch, n) = layer.self_attn.layer_idx, hidden_states.shape[:2]
         _, offset = cache.get_mask_sizes(n, index)

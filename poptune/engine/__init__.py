@@ -11,8 +11,8 @@ The engine wraps the forward of the decoder (the module that owns ``layers``) of
 
 - a **prompt** segment: over an empty cache (a new prompt, whatever its length), or several new tokens over a
   non-empty one (a later turn of a conversation, on top of the earlier turns' cache). The boundary rule applies;
-- a **chunk**: a segment inside a prompt fed in chunks, declared with :func:`stage` (see :mod:`poptune.segments`):
-  no boundary, every token pruned;
+- a **chunk**: a segment inside a prompt fed in chunks, declared with :func:`stage` (see
+  :mod:`poptune.engine.segments`): no boundary, every token pruned;
 - **decode**: one new token over a cache (or a forward declared so, e.g. a continuation scored at once): the
   untouched model.
 
@@ -23,10 +23,10 @@ A segment of ``N`` tokens with ``W`` boundary tokens is one pass in which every 
    attention, no FFN), and
 2. runs in full for the last ``W`` (boundary) tokens, which attend to the cache, those K/V and their own.
 
-Layers outside the block run as usual, so the boundary tokens see the full model (see :mod:`poptune.block`). The
-output of a segment holds hidden states (and so logits) only for the positions that ran at full depth: the
-boundary window, the last prompt position when ``boundary="none"``, none for a chunk; the pruned positions never
-reach the LM head. Prompts must be left-padded (right padding is refused).
+Layers outside the block run as usual, so the boundary tokens see the full model (see
+:mod:`poptune.engine.block`). The output of a segment holds hidden states (and so logits) only for the positions
+that ran at full depth: the boundary window, the last prompt position when ``boundary="none"``, none for a chunk;
+the pruned positions never reach the LM head. Prompts must be left-padded (right padding is refused).
 
 Image prompts (``Qwen3VLForConditionalGeneration``, ``Gemma3ForConditionalGeneration`` with ``pixel_values``)
 need nothing of their own: the vision encoder runs as usual in the model's forward, which merges the image
@@ -49,6 +49,10 @@ merged image+text sequence, and:
   stream at that depth, not part of the layer, and the skipped layer hands on every position (pruned ones
   unchanged), so deeper skipped layers write their K/V from ``x + deepstack``. In the 8B model the injections
   follow layers 0-2, so only ``skip >= 34`` of 36 reaches them.
+
+The package (floor 2): this module is the engine (``PopConfig``, :func:`apply_pop`); ``block``: the skipped
+block's forward and masks; ``segments``: prompts fed in segments (chunked prefill, turns); ``prefix``:
+prefix-state reuse; ``speculate``: greedy POP generation verified in rounds.
 """
 
 from __future__ import annotations
@@ -62,12 +66,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from .block import compacted, mask_layout, skipping
-from .errors import ConfigError, InputError, UnsupportedModelError
-from .kv import maps as kvmaps
-from .kv import registry
-from .kv.maps import KVMaps
-from .kv.source import Segment
-from .patching import Patch
+from ..errors import ConfigError, InputError, UnsupportedModelError
+from ..kv import maps as kvmaps
+from ..kv import registry
+from ..kv.maps import KVMaps
+from ..kv.source import Segment
+from ..patching import Patch
 
 if TYPE_CHECKING:
     import torch
@@ -371,7 +375,7 @@ def _pop_forward(
     past = cache.get_seq_length() if cache is not None else 0
     kind = state.stage or ("decode" if n == 1 and past > 0 else "prompt")
     pruned = n if kind == "chunk" else n - state.config.boundary_width
-    # Prefix states (see poptune.prefix) are whole prompts from position 0: segments over a cache never use them.
+    # Prefix states (see poptune.engine.prefix) are whole prompts from position 0: segments over a cache never use them.
     prefix = getattr(decoder, "_poptune_prefix_states", None) if past == 0 else None
     if state.config.skip == 0 or kind == "decode" or pruned <= 0:
         # Decode, or a segment inside the boundary window: the unmodified model (a compact cache's masks gathered).

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .engine import get_pop_config, stage
-from .errors import ConfigError, InputError
+from poptune.engine import get_pop_config, stage
+from ..errors import ConfigError, InputError
 
 __all__ = ["chunk_bounds", "prefill_prompt", "generate"]
 
