@@ -227,14 +227,17 @@ def _section(record: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
 
 def _costs(record: Mapping[str, Any], rows: Sequence[Row], confidence: float) -> list[str]:
     """What each undecided verdict would cost (:mod:`poptune.comparison.cost`): a plan, not a claim."""
-    from .cost import decision_cost
+    from .cost import MAX_ITEMS, decision_cost
 
     pops = {r.label: r.name for r in rows if r.method == "pop"}
     lines = []
     for r in rows:
         cost = decision_cost(record, pops[r.against], r.name, r.lead.mean, confidence) \
             if r.verdict.startswith("undecided") else None
-        if cost is not None:
+        if cost is not None and cost.per_task > MAX_ITEMS:
+            lines.append(f"- {r.label} against {r.against} ({r.lead.mean:+.2f} points): a lead this small is not "
+                         f"decided at any size worth scoring (over {MAX_ITEMS:,} items per task)")
+        elif cost is not None:
             lines.append(f"- {r.label} against {r.against} ({r.lead.mean:+.2f} points): about {cost.per_task:,} items "
                          f"per task; the whole table at that size ~{cost.minutes:,.0f} min here: `{cost.command}`")
     if not lines:

@@ -8,7 +8,9 @@ test's normal approximation, tasks weighted equally as :func:`poptune.evaluate.p
 
 with ``s_t^2`` the variance of one item's paired difference in task t (points^2; at least one flip's worth, so a
 task with none is not read as certain). The minutes are the record's own scoring times per item, every method
-of the table, scaled to that size: the cost of running its command again with ``--items n``.
+of the table, scaled to that size: the cost of running its command again with ``--items n``, written to the
+record's own file under ``leaderboards/raw/``. Past :data:`MAX_ITEMS` per task no size is worth planning: the
+board says so instead of a figure.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-__all__ = ["Cost", "decision_cost", "items_to_decide"]
+__all__ = ["MAX_ITEMS", "Cost", "decision_cost", "items_to_decide"]
+
+#: Items per task past which the board does not plan a decision (more than any task of the data holds).
+MAX_ITEMS = 10_000
 
 
 @dataclass(frozen=True)
@@ -66,4 +71,6 @@ def decision_cost(record: Mapping[str, Any], pop: str, baseline: str, lead: floa
     command = record.get("command", "")
     command = re.sub(r"--items \d+", f"--items {per_task}", command) if "--items" in command else \
         f"{command} --items {per_task}".strip()
+    if record.get("_file"):  # where the record is kept, whatever folder it was first written to
+        command = re.sub(r"--out \S+", f"--out leaderboards/raw/{record['_file']}", command)
     return Cost(per_task, per_item * per_task * tasks / 60, command)

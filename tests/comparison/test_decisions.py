@@ -46,3 +46,17 @@ def test_the_items_a_decision_is_said_to_cost_give_about_the_power_promised():
     rates = row_power(scenario, rows=rows, tasks=2, per_task=per_task, replicates=150, seed=5)
     assert abs(rates.right - 0.8) <= 0.1, (per_task, rates.right)
     assert items_to_decide({"a": [1.0, 0.0]}, {"a": [1.0, 0.0]}, 0.0, 0.95) is None
+
+
+def test_the_cost_command_writes_the_kept_record_and_a_tiny_lead_is_not_planned():
+    from poptune.comparison.cost import MAX_ITEMS, decision_cost
+
+    outcomes = {"a": [1.0, 0.0, 1.0, 0.0] * 4}
+    record = {"tasks": ["a"], "_file": "methods-x.json",
+              "command": "poptune compare --tasks a --items 16 --out /tmp/clone/leaderboards/raw/methods-x.json",
+              "methods": [{"name": "pop", "outcomes": outcomes, "score_seconds": 16.0},
+                          {"name": "base", "outcomes": {"a": [1.0, 1.0, 0.0, 0.0] * 4}, "score_seconds": 16.0}]}
+    cost = decision_cost(record, "pop", "base", 20.0, 0.99)
+    assert cost.command == f"poptune compare --tasks a --items {cost.per_task} --out leaderboards/raw/methods-x.json"
+    assert cost.minutes == pytest.approx(2 * cost.per_task / 60)  # one second per item, two methods
+    assert decision_cost(record, "pop", "base", 0.01, 0.99).per_task > MAX_ITEMS  # the board says "not decided"
