@@ -21,7 +21,7 @@ from poptune.kv import registry as kv_registry
 from poptune.store.measurement import Measurement
 from poptune.objectives.base import References
 from poptune.objectives.registry import values_of
-from poptune.store.trials import StoredTrial, fail_reason, is_pop, measures
+from poptune.store.trials import StoredTrial, fail_reason, is_pop, measures, stored_config
 from poptune.problem.evaluator import ConfigEvaluator
 from poptune.tune.interrupt import INTERRUPTED
 from poptune.problem.problem import TuningProblem
@@ -81,21 +81,23 @@ def _over_budget(study: "optuna.Study", number: int, budget: int) -> bool:
 def _settled(study: "optuna.Study", number: int, config: PopConfig, num_layers: int) -> Any:
     """A trial that settles ``config``: completed (answer from it), or failed measuring it (fail too).
 
-    Waits while an earlier-numbered trial is measuring the same configuration; None when this trial must
-    measure it.
+    Waits while an earlier-numbered trial is measuring the same configuration, or has not yet written which one it
+    measures (every trial writes it before it looks here: otherwise two workers drawing one configuration, the
+    earlier-numbered writing it second, would both measure it); None when this trial must measure it.
     """
     from optuna.trial import TrialState
 
     while True:
-        same = [t for t in study.get_trials(deepcopy=False) if t.number != number
-                and t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+        others = [t for t in study.get_trials(deepcopy=False) if t.number != number]
+        same = [t for t in others if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
                 and config_of(t, num_layers) == config]
         for state in (TrialState.COMPLETE, TrialState.FAIL):
             done = [t for t in same if t.state == state and (state == TrialState.COMPLETE or fail_reason(t) not in (
                 None, INTERRUPTED))]  # an interrupted trial says nothing of its config
             if done:
                 return min(done, key=lambda t: t.number)
-        if not any(t.state == TrialState.RUNNING and t.number < number for t in same):
+        earlier = [t for t in others if t.state == TrialState.RUNNING and t.number < number and is_pop(t)]
+        if not any(stored_config(t) in (config, None) for t in earlier):
             return None
         fail_stale(study)  # the earlier trial's worker may have been killed
         time.sleep(POLL_S)
@@ -147,7 +149,6 @@ def _measure(evaluator: ConfigEvaluator, trial: "optuna.Trial", config: PopConfi
             raise
         reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         _free_accelerator_memory()
-        trial.set_user_attr("config", config.to_dict())
         trial.set_user_attr("fail_reason", reason)
         raise TrialFailed(reason) from e
 
@@ -168,12 +169,12 @@ def make_objective(
 
     def objective(trial: "optuna.Trial") -> tuple[float, ...]:
         config = suggest_config(trial, num_layers, problem.kv)
+        trial.set_user_attr("config", config.to_dict())  # what it measures, written before it looks at the others
         if _over_budget(study, trial.number, budget):
             raise optuna.TrialPruned("the study's budget is taken by other workers' trials")
         previous = _settled(study, trial.number, config, num_layers)
         if previous is not None and previous.state == optuna.trial.TrialState.FAIL:
             reason = f"failed before in trial {previous.number}: {fail_reason(previous)}"
-            trial.set_user_attr("config", config.to_dict())
             trial.set_user_attr("fail_reason", reason)
             raise TrialFailed(reason)
         if previous is not None:
