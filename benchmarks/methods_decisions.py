@@ -7,7 +7,7 @@ Drives the board's own interval and verdict (:func:`poptune.comparison.board.lea
 - **power**: one row with a true lead of POP, at the per-row confidence of its table, the share decided
   the right way and the wrong way.
 
-The multiple-choice table is 0/1 items (3 tasks x 64), the long-prompt table F1-type items (2 tasks x 24, a
+The multiple-choice table is 0/1 items (3 tasks x 128), the long-prompt table F1-type items (2 tasks x 96, a
 flip moves an item's F1 by a uniform share in [0.2, 1]), with 9 and 5 baseline rows.
 
 Usage::
@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: (table, baseline rows, tasks, items per task, F1-type, flip rate, leads in points): the committed tables.
-TABLES = (("multiple-choice", 9, 3, 64, False, 0.4, (10, 15, 20, 30)),
-          ("long-prompts", 5, 2, 24, True, 0.8, (10, 20, 30, 40)))
+TABLES = (("multiple-choice", 9, 3, 128, False, 0.4, (5, 10, 15, 20)),
+          ("long-prompts", 5, 2, 96, True, 0.8, (5, 10, 20, 30)))
 NULL_FLIPS = {False: (0.2, 0.4), True: (0.5, 0.8)}
 
 

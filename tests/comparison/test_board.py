@@ -2,6 +2,7 @@
 byte for byte from the raw records."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,14 @@ def test_an_undecided_row_says_what_its_decision_would_cost(tmp_path):
     per_task = int(line.split("about ")[1].split(" items")[0])
     assert per_task > few and f"`poptune compare --items {per_task} --out leaderboards/raw/methods-a.json`" in line
     assert f"~{2.0 * per_task / 60:,.0f} min" in line  # 48 s for 24 items, every method: 2 s per item
+
+
+def test_the_committed_board_is_what_the_committed_records_rebuild(tmp_path, monkeypatch):
+    """`poptune leaderboard --records leaderboards/raw` gives the committed table and CSV byte for byte."""
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    written = write_methods_board("leaderboards/raw", tmp_path, command="poptune leaderboard --records leaderboards/raw")
+    texts = [p for p in written if p.suffix in (".md", ".csv")]
+    assert texts
+    for path in texts:
+        assert path.read_bytes() == (root / "leaderboards" / path.name).read_bytes(), path.name
