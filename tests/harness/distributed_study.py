@@ -35,6 +35,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: Seconds between looks at the study: short enough that a look rarely sees more than one new configuration on an
+#: idle machine (a fault counted in configurations then fires between any two), long enough that reading the study
+#: costs the workers little.
+POLL_S = 0.25
+
 #: What every completed trial must carry.
 ATTRIBUTES = ("config", "latency", "speedup", "prefill_ms", "accuracy", "accuracy_mean", "full_accuracy",
               "drop_points", "items", "hardware", "versions")
@@ -102,7 +107,7 @@ def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, mode
     try:
         while procs:
             now = time.monotonic()
-            if now - polled >= 1.0:  # once a second: reading the study costs the workers CPU
+            if now - polled >= POLL_S:
                 done, polled = _completed(url, measured), now
                 if done > measured:
                     measured, progressed = done, now
@@ -159,7 +164,7 @@ def _completed(url: str, last: int = 0) -> int:
         if not studies:
             return 0
         trials = store.completed(store.load_study(storage, studies[0].study_name))
-    except Exception:  # noqa: BLE001 -- a restarting server or a journal being written: read again next second
+    except Exception:  # noqa: BLE001 -- a restarting server or a journal being written: read again at the next look
         return last
     return sum(not store.is_answer(t) for t in trials)
 
