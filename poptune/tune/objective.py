@@ -1,10 +1,11 @@
 """One trial of the study: settle its configuration (answered from storage, or measured), then its objectives.
 
 A configuration already measured in the study is answered from storage; one being measured by an
-earlier-numbered trial is waited for; one that failed before fails again at once. Its values are the problem's
-objectives (:mod:`poptune.objectives.registry`); the latency objectives are the study's reference full-model
-figures over the paired speedups, the reference being the full-model trial's, or the first measurement's
-paired full model (:func:`settle_reference`).
+earlier-numbered trial is waited for (as is an earlier-numbered trial that has not yet written what it measures);
+one that failed before fails again at once. Its values are the problem's objectives
+(:mod:`poptune.objectives.registry`); the latency objectives are the study's reference full-model figures over the
+paired speedups, the reference being the full-model trial's, or the first measurement's paired full model
+(:func:`settle_reference`).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def _settled(study: "optuna.Study", number: int, config: PopConfig, num_layers: 
 
     while True:
         others = [t for t in study.get_trials(deepcopy=False) if t.number != number]
-        same = [t for t in others if t.state in (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+        same = [t for t in others if t.state in (TrialState.COMPLETE, TrialState.FAIL)
                 and config_of(t, num_layers) == config]
         for state in (TrialState.COMPLETE, TrialState.FAIL):
             done = [t for t in same if t.state == state and (state == TrialState.COMPLETE or fail_reason(t) not in (
