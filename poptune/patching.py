@@ -11,7 +11,8 @@ what was there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .errors import PoptuneError
@@ -19,7 +20,7 @@ from .errors import PoptuneError
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["Patch"]
+__all__ = ["Patch", "attribute"]
 
 
 def _slot(module: "nn.Module") -> str:
@@ -60,3 +61,17 @@ class Patch:
             delattr(self.module, self.slot)
         else:
             setattr(self.module, self.slot, self._saved)
+
+
+@contextlib.contextmanager
+def attribute(owner: Any, name: str, value: Any) -> Iterator[Any]:
+    """Set ``owner.name = value`` for the block; on exit restore what it was (removed if it had none)."""
+    previous = getattr(owner, name, None)
+    setattr(owner, name, value)
+    try:
+        yield value
+    finally:
+        if previous is None:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, previous)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Protocol
 
-__all__ = ["Listener", "listening", "phase", "expect", "advance", "others_hushed"]
+__all__ = ["Listener", "listening", "phase", "expect", "advance", "note", "others_hushed"]
 
 
 class Listener(Protocol):
@@ -45,6 +45,15 @@ def listening(listener: Listener) -> Iterator[Listener]:
         yield listener
     finally:
         _listener.reset(token)
+
+
+def note(line: str) -> None:
+    """Tell the listener one line worth reading before the work it announces (a plan, what it will cost); a
+    listener without ``note`` ignores it."""
+    listener = _listener.get()
+    say = getattr(listener, "note", None)
+    if say is not None:
+        say(line)
 
 
 @contextlib.contextmanager

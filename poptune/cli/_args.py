@@ -155,8 +155,9 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         f"{STANDARD.long_limit} on the long-prompt pack)")
     parser.add_argument("--certify", type=int, default=None,
                         help="after the search, items per task at most on which the front's fastest candidates are "
-                        f"certified on fresh items (default: the preset's; standard: {STANDARD.certify}, "
-                        f"{STANDARD.long_certify} on the long-prompt pack; 0: no certification)")
+                        f"certified on fresh items (default: planned by `study` to decide within --time-budget, up "
+                        f"to the preset's most; standard: {STANDARD.plan}, {STANDARD.long_plan} on the long-prompt "
+                        f"pack; elsewhere {STANDARD.certify} and {STANDARD.long_certify}; 0: no certification)")
     parser.add_argument("--items", type=int, help="items per task in the first round (default: the preset's; "
                         f"standard: {STANDARD.items})")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
@@ -252,7 +253,10 @@ def problem(args: argparse.Namespace) -> Any:
         check_data(directory, real)
     size = preset_of(args)
     limit = size.limit if args.limit is not None else size.limit_for(tasks)  # an explicit --limit wins
-    certify = args.certify if getattr(args, "certify", None) is not None else size.certify_for(tasks)
+    # Without --certify a study plans its certification, up to the preset's most (poptune.tune.certify).
+    planned = getattr(args, "time_budget", False) is not False and getattr(args, "certify", None) is None
+    certify = args.certify if getattr(args, "certify", None) is not None else \
+        size.plan_for(tasks) if planned else size.certify_for(tasks)
     if prompts is not None and args.limit is None and getattr(args, "certify", None) is None:
         from poptune.evaluate.prompts import read_prompts
         from poptune.problem.presets import prompts_split

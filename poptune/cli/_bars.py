@@ -35,6 +35,10 @@ class Bars:
     def write(self, line: str) -> None:
         (self.trials.write if self.trials is not None else print)(line)
 
+    def note(self, line: str) -> None:
+        """A line the study says before spending (:func:`poptune.progress.note`), printed above the bars."""
+        self.write(line)
+
     def measured(self, seconds: float, best: str) -> None:
         """A measured trial finished: count it, and say the ETA from measured trials' mean duration."""
         self.seconds.append(seconds)

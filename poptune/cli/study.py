@@ -38,6 +38,14 @@ def register(sub: Any) -> None:
                         help=f"the study's objectives, comma-separated (default: {','.join(objectives.DEFAULT)}); "
                         "stored with the study, so a resumed one keeps them: "
                         + "; ".join(f"{o.name} ({o.direction}), {o.about}" for o in objectives.OBJECTIVES.values()))
+    parser.add_argument("--time-budget", type=_minutes, default=TIME_BUDGET_MIN, metavar="MINUTES",
+                        help=f"minutes the run may take from its start to its verdict (default: {TIME_BUDGET_MIN:g}; "
+                        "`none`: no clock): without --certify the certification is sized to decide (the items a "
+                        "verdict needs at the flip rate the search saw) within what is left of it, and says so "
+                        "before it spends")
+    parser.add_argument("--forget-answers", action="store_true",
+                        help="clear the full model's remembered answers beside the storage file (full-answers.sqlite) "
+                        "before the study: every item's reference is then scored again")
     parser.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER)
     add_storage(parser, study="<model>@<hardware-id>")
     parser.add_argument("--heartbeat", type=positive, default=HEARTBEAT_S,
@@ -59,6 +67,21 @@ def register(sub: Any) -> None:
                         "of POP's front and the paper's rule, skip / L)")
     add_calibration(parser)
     parser.set_defaults(run=run_study)
+
+
+#: The default ``--time-budget``: the embedded default study ends with its verdict within 20 minutes on a
+#: 2-core CPU (the closing A/A check and report fit in what it keeps, :data:`poptune.tune.certify.CLOSING_S`).
+TIME_BUDGET_MIN = 19.0
+
+
+def _minutes(text: str) -> float | None:
+    """``--time-budget``: positive minutes, or ``none``."""
+    if text.strip().lower() == "none":
+        return None
+    value = finite(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive minutes or `none`, got {text!r}")
+    return value
 
 
 def _enqueued(text: str | None) -> tuple[Any, ...]:
@@ -91,7 +114,9 @@ def _spec(args: argparse.Namespace, problem: Any) -> Any:
                      sampler=args.sampler, storage=args.storage, study=args.study, seed=args.seed,
                      heartbeat_s=args.heartbeat, enqueue=_enqueued(args.enqueue) + _importance_proposal(args),
                      baselines=method_list(args.baselines), calibration=calibration_spec(args),
-                     baseline_ratios=_ratios(args.baseline_ratios), confirm=not args.no_confirm)
+                     baseline_ratios=_ratios(args.baseline_ratios), confirm=not args.no_confirm,
+                     time_budget=None if args.time_budget is None else 60 * args.time_budget,
+                     plan_certification=args.certify is None, forget_answers=args.forget_answers)
 
 
 def run_study(args: argparse.Namespace) -> int:

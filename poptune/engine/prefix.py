@@ -105,17 +105,10 @@ class PrefixStates:
     def attached(self, model: "nn.Module") -> Iterator["PrefixStates"]:
         """Record plain prefills and replay POP prefills of ``model`` while the block runs."""
         from poptune.engine import decoder_of
+        from poptune.patching import attribute
 
-        decoder = decoder_of(model)
-        previous = getattr(decoder, _ATTR, None)
-        setattr(decoder, _ATTR, self)
-        try:
+        with attribute(decoder_of(model), _ATTR, self):
             yield self
-        finally:
-            if previous is None:
-                delattr(decoder, _ATTR)
-            else:
-                setattr(decoder, _ATTR, previous)
 
     # ---------------------------------------------------------------------------------------------- recording
 

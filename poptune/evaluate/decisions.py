@@ -19,10 +19,14 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["Scenario", "ErrorRates", "race_error", "PARTIAL_MEAN"]
+__all__ = ["Scenario", "ErrorRates", "race_error", "PARTIAL_MEAN", "OFF_GRID_CAPS"]
 
 #: The mean size of a flip of an F1-type item (uniform on [0.2, 1]).
 PARTIAL_MEAN = 0.6
+
+#: Caps per task that a plan may choose from data and the clock, off the doubling grid of 32 items per task:
+#: each is checked at the budget (``benchmarks/decision_errors.py``; the tests check smaller ones).
+OFF_GRID_CAPS = (100, 200, 300, 642, 1000, 1250)
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,9 @@ class Scenario:
 
 @dataclass(frozen=True)
 class ErrorRates:
-    """Verdict shares over replicates, with the standard error of each (binomial)."""
+    """Verdict shares over replicates, with the standard error of each (binomial).
+
+    ``undecided``: races that reached the cap; ``futile``: races stopped for futility (``futility=True``)."""
 
     scenario: Scenario
     replicates: int
@@ -87,6 +93,7 @@ class ErrorRates:
     beyond: float
     undecided: float
     mean_items: float
+    futile: float = 0.0
 
     def standard_error(self, share: float) -> float:
         return (share * (1 - share) / self.replicates) ** 0.5
@@ -103,9 +110,11 @@ def race_error(
     growth: float = 2.0,
     confidence: float = 0.95,
     seed: int = 0,
+    futility: bool = False,
 ) -> ErrorRates:
     """The verdicts of :func:`~poptune.evaluate.racing.race` (``start`` to ``cap`` items per task, ``tasks`` tasks)
-    on a configuration behaving as ``scenario``, over ``replicates`` seeded races; ``max_drop`` in points."""
+    on a configuration behaving as ``scenario``, over ``replicates`` seeded races; ``max_drop`` in points;
+    ``futility``: the race's opt-in futility stop. The same ``seed`` draws the same items whatever the design."""
     import numpy as np
 
     from poptune.evaluate.racing import RacingPolicy, race
@@ -116,7 +125,7 @@ def race_error(
     workload = Workload({t: list(range(cap)) for t in names}, {t: [0] * cap for t in names})
     policy = RacingPolicy(start=start, cap=cap, growth=growth)
     rng = np.random.default_rng(seed)
-    counts = {"within budget": 0, "beyond budget": 0}
+    counts = {"within budget": 0, "beyond budget": 0, "futile": 0}
     items = 0
     for _ in range(replicates):
         drawn = {t: scenario.draw(rng, cap) for t in names}
@@ -127,11 +136,13 @@ def race_error(
         def score(new: dict[str, list[int]]) -> Any:
             return _run({t: [drawn[t][1][i] for i in new[t]] for t in new}, {t: new[t] for t in new})
 
-        result = race(workload, policy, score=score, full=full, max_drop=max_drop, confidence=confidence)
+        result = race(workload, policy, score=score, full=full, max_drop=max_drop, confidence=confidence,
+                      futility=futility)
         counts[result.stopped] = counts.get(result.stopped, 0) + 1
         items += sum(result.drop.items.values())
     within, beyond = counts["within budget"] / replicates, counts["beyond budget"] / replicates
-    return ErrorRates(scenario, replicates, within, beyond, 1 - within - beyond, items / replicates)
+    futile = counts["futile"] / replicates
+    return ErrorRates(scenario, replicates, within, beyond, 1 - within - beyond - futile, items / replicates, futile)
 
 
 def _run(outcomes: dict[str, list[float]], indices: dict[str, list[int]] | None = None) -> Any:

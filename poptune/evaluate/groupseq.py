@@ -13,7 +13,12 @@ trials", Biometrika 70(3), 659-663 (1983), with the O'Brien-Fleming-type spendin
     alpha(t) = 2 - 2 Phi(z_{1 - alpha/2} / sqrt(t)),   t = items so far / items planned,
 
 which spends almost nothing at early looks and nearly all of ``alpha`` at the last, so the last look's test is
-within a few percent of a fixed-size test's power. Looks past the plan (``t > 1``) spend nothing. The
+within a few percent of a fixed-size test's power. Other spending functions (``spending``): the Pocock type
+``alpha ln(1 + (e - 1) t)`` and the Hwang-Shih-DeCani family ``alpha (1 - exp(-gamma t)) / (1 - exp(-gamma))``
+(Hwang, Shih and DeCani, "Group sequential designs using a family of type I error probability spending
+functions", Statistics in Medicine 9, 1990), which spend earlier. Every function spends exactly ``alpha`` by
+``t = 1``, so the last planned look, wherever the cap put it and however close it is to the one before, spends
+what the earlier looks left; looks past the plan (``t > 1``) spend nothing. The
 boundaries come from the standardized statistics' joint law (a Brownian motion read at the looks' information
 times): ``Z_1, ..., Z_K`` are jointly normal with ``corr(Z_j, Z_k) = sqrt(t_j / t_k)``. They are computed by the
 recursive numerical integration of Armitage, McPherson and Rowe (1969), as in Jennison and Turnbull, *Group
@@ -24,21 +29,25 @@ approach", J. R. Stat. Soc. B 51(3), 305-361, 1989): inverting the design's test
 with the bounds of every other look, misses the true value with probability at most ``alpha`` in all. So the
 tightest bound over the looks so far is a valid claim, whichever look the race stopped at.
 
-The spending function was chosen by the seeded simulation of :mod:`poptune.evaluate.decisions`
-(``leaderboards/decision-errors-simulated-*.md``): it keeps the error at the budget and reaches the power of a
-one-look test within about 3% more items.
+The spending functions were chosen by the seeded simulation of :mod:`poptune.evaluate.decisions`
+(``leaderboards/decision-errors-simulated-*.md``): O'Brien-Fleming keeps the error at the budget and reaches the
+power of a one-look test within about 3% more items; a race's rejection side spends by Hwang-Shih-DeCani with
+``gamma = -2`` instead (:data:`poptune.evaluate.paired.LOWER_SPENDING`), to reject hopeless configurations at
+the first look.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["spent", "boundaries", "crossing_probability", "drift_for_power"]
+__all__ = ["spent", "boundaries", "crossing_probability", "drift_for_power", "hwang_shih_decani", "OBRIEN_FLEMING",
+           "POCOCK"]
 
 #: Standard deviations of the marginal law that the integration grid spans below the boundary.
 _SPAN = 8.0
@@ -47,15 +56,46 @@ _DENSITY = 24
 _MAX_POINTS = 2001
 
 
-def spent(t: float, alpha: float) -> float:
-    """The error spent by information fraction ``t`` (O'Brien-Fleming type; ``alpha`` at ``t >= 1``)."""
+#: The O'Brien-Fleming-type spending function (the default; a race's "within budget" side).
+OBRIEN_FLEMING = "obrien-fleming"
+#: The Pocock-type spending function ``alpha ln(1 + (e - 1) t)`` (Lan and DeMets 1983).
+POCOCK = "pocock"
+
+
+def hwang_shih_decani(gamma: float) -> str:
+    """The name of the Hwang-Shih-DeCani spending function of parameter ``gamma``:
+    ``alpha (1 - exp(-gamma t)) / (1 - exp(-gamma))`` (``gamma = 0``: ``alpha t``). Negative ``gamma`` keeps
+    more of the error for later looks (``-4`` is close to O'Brien-Fleming, ``1`` to Pocock)."""
+    return f"hsd({float(gamma):g})"
+
+
+def _parse(spending: str) -> tuple[str, float]:
+    if spending in (OBRIEN_FLEMING, POCOCK):
+        return spending, 0.0
+    match = re.fullmatch(r"hsd\(([-+0-9.eE]+)\)", spending)
+    if match is None:
+        raise ConfigError(f"unknown spending function {spending!r}: {OBRIEN_FLEMING!r}, {POCOCK!r} or "
+                          "'hsd(gamma)'")
+    return "hsd", float(match.group(1))
+
+
+def spent(t: float, alpha: float, spending: str = OBRIEN_FLEMING) -> float:
+    """The error spent by information fraction ``t``: ``alpha`` at ``t >= 1``, and before it by ``spending``
+    (O'Brien-Fleming type ``2 - 2 Phi(z_{1 - alpha/2} / sqrt(t))`` by default)."""
     from scipy.stats import norm
 
+    kind, gamma = _parse(spending)
     if t <= 0:
         return 0.0
     if t >= 1:
         return alpha
-    return float(2 * norm.sf(norm.isf(alpha / 2) / math.sqrt(t)))
+    if kind == OBRIEN_FLEMING:
+        return float(2 * norm.sf(norm.isf(alpha / 2) / math.sqrt(t)))
+    if kind == POCOCK:
+        return float(alpha * math.log(1 + (math.e - 1) * t))
+    if abs(gamma) < 1e-12:
+        return float(alpha * t)
+    return float(alpha * math.expm1(-gamma * t) / math.expm1(-gamma))
 
 
 def _check(fractions: Sequence[float], alpha: float) -> tuple[float, ...]:
@@ -114,14 +154,14 @@ def _walk(ts: tuple[float, ...], uppers: Sequence[float], drift: float) -> list[
 
 
 @lru_cache(maxsize=1024)
-def _boundaries(ts: tuple[float, ...], alpha: float) -> tuple[float, ...]:
+def _boundaries(ts: tuple[float, ...], alpha: float, spending: str = OBRIEN_FLEMING) -> tuple[float, ...]:
     from scipy.optimize import brentq
     from scipy.stats import norm
 
     uppers: list[float] = []  # on the B scale: B_k = Z_k sqrt(t_k)
     used = 0.0
     for k, t in enumerate(ts):
-        spend = spent(t, alpha) - used
+        spend = spent(t, alpha, spending) - used
         if spend < 1e-12:
             uppers.append(math.inf)
             continue
@@ -137,30 +177,34 @@ def _boundaries(ts: tuple[float, ...], alpha: float) -> tuple[float, ...]:
     return tuple(u / math.sqrt(t) for u, t in zip(uppers, ts))
 
 
-def boundaries(fractions: Sequence[float], alpha: float) -> tuple[float, ...]:
+def boundaries(fractions: Sequence[float], alpha: float, spending: str = OBRIEN_FLEMING) -> tuple[float, ...]:
     """The one-sided critical values ``c_k`` of the design's looks: reject at look k when ``Z_k >= c_k``.
 
     Args:
         fractions: Each look's information fraction (items so far over items planned), increasing.
         alpha: The error over all looks together (one-sided).
+        spending: The spending function (:data:`OBRIEN_FLEMING`, :data:`POCOCK`, :func:`hwang_shih_decani`).
 
     A look that spends nothing (past the plan, or spending under 1e-12) has ``c_k = inf``. One look at
     ``t = 1`` gives the fixed-size ``z_{1-alpha}``: ``boundaries([1.0], 0.025)`` is ``(1.95996...,)``.
     """
-    return _boundaries(_check(fractions, alpha), float(alpha))
+    _parse(spending)
+    return _boundaries(_check(fractions, alpha), float(alpha), spending)
 
 
-def crossing_probability(fractions: Sequence[float], alpha: float, drift: float) -> float:
+def crossing_probability(fractions: Sequence[float], alpha: float, drift: float,
+                         spending: str = OBRIEN_FLEMING) -> float:
     """The chance the design rejects at some look when ``Z_k`` has mean ``drift * sqrt(t_k)`` (its power).
 
     ``drift`` is the standardized effect at full information: ``(budget - true drop) / (sd / sqrt(N))``.
     """
     ts = _check(fractions, alpha)
-    cs = _boundaries(ts, float(alpha))
+    cs = boundaries(ts, alpha, spending)
     return float(sum(_walk(ts, [c * math.sqrt(t) for c, t in zip(cs, ts)], drift)))
 
 
-def drift_for_power(fractions: Sequence[float], alpha: float, power: float) -> float:
+def drift_for_power(fractions: Sequence[float], alpha: float, power: float,
+                    spending: str = OBRIEN_FLEMING) -> float:
     """The standardized effect at full information that the design detects with probability ``power``.
 
     One look: ``z_{1-alpha} + z_{power}`` (2.80 for 2.5% and 80%); spread over looks it is a little more.
@@ -169,4 +213,5 @@ def drift_for_power(fractions: Sequence[float], alpha: float, power: float) -> f
 
     if not 0 < power < 1:
         raise ConfigError(f"`power` must be in (0, 1), got {power}")
-    return float(brentq(lambda d: crossing_probability(fractions, alpha, d) - power, 0.0, 20.0, xtol=1e-6))
+    return float(brentq(lambda d: crossing_probability(fractions, alpha, d, spending) - power, 0.0, 20.0,
+                        xtol=1e-6))

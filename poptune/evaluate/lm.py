@@ -28,6 +28,7 @@ from poptune.errors import ConfigError
 from poptune.evaluate.scoring import score_continuations
 from poptune.kv import registry
 from poptune.engine.prefix import attached_states
+from poptune.engine.trunk import attached_trunk, batch_key
 from poptune.engine.segments import chunk_bounds
 from poptune.engine.speculate import generate
 
@@ -170,8 +171,8 @@ class PopLM(HFLM):
         prefilled in chunks of ``prefill_chunk`` tokens if given.
 
         With prefix states attached (a study, :mod:`poptune.engine.prefix`), the full model's greedy answers are kept
-        and a POP configuration's greedy generation verifies them as drafts (:mod:`poptune.engine.speculate`): the
-        same output, fewer decode steps where the answers agree."""
+        and a POP configuration's greedy generation of a single row verifies them as drafts
+        (:mod:`poptune.engine.speculate`): the same output, fewer decode steps where the answers agree."""
         from lm_eval.models.utils_hf import stop_sequences_criteria
 
         attention_mask = generation_kwargs.pop("attention_mask", None)
@@ -183,11 +184,20 @@ class PopLM(HFLM):
         def stopping() -> Any:  # lm-eval's criteria are stateful: a fresh list per generation
             return stop_sequences_criteria(self.tokenizer, stop, context.shape[1], context.shape[0])
 
+        # Drafts only for a single row: a batch keeps only what all its rows accept, and every proposed position
+        # pays the LM head, so batched verification cost more than plain decode (leaderboards/item-cost-*).
+        states = attached_states(self.model) if context.shape[0] == 1 else None
+
+        def compute() -> Any:
+            return generate(self.model, {"input_ids": context, "attention_mask": attention_mask},
+                            states=states, chunk=self.prefill_chunk, stopping=stopping,
+                            max_length=max_length, pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
+                            **generation_kwargs)
+
+        key = batch_key(context, attention_mask, max_length, stop, sorted(generation_kwargs.items()),
+                        self.prefill_chunk)
         with apply_pop(self.model, self.pop_config):
-            out = generate(self.model, {"input_ids": context, "attention_mask": attention_mask},
-                           states=attached_states(self.model), chunk=self.prefill_chunk, stopping=stopping,
-                           max_length=max_length, pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
-                           **generation_kwargs)
+            out = self._shared(key, compute)
         progress.advance(int(context.shape[0]))
         return out
 
@@ -212,14 +222,11 @@ class PopLM(HFLM):
         with tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="POP loglikelihood") as bar:
             for start in range(0, len(contexts), batch):
                 members = [i for ctx in contexts[start : start + batch] for i in by_context[ctx]]
+                contexts_, continuations = [prepared[i][0] for i in members], [prepared[i][1] for i in members]
+                key = batch_key(contexts_, continuations, pad_id, self.prefill_chunk)
                 with apply_pop(self.model, self.pop_config):
-                    scores = score_continuations(
-                        self.model,
-                        [prepared[i][0] for i in members],
-                        [prepared[i][1] for i in members],
-                        pad_id=pad_id,
-                        prefill_chunk=self.prefill_chunk,
-                    )
+                    scores = self._shared(key, lambda: score_continuations(
+                        self.model, contexts_, continuations, pad_id=pad_id, prefill_chunk=self.prefill_chunk))
                 for i, answer in zip(members, scores):
                     results[i] = answer
                     if requests[i][0] is not None:
@@ -227,6 +234,12 @@ class PopLM(HFLM):
                 bar.update(len(members))
                 progress.advance(len(members))
         return results  # type: ignore[return-value]
+
+    def _shared(self, key: bytes, compute: Any) -> Any:
+        """``compute()`` for this configuration on one batch, or the full model's lead's output for it where
+        several configurations are scored on the same items (:mod:`poptune.engine.trunk`)."""
+        trunk = attached_trunk(self.model)
+        return compute() if trunk is None else trunk.run(self.model, key, compute)
 
     def _truncate(self, context: list[int], continuation: list[int]) -> tuple[list[int], list[int]]:
         """HFLM's window: context and continuation[:-1] fit ``max_length``; the context loses its head."""

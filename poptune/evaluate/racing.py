@@ -13,32 +13,45 @@ interval is the score test's repeated bounds over that group-sequential design (
 :mod:`poptune.evaluate.groupseq`): each end is wrong with probability at most 2.5% over all the rounds together,
 so racing's looks need no further correction. When the true drop equals the budget, ``within budget`` is
 declared with probability at most 2.5% over the whole race, and likewise ``beyond budget``
-(:func:`poptune.evaluate.decisions.race_error` measures both by simulation). O'Brien-Fleming spending keeps
-almost all the error for the last round, so a race to its cap is nearly as powerful as one fixed-size test;
-the price is that early rounds stop only on overwhelming evidence. With no item flipped, the upper end falls to
-2 points after about 240 items; at 10% flips it takes about 2,000 (:func:`verdict_cost` says how many for a
+(:func:`poptune.evaluate.decisions.race_error` measures both by simulation), whatever cap the plan chose: the
+last planned look, on or off the doubling grid and however close to the one before, spends all the error the
+earlier ones left (:func:`poptune.evaluate.groupseq.boundaries`). "Within budget" spends by
+O'Brien-Fleming, keeping almost all the error for the last round, so a race to its cap is nearly as powerful as
+one fixed-size test; "beyond budget" spends earlier (Hwang-Shih-DeCani, gamma -2), so a hopeless configuration
+is rejected at the first round (:data:`poptune.evaluate.paired.LOWER_SPENDING`). With no item flipped, the upper
+end falls to 2 points after about 240 items; at 10% flips it takes about 2,000 (:func:`verdict_cost` says how many for a
 race's observed flip rate), so a search's few dozen items per task mostly end at the cap (``cap``) or
 ``beyond budget``; deciding ``within`` is the certification's job, on fresh items (:mod:`poptune.tune.certify`).
 
 A clearly broken configuration is decided after the first round; a borderline one gets every item up to the
 cap. The full model's outcomes are scored once per item and shared by every configuration.
+
+**Futility** (opt-in, ``race(futility=True)``): a race also stops, ``stopped == "futile"``, after a round from
+which the conditional power of a verdict within the budget by the cap is under 5% (:func:`conditional_power`:
+the items to come assumed to lose nothing and to flip as often as those seen). The stop is non-binding: the
+boundaries do not count on it, so neither verdict's error can grow; it gives up races that would almost surely
+end at the cap or beyond the budget, sooner.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from poptune import progress
 from poptune.errors import ConfigError
 from poptune.evaluate.answers import ITEMS_KEY
-from poptune.evaluate.paired import PairedDrop
+from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
 from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, TaskRun, drop_of
 from poptune.evaluate.workload import Workload, rounds
 
-__all__ = ["RacingPolicy", "RaceResult", "VerdictCost", "race", "extend_run", "planned_looks", "verdict_cost"]
+__all__ = ["RacingPolicy", "RaceResult", "VerdictCost", "race", "extend_run", "planned_looks", "verdict_cost",
+           "conditional_power", "FUTILITY_POWER"]
+
+#: ``race(futility=True)`` stops a race whose conditional power of a verdict within the budget is below this.
+FUTILITY_POWER = 0.05
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,7 @@ class RaceResult:
     run: TaskRun
     drop: PairedDrop
     rounds: int
-    stopped: str  # "within budget", "beyond budget", "narrow enough", "cap"
+    stopped: str  # "within budget", "beyond budget", "narrow enough", "cap", "futile" (``race(futility=True)``)
 
 
 def extend_run(run: TaskRun | None, more: TaskRun) -> TaskRun:
@@ -119,6 +132,7 @@ def race(
     max_drop: float | None,
     seed: int = 0,
     confidence: float = 0.95,
+    futility: bool = False,
 ) -> RaceResult:
     """Score rounds of the workload's items with ``score`` until the drop is decided (module docstring).
 
@@ -132,6 +146,10 @@ def race(
         seed: Seed of the bootstrap (unbounded metrics only).
         confidence: Two-sided confidence of the drop's interval (a certification of several candidates at
             once spends its error among them).
+        futility: Also stop, with ``stopped == "futile"``, after a look from which a verdict within the budget
+            by the cap has a conditional power under :data:`FUTILITY_POWER` (:func:`conditional_power`). The
+            stop is non-binding: the design's boundaries do not count on it, so it can only lower the error of
+            either verdict; it gives up only a race that would almost surely not end within the budget.
 
     Each round is a phase of :mod:`poptune.progress`.
 
@@ -160,8 +178,42 @@ def race(
         verdict = _decide(drop, max_drop, policy)
         if verdict is not None:
             return RaceResult(run, drop, number, verdict)
+        if futility and max_drop is not None and number < len(plan) and drop.method == SEQUENTIAL and \
+                conditional_power(drop, max_drop, plan, confidence=confidence) < FUTILITY_POWER:
+            return RaceResult(run, drop, number, "futile")
     assert run is not None and drop is not None and math.isfinite(drop.mean)
     return RaceResult(run, drop, len(plan), "cap")
+
+
+def conditional_power(drop: PairedDrop, budget: float, plan: Sequence[Mapping[str, int]], *,
+                      confidence: float = 0.95) -> float:
+    """The chance that a race that has seen ``drop`` ends "within ``budget``" at its last planned look, if the
+    items still to come lose nothing (true drop 0) and flip as often as the items seen so far.
+
+    Stochastic curtailment (Lan, Simon and Halperin, "Stochastically curtailed tests in long-term clinical
+    trials", Sequential Analysis 1, 1982) on the score test's last look: with ``N`` items planned in all, ``n``
+    seen with mean difference ``x``, flip rate ``f`` (one flip added so that none seen is not 0), ``V`` the
+    test's variance at the budget ``b`` and ``c`` the design's last boundary, it is
+    ``Phi((N b - 1/2 - c sqrt(V N) - n x) / sqrt((N - n) f))`` (in fractions, not points). 1 when nothing is
+    left to score and the verdict is already within. Used by :func:`race` (``futility=True``), non-binding.
+    """
+    from scipy.stats import norm
+
+    from poptune.evaluate.groupseq import boundaries
+    from poptune.evaluate.paired import UPPER_SPENDING, restricted_variance
+
+    planned = sum(plan[-1].values())
+    seen = drop.total
+    left = planned - seen
+    if left <= 0:
+        return 1.0 if drop.within(budget) else 0.0
+    b, mean = budget / 100, drop.mean / 100
+    flips = (sum(drop.flipped.values()) + 1) / (seen + 2)
+    variance = restricted_variance(flips / 2, flips / 2, 1.0, b)
+    fractions = [sum(look.values()) / planned for look in plan]
+    last = boundaries(fractions, (1 - confidence) / 2, UPPER_SPENDING)[-1]
+    room = planned * b - 0.5 - last * math.sqrt(variance * planned) - seen * mean
+    return float(norm.cdf(room / math.sqrt(left * flips)))
 
 
 def planned_looks(workload: Workload, policy: RacingPolicy) -> list[dict[str, int]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,8 +98,25 @@ class Workload:
                 "synthetic_lengths": list(self.synthetic_lengths)}
 
 
+#: Synthetic pools built so far, per tokenizer (while it lives): ``(task, lengths, seed) -> items``. A pool's
+#: first items never change as it grows, so a longer pool serves every shorter request: a study's every round
+#: and configuration asks for the same items again, and building them tokenizes each prompt many times.
+_POOLS: "weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], list[Any]]]" = weakref.WeakKeyDictionary()
+
+
 def synthetic_pool(tokenizer: Any, task: str, size: int, *, lengths: Sequence[int], seed: int) -> list[Any]:
     """The first ``size`` items of a synthetic task's pool (see the module docstring)."""
+    try:
+        built = _POOLS.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that takes no weak reference: built every time
+        built = {}
+    key = (task, tuple(lengths), seed)
+    if len(built.get(key, ())) < size:
+        built[key] = _build_pool(tokenizer, task, size, lengths=lengths, seed=seed)
+    return built[key][:size]
+
+
+def _build_pool(tokenizer: Any, task: str, size: int, *, lengths: Sequence[int], seed: int) -> list[Any]:
     from poptune.evaluate.synthetic import KV_RECALL, PASSKEY, kv_recall_items, passkey_items
 
     items: list[Any] = []

@@ -12,10 +12,17 @@ The model loads once, on first use. Both halves follow the problem's workload
   study) and every configuration is paired with it item by item. With state reuse (:mod:`poptune.engine.prefix`) a
   resumed study's full model runs its stored items once more per process, when a configuration first needs
   them: that records the states and answers POP replays, and checks that they still score as stored.
+- **Sharing** (:meth:`ConfigEvaluator.sharing`, a certification): the full model's scoring of a batch also
+  scores the shared configurations from its trunk (:mod:`poptune.engine.trunk`), one batch's states at a time.
+- **Remembered answers** (:meth:`ConfigEvaluator.remember_answers`): the full model's outcome of an item is read
+  from the answers file when it is there (:mod:`poptune.store.answers`), and stored when it is scored.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +39,9 @@ if TYPE_CHECKING:
     from poptune.evaluate.workload import Workload
     from poptune.kvfit.fit import KVFitSpec, KVFitter
     from poptune.engine.prefix import PrefixStates
+    from poptune.engine.trunk import SharedTrunk
+    from poptune.store.answers import FullAnswers
+    from pathlib import Path
 
 __all__ = ["ConfigEvaluator", "STATE_BYTES"]
 
@@ -74,6 +84,9 @@ class ConfigEvaluator:
         self.states: PrefixStates | None = None  # see enable_state_reuse
         self._recorded: dict[str, set[int]] = {}  # items whose full-model states this process has recorded
         self._kv_fitter: KVFitter | None = None  # one residual stream of calibration text for every block
+        self._trunk: SharedTrunk | None = None  # see sharing
+        self.answers: FullAnswers | None = None  # see remember_answers
+        self.scoring: dict[str, list[float]] = {}  # "full"/"pop" -> [seconds, items] scored (see seconds_per_item)
 
     @property
     def model(self) -> Any:
@@ -143,10 +156,44 @@ class ConfigEvaluator:
         from poptune.evaluate.suite import measure_tasks
 
         spec = self._eval_spec().with_samples(items)
-        if self.states is None or not reuse:  # a baseline's changed model must neither record nor replay
+        if not reuse:  # a baseline's changed model must neither record nor replay nor lead
             return measure_tasks(self.model, self.tokenizer, config, spec)
-        with self.states.attached(self.model):  # the full model records its prefills, POP replays them
-            return measure_tasks(self.model, self.tokenizer, config, spec)
+        started = time.perf_counter()
+        with contextlib.ExitStack() as stack:
+            if self.states is not None:  # the full model records its prefills, POP replays them
+                stack.enter_context(self.states.attached(self.model))
+            if self._trunk is not None:  # the full model's batches also score the shared configurations
+                stack.enter_context(self._trunk.attached(self.model, keep=True))
+            run = measure_tasks(self.model, self.tokenizer, config, spec)
+        if self._trunk is None:  # what an item costs alone: the full model's, and a configuration's beside it
+            spent = self.scoring.setdefault("full" if config.skip == 0 else "pop", [0.0, 0])
+            spent[0] += time.perf_counter() - started
+            spent[1] += sum(map(len, items.values()))
+        return run
+
+    def seconds_per_item(self) -> float | None:
+        """What scoring one more item costs the full model and one configuration beside it, as this process
+        measured it (None before it scored both)."""
+        if not all(self.scoring.get(k, (0, 0))[1] for k in ("full", "pop")):
+            return None
+        return sum(seconds / items for seconds, items in self.scoring.values())
+
+    @contextlib.contextmanager
+    def sharing(self, configs: "Sequence[PopConfig]") -> Iterator["SharedTrunk"]:
+        """Within the block, the full model's scoring of an item also scores ``configs`` on it, from its trunk
+        (:mod:`poptune.engine.trunk`): a configuration's later scoring of the same items computes nothing.
+        Each configuration is made ready for its K/V source first."""
+        from poptune.engine.trunk import SharedTrunk
+
+        configs = [c for c in dict.fromkeys(configs) if c.skip > 0]
+        for config in configs:
+            self.prepare_kv(config)
+        previous, self._trunk = self._trunk, SharedTrunk(configs)
+        try:
+            yield self._trunk
+        finally:
+            self._trunk.clear()
+            self._trunk = previous
 
     def enable_state_reuse(self, max_bytes: int = STATE_BYTES) -> float:
         """Reuse the full model's layer inputs in POP prefills (:mod:`poptune.engine.prefix`).
@@ -176,9 +223,7 @@ class ConfigEvaluator:
         missing = {t: self.workload.order[t][have.get(t, 0) : n] for t, n in counts.items()}
         missing = {t: v for t, v in missing.items() if v}
         if missing:
-            with progress.phase(f"full model accuracy ({sum(map(len, missing.values()))} items)", unit="request"):
-                part = self._score(PopConfig(skip=0), missing)
-            self._mark_recorded(missing)
+            part = self._full_part(missing)
             for task in self.problem.tasks:  # a task already covered gets an empty part
                 part.items.setdefault(task, [])
                 part.outcomes.setdefault(task, [])
@@ -186,6 +231,54 @@ class ConfigEvaluator:
             self._full = extend_run(self._full, part)
         assert self._full is not None
         return self._full
+
+    def remember_answers(self, path: "str | Path") -> "FullAnswers":
+        """Read the full model's outcomes from, and store them in, the answers file ``path``
+        (:mod:`poptune.store.answers`), keyed by this problem's weights, prompting and scoring."""
+        import torch
+        import transformers
+
+        from poptune.models import weights_fingerprint
+        from poptune.store.answers import FullAnswers
+
+        p = self.problem
+        settings = dict(model=p.model, weights=weights_fingerprint(p.model, p.weights), dtype=p.dtype,
+                        device=str(self.model.device.type), batch_size=p.eval_batch_size, seed=p.seed,
+                        synthetic_lengths=list(p.synthetic_lengths), data_dir=p.data_dir,
+                        prompts=p.prompts_sha256 or p.prompts, torch=torch.__version__,
+                        transformers=transformers.__version__)
+        self.answers = FullAnswers(path, settings)
+        return self.answers
+
+    def _full_part(self, missing: dict[str, list[int]]) -> "TaskRun":
+        """The full model's run on ``missing``: remembered outcomes read, the rest scored (and remembered)."""
+        from poptune.evaluate.prompts import PROMPT_TASKS
+        from poptune.evaluate.racing import extend_run
+        from poptune.evaluate.suite import PRIMARY_METRIC, TaskRun
+
+        known = {t: self.answers.get(t, v) for t, v in missing.items()
+                 if self.answers is not None and t not in PROMPT_TASKS}  # a prompts file's details are per run
+        todo = {t: [i for i in v if i not in known.get(t, {})] for t, v in missing.items()}
+        todo = {t: v for t, v in todo.items() if v}
+        scored = None
+        if todo:
+            with progress.phase(f"full model accuracy ({sum(map(len, todo.values()))} items)", unit="request"):
+                scored = self._score(PopConfig(skip=0), todo)
+            self._mark_recorded(todo)
+            if self.answers is not None:
+                for task in todo:
+                    if task not in PROMPT_TASKS:
+                        self.answers.put(task, dict(zip(scored.items[task], scored.outcomes[task])))
+        if not any(known.values()):
+            assert scored is not None
+            return scored
+        parts = {t: dict(known.get(t, {})) for t in missing}
+        for task in todo:
+            parts[task].update(zip(scored.items[task], scored.outcomes[task]))
+        outcomes = {t: [parts[t][i] for i in missing[t]] for t in missing}
+        run = TaskRun({t: {PRIMARY_METRIC[t]: sum(v) / len(v)} for t, v in outcomes.items()},
+                      {t: list(v) for t, v in missing.items()}, outcomes, dict(scored.details) if scored else {})
+        return run if scored is None else extend_run(None, run)
 
     def _mark_recorded(self, items: dict[str, list[int]]) -> None:
         if self.states is not None:
@@ -202,8 +295,8 @@ class ConfigEvaluator:
         """
         from poptune.errors import MeasurementError
 
-        if self.states is None or self._full is None:
-            return
+        if self.states is None or self._full is None or self._trunk is not None:
+            return  # sharing (a certification): the full model's items were led by the trunk or are remembered
         todo = {t: v for t, v in items.items() if v and not self._recorded.get(t, set()).issuperset(v)}
         if not todo:
             return
@@ -335,7 +428,8 @@ class ConfigEvaluator:
         )
 
     def race_accuracy(self, config: PopConfig, *, transform: Transform | None = None, fresh: int = 0,
-                      policy: "RacingPolicy | None" = None, confidence: float = 0.95) -> "RaceResult":
+                      policy: "RacingPolicy | None" = None, confidence: float = 0.95,
+                      futility: bool = False) -> "RaceResult":
         """Race ``config``'s accuracy against the full model (:func:`poptune.evaluate.racing.race`).
 
         Args:
@@ -343,6 +437,8 @@ class ConfigEvaluator:
             fresh: Skip the first ``fresh`` items of every task's order (a certification races on items after
                 the search's: positions ``fresh, fresh + 1, ...``).
             policy: Round sizes and cap (default: the problem's racing); ``confidence``: the drop interval's.
+            futility: Give up, non-binding, once a verdict within the budget has become hopeless
+                (:func:`poptune.evaluate.racing.race`).
         """
         from poptune.evaluate.racing import race
 
@@ -359,7 +455,7 @@ class ConfigEvaluator:
             return self.full_run({t: fresh + n for t, n in counts.items()}).tail(fresh)
 
         return race(workload, policy or p.racing(), score=score, full=full, max_drop=p.max_drop, seed=p.seed,
-                    confidence=confidence)
+                    confidence=confidence, futility=futility)
 
     def score_first(self, config: PopConfig, counts: dict[str, int], *,
                     transform: Transform | None = None, skip: int = 0) -> "TaskRun":

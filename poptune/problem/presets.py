@@ -27,6 +27,11 @@ class Preset:
             :data:`~poptune.measure.stats.MIN_PAIRS_95` (6), the fewest whose 95% interval of the speedup reaches
             95% (a problem's ``repeats``, 6 by default, are the least).
         max_seconds: Most seconds per latency measurement and length while chasing the precision.
+        certify, long_certify: Fresh items per task a certification takes when it is not planned (the library's
+            default; the command line's ``--certify N``).
+        plan, long_plan: The most fresh items per task a planned certification may take (the command line's
+            default, :func:`poptune.tune.certify.plan_certification`): it takes what a verdict needs at the
+            search's flip rate, within the time budget.
     """
 
     trials: int
@@ -37,10 +42,16 @@ class Preset:
     long_limit: int
     certify: int = 0
     long_certify: int = 0
+    plan: int = 0
+    long_plan: int = 0
 
     def certify_for(self, tasks: tuple[str, ...]) -> int:
         """The certification cap of a study of ``tasks`` (:attr:`long_certify` on the long-prompt pack)."""
         return self.long_certify if tasks and all(t.startswith("longctx") for t in tasks) else self.certify
+
+    def plan_for(self, tasks: tuple[str, ...]) -> int:
+        """The most items per task a planned certification of ``tasks`` may take (:attr:`long_plan` on the pack)."""
+        return self.long_plan if tasks and all(t.startswith("longctx") for t in tasks) else self.plan
 
     def limit_for(self, tasks: tuple[str, ...]) -> int:
         """The item cap of a study of ``tasks``: :attr:`long_limit` when all are of the long-prompt pack."""
@@ -48,14 +59,14 @@ class Preset:
 
 
 STANDARD = Preset(trials=8, items=8, limit=32, max_pairs=20, max_seconds=3.0, long_limit=32, certify=128,
-                  long_certify=16)
+                  long_certify=16, plan=1024, long_plan=256)
 
 PRESETS: dict[str, Preset] = {
     "quick": Preset(trials=4, items=8, limit=16, max_pairs=10, max_seconds=2.0, long_limit=16, certify=64,
-                    long_certify=16),
+                    long_certify=16, plan=256, long_plan=64),
     "standard": STANDARD,
     "thorough": Preset(trials=24, items=16, limit=64, max_pairs=40, max_seconds=6.0, long_limit=64, certify=512,
-                       long_certify=128),
+                       long_certify=128, plan=2048, long_plan=512),
 }
 
 DEFAULT_PRESET = "standard"

@@ -34,6 +34,7 @@ resumed run) keeps the earlier attempts under ``attempts``, each with the error 
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
@@ -49,11 +50,14 @@ if TYPE_CHECKING:
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
 
-__all__ = ["CERTIFY_START", "ERROR", "WITHIN", "BEYOND", "attempt_error", "candidates", "certification_policy",
+__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "plan_certification", "WITHIN", "BEYOND", "attempt_error", "candidates", "certification_policy",
            "certify_front", "spent_error", "verdict_of", "wants_certification"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
+
+#: Seconds a planned certification leaves before the run's deadline for the closing A/A check and the report.
+CLOSING_S = 45.0
 
 #: The most often any certification of a study says "certified within" for a candidate whose true drop is
 #: the budget: split across attempts (:func:`attempt_error`) and candidates.
@@ -65,6 +69,8 @@ BEYOND = "certified beyond"
 
 def verdict_of(stopped: str, items: int) -> str:
     """A certification's verdict from how its race stopped (``items``: fresh items scored, all tasks)."""
+    if stopped == "futile":  # a non-binding stop: the bound could no longer reach the budget by the cap
+        return f"undecided at {items} items (stopped: a verdict within the budget was out of reach by the cap)"
     return {"within budget": WITHIN, "beyond budget": BEYOND}.get(stopped, f"undecided at {items} items")
 
 
@@ -102,9 +108,88 @@ def certification_policy(problem: "TuningProblem") -> "RacingPolicy":
 
 
 def wants_certification(study: "optuna.Study", problem: "TuningProblem") -> bool:
-    """Whether ``problem`` asks for more certification than ``study`` holds (none yet, or a larger cap)."""
+    """Whether ``problem`` asks for more certification than ``study`` holds (none yet, or a larger cap than the
+    last attempt was given: a planned attempt that chose fewer items is not asked again)."""
     record = store.StoredStudy.of(study).certification
-    return problem.certifies and (not record or int(record.get("cap", 0)) < problem.certify_limit)
+    return problem.certifies and (not record or int(record.get("limit", record.get("cap", 0))) < problem.certify_limit)
+
+
+@dataclass(frozen=True)
+class CertificationPlan:
+    """What a certification will spend and why, said before it spends (:func:`plan_certification`).
+
+    Attributes:
+        per_task: Fresh items per task the race may score (its cap).
+        tasks: Tasks scored.
+        needed: Items per task for the verdict within the budget with probability ``power`` at ``flip_rate``,
+            true drop 0 (:func:`poptune.evaluate.racing.verdict_cost`).
+        affordable: Items per task the time left buys (None: no clock, or no cost per item measured yet).
+        supply: Items per task the problem holds for certification (its cap).
+        flip_rate: The share of the candidate's search items that flipped (one added, so none is not 0).
+        seconds_per_item: What an item costs the full model and the candidate together (None: not measured).
+        smallest_budget: The smallest budget ``per_task`` items certify with probability ``power`` at that rate.
+        power: The probability the sizes are for.
+    """
+
+    per_task: int
+    tasks: int
+    needed: int
+    affordable: int | None
+    supply: int
+    flip_rate: float
+    seconds_per_item: float | None
+    smallest_budget: float
+    power: float = 0.8
+
+    @property
+    def minutes(self) -> float | None:
+        return None if self.seconds_per_item is None else self.per_task * self.tasks * self.seconds_per_item / 60
+
+    def line(self, label: str, budget: float) -> str:
+        """``certifying 5/window-64/0 on N fresh items (~M min): ...``: the plan, in one line."""
+        cost = f" (~{self.minutes:.0f} min)" if self.minutes is not None else ""
+        head = f"certifying {label} on {self.per_task * self.tasks:,} fresh items{cost}"
+        rate = f"the {100 * self.flip_rate:.1f}% flip rate the search saw"
+        if self.per_task >= self.needed:
+            return f"{head}: {100 * self.power:.0f}% power for a {budget:g}-point verdict at {rate}"
+        why = "all the time budget buys" if self.affordable is not None and self.affordable < self.supply \
+            else "all the certification's cap holds"
+        return (f"{head}, {why}: a {budget:g}-point verdict needs about {self.needed * self.tasks:,} at {rate}; "
+                f"these items certify about {self.smallest_budget:.1f} points as often ({100 * self.power:.0f}%)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[FrontRow],
+                       confidence: float, *, deadline: float | None) -> CertificationPlan | None:
+    """The certification's size: the items the first candidate's verdict needs at the flip rate its search
+    items showed (true drop 0, 80% power), at most what the time left before ``deadline`` buys at the cost per
+    item this process measured (keeping :data:`CLOSING_S` for the closing checks) and at most the problem's cap;
+    at least one first round. The size never depends on a fresh item's outcome, so the design's error holds at
+    any size it picks. None without a candidate."""
+    from poptune.evaluate.paired import PairedDrop
+    from poptune.evaluate.racing import verdict_cost
+
+    p = evaluator.problem
+    if not rows or not p.max_drop:
+        return None
+    tasks = {t: 0 for t in p.tasks}
+    stored = study.trials[rows[0].trial].user_attrs.get("drop")
+    seen = PairedDrop.from_dict(stored) if stored else PairedDrop(0.0, 0.0, 0.0, tasks, dict(tasks))
+    seen = PairedDrop(0.0, 0.0, 0.0, seen.items or tasks, seen.flipped or dict(tasks))  # counts only
+    supply, start = p.certify_limit, min(CERTIFY_START, p.certify_limit)
+    cost = verdict_cost(seen, p.max_drop, planned=supply, start=start, confidence=confidence)
+    per_item = evaluator.seconds_per_item()
+    affordable = None
+    if deadline is not None and per_item:
+        left = deadline - time.monotonic() - CLOSING_S
+        affordable = max(0, int(left / per_item / cost.tasks))
+    per_task = max(start, min(supply, cost.per_task, supply if affordable is None else affordable))
+    smallest = verdict_cost(seen, p.max_drop, planned=per_task, start=min(start, per_task),
+                            confidence=confidence).smallest_budget
+    return CertificationPlan(per_task, cost.tasks, cost.per_task, affordable, supply, cost.flip_rate, per_item,
+                             smallest, cost.power)
 
 
 def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "TuningProblem",
@@ -130,8 +215,15 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
             "smallest_budget": cost.smallest_budget, "power": cost.power}
 
 
-def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[str, Any]:
-    """Certify the front's candidates on fresh items and store the verdicts (module docstring); returns them."""
+def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planned: bool = False,
+                  deadline: float | None = None) -> dict[str, Any]:
+    """Certify the front's candidates on fresh items and store the verdicts (module docstring); returns them.
+
+    Args:
+        planned: Size the certification (:func:`plan_certification`): the items a verdict needs at the search's
+            flip rate, within what the time left buys and the problem's cap; otherwise the problem's cap.
+        deadline: When the run must be done (``time.monotonic()`` seconds; None: no clock).
+    """
     p = evaluator.problem
     if not p.certifies:
         return {}
@@ -141,10 +233,28 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
     attempts = [*before.get("attempts", []), {k: v for k, v in before.items() if k != "attempts"}] if before else []
     attempt = len(attempts) + 1
     confidence = _confidence(attempt, len(rows))
+    plan = plan_certification(study, evaluator, rows, confidence, deadline=deadline) if planned else None
+    cap = plan.per_task if plan is not None else p.certify_limit
     record: dict[str, Any] = {"date": now(), "confidence": confidence, "fresh_from": fresh,
-                              "cap": p.certify_limit, "max_drop": p.max_drop, "candidates": [],
-                              "attempt": attempt, "error": attempt_error(attempt), "attempts": attempts}
-    policy = certification_policy(p)
+                              "cap": cap, "limit": p.certify_limit, "max_drop": p.max_drop, "candidates": [],
+                              "attempt": attempt, "error": attempt_error(attempt), "attempts": attempts,
+                              "plan": plan.to_dict() if plan is not None else None}
+    if plan is not None:
+        progress.note(plan.line(rows[0].label, p.max_drop))
+    policy = replace(certification_policy(p), start=min(CERTIFY_START, cap), cap=cap)
+    with evaluator.sharing([row.config for row in rows]):  # the full model's items score every candidate too
+        record["candidates"] = _race_candidates(study, evaluator, rows, fresh, policy, attempt)
+    store.StoredStudy.of(study).set_certification(record)
+    store_full_run(study, evaluator)  # the fresh items' full-model outcomes, for a later run
+    return record
+
+
+def _race_candidates(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[FrontRow], fresh: int,
+                     policy: "RacingPolicy", attempt: int) -> list[dict[str, Any]]:
+    """Each candidate raced on the fresh items, fastest first, until one is certified within the budget."""
+    p = evaluator.problem
+    confidence = _confidence(attempt, len(rows))
+    entries: list[dict[str, Any]] = []
     certified = False
     for row in rows:
         entry: dict[str, Any] = {"trial": row.trial, "config": row.config.to_dict(), "label": row.label}
@@ -153,7 +263,8 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
         else:
             started = time.monotonic()
             with progress.phase(f"certifying {row.label} on fresh items", unit="round"):
-                result = evaluator.race_accuracy(row.config, fresh=fresh, policy=policy, confidence=confidence)
+                result = evaluator.race_accuracy(row.config, fresh=fresh, policy=policy, confidence=confidence,
+                                                 futility=True)
             items = sum(result.drop.items.values())
             scores = result.run.primary() if result.run is not None else {}  # its own, on the fresh items
             seconds = time.monotonic() - started
@@ -163,7 +274,5 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator") -> dict[s
                          seconds=round(seconds, 1),
                          cost=_cost(searched, result.drop, seconds, p, _confidence(attempt + 1, len(rows))))
             certified = entry["verdict"] == WITHIN
-        record["candidates"].append(entry)
-    store.StoredStudy.of(study).set_certification(record)
-    store_full_run(study, evaluator)  # the fresh items' full-model outcomes, for a later run
-    return record
+        entries.append(entry)
+    return entries

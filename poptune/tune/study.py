@@ -55,7 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from poptune import store
+from poptune import progress, store
 from poptune.objectives import registry as objectives
 from poptune.baselines.methods import METHODS
 from poptune.kvfit.calibration import CalibrationSpec
@@ -85,6 +85,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: The share of a ``time_budget`` after which the search starts no more trials: the rest is the certification's.
+SEARCH_SHARE = 0.6
+
 @dataclass(frozen=True)
 class StudySpec:
     """A study to run.
@@ -113,6 +116,12 @@ class StudySpec:
         sole_worker: This process is the study's only worker, though its storage could be shared (a grid's
             journal file): the trust checks run as on SQLite, and the sampler's seed is not mixed with the
             process.
+        time_budget: Seconds the run may take, from its start to its verdict: the search starts no trial after
+            :data:`SEARCH_SHARE` of it, and a planned certification spends at most what is left (None: no clock).
+        plan_certification: Size the certification from the search's flip rate and the time left, within the
+            problem's cap (:func:`poptune.tune.certify.plan_certification`); False: certify on the cap.
+        remember_answers: Read and store the full model's outcomes in the answers file beside a file storage
+            (:mod:`poptune.store.answers`); ``forget_answers``: clear that file first.
     """
 
     problem: TuningProblem
@@ -131,6 +140,10 @@ class StudySpec:
     calibration: CalibrationSpec = field(default_factory=CalibrationSpec)
     confirm: bool = True
     sole_worker: bool = False
+    time_budget: float | None = None
+    plan_certification: bool = False
+    remember_answers: bool = True
+    forget_answers: bool = False
 
     @property
     def shared(self) -> bool:
@@ -147,6 +160,8 @@ class StudySpec:
             raise ConfigError(f"unknown baseline(s) {', '.join(unknown)}: use {', '.join(METHODS)}")
         if self.add is not None and (isinstance(self.add, bool) or not isinstance(self.add, int) or self.add < 1):
             raise ConfigError(f"`add` must be a positive integer, got {self.add!r}")
+        if self.time_budget is not None and not self.time_budget > 0:
+            raise ConfigError(f"`time_budget` must be positive seconds, got {self.time_budget}")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"`timeout` must be positive seconds, got {self.timeout}")
         if isinstance(self.heartbeat_s, bool) or not isinstance(self.heartbeat_s, int) or self.heartbeat_s < 1:
@@ -233,8 +248,9 @@ def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tu
 
 
 def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec, budget: int,
-          callbacks: list[Callable[..., None]] | None) -> None:
-    """Run trials until the study holds ``budget`` completed ones (or the timeout, or too many failures)."""
+          callbacks: list[Callable[..., None]] | None, stop_by: float | None = None) -> None:
+    """Run trials until the study holds ``budget`` completed ones (or the timeout, or ``stop_by``, a
+    ``time.monotonic()`` after which no trial starts, or too many failures)."""
     from optuna.trial import TrialState
 
     import random
@@ -245,6 +261,11 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
     rng = random.Random(spec.seed)
     while count(study, TrialState.COMPLETE) < budget:
         if spec.timeout is not None and time.monotonic() - started >= spec.timeout:
+            return
+        if stop_by is not None and time.monotonic() >= stop_by:
+            progress.note(f"search stopped at {count(study, TrialState.COMPLETE)} of {budget} configurations: "
+                          f"{100 * SEARCH_SHARE:.0f}% of the time budget is spent, the rest certifies "
+                          "(--time-budget, or --add N later)")
             return
         if failures >= share + store.MAX_RETRY or attempts >= 4 * share + 20:
             log.warning("stopping after %d trials, %d of which failed", attempts, failures)
@@ -366,6 +387,7 @@ def _run_study(
     from optuna.trial import TrialState
 
     began = trust.now()
+    deadline = None if spec.time_budget is None else time.monotonic() + spec.time_budget
     problem = spec.problem
     store.check_storage(spec.storage)  # a file that is not ours fails before the model loads (nothing created)
     # A second worker on one SQLite file is refused in one line, before its model loads (and, for a new file,
@@ -374,8 +396,9 @@ def _run_study(
     finished = _complete_already(spec, target)
     if finished is not None:
         return finished
-    if evaluator is None:
+    if evaluator is None:  # the study's own (one handed in is the caller's, as it is)
         evaluator = ConfigEvaluator(problem)
+        _answers(evaluator, spec)
     num_layers = evaluator.num_layers
     check_enqueue(spec.enqueue, num_layers, problem.kv)
     target_length = evaluator.target_length  # an image prompt for a text-only model fails here, before any write
@@ -403,22 +426,38 @@ def _run_study(
     if checks:
         trust.record_aa_check(study, evaluator, "start")
     if budget > done:
+        stop_by = None if deadline is None else deadline - (1 - SEARCH_SHARE) * spec.time_budget
         _work(study, marking_interrupted(study, make_objective(study, evaluator, problem, budget)), spec, budget,
-              callbacks)
-    _finish(study, evaluator, spec, checks)
+              callbacks, stop_by)
+    _finish(study, evaluator, spec, checks, deadline)
     return study
 
 
-def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, checks: bool) -> None:
+def _answers(evaluator: ConfigEvaluator, spec: StudySpec) -> None:
+    """The full model's answers remembered beside a file storage (and forgotten first, if asked)."""
+    from poptune.store.answers import FullAnswers, answers_path
+
+    path = answers_path(spec.storage or store.DEFAULT_STORAGE)
+    if path is None:
+        return
+    if spec.forget_answers:
+        log.warning("poptune: forgot %d remembered full-model answers in %s", FullAnswers(path, {}).clear(), path)
+    if spec.remember_answers:
+        evaluator.remember_answers(path)
+
+
+def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, checks: bool,
+            deadline: float | None = None) -> None:
     """After the trials: the trust checks (re-measures, confirmation, the closing A/A), the baselines, the run's end."""
+    planned = dict(planned=spec.plan_certification, deadline=deadline)
     if checks:
         trust.remeasure_noisy(study, evaluator)
         trust.confirm_front(study, evaluator)
-        certify_front(study, evaluator)
+        certify_front(study, evaluator, **planned)
         if trust.record_aa_check(study, evaluator, "end")["noisy"]:
             trust.retime_certified(study, evaluator)
     elif spec.confirm and not spec.shared and wants_certification(study, spec.problem):
-        certify_front(study, evaluator)  # nothing to measure, more fresh items asked for (--certify N)
+        certify_front(study, evaluator, **planned)  # nothing to measure, more fresh items asked for (--certify N)
     if spec.baselines:
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
         add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration)

@@ -1,5 +1,5 @@
 """Decision rules checked by seeded simulation: the error they claim is the error they make, and they decide
-when the answer is clear (issues 32 and 45)."""
+when the answer is clear (issues 32, 45 and 56)."""
 
 import pytest
 
@@ -54,10 +54,11 @@ def test_a_lossless_configuration_is_certified_once_there_are_enough_items():
     assert race_error(Scenario(0.0, 0.0), start=16, cap=64, replicates=20).within == 0.0  # 128 items are too few
 
 
-def test_a_broken_configuration_is_rejected_by_the_second_round():
-    # O'Brien-Fleming spending keeps the first look (a quarter of the items) for overwhelming evidence only.
+def test_a_broken_configuration_is_rejected_at_the_first_round():
+    # "Beyond budget" spends its error early (Hwang-Shih-DeCani, gamma -2): the first look (a quarter of the
+    # items) rejects a configuration that loses half its items; O'Brien-Fleming spending waited for the second.
     rates = race_error(Scenario(0.5, 0.5, losses_only=True), start=16, cap=64, replicates=50)
-    assert rates.beyond == 1.0 and rates.mean_items <= 64
+    assert rates.beyond == 1.0 and rates.mean_items == 32
 
 
 def test_scenarios_refuse_impossible_rates():
@@ -65,3 +66,111 @@ def test_scenarios_refuse_impossible_rates():
         Scenario(0.1, 0.05)
     with pytest.raises(ConfigError, match="losses only"):
         Scenario(0.02, 0.05, losses_only=True)
+
+
+def _breach(count: int, replicates: int, level: float = 0.001) -> bool:
+    """Whether ``count`` verdicts in ``replicates`` races reject an error of at most 2.5% (one-sided binomial)."""
+    from scipy.stats import binom
+
+    return float(binom.sf(count - 1, replicates, 0.025)) < level
+
+
+def test_the_error_at_the_budget_holds_at_caps_off_the_doubling_grid():
+    # Issue 56: a plan chooses the cap from data and the clock, so the last look falls off the grid of 32, 64, ...:
+    # 32 -> 48, 32 -> 64 -> 72 (a last round of 8 items: a look of little new information), 32 -> 64 -> 100,
+    # 32 -> 64 -> 128 -> 200. The last look spends what the earlier ones left, given the looks' item counts. Each
+    # row and all rows together must not reject "at most 2.5%" by a one-sided binomial test; the larger caps (300
+    # to 1,250 per task) are in benchmarks/decision_errors.py.
+    rows = [(Scenario(0.02, 0.10), 48), (Scenario(0.02, 0.10), 72), (Scenario(0.02, 0.10), 100),
+            (Scenario(0.02, 0.10), 200), (Scenario(0.02, 0.04), 100)]
+    replicates, within, beyond = 400, 0, 0
+    for scenario, cap in rows:
+        rates = race_error(scenario, start=32, cap=cap, replicates=replicates, seed=cap)
+        w, b = round(rates.within * replicates), round(rates.beyond * replicates)
+        assert not _breach(w, replicates) and not _breach(b, replicates), (cap, rates)
+        within, beyond = within + w, beyond + b
+    # Observed: 25 and 28 of 2,000. The pooled check fails from 68 (3.4%), a row from 22 of 400 (5.5%); the same
+    # races at twice the level (confidence 90%) give 64 and 67, just under: only a gross breach fails here, the
+    # benchmark's 2,000 races per row measure finer.
+    pooled = replicates * len(rows)
+    assert not _breach(within, pooled, 0.01) and not _breach(beyond, pooled, 0.01), (within, beyond)
+
+
+def _race_of_losses(lost, start, cap, monkeypatch=None):
+    """A race of two tasks where the configuration gets item i wrong when ``lost(i)``, the full model every item."""
+    from poptune.evaluate.decisions import _run
+    from poptune.evaluate.racing import RacingPolicy, race
+    from poptune.evaluate.workload import Workload
+
+    names = ["arc_easy", "hellaswag"]
+    workload = Workload({t: list(range(cap)) for t in names}, {t: [0] * cap for t in names})
+    calls = []
+
+    def score(new):
+        calls.append({t: len(v) for t, v in new.items()})
+        return _run({t: [0.0 if lost(i) else 1.0 for i in new[t]] for t in new}, {t: new[t] for t in new})
+
+    def full(wanted):
+        return _run({t: [1.0] * wanted[t] for t in names})
+
+    return race(workload, RacingPolicy(start=start, cap=cap), score=score, full=full, max_drop=2.0), calls
+
+
+def test_a_hopeless_configuration_is_rejected_at_the_first_look_and_acceptance_is_unchanged(monkeypatch):
+    from poptune.evaluate import paired
+    from poptune.evaluate.groupseq import OBRIEN_FLEMING, boundaries
+
+    # A 75-point drop (3 items in 4 lost), two tasks, the search's 8 -> 16 -> 32 items per task: rejected at the
+    # first look (8 items per task) now that "beyond budget" spends its error earlier (Hwang-Shih-DeCani, -2) ...
+    result, calls = _race_of_losses(lambda i: i % 4 != 0, start=8, cap=32)
+    assert result.stopped == "beyond budget" and result.rounds == 1 and result.drop.total == 16
+    assert result.drop.mean == pytest.approx(75.0) and result.drop.lo > 2.0
+    # ... where O'Brien-Fleming spending on that side too waited for the second look.
+    monkeypatch.setattr(paired, "LOWER_SPENDING", OBRIEN_FLEMING)
+    before, _ = _race_of_losses(lambda i: i % 4 != 0, start=8, cap=32)
+    assert before.stopped == "beyond budget" and before.rounds == 2 and before.drop.total == 32
+    # "Within budget" keeps its O'Brien-Fleming boundaries exactly (five equal looks: the textbook values) ...
+    assert paired.UPPER_SPENDING == OBRIEN_FLEMING
+    assert [round(c, 3) for c in boundaries([0.2, 0.4, 0.6, 0.8, 1.0], 0.025, paired.UPPER_SPENDING)] == \
+        [4.877, 3.357, 2.68, 2.29, 2.031]
+    # ... and its upper bound: the same whichever function the lower end spends by.
+    full, other = {"t": [1.0] * 256}, {"t": [0.0 if i % 20 == 0 else 1.0 for i in range(256)]}
+    looks = [{"t": 32}, {"t": 64}, {"t": 128}, {"t": 256}]
+    patched = paired.paired_drop(full, other, looks=looks, planned=512)
+    monkeypatch.undo()
+    now = paired.paired_drop(full, other, looks=looks, planned=512)
+    assert now.hi == patched.hi and now.lo != patched.lo
+    # A broken configuration in simulation: most races of 75% losses stop at the first look.
+    rates = race_error(Scenario(0.75, 0.75, losses_only=True), start=8, cap=32, replicates=100, seed=9)
+    assert rates.beyond == 1.0 and rates.mean_items < 20
+
+
+def test_the_futility_stop_is_opt_in_non_binding_and_gives_up_hopeless_races():
+    from poptune.evaluate.paired import paired_drop
+    from poptune.evaluate.racing import conditional_power, race
+
+    # Off by default: the same races as before, never "futile".
+    assert race.__kwdefaults__["futility"] is False
+    plain = race_error(Scenario(0.04, 0.20), start=32, cap=128, replicates=150, seed=10)
+    assert plain.futile == 0.0
+    # A 4-point drop against a 2-point budget at 20% flips: within is out of reach by 128 items per task, and
+    # most races stop for futility after a look or two instead of running to the cap.
+    futile = race_error(Scenario(0.04, 0.20), start=32, cap=128, replicates=150, seed=10, futility=True)
+    assert futile.futile >= 0.7 and futile.within == 0.0 and futile.mean_items < 0.6 * plain.mean_items
+    # Non-binding: the boundaries are the design's, so a race stopped for futility would not have been within;
+    # at the budget the same draws give no more "within" verdicts than without the stop.
+    at_budget = [race_error(Scenario(0.02, 0.10), start=32, cap=128, replicates=300, seed=11, futility=f)
+                 for f in (False, True)]
+    assert at_budget[1].within <= at_budget[0].within and at_budget[1].beyond <= at_budget[0].beyond
+    assert not _breach(round(at_budget[1].within * 300), 300)
+    # The conditional power: a race with nothing lost so far and most items to come can still certify ...
+    plan = [{"a": n, "b": n} for n in (32, 64, 128, 256, 512)]
+    calm = paired_drop({"a": [1.0] * 32, "b": [1.0] * 32},
+                       {"a": [1.0] * 32, "b": [0.0 if i % 16 == 0 else 1.0 for i in range(32)]},
+                       looks=plan[:1], planned=1024)
+    assert conditional_power(calm, 2.0, plan) > 0.5
+    # ... one that has lost 25 points with 128 items per task planned cannot, whatever comes.
+    bad = paired_drop({"a": [1.0] * 32, "b": [1.0] * 32},
+                      {t: [0.0 if i % 4 == 0 else 1.0 for i in range(32)] for t in "ab"},
+                      looks=plan[:1], planned=256)
+    assert conditional_power(bad, 2.0, plan[:3]) < 0.01

@@ -18,8 +18,9 @@ def test_interval_on_a_hand_made_paired_sample():
     assert drop.mean == pytest.approx(10.0) and drop.method == SEQUENTIAL
     assert drop.items == {"t": 100} and drop.flipped == {"t": 10} and drop.losses == {"t": 10}
     # One look: the continuity-corrected score interval is about as wide as the exact Clopper-Pearson interval
-    # of 10 losses in 100 items, [4.90, 17.62] (Clopper and Pearson 1934; R's binom.test(10, 100)).
-    assert 4.5 < drop.lo < 5.5 and 17.0 < drop.hi < 18.5
+    # of 10 losses in 100 items, [4.90, 17.62] (Clopper and Pearson 1934; R's binom.test(10, 100)); rare losses
+    # make the mean's upper tail long, and the Cornish-Fisher term widens the lower end for it (5.02 without).
+    assert 4.3 < drop.lo < 4.9 and 17.0 < drop.hi < 18.5
     assert drop.looks == ({"t": 100},) and drop.planned == 100 and not drop.stopped_early
     assert paired_drop({"t": full}, {"t": pop}, seed=0) == drop  # deterministic
     assert drop.within(drop.hi) and not drop.within(drop.hi - 0.01)

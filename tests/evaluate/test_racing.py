@@ -42,11 +42,11 @@ def test_racing_stops_after_the_first_round_when_every_outcome_flips():
     calls = []
     w = _workload()
     result = race(w, RacingPolicy(start=16, cap=128), score=_scorer(lambda i: 0.0, calls), full=_full(w), max_drop=1.0)
-    # O'Brien-Fleming spending keeps almost no error for the first look (16 of 128 items): even a total loss
-    # waits for the second round.
-    assert result.stopped == "beyond budget" and result.rounds == 2 and calls == [16, 16]
-    assert result.drop.mean == 100.0 and 1.0 < result.drop.lo < 100.0 and result.run.counts == {"passkey": 32}
-    assert result.drop.looks == ({"passkey": 16}, {"passkey": 32}) and result.drop.planned == 128
+    # The rejection's error is spent early (Hwang-Shih-DeCani, gamma -2): a total loss is rejected at the first
+    # look (16 of 128 items), where O'Brien-Fleming spending, still the acceptance's, waited for the second.
+    assert result.stopped == "beyond budget" and result.rounds == 1 and calls == [16]
+    assert result.drop.mean == 100.0 and 1.0 < result.drop.lo < 100.0 and result.run.counts == {"passkey": 16}
+    assert result.drop.looks == ({"passkey": 16},) and result.drop.planned == 128
 
 
 def test_racing_stops_when_the_drop_is_inside_the_budget():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import types
 
@@ -46,6 +47,11 @@ class FakeEvaluator:
     def restore_full_run(self, stored: dict) -> None:
         pass
 
+    @contextlib.contextmanager
+    def sharing(self, configs):
+        """Certification shares the full model's trunk with its candidates: nothing to share in a synthetic one."""
+        yield None
+
     def stored_full_run(self) -> None:
         return None
 
@@ -62,7 +68,8 @@ class FakeEvaluator:
     def set_full_accuracy(self, accuracy: dict[str, float]) -> None:
         pass
 
-    def race_accuracy(self, config: PopConfig, *, fresh: int = 0, policy=None, confidence: float = 0.95):
+    def race_accuracy(self, config: PopConfig, *, fresh: int = 0, policy=None, confidence: float = 0.95,
+                      futility: bool = False):
         """A certification's race on fresh items: the synthetic drop, +-1 point, on the policy's cap."""
         from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
         from poptune.evaluate.racing import RaceResult

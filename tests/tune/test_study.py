@@ -345,7 +345,7 @@ def test_a_full_disk_is_one_line_and_leaves_the_database_intact(problem, tmp_pat
     code = main(["export", "--storage", f"sqlite:///{db}", "--max-drop", "100", "--out", str(tmp_path / "pop.json")])
     err = capsys.readouterr().err
     assert code == 2 and "No space left on device" in err and err.count("\n") == 1, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"] and _sha(db) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full-answers.sqlite", "s.db"] and _sha(db) == before
     study = store.load_study(store.open_storage(f"sqlite:///{db}", heartbeat=None), None)
     assert len(store.completed(study)) == 2
 

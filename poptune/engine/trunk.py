@@ -1,0 +1,146 @@
+"""Shared-trunk scoring: the full model and several POP configurations scored on the same batches.
+
+Every POP configuration computes the layers below its skipped block exactly as the full model does: POP
+changes nothing there. When the full model and configurations ``c_1 .. c_K`` are all to be scored on the same
+items, each batch of them therefore needs the trunk once:
+
+1. the full model scores the batch as usual, and its prefill keeps every layer's input
+   (:class:`~poptune.engine.prefix.PrefixStates`, held for this one batch only);
+2. each configuration then scores the same batch: its prefill replays the layers below its block from those
+   states (each such layer only writes its K/V), computes its own layers -- the skipped layers' K/V from the
+   block's input, the boundary tokens' deep path, the layers above an offset block -- and decodes at full depth
+   (greedy generation verifies the full model's answer as a draft, :mod:`poptune.engine.speculate`);
+3. the states are dropped; the configurations' outputs wait, keyed by the batch's exact inputs, until their
+   own scoring asks for that batch.
+
+So scoring code keeps its shape -- one configuration at a time, the full model first -- and the batch loops
+that score a configuration (lm-eval's requests, the synthetic tasks' generations) ask the trunk instead of
+computing: :meth:`SharedTrunk.run`. A configuration asking for a batch the full model led gets its output
+without computing it; any other call computes as it would have. The outputs are what the per-configuration
+engine gives (the replayed path is the plain one's, :func:`poptune.engine.prefix.verify`):
+``tests/engine/test_trunk.py`` compares them answer for answer.
+
+    trunk = SharedTrunk([PopConfig(skip=5, boundary="window-64"), PopConfig(skip=6)])
+    with trunk.attached(model):
+        full = score(model, items)                    # leads: also scores both configurations, batch by batch
+        with apply_pop(model, PopConfig(skip=6)):
+            pop = score(model, items)                 # served: no forward at all
+
+Memory: one batch's layer inputs at a time (``L x B x T x C``), and the waiting outputs (token ids, a few
+floats per request), never a task's hidden states.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from poptune.engine import PopConfig, apply_pop, decoder_of, get_pop_config
+from poptune.errors import ConfigError
+from poptune.patching import attribute
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["SharedTrunk", "attached_trunk", "batch_key"]
+
+_ATTR = "_poptune_shared_trunk"
+
+T = TypeVar("T")
+
+
+def batch_key(*parts: Any) -> bytes:
+    """A key of a batch's exact inputs: tensors by dtype, shape and bytes; anything else by its ``repr``."""
+    h = hashlib.sha256()
+    for part in parts:
+        if hasattr(part, "detach") and hasattr(part, "shape"):
+            h.update(f"t{part.dtype}{tuple(part.shape)}".encode())
+            h.update(part.detach().cpu().contiguous().numpy().tobytes())
+        else:
+            h.update(b"r" + repr(part).encode())
+        h.update(b"|")
+    return h.digest()
+
+
+def _name(config: PopConfig | None) -> str:
+    """A configuration's identity (the full model: ``full``)."""
+    if config is None or config.skip == 0:
+        return "full"
+    return json.dumps(config.to_dict(), sort_keys=True)
+
+
+def attached_trunk(model: "nn.Module") -> "SharedTrunk | None":
+    """The trunk attached to ``model`` (:meth:`SharedTrunk.attached`), or None."""
+    return getattr(decoder_of(model), _ATTR, None)
+
+
+class SharedTrunk:
+    """The full model leads every batch it scores; ``configs`` follow on that batch's trunk.
+
+    Args:
+        configs: The POP configurations scored beside the full model (distinct, ``skip >= 1``).
+
+    Attributes:
+        led: Batches the full model led (computed for every configuration).
+        served: Batches a configuration was served from the full model's lead.
+        alone: Calls computed alone (a batch no lead covered, or a model outside ``configs``).
+    """
+
+    def __init__(self, configs: Sequence[PopConfig]) -> None:
+        names = [_name(c) for c in configs]
+        if any(not isinstance(c, PopConfig) for c in configs) or "full" in names:
+            raise ConfigError("a shared trunk's configurations must be PopConfigs with skip >= 1")
+        if len(set(names)) != len(names):
+            raise ConfigError(f"a shared trunk's configurations must be distinct, got {[str(c) for c in configs]}")
+        self.configs = tuple(configs)
+        self._names = frozenset(names)
+        self._waiting: dict[tuple[str, bytes], Any] = {}
+        self.led = self.served = self.alone = 0
+
+    def __len__(self) -> int:
+        """Outputs waiting for their configuration."""
+        return len(self._waiting)
+
+    def clear(self) -> None:
+        """Drop the outputs still waiting (configurations that stopped before asking for them)."""
+        self._waiting.clear()
+
+    @contextlib.contextmanager
+    def attached(self, model: "nn.Module", *, keep: bool = False) -> Iterator["SharedTrunk"]:
+        """Let the scoring of ``model`` ask this trunk (:meth:`run`) while the block runs; waiting outputs are
+        dropped on exit unless ``keep`` (a configuration scored in a later block still gets them)."""
+        try:
+            with attribute(decoder_of(model), _ATTR, self):
+                yield self
+        finally:
+            if not keep:
+                self.clear()
+
+    def run(self, model: "nn.Module", key: bytes, compute: Callable[[], T]) -> T:
+        """``compute()`` for the configuration applied to ``model`` on the batch ``key``, shared where possible.
+
+        ``compute`` must score the batch under whatever configuration is applied to ``model`` when it is called
+        (it is called again under each of :attr:`configs` when the full model leads) and must not apply one
+        itself. The full model's call leads; a configuration's call is served what the lead left for it.
+        """
+        from poptune.engine.prefix import PrefixStates
+
+        me = _name(get_pop_config(model))
+        waiting = self._waiting.pop((me, key), None)
+        if waiting is not None:
+            self.served += 1
+            return waiting
+        if me != "full" or not self.configs:
+            self.alone += 1
+            return compute()
+        states = PrefixStates(max_bytes=1 << 62)  # one batch: bounded by the batch itself
+        with states.attached(model):
+            out = compute()
+            for config in self.configs:
+                with apply_pop(model, config):
+                    self._waiting[(_name(config), key)] = compute()
+        self.led += 1
+        return out

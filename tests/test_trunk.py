@@ -1,0 +1,131 @@
+"""Shared-trunk scoring gives every configuration exactly what the per-configuration engine gives it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from poptune import PopConfig, apply_pop
+from poptune.engine import trunk as trunk_module
+from poptune.engine.trunk import SharedTrunk, batch_key
+from poptune.errors import ConfigError
+from poptune.evaluate.suite import EvalSpec, measure_tasks
+from poptune.evaluate.synthetic import kv_recall_items, passkey_items, run_synthetic
+
+CONFIGS = [
+    PopConfig(skip=3),
+    PopConfig(skip=2, boundary="window-4", offset=1),
+    PopConfig(skip=1, boundary="none"),
+    PopConfig(skip=4, boundary="window-16", offset=1),
+    PopConfig(skip=3, boundary="window-8", kv="anchor"),
+]
+
+
+def _items(tok, lengths=(260, 300)):
+    return (passkey_items(tok, lengths=lengths, depths=(0.0, 0.5, 1.0), seed=3)
+            + kv_recall_items(tok, num_pairs=(4, 8), per_cell=2, seed=3))
+
+
+def _outputs(model, tok, config, items, *, chunk=None, batch_size=4):
+    with apply_pop(model, config):
+        records = run_synthetic(model, tok, items, batch_size=batch_size, max_new_tokens=6, prefill_chunk=chunk).records
+    return [r["output"] for r in records]
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gemma3",
+                                  pytest.param("gemma-3", marks=pytest.mark.integration)])
+@pytest.mark.parametrize("chunk", [None, 64])
+def test_generation_with_a_shared_trunk_equals_the_engine_answer_for_answer(shared, name, chunk):
+    model, tok = shared(name)
+    items = _items(tok, (128,))[:6] if name == "gemma-3" else _items(tok)
+    configs = CONFIGS[:2] if name == "gemma-3" else CONFIGS
+    alone = {c: _outputs(model, tok, c, items, chunk=chunk) for c in [PopConfig(skip=0), *configs]}
+    trunk = SharedTrunk(configs)
+    with trunk.attached(model):
+        together = {c: _outputs(model, tok, c, items, chunk=chunk) for c in [PopConfig(skip=0), *configs]}
+    batches = -(-len(items) // 4)
+    assert trunk.led == batches and trunk.served == batches * len(configs) and trunk.alone == 0
+    assert together == alone
+    assert len(trunk) == 0
+
+
+def _loglikelihoods(model, tok, config, contexts, continuations):
+    from poptune.evaluate.scoring import score_continuations
+
+    trunk = trunk_module.attached_trunk(model)
+    key = batch_key(contexts, continuations)
+    with apply_pop(model, config):
+        compute = lambda: score_continuations(model, contexts, continuations, pad_id=tok.pad_token_id)  # noqa: E731
+        return compute() if trunk is None else trunk.run(model, key, compute)
+
+
+def _requests():
+    g = torch.Generator().manual_seed(0)
+    contexts = [torch.randint(5, 200, (n,), generator=g).tolist() for n in (40, 64, 64, 33)]
+    continuations = [torch.randint(5, 200, (n,), generator=g).tolist() for n in (3, 1, 5, 2)]
+    return contexts, continuations
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_likelihoods_with_a_shared_trunk_equal_the_engine(shared, name):
+    model, tok = shared(name)
+    contexts, continuations = _requests()
+    alone = {c: _loglikelihoods(model, tok, c, contexts, continuations) for c in [PopConfig(skip=0), *CONFIGS]}
+    trunk = SharedTrunk(CONFIGS)
+    with trunk.attached(model):
+        together = {c: _loglikelihoods(model, tok, c, contexts, continuations) for c in [PopConfig(skip=0), *CONFIGS]}
+    assert trunk.led == 1 and trunk.served == len(CONFIGS)
+    for config in alone:
+        assert [g for _, g in together[config]] == [g for _, g in alone[config]], config
+        assert max(abs(a - b) for (a, _), (b, _) in zip(together[config], alone[config])) <= 1e-4, config
+
+
+@pytest.mark.parametrize("swap", ["boundary", "kv"])
+def test_the_equality_check_catches_a_configuration_computed_as_another(shared, monkeypatch, swap):
+    """The check above has teeth: a trunk that computed one configuration with another boundary or K/V source
+    (here, by a sabotaged ``apply_pop``) is caught by the same comparison."""
+    model, tok = shared("tiny-llama")
+    contexts, continuations = _requests()
+    config = PopConfig(skip=3, boundary="window-8")
+    wrong = PopConfig(skip=3, boundary="last") if swap == "boundary" else PopConfig(3, "window-8", kv="anchor")
+    alone = _loglikelihoods(model, tok, config, contexts, continuations)
+    monkeypatch.setattr(trunk_module, "apply_pop", lambda m, c: apply_pop(m, wrong if c == config else c))
+    trunk = SharedTrunk([config])
+    with trunk.attached(model):
+        _loglikelihoods(model, tok, PopConfig(skip=0), contexts, continuations)
+        together = _loglikelihoods(model, tok, config, contexts, continuations)
+    assert trunk.served == 1
+    assert max(abs(a - b) for (a, _), (b, _) in zip(together, alone)) > 1e-3
+
+
+def test_lm_eval_tasks_with_a_shared_trunk_equal_the_engine(shared, eval_data):
+    """Multiple-choice likelihoods through lm-eval (PopLM), batched, every item's outcome the same."""
+    model, tok = shared("tiny-llama")
+    spec = EvalSpec(tasks=("piqa", "arc_easy"), data_dir=eval_data, limit=6, batch_size=4, fidelity=None)
+    configs = [PopConfig(skip=2, boundary="window-4"), PopConfig(skip=3, offset=1)]
+    alone = {c: measure_tasks(model, tok, c, spec) for c in [PopConfig(skip=0), *configs]}
+    trunk = SharedTrunk(configs)
+    with trunk.attached(model, keep=True):
+        together = {c: measure_tasks(model, tok, c, spec) for c in [PopConfig(skip=0), *configs]}
+    assert trunk.led >= 2 and trunk.served == trunk.led * len(configs) and trunk.alone == 0
+    for config in alone:
+        assert together[config].outcomes == alone[config].outcomes, config
+
+
+def test_a_configuration_outside_the_trunk_or_a_batch_no_lead_covered_computes_alone(shared):
+    model, tok = shared("tiny-llama")
+    items = _items(tok)[:4]
+    config = PopConfig(skip=2)
+    trunk = SharedTrunk([config])
+    with trunk.attached(model):
+        out = _outputs(model, tok, config, items)  # no lead yet: computed
+        other = _outputs(model, tok, PopConfig(skip=1), items)
+    assert trunk.alone == 2 and trunk.led == 0
+    assert out == _outputs(model, tok, config, items) and other == _outputs(model, tok, PopConfig(skip=1), items)
+
+
+def test_bad_trunks_are_refused():
+    with pytest.raises(ConfigError, match="skip >= 1"):
+        SharedTrunk([PopConfig(skip=0)])
+    with pytest.raises(ConfigError, match="distinct"):
+        SharedTrunk([PopConfig(skip=2), PopConfig(skip=2)])

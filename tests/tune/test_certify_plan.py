@@ -1,0 +1,60 @@
+"""A certification planned to decide: sized from the search's flips, the clock and the cap, said before it spends."""
+
+from __future__ import annotations
+
+import time
+import types
+
+import pytest
+
+from poptune.engine import PopConfig
+from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
+from poptune.problem.problem import TuningProblem
+from poptune.tune.certify import CLOSING_S, plan_certification
+
+
+def _setup(flipped: int, seconds: float | None, supply: int = 1024):
+    drop = PairedDrop(0.0, -5.0, 5.0, {"passkey": 32, "kv_recall": 32}, {"passkey": flipped, "kv_recall": 0},
+                      SEQUENTIAL)
+    study = types.SimpleNamespace(trials=[types.SimpleNamespace(user_attrs={"drop": drop.to_dict()})])
+    problem = TuningProblem(model="tiny-llama", certify_limit=supply)
+    evaluator = types.SimpleNamespace(problem=problem, seconds_per_item=lambda: seconds)
+    row = types.SimpleNamespace(trial=0, label="5/window-64/0", config=PopConfig(skip=5, boundary="window-64"))
+    return study, evaluator, [row]
+
+
+def test_the_plan_buys_what_a_verdict_needs_and_says_so():
+    study, evaluator, rows = _setup(flipped=1, seconds=0.1)
+    plan = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + 3600)
+    assert plan.per_task == plan.needed and 100 < plan.needed < 1024
+    line = plan.line("5/window-64/0", 2.0)
+    assert line.startswith(f"certifying 5/window-64/0 on {2 * plan.per_task:,} fresh items (~")
+    assert line.endswith("80% power for a 2-point verdict at the 3.0% flip rate the search saw")
+
+
+def test_a_short_clock_buys_fewer_items_and_the_line_says_what_they_certify():
+    study, evaluator, rows = _setup(flipped=1, seconds=1.0)
+    plan = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + CLOSING_S + 200)
+    assert plan.per_task == plan.affordable < plan.needed and 90 <= plan.affordable <= 100
+    assert "all the time budget buys" in plan.line("x", 2.0) and plan.smallest_budget > 2.0
+
+
+def test_the_cap_bounds_the_plan_and_at_least_one_round_is_spent():
+    study, evaluator, rows = _setup(flipped=6, seconds=None, supply=200)  # no cost measured: no clock
+    plan = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + 60)
+    assert plan.per_task == 200 and plan.affordable is None and "cap holds" in plan.line("x", 2.0)
+    study, evaluator, rows = _setup(flipped=1, seconds=10.0)
+    assert plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic()).per_task == 32
+    assert plan_certification(study, evaluator, [], 0.975, deadline=None) is None
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "soon"])
+def test_a_bad_time_budget_is_one_line(capsys, value):
+    from poptune.cli import main
+
+    try:
+        code = main(["study", "--model", "tiny-llama", "--time-budget", value])
+    except SystemExit as e:  # argparse's own errors
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "argument --time-budget" in err, err
