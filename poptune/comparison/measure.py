@@ -153,19 +153,9 @@ def compare(evaluator: "ConfigEvaluator", rows: Sequence[Method], *, workload: s
     counts = {t: min(per_task, evaluator.workload.size(t) - skip) for t in tasks}
     if any(n < 1 for n in counts.values()):
         raise ConfigError(f"no items left after skipping {skip} of every task's order: {counts}")
-    entries = []
-    for row in rows:
-        entry: dict[str, Any] = {"name": row.name, "method": row.method, "label": row.label, "ratio": row.ratio,
-                                 "config": row.config.to_dict(), "details": row.details or {}}
-        if counts:
-            if progress:
-                progress(f"scoring {row.name} on {sum(counts.values())} items")
-            entry.update(_score(evaluator, row, counts, skip))
-        if row.method != "full" and profiles:
-            if progress:
-                progress(f"timing {row.name}")
-            entry["timing"] = {p.label: _timing(evaluator, row, p, pairs, decode_steps) for p in profiles}
-        entries.append(entry)
+    pop = [r.config for r in rows if r.method == "pop" and r.transform is None] if counts else []
+    with evaluator.sharing(pop):  # the full model's row scores every POP row too (poptune.engine.trunk)
+        entries = [_entry(evaluator, row, counts, skip, profiles, pairs, decode_steps, progress) for row in rows]
     hardware = fingerprint(evaluator.model.device)
     p = evaluator.problem
     return {"record": RECORD[0], "version": RECORD[1], "workload": workload, "model": resolve_model(p.model).name,
@@ -173,3 +163,21 @@ def compare(evaluator: "ConfigEvaluator", rows: Sequence[Method], *, workload: s
             "skip": skip, **stamp(hardware.to_dict()),
             "profiles": [[q.prompt, q.output] for q in profiles], "pairs": pairs, "decode_steps": decode_steps,
             "methods": entries}
+
+
+def _entry(evaluator: "ConfigEvaluator", row: Method, counts: dict[str, int], skip: int,
+           profiles: Sequence[Profile], pairs: int, decode_steps: int,
+           progress: Callable[[str], None] | None) -> dict[str, Any]:
+    """One row's record: its outcomes on the items (``score_seconds``: the full model's row also pays the shared
+    POP rows' own layers, theirs only what was left) and its timings per profile."""
+    entry: dict[str, Any] = {"name": row.name, "method": row.method, "label": row.label, "ratio": row.ratio,
+                             "config": row.config.to_dict(), "details": row.details or {}}
+    if counts:
+        if progress:
+            progress(f"scoring {row.name} on {sum(counts.values())} items")
+        entry.update(_score(evaluator, row, counts, skip))
+    if row.method != "full" and profiles:
+        if progress:
+            progress(f"timing {row.name}")
+        entry["timing"] = {p.label: _timing(evaluator, row, p, pairs, decode_steps) for p in profiles}
+    return entry

@@ -460,10 +460,12 @@ class ConfigEvaluator:
     def score_first(self, config: PopConfig, counts: dict[str, int], *,
                     transform: Transform | None = None, skip: int = 0) -> "TaskRun":
         """``config`` (with a baseline's ``transform``) scored on ``counts[task]`` items of every task's fixed
-        order from position ``skip`` on: the same items for every method it is called with (no state reuse)."""
+        order from position ``skip`` on: the same items for every method it is called with. Within
+        :meth:`sharing`, the full model's call also scores the shared POP configurations, and theirs are served;
+        a baseline's changed model never shares."""
         items = {t: self.workload.order[t][skip:skip + n] for t, n in counts.items()}
         with applied(self.model, transform):
-            return self._score(config, items, reuse=False)
+            return self._score(config, items, reuse=transform is None and self._trunk is not None)
 
     def retime(self, measurement: Measurement) -> Measurement:
         """``measurement`` with its latency timed again (a POP configuration's; its accuracy kept: the items'

@@ -57,3 +57,34 @@ def test_skip_scores_items_after_the_first_and_tasks_none_times_only(tmp_path, c
     assert main(["compare", "--model", "tiny-llama", "--workload", "w", "--tasks", "none", "--profiles", "none",
                  "--out", str(tmp_path / "x.json")]) == 2
     assert "needs `--profiles`" in capsys.readouterr().err
+
+
+def test_the_pop_rows_are_scored_from_the_full_models_trunk_with_the_same_outcomes(shared, monkeypatch):
+    """Issue 56: `compare` scores every POP row beside the full model (one pass over the shared layers); each row's
+    outcomes are those it gets scored alone, and a baseline's changed model never shares."""
+    import contextlib
+
+    from poptune.comparison.measure import compare, methods_for
+    from poptune.engine import PopConfig
+    from poptune.problem.evaluator import ConfigEvaluator
+    from poptune.problem.problem import TuningProblem
+
+    problem = TuningProblem(model="tiny-llama", tasks=("kv_recall",), lengths=(300,), limit=4, items_start=4,
+                            max_drop=None, certify_limit=0)
+    evaluator = ConfigEvaluator(problem, model=shared("tiny-llama"))
+    rows = methods_for(evaluator, [PopConfig(2, "window-4"), PopConfig(3)], ["static-last"], [0.5])
+    seen = []
+    real = ConfigEvaluator.sharing
+
+    @contextlib.contextmanager
+    def spying(self, configs):
+        with real(self, configs) as trunk:
+            yield trunk
+        seen.append((trunk.led, trunk.served, trunk.alone))
+
+    monkeypatch.setattr(ConfigEvaluator, "sharing", spying)
+    together = compare(evaluator, rows, workload="embedded", per_task=4, profiles=())
+    assert seen and seen[0][0] >= 1 and seen[0][1] == 2 * seen[0][0]
+    monkeypatch.setattr(ConfigEvaluator, "sharing", lambda self, configs: contextlib.nullcontext())
+    alone = compare(evaluator, rows, workload="embedded", per_task=4, profiles=())
+    assert [m["outcomes"] for m in together["methods"]] == [m["outcomes"] for m in alone["methods"]]
