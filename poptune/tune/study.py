@@ -64,7 +64,7 @@ from poptune.errors import ConfigError
 from poptune.store.trials import is_answer
 from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
-from poptune.tune.certify import certify_front, wants_certification
+from poptune.tune.certify import candidates, certify_front, wants_certification
 from poptune.problem.evaluator import ConfigEvaluator
 from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
@@ -116,8 +116,9 @@ class StudySpec:
         sole_worker: This process is the study's only worker, though its storage could be shared (a grid's
             journal file): the trust checks run as on SQLite, and the sampler's seed is not mixed with the
             process.
-        time_budget: Seconds the run may take, from its start to its verdict: the search starts no trial after
-            :data:`SEARCH_SHARE` of it, and a planned certification spends at most what is left (None: no clock).
+        time_budget: Seconds the run may take, from its start to its verdict: once :data:`SEARCH_SHARE` of it is
+            spent and the front holds a candidate, the search starts no more trials, and a planned certification
+            spends at most what is left (None: no clock).
         plan_certification: Size the certification from the search's flip rate and the time left, within the
             problem's cap (:func:`poptune.tune.certify.plan_certification`); False: certify on the cap.
         remember_answers: Read and store the full model's outcomes in the answers file beside a file storage
@@ -262,10 +263,10 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
     while count(study, TrialState.COMPLETE) < budget:
         if spec.timeout is not None and time.monotonic() - started >= spec.timeout:
             return
-        if stop_by is not None and time.monotonic() >= stop_by:
+        if stop_by is not None and time.monotonic() >= stop_by and candidates(study, spec.problem.max_drop, 1):
             progress.note(f"search stopped at {count(study, TrialState.COMPLETE)} of {budget} configurations: "
-                          f"{100 * SEARCH_SHARE:.0f}% of the time budget is spent, the rest certifies "
-                          "(--time-budget, or --add N later)")
+                          f"{100 * SEARCH_SHARE:.0f}% of the time budget is spent and the front has a candidate, "
+                          "the rest certifies it (--time-budget, or --add N later)")
             return
         if failures >= share + store.MAX_RETRY or attempts >= 4 * share + 20:
             log.warning("stopping after %d trials, %d of which failed", attempts, failures)

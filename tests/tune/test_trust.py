@@ -10,7 +10,7 @@ from poptune import PopConfig, store
 from poptune.env import TuningProblem
 from poptune.measure.nullcheck import AA_PAIRS
 from poptune.measure.stats import MIN_PAIRS_95
-from poptune.problem.space import all_configs, config_of_trial, params_of
+from poptune.problem.space import all_configs, config_of_trial, paper_default, params_of
 from poptune.tune.trust import CONFIRM_PAIRS, CONFIRM_ROUNDS, record_aa_check
 from poptune.tune.study import StudySpec, run_study
 
@@ -239,3 +239,12 @@ def test_a_failed_closing_aa_check_retimes_the_certified_candidates_and_says_so(
     row = replace(store.certified(study)[0], verdict="certified within")
     line = certreport.verdict_line([row], study.user_attrs["certification"], 2.5, report.stored.confirmations)
     assert line.endswith("(timed again after the closing A/A check failed)")
+
+
+def test_a_spent_search_share_stops_the_search_only_once_the_front_holds_a_candidate(problem, tmp_path):
+    """Issue 56: with its share of --time-budget spent, the search starts no more trials -- but not before the front
+    holds a configuration to certify (the full model alone is none), or the run would end with nothing to decide."""
+    spec = StudySpec(problem=problem, trials=6, sampler="structured", storage=f"sqlite:///{tmp_path}/s.db",
+                     time_budget=1e-6, confirm=False)
+    study = run_study(spec, evaluator=FakeEvaluator(problem))
+    assert [config_of_trial(t, LAYERS) for t in store.completed(study)] == [PopConfig(skip=0), paper_default(LAYERS)]
