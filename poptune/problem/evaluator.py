@@ -256,8 +256,11 @@ class ConfigEvaluator:
         from poptune.evaluate.racing import extend_run
         from poptune.evaluate.suite import PRIMARY_METRIC, TaskRun
 
+        # Read only where nothing replays the full model's states (a certification, or no state reuse): a search
+        # that reuses states runs the full model on its items anyway, and checks them against its stored run.
+        reading = self.answers is not None and (self._trunk is not None or self.states is None)
         known = {t: self.answers.get(t, v) for t, v in missing.items()
-                 if self.answers is not None and t not in PROMPT_TASKS}  # a prompts file's details are per run
+                 if reading and t not in PROMPT_TASKS}  # a prompts file's details are per run
         todo = {t: [i for i in v if i not in known.get(t, {})] for t, v in missing.items()}
         todo = {t: v for t, v in todo.items() if v}
         scored = None

@@ -50,8 +50,9 @@ if TYPE_CHECKING:
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
 
-__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "plan_certification", "WITHIN", "BEYOND", "attempt_error", "candidates", "certification_policy",
-           "certify_front", "spent_error", "verdict_of", "wants_certification"]
+__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "attempt_error", "candidates",
+           "certification_policy", "certify_front", "plan_certification", "spent_error", "verdict_of",
+           "wants_certification"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32

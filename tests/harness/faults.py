@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository root
 STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "300", "--repeats", "1",
-         "--heartbeat", "2"]
+         "--heartbeat", "2", "--certify", "8"]
 
 
 def _env() -> dict[str, str]:
