@@ -253,7 +253,6 @@ class ConfigEvaluator:
     def _full_part(self, missing: dict[str, list[int]]) -> "TaskRun":
         """The full model's run on ``missing``: remembered outcomes read, the rest scored (and remembered)."""
         from poptune.evaluate.prompts import PROMPT_TASKS
-        from poptune.evaluate.racing import extend_run
         from poptune.evaluate.suite import PRIMARY_METRIC, TaskRun
 
         # Read only where nothing replays the full model's states (a certification, or no state reuse): a search
@@ -281,7 +280,7 @@ class ConfigEvaluator:
         outcomes = {t: [parts[t][i] for i in missing[t]] for t in missing}
         run = TaskRun({t: {PRIMARY_METRIC[t]: sum(v) / len(v)} for t, v in outcomes.items()},
                       {t: list(v) for t, v in missing.items()}, outcomes, dict(scored.details) if scored else {})
-        return run if scored is None else extend_run(None, run)
+        return run
 
     def _mark_recorded(self, items: dict[str, list[int]]) -> None:
         if self.states is not None:
