@@ -215,7 +215,7 @@ def _report(study: Any, spec: Any, *, complete_already: bool) -> None:
 
     built = StudyReport.of(study)
     print(built.text(asked=spec.trials if complete_already else None))
-    summary, plot = built.write(default_folder(spec.storage))
+    summary, plot = built.write(default_folder(spec.storage), spec.storage)
     print(f"summary: {summary}\nplot: {plot}")
 
 

@@ -4,7 +4,7 @@ The reference rows are always shown, on the front or not: the full model (its ac
 trial times it against itself, an A/A check whose speedup is 1 up to noise) and the paper's rule (skip the last third, ``last``), each with why it is or is not on
 the front. :class:`StudyReport` reads all of it from a study once, and renders it as the command's text, the
 Markdown summary and the plot; :meth:`StudyReport.write` writes the summary and the plot side by side
-(``<study>.md``, ``<study>.pareto.png``).
+(``<storage>.<study>.md``, ``<storage>.<study>.pareto.png``: :mod:`poptune.reports.naming`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from poptune import store
 from poptune.reports import certification as certreport
 from poptune.engine import PopConfig
-from poptune.files import safe_name, write_text
+from poptune.files import write_text
 from poptune.kv import registry as kv_registry
 from poptune.objectives.registry import DEFAULT, get, named, weakly_dominates
+from poptune.reports.naming import owner_line, report_paths
 from poptune.reports.prompts import AccuracyColumn, accuracy_column, prompts_lines
 from poptune.store.front import FrontRow
 from poptune.store.trials import StoredTrial
@@ -302,9 +303,10 @@ def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
     return StudyReport.of(study).markdown(plot)
 
 
-def write_report(study: "optuna.Study", folder: str | Path) -> tuple[Path, Path]:
-    """Write ``<study>.pareto.png`` and ``<study>.md`` (which shows the plot) in ``folder``; returns both."""
-    return StudyReport.of(study).write(folder)
+def write_report(study: "optuna.Study", folder: str | Path, storage: str | None = None) -> tuple[Path, Path]:
+    """Write the study's plot and summary in ``folder``, named after ``storage`` and the study
+    (:meth:`StudyReport.write`); returns both."""
+    return StudyReport.of(study).write(folder, storage)
 
 
 @dataclass(frozen=True)
@@ -510,10 +512,11 @@ class StudyReport:
         return pareto_plot(points, [_plot_point(r, objectives) for r in self.front], path, references=marked,
                            budget=budget, title=title)
 
-    def write(self, folder: str | Path) -> tuple[Path, Path]:
-        """Write ``<study>.pareto.png`` and ``<study>.md`` (which shows the plot) in ``folder``; returns both."""
-        base = Path(folder) / safe_name(self.name)
-        png = self.plot(base.with_name(base.name + ".pareto.png"))
-        md = base.with_name(base.name + ".md")
-        write_text(str(md), self.markdown(plot=png.name))
+    def write(self, folder: str | Path, storage: str | None = None) -> tuple[Path, Path]:
+        """Write ``<storage>.<study>.pareto.png`` and ``<storage>.<study>.md`` (which shows the plot, and ends
+        with a line naming the study and its storage) in ``folder``; returns both. Never replaces another
+        study's report (:func:`poptune.reports.naming.report_paths`)."""
+        md, png = report_paths(folder, storage, self.name)
+        png = self.plot(png)
+        write_text(str(md), self.markdown(plot=png.name) + "\n\n" + owner_line(storage, self.name))
         return md, png

@@ -121,3 +121,46 @@ def test_presets_size_a_study_and_explicit_options_win(argv, expected):
     assert (default.items_start, default.limit, default.max_pairs, default.max_seconds) == (
         STANDARD.items, STANDARD.limit, STANDARD.max_pairs, STANDARD.max_seconds)
     assert StudySpec(problem=default).trials == STANDARD.trials
+
+
+def _copies(tmp_path, *names):
+    """Copies of the golden fixture study (named ``fake``) in ``tmp_path``, with their storage URLs."""
+    import shutil
+
+    from .test_golden import STUDIES
+
+    for name in names:
+        shutil.copyfile(STUDIES["fake"], tmp_path / name)
+    return [f"journal:{tmp_path / name}" for name in names]
+
+
+def test_two_studies_in_one_folder_keep_two_reports(tmp_path):
+    # Issue 57: reports were named after the study alone, so a second storage's study of the same name replaced
+    # the first's report.
+    written = [report.write_report(store.read_study(url, None), tmp_path, url)
+               for url in _copies(tmp_path, "a.journal", "b.journal")]
+    (md_a, png_a), (md_b, png_b) = written
+    assert len({md_a, md_b, png_a, png_b}) == 4 and all(p.exists() for p in (md_a, md_b, png_a, png_b))
+    assert md_a.name == "a.fake.md" and md_b.name == "b.fake.md"
+    assert md_a.read_text().rstrip().endswith('{"storage": "a.journal", "study": "fake"} -->')
+    again = report.write_report(store.read_study(f"journal:{tmp_path / 'a.journal'}", None), tmp_path,
+                                f"journal:{tmp_path / 'a.journal'}")
+    assert again == (md_a, png_a)  # a study's own report is rewritten in place
+
+
+def test_a_report_never_replaces_another_studys(tmp_path):
+    from poptune.reports.naming import owner_line, report_paths
+
+    # names that clean alike ("a=b", "a<newline>b") and storages of one stem (s.db, s.journal) get two names
+    md, _ = report_paths(tmp_path, "sqlite:///s.db", "a=b")
+    md.write_text("# Study a=b\n\n" + owner_line("sqlite:///s.db", "a=b") + "\n")
+    other, _ = report_paths(tmp_path, "sqlite:///s.db", "a\nb")
+    assert md.name == "s.a_b.md" and other != md and other.name.startswith("s.a_b-")
+    assert report_paths(tmp_path, "journal:s.journal", "a=b")[0] not in (md, other)
+    assert report_paths(tmp_path, "sqlite:///s.db", "a=b")[0] == md  # its own: the same name again
+    # a file of that name that names no study (the user's own notes) is not replaced either
+    notes = tmp_path / "s.fake.md"
+    notes.write_text("my notes\n")
+    (url,) = _copies(tmp_path, "s.journal")
+    md_x, _ = report.write_report(store.read_study(url, None), tmp_path, url)
+    assert md_x != notes and notes.read_text() == "my notes\n"
