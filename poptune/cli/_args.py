@@ -264,6 +264,7 @@ def problem(args: argparse.Namespace) -> Any:
         requests = read_prompts(prompts)
         items = sum(r.answer is not None for r in requests) if tasks == (REFERENCES,) else len(requests)
         limit, certify = prompts_split(items, limit, certify)  # a small file: halved
+    _check_counts(args, tasks, directory, limit, certify)
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes
@@ -285,6 +286,17 @@ def problem(args: argparse.Namespace) -> Any:
         prompts=str(Path(prompts).expanduser().resolve()) if prompts else None,
         prompts_sha256=_prompts_sha256(prompts), store_prompts=bool(getattr(args, "store_prompts", False)),
     )
+
+
+def _check_counts(args: argparse.Namespace, tasks: tuple[str, ...], directory: Path | None, limit: int,
+                  certify: int) -> None:
+    """Counts no task can supply refused now, in one line, not after building items for hours (issue 57)."""
+    from poptune.evaluate.workload import check_supply
+
+    explicit = {name: value for name, value in (("--limit", args.limit), ("--certify", getattr(args, "certify", None)),
+                                                ("--items", args.items)) if value is not None}
+    certifies = args.max_drop is not None and certify > 0
+    check_supply(tasks, directory, explicit, built=limit + (certify if certifies else 0))
 
 
 def _prompts_sha256(prompts: str | None) -> str | None:

@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from poptune.comparison.measure import compare, methods_for
     from poptune.evaluate.suite import EMBEDDED, resolve_tasks
     from poptune.evaluate.taskpack import check_data, data_dir
+    from poptune.evaluate.workload import check_supply
     from poptune.files import write_text
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"tasks {', '.join(real)} need a data directory (--data-dir or $POPTUNE_DATA)")
     if real:
         check_data(directory, real)
+    check_supply(tasks, directory, {"--skip": args.skip, "--items": args.items}, built=args.skip + args.items)
     problem = TuningProblem(model=args.model, tasks=tasks, data_dir=str(directory) if directory else None,
                             device=args.device, dtype=args.dtype, weights=args.weights,
                             limit=args.skip + args.items, items_start=args.items, max_drop=None, certify_limit=0)

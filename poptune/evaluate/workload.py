@@ -29,13 +29,18 @@ from typing import Any
 from poptune.errors import ConfigError
 from poptune.evaluate.prompts import PROMPT_TASKS, REFERENCES
 
-__all__ = ["ORDER_SEED", "Workload", "build_workload", "synthetic_pool"]
+__all__ = ["ORDER_SEED", "SYNTHETIC_MAX", "Workload", "build_workload", "check_supply", "supply", "synthetic_pool"]
 
 #: Seed of the fixed item order of real tasks: the same items in the same order for every trial and study.
 ORDER_SEED = 1234
 
 #: Items of a synthetic task when no cap is given.
 SYNTHETIC_DEFAULT = 20
+
+#: Items per task a synthetic task supplies at most. Its pool is built up front (every prompt tokenized), and
+#: beyond this many items a count is a typo, not a plan: ``--certify 100000`` built items for tens of minutes
+#: before measuring anything (issue 57), and the passkeys (five digits) would repeat.
+SYNTHETIC_MAX = 10_000
 
 #: Tokens a generation may add after the prompt (a prompt must leave this much room in the context).
 GENERATION_ROOM = 256
@@ -131,6 +136,53 @@ def _build_pool(tokenizer: Any, task: str, size: int, *, lengths: Sequence[int],
             raise ConfigError(f"{task!r} is not a synthetic task")
         block += 1
     return items[:size]
+
+
+def supply(task: str, data_dir: Path | None) -> int | None:
+    """Items ``task`` can supply: :data:`SYNTHETIC_MAX` for a synthetic task, the documents of a real task's file
+    in ``data_dir`` (its lines), None when not known here (a prompts file; a real task without its file)."""
+    from poptune.evaluate.synthetic import EMBEDDED
+    from poptune.evaluate.taskpack import SOURCES
+
+    if task in EMBEDDED:
+        return SYNTHETIC_MAX
+    source = SOURCES.get(task)
+    if source is None or data_dir is None or "docs" not in source.files:
+        return None
+    try:
+        with open(Path(data_dir) / source.files["docs"], "rb") as f:
+            return sum(1 for line in f if line.strip())
+    except OSError:
+        return None  # check_data names the missing file
+
+
+def check_supply(tasks: Sequence[str], data_dir: Path | None, counts: dict[str, int], built: int) -> None:
+    """Refuse, in one line, a count no task of ``tasks`` can supply.
+
+    Args:
+        tasks: The tasks.
+        data_dir: Their data directory (real tasks).
+        counts: Options by name (``--certify``) and their values: each must be within a real task's documents.
+        built: Items per task a synthetic task would build (the search's cap and the certification's together).
+
+    Raises:
+        ConfigError: A count beyond what a task supplies.
+    """
+    from poptune.evaluate.synthetic import EMBEDDED
+
+    for task in tasks:
+        most = supply(task, data_dir)
+        if most is None:
+            continue
+        if task in EMBEDDED:
+            if built > most:
+                shown = " + ".join(f"{name} {value}" for name, value in counts.items())
+                raise ConfigError(f"{shown} asks {built} items per task; synthetic task {task} supplies at most "
+                                  f"{most}")
+            continue
+        for name, value in counts.items():
+            if value > most:
+                raise ConfigError(f"`{name}` {value} is more items than task {task} holds ({most} in {data_dir})")
 
 
 def _real_prompts(tasks: Sequence[str], data_dir: Path | None) -> dict[str, list[str]]:

@@ -150,6 +150,7 @@ class TuningProblem:
         if not self.kv or len(set(self.kv)) != len(self.kv) or set(self.kv) - set(KV_SOURCES):
             raise ConfigError(f"`kv` must be distinct K/V sources of {', '.join(KV_SOURCES)}, got {list(self.kv)}")
         self.racing()  # validates items_start, limit and halfwidth
+        self._check_synthetic_supply()
         for name in ("certify_limit", "certify_candidates"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -165,6 +166,17 @@ class TuningProblem:
         check_objectives(self.objectives)
         if "tpot" in self.objectives and self.decode_tokens < 1:
             raise ConfigError("objective `tpot` times decode steps: `decode_tokens` must be >= 1")
+
+    def _check_synthetic_supply(self) -> None:
+        """A synthetic task's items are built up front: a cap beyond what its generator gives is refused."""
+        from poptune.evaluate.synthetic import EMBEDDED
+        from poptune.evaluate.workload import SYNTHETIC_MAX
+
+        synthetic = [t for t in self.tasks if t in EMBEDDED]
+        certify = self.certify_limit if isinstance(self.certify_limit, int) and self.max_drop is not None else 0
+        if synthetic and (self.limit is None or self.limit + max(certify, 0) > SYNTHETIC_MAX):
+            raise ConfigError(f"`limit` {self.limit} + `certify_limit` {certify} items per task: synthetic task "
+                              f"{synthetic[0]} supplies at most {SYNTHETIC_MAX}")
 
     @property
     def target(self) -> int:
