@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from poptune.engine import get_pop_config, stage
-from ..models.vision import vision_family
+from poptune.engine import get_pop_config
+from .greedy import Steps, decode_logits, eos_ids, replayable
 from .segments import generate as plain_generate
 
 if TYPE_CHECKING:
@@ -48,8 +48,6 @@ if TYPE_CHECKING:
     from .prefix import PrefixStates
 
 __all__ = ["generate"]
-
-_TEXT = frozenset({"input_ids", "attention_mask"})
 
 #: Tokens proposed in the first round; a round wholly accepted doubles the size, up to the most, and a round
 #: not wholly accepted starts again from the least. A proposal of k tokens costs a forward of k + 1 tokens.
@@ -78,11 +76,11 @@ def generate(model: Any, inputs: dict[str, Any], *, states: "PrefixStates | None
     if states is None or config is None or config.skip == 0:
         out = _plain(model, inputs, chunk, stopping, kwargs)
         if states is not None:
-            states.record_drafts(inputs, out, _eos(model, kwargs))
+            states.record_drafts(inputs, out, eos_ids(model, kwargs))
         return out
     drafts = states.drafts(inputs)
     out = None
-    if drafts is not None and _greedy(model, inputs, kwargs):
+    if drafts is not None and replayable(model, inputs, kwargs):
         out = _speculate(model, inputs, drafts, chunk, stopping, dict(kwargs), states)
     if out is None:
         if drafts is not None:
@@ -98,61 +96,6 @@ def _plain(model: Any, inputs: dict[str, Any], chunk: int | None, stopping: Call
     return plain_generate(model, inputs, chunk=chunk, **extra, **kwargs)
 
 
-def _eos(model: Any, kwargs: dict[str, Any]) -> set[int]:
-    eos = kwargs.get("eos_token_id", model.generation_config.eos_token_id)
-    return set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
-
-
-def _greedy(model: Any, inputs: dict[str, Any], kwargs: dict[str, Any]) -> bool:
-    """Whether ``generate`` would pick each token by a bare argmax, with no criteria we cannot replay."""
-    if set(k for k, v in inputs.items() if v is not None) - _TEXT or vision_family(model) == "qwen3_vl":
-        return False
-    if "max_length" not in kwargs and "max_new_tokens" not in kwargs:
-        return False
-    try:  # transformers' own reading of the arguments: any logits processor changes the argmax
-        config, rest = model._prepare_generation_config(None, **kwargs)
-        ids = inputs["input_ids"]
-        processors = model._get_logits_processor(generation_config=config, input_ids_seq_length=ids.shape[1],
-                                                 encoder_input_ids=ids, device=ids.device, model_kwargs=rest)
-    except Exception:  # noqa: BLE001 -- an argument we do not understand: generate plainly
-        return False
-    return (not config.do_sample and config.num_beams == 1 and not processors and not rest and config.use_cache
-            and config.stop_strings is None and config.max_time is None and not config.return_dict_in_generate
-            and getattr(config, "assistant_early_exit", None) is None
-            and getattr(config, "prompt_lookup_num_tokens", None) is None)
-
-
-class _Steps:
-    """``generate``'s bookkeeping after each new token, replayed: EOS rows padded, criteria, max length."""
-
-    def __init__(self, context: "torch.Tensor", max_length: int, eos: set[int], pad: int, criteria: Any) -> None:
-        import torch
-
-        self.seq = context
-        self.max_length, self.pad, self.criteria = max_length, pad, criteria
-        self.eos = torch.tensor(sorted(eos), dtype=torch.long, device=context.device)
-        self.unfinished = torch.ones(context.shape[0], dtype=torch.bool, device=context.device)
-
-    def padded(self) -> "torch.Tensor":
-        """Rows whose next tokens are pads whatever the model says (finished, with an EOS configured)."""
-        return ~self.unfinished if len(self.eos) else self.unfinished & False
-
-    def push(self, tokens: "torch.Tensor") -> bool:
-        """Append one token per row; True once every row has finished."""
-        import torch
-
-        if len(self.eos):
-            tokens = torch.where(self.unfinished, tokens, torch.full_like(tokens, self.pad))
-        self.seq = torch.cat([self.seq, tokens[:, None]], dim=-1)
-        done = torch.full_like(self.unfinished, self.seq.shape[1] >= self.max_length)
-        if self.criteria is not None:
-            done |= self.criteria(self.seq, None)
-        if len(self.eos):
-            done |= torch.isin(tokens, self.eos)
-        self.unfinished &= ~done
-        return not bool(self.unfinished.any())
-
-
 def _speculate(model: Any, inputs: dict[str, Any], drafts: list[tuple[int, ...]], chunk: int | None,
                stopping: Callable[[], Any] | None, kwargs: dict[str, Any], states: "PrefixStates") -> Any:
     """The module's loop; None where plain generation must run instead."""
@@ -166,12 +109,12 @@ def _speculate(model: Any, inputs: dict[str, Any], drafts: list[tuple[int, ...]]
     max_length = n + new if new is not None else kwargs.pop("max_length")
     kwargs.pop("max_length", None)
     pad = kwargs.get("pad_token_id", model.generation_config.pad_token_id)
-    eos = _eos(model, kwargs)
+    eos = eos_ids(model, kwargs)
     if pad is None and eos:
         return None  # generate would pad finished rows with an EOS token and warn: leave that to it
     first = plain_generate(model, {"input_ids": ids, "attention_mask": mask}, chunk=chunk, max_length=n + 1,
                            return_dict_in_generate=True, **kwargs)
-    steps = _Steps(ids, max_length, eos, int(pad or 0), stopping() if stopping is not None else None)
+    steps = Steps(ids, max_length, eos, int(pad or 0), stopping() if stopping is not None else None)
     states.drafted += ids.shape[0]
     if steps.push(first.sequences[:, n]):
         return steps.seq
@@ -199,24 +142,11 @@ def _round(model: Any, fed: "torch.Tensor", mask: "torch.Tensor", cache: Any, pa
     import torch
 
     k = fed.shape[1]
-    argmax = _forward(model, fed, mask, cache).argmax(dim=-1)  # (B, k)
+    argmax = decode_logits(model, fed, mask, cache).argmax(dim=-1)  # (B, k)
     match = (argmax[:, :-1] == fed[:, 1:]) | padded[:, None]
     accepted = int(match.long().cumprod(dim=-1).sum(dim=-1).min()) if k > 1 else 0
     cache.crop(-(k - 1 - accepted))  # 0: sliding-window layers back to their window
     return torch.cat([fed[:, 1 : accepted + 1], argmax[:, accepted : accepted + 1]], dim=-1)
-
-
-def _forward(model: Any, tokens: "torch.Tensor", mask: "torch.Tensor", cache: Any) -> "torch.Tensor":
-    """Logits of a forward of ``tokens`` at full depth after ``cache``, inputs as ``generate``'s decode step."""
-    import torch
-
-    past = cache.get_seq_length()
-    full = torch.cat([mask, mask.new_ones(mask.shape[0], past - mask.shape[1] + tokens.shape[1])], dim=-1)
-    positions = (full.long().cumsum(-1) - 1).masked_fill(full == 0, 0)[:, -tokens.shape[1]:]
-    with stage(model, "decode"), torch.no_grad():
-        out = model(input_ids=tokens, attention_mask=None if bool((full == 1).all()) else full,
-                    position_ids=positions, cache=cache, use_cache=True, logits_to_keep=0)
-    return out.logits.float()
 
 
 class _Proposer:
@@ -230,7 +160,7 @@ class _Proposer:
         self.index = [{tuple(p[i : i + size]): i + size for size in NGRAMS for i in range(len(p) - size)}
                       for p in self.prompts]  # n-gram -> where its last occurrence is followed
 
-    def propose(self, steps: _Steps, budget: int) -> "torch.Tensor | None":
+    def propose(self, steps: Steps, budget: int) -> "torch.Tensor | None":
         """(B, p) proposals, as long as the shortest live row's (rows padded by ``generate``: pads); or None."""
         import torch
 

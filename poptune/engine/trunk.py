@@ -8,8 +8,10 @@ items, each batch of them therefore needs the trunk once:
    (:class:`~poptune.engine.prefix.PrefixStates`, held for this one batch only);
 2. each configuration then scores the same batch: its prefill replays the layers below its block from those
    states (each such layer only writes its K/V), computes its own layers -- the skipped layers' K/V from the
-   block's input, the boundary tokens' deep path, the layers above an offset block -- and decodes at full depth
-   (greedy generation verifies the full model's answer as a draft, :mod:`poptune.engine.speculate`);
+   block's input, the boundary tokens' deep path, the layers above an offset block -- and decodes at full depth;
+   a greedy generation (:class:`Generation`) decodes every configuration's rows and the full model's as one
+   stacked batch (:mod:`poptune.engine.joint`): a small batch's decode step costs about what reading the
+   weights costs, so ``K`` configurations' steps cost little more than one's;
 3. the states are dropped; the configurations' outputs wait, keyed by the batch's exact inputs, until their
    own scoring asks for that batch.
 
@@ -35,7 +37,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from poptune.engine import PopConfig, apply_pop, decoder_of, get_pop_config
@@ -45,7 +48,7 @@ from poptune.patching import attribute
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["SharedTrunk", "attached_trunk", "batch_key"]
+__all__ = ["Generation", "SharedTrunk", "attached_trunk", "batch_key"]
 
 _ATTR = "_poptune_shared_trunk"
 
@@ -72,6 +75,21 @@ def _name(config: PopConfig | None) -> str:
     return json.dumps(config.to_dict(), sort_keys=True)
 
 
+@dataclass(frozen=True)
+class Generation:
+    """What a batch's ``compute`` generates, for the trunk to decode the configurations together.
+
+    ``compute`` must return exactly :func:`poptune.engine.joint.generate_together`'s sequence for these arguments
+    (``segments.generate(model, inputs, chunk=chunk, stopping_criteria=stopping(), **kwargs)``); where that is
+    not a bare greedy argmax, the trunk calls ``compute`` per configuration instead.
+    """
+
+    inputs: Mapping[str, Any]
+    chunk: int | None = None
+    stopping: Callable[[], Any] | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
 def attached_trunk(model: "nn.Module") -> "SharedTrunk | None":
     """The trunk attached to ``model`` (:meth:`SharedTrunk.attached`), or None."""
     return getattr(decoder_of(model), _ATTR, None)
@@ -87,6 +105,7 @@ class SharedTrunk:
         led: Batches the full model led (computed for every configuration).
         served: Batches a configuration was served from the full model's lead.
         alone: Calls computed alone (a batch no lead covered, or a model outside ``configs``).
+        together: Led batches whose generations were decoded as one batch (:mod:`poptune.engine.joint`).
     """
 
     def __init__(self, configs: Sequence[PopConfig]) -> None:
@@ -98,7 +117,7 @@ class SharedTrunk:
         self.configs = tuple(configs)
         self._names = frozenset(names)
         self._waiting: dict[tuple[str, bytes], Any] = {}
-        self.led = self.served = self.alone = 0
+        self.led = self.served = self.alone = self.together = 0
 
     def __len__(self) -> int:
         """Outputs waiting for their configuration."""
@@ -119,13 +138,16 @@ class SharedTrunk:
             if not keep:
                 self.clear()
 
-    def run(self, model: "nn.Module", key: bytes, compute: Callable[[], T]) -> T:
+    def run(self, model: "nn.Module", key: bytes, compute: Callable[[], T],
+            generation: Generation | None = None) -> T:
         """``compute()`` for the configuration applied to ``model`` on the batch ``key``, shared where possible.
 
         ``compute`` must score the batch under whatever configuration is applied to ``model`` when it is called
         (it is called again under each of :attr:`configs` when the full model leads) and must not apply one
-        itself. The full model's call leads; a configuration's call is served what the lead left for it.
+        itself. The full model's call leads; a configuration's call is served what the lead left for it. A
+        ``generation`` says what ``compute`` generates: the lead then decodes all configurations as one batch.
         """
+        from poptune.engine.joint import generate_together
         from poptune.engine.prefix import PrefixStates
 
         me = _name(get_pop_config(model))
@@ -138,9 +160,16 @@ class SharedTrunk:
             return compute()
         states = PrefixStates(max_bytes=1 << 62)  # one batch: bounded by the batch itself
         with states.attached(model):
-            out = compute()
-            for config in self.configs:
-                with apply_pop(model, config):
-                    self._waiting[(_name(config), key)] = compute()
+            outs = None if generation is None else generate_together(
+                model, dict(generation.inputs), [PopConfig(skip=0), *self.configs], chunk=generation.chunk,
+                stopping=generation.stopping, **generation.kwargs)
+            self.together += outs is not None
+            if outs is None:
+                outs = [compute()]
+                for config in self.configs:
+                    with apply_pop(model, config):
+                        outs.append(compute())
+        for config, each in zip(self.configs, outs[1:]):
+            self._waiting[(_name(config), key)] = each
         self.led += 1
-        return out
+        return outs[0]

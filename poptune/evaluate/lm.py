@@ -28,7 +28,7 @@ from poptune.errors import ConfigError
 from poptune.evaluate.scoring import score_continuations
 from poptune.kv import registry
 from poptune.engine.prefix import attached_states
-from poptune.engine.trunk import attached_trunk, batch_key
+from poptune.engine.trunk import Generation, attached_trunk, batch_key
 from poptune.engine.segments import chunk_bounds
 from poptune.engine.speculate import generate
 
@@ -188,16 +188,17 @@ class PopLM(HFLM):
         # pays the LM head, so batched verification cost more than plain decode (leaderboards/item-cost-*).
         states = attached_states(self.model) if context.shape[0] == 1 else None
 
+        inputs = {"input_ids": context, "attention_mask": attention_mask}
+        settings = {"max_length": max_length, "pad_token_id": self.tokenizer.pad_token_id, "use_cache": True,
+                    **generation_kwargs}
+
         def compute() -> Any:
-            return generate(self.model, {"input_ids": context, "attention_mask": attention_mask},
-                            states=states, chunk=self.prefill_chunk, stopping=stopping,
-                            max_length=max_length, pad_token_id=self.tokenizer.pad_token_id, use_cache=True,
-                            **generation_kwargs)
+            return generate(self.model, inputs, states=states, chunk=self.prefill_chunk, stopping=stopping, **settings)
 
         key = batch_key(context, attention_mask, max_length, stop, sorted(generation_kwargs.items()),
                         self.prefill_chunk)
         with apply_pop(self.model, self.pop_config):
-            out = self._shared(key, compute)
+            out = self._shared(key, compute, Generation(inputs, self.prefill_chunk, stopping, settings))
         progress.advance(int(context.shape[0]))
         return out
 
@@ -235,11 +236,11 @@ class PopLM(HFLM):
                 progress.advance(len(members))
         return results  # type: ignore[return-value]
 
-    def _shared(self, key: bytes, compute: Any) -> Any:
+    def _shared(self, key: bytes, compute: Any, generation: Generation | None = None) -> Any:
         """``compute()`` for this configuration on one batch, or the full model's lead's output for it where
         several configurations are scored on the same items (:mod:`poptune.engine.trunk`)."""
         trunk = attached_trunk(self.model)
-        return compute() if trunk is None else trunk.run(self.model, key, compute)
+        return compute() if trunk is None else trunk.run(self.model, key, compute, generation)
 
     def _truncate(self, context: list[int], continuation: list[int]) -> tuple[list[int], list[int]]:
         """HFLM's window: context and continuation[:-1] fit ``max_length``; the context loses its head."""

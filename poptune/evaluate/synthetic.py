@@ -474,7 +474,7 @@ def _generate(
     import torch
 
     from poptune.engine.segments import generate
-    from poptune.engine.trunk import attached_trunk, batch_key
+    from poptune.engine.trunk import Generation, attached_trunk, batch_key
 
     inputs = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -482,13 +482,15 @@ def _generate(
     # Plain greedy decode: verifying the full model's answer as a draft (poptune.engine.speculate) pays the LM head
     # at every proposed position of every row, and a batch keeps only what all its rows accept: for answers of a
     # few tokens, more than the decode steps it saves (measured: leaderboards/item-cost-*).
+    settings = {"max_new_tokens": max_new_tokens, "do_sample": False, "pad_token_id": pad_id}
+
     def compute() -> "torch.Tensor":
         with torch.no_grad():
-            return generate(model, inputs, chunk=prefill_chunk, max_new_tokens=max_new_tokens, do_sample=False,
-                            pad_token_id=pad_id)  # (B, N + T)
+            return generate(model, inputs, chunk=prefill_chunk, **settings)  # (B, N + T)
 
     trunk = attached_trunk(model)  # several configurations scored on these items: the full model's trunk shared
     key = batch_key(inputs["input_ids"], inputs["attention_mask"], max_new_tokens, prefill_chunk, pad_id)
-    out = compute() if trunk is None else trunk.run(model, key, compute)
+    out = compute() if trunk is None else trunk.run(
+        model, key, compute, Generation(dict(inputs), prefill_chunk, None, settings))
     new = out[:, inputs["input_ids"].shape[1] :]  # (B, T)
     return tokenizer.batch_decode(new, skip_special_tokens=True)

@@ -1,0 +1,159 @@
+"""Several configurations' greedy generations of one batch, their decode steps taken as one batch.
+
+POP changes only the prompt's prefill; every configuration decodes with the full model. When the full model and
+POP configurations generate answers to the same prompts (a shared trunk, :mod:`poptune.engine.trunk`), each
+one's prefill is its own, but their decode steps run the same weights on rows of the same shape: stacked along
+the batch, one step of ``K`` configurations over ``B`` prompts is one forward of ``K x B`` rows. On a CPU or GPU
+a decode step of a small batch is bound by reading the weights (the LM head's above all), so the stacked step
+costs little more than one configuration's.
+
+For each configuration: its prefill and first token exactly as ``generate`` makes them (``max_length`` one past
+the prompt); then the stacked rows step together at full depth (:func:`poptune.engine.greedy.decode_logits`),
+every configuration's accounts kept as ``generate`` keeps them (:class:`poptune.engine.greedy.Steps`: its own
+stopping criteria, pads after EOS, its own stop). A configuration that has stopped leaves the batch. The
+sequences are ``generate``'s, up to float rounding (a matrix product over more rows may sum in another order).
+
+Only what :func:`~poptune.engine.greedy.replayable` accepts (greedy, no logits processors, text prompts) is
+stacked; a configuration whose cache cannot be stacked (a compact cache that dropped tokens: the anchor K/V
+source) decodes on its own, still replayed. Memory: the stacked caches, up to :data:`STACK_BYTES` at a time.
+
+    outs = generate_together(model, inputs, [PopConfig(skip=0), PopConfig(skip=5)], max_new_tokens=8)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from poptune.engine import PopConfig, apply_pop
+from .greedy import Steps, decode_logits, eos_ids, replayable
+from .prefix import attached_states
+from .segments import generate as plain_generate
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["STACK_BYTES", "generate_together"]
+
+#: Bytes of stacked caches decoded together; configurations beyond them form the next stack.
+STACK_BYTES = 2 << 30
+
+
+@dataclass
+class _Row:
+    """One configuration's generation in progress: its accounts and, until stacked, its cache."""
+
+    config: PopConfig
+    steps: Steps
+    cache: Any
+
+
+def generate_together(model: Any, inputs: dict[str, Any], configs: Sequence[PopConfig], *, chunk: int | None = None,
+                      stopping: Callable[[], Any] | None = None, **kwargs: Any) -> "list[torch.Tensor] | None":
+    """Each configuration's greedy sequences for ``inputs`` (prompt included), as ``generate`` would give them.
+
+    Args:
+        model: The model; each configuration is applied in turn (``skip=0``: the full model).
+        inputs: ``input_ids`` and optionally ``attention_mask`` (left-padded).
+        configs: The configurations, distinct.
+        chunk: Prefill in chunks of this many tokens (:mod:`poptune.engine.segments`).
+        stopping: Makes a fresh ``StoppingCriteriaList`` (called once per configuration); None: none.
+        **kwargs: ``generate``'s (``max_length`` or ``max_new_tokens``, ``pad_token_id``, ...).
+
+    Returns:
+        One sequence tensor per configuration, in order; None when ``generate`` would not pick tokens by a bare
+        argmax (sampling, beams, logits processors, image prompts): generate each plainly then.
+    """
+    import torch
+
+    if not replayable(model, inputs, kwargs):
+        return None
+    kwargs = dict(kwargs)
+    ids = inputs["input_ids"]
+    n = ids.shape[1]
+    mask = inputs.get("attention_mask")
+    mask = torch.ones_like(ids) if mask is None else mask
+    new = kwargs.pop("max_new_tokens", None)
+    max_length = n + new if new is not None else kwargs.pop("max_length")
+    kwargs.pop("max_length", None)
+    pad = kwargs.get("pad_token_id", model.generation_config.pad_token_id)
+    eos = eos_ids(model, kwargs)
+    if pad is None and eos:
+        return None  # generate would pad finished rows with an EOS token and warn: leave that to it
+    prompt = {"input_ids": ids, "attention_mask": mask}
+    states = attached_states(model)
+    done: dict[int, torch.Tensor] = {}
+    stack: list[tuple[int, _Row]] = []
+    held = 0
+    for i, config in enumerate(configs):
+        with apply_pop(model, config):
+            first = plain_generate(model, prompt, chunk=chunk, max_length=n + 1, return_dict_in_generate=True,
+                                   **kwargs)
+        if config.skip == 0 and states is not None and (chunk is None or chunk >= n):
+            states.lend(first.cache)  # the layers before every block: the full model's K/V, copied
+        row = _Row(config, Steps(ids, max_length, eos, int(pad or 0), stopping() if stopping else None), first.cache)
+        if row.steps.push(first.sequences[:, n]):
+            done[i] = row.steps.seq
+        elif not _stackable(row.cache):
+            done[i] = _decode(model, [row], mask, under=config)[0]
+        else:
+            stack.append((i, row))
+            held += _bytes(row.cache)
+            if held >= STACK_BYTES:
+                done.update(zip([j for j, _ in stack], _decode(model, [r for _, r in stack], mask)))
+                stack, held = [], 0
+    if stack:
+        done.update(zip([j for j, _ in stack], _decode(model, [r for _, r in stack], mask)))
+    return [done[i] for i in range(len(configs))]
+
+
+def _stackable(cache: Any) -> bool:
+    """Whether ``cache`` holds plain per-row K/V (dynamic full or sliding-window layers) that can be stacked."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    return all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in cache.layers)
+
+
+def _bytes(cache: Any) -> int:
+    return sum(t.numel() * t.element_size() for layer in cache.layers if layer.is_initialized
+               for t in (layer.keys, layer.values))
+
+
+def _stacked(caches: list[Any]) -> Any:
+    """The first cache, its rows followed by every other cache's (same prompt: same lengths and windows)."""
+    import torch
+
+    into = caches[0]
+    for i, layer in enumerate(into.layers):
+        if layer.is_initialized:
+            layer.keys = torch.cat([c.layers[i].keys for c in caches], dim=0)
+            layer.values = torch.cat([c.layers[i].values for c in caches], dim=0)
+    return into
+
+
+def _decode(model: Any, rows: list[_Row], mask: "torch.Tensor", under: PopConfig | None = None) -> list[Any]:
+    """Step ``rows`` together until each has stopped; their sequences. Stacked rows decode under the full model
+    (decode is full depth); a single unstackable one under its own configuration (its cache needs it)."""
+    import torch
+
+    cache = rows[0].cache if len(rows) == 1 else _stacked([r.cache for r in rows])
+    live = list(rows)
+    out: dict[int, torch.Tensor] = {}
+    with apply_pop(model, under or PopConfig(skip=0)):
+        while live:
+            width = [r.steps.seq.shape[0] for r in live]
+            fed = torch.cat([r.steps.seq[:, -1:] for r in live], dim=0)  # (R, 1)
+            tokens = decode_logits(model, fed, mask.repeat(len(live), 1), cache)[:, -1].argmax(dim=-1)  # (R,)
+            keep, start = [], 0
+            for r, b in zip(live, width):
+                if r.steps.push(tokens[start : start + b]):
+                    out[id(r)] = r.steps.seq
+                else:
+                    keep.extend(range(start, start + b))
+                start += b
+            if len(keep) < fed.shape[0]:
+                live = [r for r in live if id(r) not in out]
+                if live:
+                    cache.batch_select_indices(torch.tensor(keep, device=fed.device))
+    return [out[id(r)] for r in rows]

@@ -1,0 +1,132 @@
+"""Configurations decoded as one stacked batch give, token for token, what each one's ``generate`` gives."""
+
+import pytest
+import torch
+from transformers import StoppingCriteriaList
+
+from poptune import PopConfig, apply_pop
+from poptune.engine import joint
+from poptune.engine.joint import generate_together
+from poptune.engine.segments import generate
+from poptune.engine.trunk import Generation, SharedTrunk
+
+from .test_speculate import StopAfter
+
+CONFIGS = [PopConfig(skip=0), PopConfig(skip=3), PopConfig(skip=2, boundary="window-4", offset=1),
+           PopConfig(skip=1, boundary="none"), PopConfig(skip=3, boundary="window-8", kv="anchor")]
+NEW = 10
+
+
+def _inputs(tok):
+    texts = ["a much longer prompt than the other one, " * 6, "short prompt", "a third prompt of middling length " * 2]
+    return dict(tok(texts, return_tensors="pt", padding=True))
+
+
+def _alone(model, inputs, config, *, chunk=None, stopping=None, **kwargs):
+    extra = {"stopping_criteria": stopping()} if stopping else {}
+    with torch.inference_mode(), apply_pop(model, config):
+        return generate(model, inputs, chunk=chunk, do_sample=False, max_new_tokens=NEW, pad_token_id=0, **extra,
+                        **kwargs)
+
+
+def _together(model, inputs, *, chunk=None, stopping=None, **kwargs):
+    with torch.inference_mode():
+        return generate_together(model, inputs, CONFIGS, chunk=chunk, stopping=stopping, do_sample=False,
+                                 max_new_tokens=NEW, pad_token_id=0, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_stacked_decode_equals_each_configurations_generate(shared, name, chunk):
+    model, tok = shared(name)
+    inputs = _inputs(tok)
+    together = _together(model, inputs, chunk=chunk)
+    for config, out in zip(CONFIGS, together):
+        assert torch.equal(out, _alone(model, inputs, config, chunk=chunk)), config
+
+
+@pytest.mark.parametrize("stack_bytes", [1, 1 << 40])
+def test_rows_and_configurations_that_end_apart_stop_as_generate_does(shared, monkeypatch, stack_bytes):
+    """EOS and stateful stopping criteria per configuration, rows ending apart, configurations leaving the stack
+    as they stop; with one configuration per stack too."""
+    model, tok = shared("tiny-llama")
+    inputs = _inputs(tok)
+    monkeypatch.setattr(joint, "STACK_BYTES", stack_bytes)
+    frequent = int(_alone(model, inputs, PopConfig(skip=0))[0, inputs["input_ids"].shape[1] + 2])
+    rows, n = inputs["input_ids"].shape
+    stopping = lambda: StoppingCriteriaList([StopAfter(frequent, n, rows)])  # noqa: E731
+    for kwargs in ({"eos_token_id": frequent}, {"stopping": stopping}):
+        together = _together(model, inputs, **kwargs)
+        lengths = set()
+        for config, out in zip(CONFIGS, together):
+            alone = _alone(model, inputs, config, **kwargs)
+            assert torch.equal(out, alone), (config, kwargs)
+            lengths.add(out.shape[1])
+        assert min(lengths) < n + NEW  # some configuration stopped early: the check covers leaving the stack
+
+
+def test_what_is_not_a_bare_argmax_is_left_to_generate(shared):
+    model, tok = shared("tiny-llama")
+    inputs = _inputs(tok)
+    assert _together(model, inputs, repetition_penalty=1.3) is None
+    with torch.inference_mode():
+        assert generate_together(model, inputs, CONFIGS, do_sample=True, max_new_tokens=NEW, pad_token_id=0) is None
+
+
+def test_the_trunk_decodes_its_generations_together_and_the_comparison_has_teeth(shared, monkeypatch):
+    """A trunk's generation goes through the stacked decode, and a configuration prefilled as another (a sabotaged
+    ``apply_pop`` in the stacked path) is caught by comparing with the engine."""
+    model, tok = shared("tiny-llama")
+    inputs = _inputs(tok)
+    configs = CONFIGS[1:]
+    settings = {"do_sample": False, "max_new_tokens": NEW, "pad_token_id": 0}
+
+    def run(config, trunk):
+        with torch.inference_mode(), apply_pop(model, config):
+            return trunk.run(model, b"batch", lambda: generate(model, inputs, **settings),
+                             Generation(inputs, None, None, settings))
+
+    trunk = SharedTrunk(configs)
+    with trunk.attached(model):
+        outs = {c: run(c, trunk) for c in CONFIGS}
+    assert trunk.together == 1 and trunk.served == len(configs)
+    assert all(torch.equal(outs[c], _alone(model, inputs, c)) for c in CONFIGS)
+    wrong = {configs[0]: PopConfig(skip=3, boundary="none")}
+    monkeypatch.setattr(joint, "apply_pop", lambda m, c: apply_pop(m, wrong.get(c, c)))
+    trunk = SharedTrunk(configs)
+    with trunk.attached(model):
+        sabotaged = {c: run(c, trunk) for c in CONFIGS}
+    assert not torch.equal(sabotaged[configs[0]], outs[configs[0]])
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+@pytest.mark.parametrize("chunk", [None, 16])
+def test_the_layers_before_the_block_copied_from_the_full_models_cache_change_nothing(shared, name, chunk):
+    """With prefix states attached, the configurations replay the full model's layers and copy their K/V from its
+    cache (whole prompts only: a chunked prefill recomputes them), token for token what ``generate`` gives."""
+    from poptune.engine.prefix import PrefixStates
+
+    model, tok = shared(name)
+    inputs = _inputs(tok)
+    states = PrefixStates(max_bytes=1 << 40)
+    with states.attached(model):
+        together = _together(model, inputs, chunk=chunk)
+    assert (states.copied > 0) == (chunk is None)
+    assert states.replayed > 0 or chunk is not None
+    for config, out in zip(CONFIGS, together):
+        assert torch.equal(out, _alone(model, inputs, config, chunk=chunk)), config
+
+
+def test_a_lent_cache_serves_only_the_batch_it_was_made_for(shared):
+    from poptune.engine.prefix import PrefixStates
+
+    model, tok = shared("tiny-llama")
+    inputs, other = _inputs(tok), dict(tok(["another batch entirely, " * 5, "and its second row"],
+                                           return_tensors="pt", padding=True))
+    states = PrefixStates(max_bytes=1 << 40)
+    with states.attached(model), torch.inference_mode():
+        generate_together(model, other, [PopConfig(skip=0)], do_sample=False, max_new_tokens=2, pad_token_id=0)
+        _together(model, inputs)  # records `inputs` and lends its cache
+        copied = states.copied
+        out = _alone(model, other, PopConfig(skip=3))  # replays `other`, recorded before: recomputes its K/V
+    assert states.copied == copied and torch.equal(out, _alone(model, other, PopConfig(skip=3)))
