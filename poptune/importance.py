@@ -473,12 +473,23 @@ def load_importance(path: str | os.PathLike[str]) -> ImportanceResult:
         raise DataError(f"cannot read {path}: {e.strerror or e}") from e
     except json.JSONDecodeError as e:
         raise DataError(f"{path} is not JSON: {e}") from e
+    except RecursionError:
+        raise DataError(f"{path} is not a poptune importance file: nested too deeply") from None
     if not isinstance(data, dict):
         raise DataError(f"{path} is not a poptune importance file")
     try:
-        return ImportanceResult.from_dict(data)
-    except (KeyError, TypeError, ValueError) as e:  # ConfigError from ImportanceSpec is a ValueError too
-        raise DataError(f"{path} is not a valid poptune importance file: {e}") from e
+        result = ImportanceResult.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # ConfigError (ImportanceSpec) is a ValueError
+        raise DataError(f"{path} is not a valid poptune importance file: {e!s:.200}") from e
+    values = result.prefill + result.decode
+    if (len(result.prefill) < 2 or len(result.decode) != len(result.prefill)
+            or not all(math.isfinite(v) and v >= 0 for v in values)):
+        raise DataError(f"{path} is not a valid poptune importance file: `prefill.raw` and `decode.raw` must hold "
+                        "one finite value >= 0 per layer, the same number of layers (>= 2)")
+    if "num_layers" in data and data["num_layers"] != result.num_layers:
+        raise DataError(f"{path} is not a valid poptune importance file: `num_layers` {data['num_layers']!r} but "
+                        f"{result.num_layers} values per layer")
+    return result
 
 
 def importance_plot(result: ImportanceResult, path: str | os.PathLike[str]) -> Path:

@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("give --skip (and --boundary, --offset) or --config, not both")
         from poptune.reports.export import load_config
 
-        config = load_config(args.config, model=args.model, device=args.device, force=args.force)
+        config = load_config(args.config, model=args.model, device=args.device, force=args.force,
+                             weights=args.weights)
     elif args.skip is None:
         raise ConfigError("give --skip (and --boundary, --offset) or --config")
     else:

@@ -97,10 +97,15 @@ def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
         return ()
     from poptune.importance import load_importance, propose_block
     from poptune.models import resolve_model
+    from poptune.models.registry import layer_count
 
     result = load_importance(args.init_from_importance)
     if resolve_model(result.model).name != resolve_model(args.model).name:
         raise ConfigError(f"{args.init_from_importance} analyses {result.model!r}, not {args.model!r}")
+    layers = layer_count(args.model, args.weights)
+    if layers is not None and layers != result.num_layers:
+        raise ConfigError(f"{args.init_from_importance} holds {result.num_layers} layers' importance, and "
+                          f"{args.model} has {layers} layers")
     return (propose_block(result.prefill, args.init_ratio),)
 
 

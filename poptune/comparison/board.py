@@ -147,8 +147,8 @@ def rows_of(record: Mapping[str, Any], timings: Mapping[str, Any] | None = None)
     if full is None:
         raise ConfigError("a methods comparison record needs the full model's outcomes")
     profiles = record["profiles"]
-    longest = max(profiles, key=lambda p: p[0])
-    profile = f"{longest[0]}+{longest[1]}"
+    longest = max(profiles, key=lambda p: p[0]) if profiles else None  # none: scored only, nothing to pair by
+    profile = f"{longest[0]}+{longest[1]}" if longest else None
     rows = [Row(e["name"], e["method"], e["label"], _mean(e["outcomes"]), paired_drop(full["outcomes"], e["outcomes"]),
                 _speed(e, profiles)) for e in entries]
     outcomes = {e["name"]: e["outcomes"] for e in entries}
@@ -165,6 +165,8 @@ def rows_of(record: Mapping[str, Any], timings: Mapping[str, Any] | None = None)
 
 def read_records(folder: str | Path) -> list[dict[str, Any]]:
     """Every methods comparison record (``methods-*.json``) in ``folder``, sorted by file name."""
+    from .schema import check_record
+
     paths = sorted(Path(folder).glob("methods-*.json"))
     records = []
     for path in paths:
@@ -172,8 +174,14 @@ def read_records(folder: str | Path) -> list[dict[str, Any]]:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot read the comparison record {path}: {e}") from e
-        if isinstance(data, dict) and data.get("record") == _KIND:
-            records.append({**data, "_file": path.name})
+        except RecursionError:
+            raise ConfigError(f"cannot read the comparison record {path}: nested too deeply") from None
+        if not isinstance(data, dict) or data.get("record") != _KIND or data.get("version") != _VERSION:
+            shown = (data.get("record"), data.get("version")) if isinstance(data, dict) else type(data).__name__
+            raise ConfigError(f"{path} is named as a methods comparison record but is not one of version {_VERSION} "
+                              f"(found {shown!r}): move it out of the folder")
+        check_record(data, path)
+        records.append({**data, "_file": path.name})
     return records
 
 
@@ -280,7 +288,7 @@ def _plot(groups: Sequence[tuple[Mapping[str, Any], Sequence[Row]]], path: Path,
     from poptune.plots import pyplot, save_figure
 
     plt = pyplot()
-    profiles = [f"{a}+{b}" for a, b in groups[0][0]["profiles"]]
+    profiles = [f"{a}+{b}" for a, b in groups[0][0]["profiles"]] or [""]  # none: accuracy alone, at speed 1
     fig, axes = plt.subplots(len(groups), len(profiles), figsize=(6 * len(profiles), 4.5 * len(groups)),
                              squeeze=False)
     colors = {"full": "black", "pop": "tab:blue"}
@@ -294,7 +302,8 @@ def _plot(groups: Sequence[tuple[Mapping[str, Any], Sequence[Row]]], path: Path,
                 ax.errorbar([x], [y], xerr=xerr, yerr=yerr if r.method != "full" else None, fmt="o", ms=4,
                             capsize=2, lw=0.7, color=colors.get(r.method, "tab:red"))
                 ax.annotate(f"{r.method} {r.label}", (x, y), fontsize=5, xytext=(3, 2), textcoords="offset points")
-            ax.set_title(f"{record['workload']}, request {p}", fontsize=9)
+            ax.set_title(f"{record['workload']}, request {p}" if p else f"{record['workload']} (not timed)",
+                         fontsize=9)
             ax.set_xlabel("end-to-end speedup vs full model (x)")
             ax.set_ylabel("accuracy (%)")
             ax.grid(alpha=0.3)

@@ -134,6 +134,17 @@ def max_positions(name: str, weights: str = "pretrained") -> int | None:
     Raises:
         ModelNotFoundError: an unknown name (:func:`resolve_model`).
     """
+    return _config_int(name, weights, "max_position_embeddings")
+
+
+def layer_count(name: str, weights: str = "pretrained") -> int | None:
+    """The model's decoder layers (``num_hidden_layers``), read from its configuration without loading it as
+    :func:`max_positions` reads its context; None where none is at hand."""
+    return _config_int(name, weights, "num_hidden_layers")
+
+
+def _config_int(name: str, weights: str, key: str) -> int | None:
+    """A positive integer ``key`` of the model's (or its text model's) configuration, without loading it."""
     import json
 
     spec = resolve_model(name)
@@ -144,13 +155,13 @@ def max_positions(name: str, weights: str = "pretrained") -> int | None:
         found = Path(spec.path) / "config.json" if spec.path else _cached_hub_file(spec.hub_id, "config.json")
         try:
             config = json.loads(found.read_text(encoding="utf-8")) if found is not None else None
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             config = None
     if not isinstance(config, dict):
         return None
     for level in (config, config.get("text_config")):
-        value = level.get("max_position_embeddings") if isinstance(level, dict) else None
-        if isinstance(value, int) and value > 0:
+        value = level.get(key) if isinstance(level, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
 

@@ -198,6 +198,8 @@ def _read(path: str | Path) -> dict:
         raise ConfigError(f"no configuration file {path}") from e
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"{path} is not a poptune configuration file: {e}") from e
+    except RecursionError:
+        raise ConfigError(f"{path} is not a poptune configuration file: nested too deeply") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a poptune configuration file (expected format {FORMAT!r})")
     _check_fields(path, data)
@@ -211,8 +213,12 @@ def _check_fields(path: str | Path, data: dict) -> None:
 
     if not isinstance(data.get("pop_config"), dict):
         raise ConfigError(f"{path} has no `pop_config` object (the configuration itself): export it again")
+    if not isinstance(data["pop_config"].get("kv", ""), str):
+        raise ConfigError(f"{path}: `pop_config.kv` must name a K/V source: export it again")
     if not isinstance(data.get("model"), dict) or not text(data["model"].get("name")):
         raise ConfigError(f"{path} has no `model.name`: export it again")
+    if data["model"].get("weights_fingerprint") is not None and not text(data["model"]["weights_fingerprint"]):
+        raise ConfigError(f"{path}: `model.weights_fingerprint` must be a string: export it again")
     if not isinstance(data.get("hardware"), dict) or not text(data["hardware"].get("hardware_id")):
         raise ConfigError(f"{path} has no `hardware.hardware_id`: export it again")
     source = kv_registry.source(data["pop_config"].get("kv", kv_registry.DEFAULT))
@@ -227,7 +233,8 @@ def _check_fields(path: str | Path, data: dict) -> None:
 
 
 def load_config(
-    path: str | Path, *, model: str | None = None, device: str | None = None, force: bool = False
+    path: str | Path, *, model: str | None = None, device: str | None = None, force: bool = False,
+    weights: str = "pretrained",
 ) -> PopConfig:
     """The :class:`PopConfig` of an exported file.
 
@@ -236,16 +243,25 @@ def load_config(
         model: If given, the model it will be applied to; another model is refused unless ``force``.
         device: If given, where it will run; another kind of machine (hardware id) is refused unless ``force``.
         force: Apply it anyway.
+        weights: The weights of ``model`` (``pretrained`` or ``random``): their fingerprint must be the one the
+            file was tuned with, unless ``force``.
     """
     data = _read(path)
-    config = PopConfig.from_dict(data["pop_config"])
+    try:
+        config = PopConfig.from_dict(data["pop_config"])
+    except (TypeError, AttributeError) as e:  # a field of the wrong type (PopConfig checks values, not types)
+        raise ConfigError(f"{path}: `pop_config` is not a configuration ({e}): export it again") from e
     if model is not None and not force:
-        from poptune.models import resolve_model
+        from poptune.models import resolve_model, weights_fingerprint
 
         if resolve_model(model).name != data["model"]["name"]:
             raise ConfigError(
                 f"{path} was tuned for {data['model']['name']!r}, not {model!r} (use --force to apply it anyway)"
             )
+        tuned = data["model"].get("weights_fingerprint")
+        if tuned and tuned != weights_fingerprint(model, weights):
+            raise ConfigError(f"{path} was tuned on other weights of {model} (fingerprint {tuned}, these are "
+                              f"{weights_fingerprint(model, weights)}; use --force to apply it anyway)")
     if device is not None and not force:
         from poptune.measure.hardware import fingerprint
 
