@@ -247,7 +247,8 @@ def problem(args: argparse.Namespace) -> Any:
 
         tasks: tuple[str, ...] = (JUDGES[getattr(args, "judge", "answers")],)
     else:
-        tasks = resolve_tasks(args.tasks, directory) if args.tasks else default_tasks(directory is not None)
+        tasks = resolve_tasks(args.tasks, directory) if args.tasks is not None \
+            else default_tasks(directory is not None)  # `--tasks ""` is refused, not the default
     real = [t for t in tasks if t not in EMBEDDED and t not in PROMPT_TASKS]  # a prompts file is its own workload
     if directory is not None and real:
         check_data(directory, real)

@@ -59,6 +59,9 @@ def _pop(text: str) -> tuple[Any, ...]:
         raise ConfigError("`--pop` needs at least one configuration")
     if not all(kv_registry.is_default(c.kv) for c in configs):
         raise ConfigError("`--pop` compares POP with the layers' own K/V only (SKIP/BOUNDARY/OFFSET)")
+    twice = sorted({f"{c.skip}/{c.boundary}/{c.offset}" for c in configs if configs.count(c) > 1})
+    if twice:
+        raise ConfigError(f"`--pop` names {', '.join(twice)} twice: each row once")
     return configs
 
 
@@ -86,6 +89,10 @@ def _choices(text: str, allowed: tuple[str, ...], name: str) -> list[str]:
     unknown = [m for m in picked if m not in allowed]
     if unknown:
         raise ConfigError(f"unknown {name} {', '.join(unknown)}: use {', '.join(allowed)}")
+    if not picked:
+        raise ConfigError(f"no {name} given: use one or more of {', '.join(allowed)}")
+    if len(set(picked)) != len(picked):
+        raise ConfigError(f"a {name.removesuffix('(s)')} given twice: {text!r}")
     return picked
 
 
@@ -99,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     from poptune.problem.problem import TuningProblem
     from poptune.tune.trust import now
 
+    if not args.workload.strip():
+        raise ConfigError("`--workload` names the workload in the leaderboard: it must not be empty")
     pop, profiles = _pop(args.pop), _profiles(args.profiles)
     methods, ratios = _choices(args.methods, METHODS, "baseline(s)"), ratio_list(args.ratios, "--ratios")
     if args.pairs < 6:

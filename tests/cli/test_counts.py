@@ -80,4 +80,19 @@ def test_the_problem_itself_bounds_synthetic_items():
         TuningProblem(model="tiny-llama", tasks=("passkey",), limit=32, certify_limit=100_000)
     with pytest.raises(ConfigError, match="supplies at most"):
         TuningProblem(model="tiny-llama", tasks=("passkey",), limit=None)
-    TuningProblem(model="tiny-llama", tasks=("passkey",), limit=32, certify_limit=100_000, max_drop=None)  # no budget: no certification
+    # without a budget nothing is certified: the certification's count builds no items
+    TuningProblem(model="tiny-llama", tasks=("passkey",), limit=32, certify_limit=100_000, max_drop=None)
+
+
+@pytest.mark.parametrize("option, said", [
+    (["--pop", "2/last/0,2/last/0"], "twice"), (["--workload", " "], "must not be empty"),
+    (["--methods", ""], "no baseline(s) given"), (["--methods", "shortgpt,shortgpt"], "twice")])
+def test_compare_refuses_empty_and_repeated_rows(capsys, scratch, option, said):
+    line = _refused(capsys, scratch, "compare", "--model", "tiny-llama", "--tasks", "passkey", "--workload", "w",
+                    "--out", str(scratch / "o.json"), *option)
+    assert said in line
+
+
+def test_a_study_of_no_tasks_is_refused_not_given_the_default(capsys, scratch):
+    line = _refused(capsys, scratch, *STUDY, "--storage", f"sqlite:///{scratch}/s.db", "--tasks", "")
+    assert "(none given)" in line
