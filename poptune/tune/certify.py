@@ -13,9 +13,14 @@ until the drop's interval is decided.
 planned rounds (:mod:`poptune.evaluate.paired`). The error of a wrong "certified within", :data:`ERROR` (2.5%),
 is spent across the study's attempts -- the k-th certification of a study (a later ``--certify N`` above the
 last cap) gets ``ERROR / 2**k`` (:func:`attempt_error`) -- and within an attempt across its K candidates
-(Bonferroni): every verdict the study ever prints holds together, so "certified within" is wrong with
-probability at most 2.5% when a candidate's true drop equals the budget, whichever candidate and attempt it is
-and however many rounds were looked at. Asking again until the answer is yes cannot buy a verdict. A
+(Bonferroni). **Each attempt scores new items**: attempt k races only the fresh positions after attempt k-1's
+cap (:func:`attempt_items`; ``--certify N`` counts fresh positions per task in all, so attempt k gets ``N`` minus
+the positions earlier attempts took), so its test is valid at its own level whatever its size was chosen from
+(earlier attempts' outcomes, the cost line, a hand-picked N). Every verdict the study ever prints then holds
+together: "certified within" is wrong with probability at most 2.5% when a candidate's true drop equals the
+budget, whichever candidate and attempt it is and however many rounds were looked at, and asking again until
+the answer is yes cannot buy a verdict (:func:`poptune.tune.simulate.follow_up` simulates the two-attempt path).
+Attempts stored before issue 58 re-raced the same positions; their records say so by ``fresh_from``. A
 candidate that the cap leaves undecided is said to be so (``undecided at N items``), never rounded to a
 verdict. Candidates are certified fastest first; once one is certified within, the slower ones are not needed
 for the fastest configuration within the budget and are left ``not certified``.
@@ -50,9 +55,9 @@ if TYPE_CHECKING:
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
 
-__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "attempt_error", "candidates",
-           "certification_policy", "certify_front", "plan_certification", "spent_error", "verdict_of",
-           "wants_certification"]
+__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "attempt_error",
+           "attempt_items", "candidates", "certification_policy", "certify_front", "plan_certification", "spent_error",
+           "verdict_of", "wants_certification"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
@@ -94,6 +99,22 @@ def spent_error(record: dict[str, Any] | None) -> float:
     if not record:
         return 0.0
     return sum(float(a.get("error", ERROR)) for a in [*record.get("attempts", []), record])
+
+
+def attempt_items(before: dict[str, Any] | None, search_cap: int, limit: int) -> tuple[int, int]:
+    """Where the next attempt's fresh items start and how many per task it may take: the positions after the
+    last attempt's cap (``before``: the study's certification record, None for none), up to ``limit`` fresh
+    positions per task in all (``--certify N``). Raises ConfigError when earlier attempts took them all."""
+    from poptune.errors import ConfigError
+
+    start = search_cap
+    if before:
+        start = int(before.get("fresh_from", search_cap)) + int(before.get("cap", before.get("limit", 0)))
+    room = search_cap + limit - start
+    if room < 1:
+        raise ConfigError(f"--certify {limit}: earlier certifications took the first {start - search_cap} fresh items "
+                          "per task, and a new attempt scores only items none of them saw: ask for more")
+    return start, room
 
 
 def _confidence(attempt: int, candidates: int) -> float:
@@ -152,23 +173,27 @@ class CertificationPlan:
         head = f"certifying {label} on {self.per_task * self.tasks:,} fresh items{cost}"
         rate = f"the {100 * self.flip_rate:.1f}% flip rate the search saw"
         if self.per_task >= self.needed:
-            return f"{head}: {100 * self.power:.0f}% power for a {budget:g}-point verdict at {rate}"
+            return (f"{head}: {100 * self.power:.0f}% power for a {budget:g}-point verdict if the true drop is 0 and "
+                    f"items flip at {rate}")
         why = "all the time budget buys" if self.affordable is not None and self.affordable < self.supply \
             else "all the certification's cap holds"
-        return (f"{head}, {why}: a {budget:g}-point verdict needs about {self.needed * self.tasks:,} at {rate}; "
-                f"these items certify about {self.smallest_budget:.1f} points as often ({100 * self.power:.0f}%)")
+        return (f"{head}, {why}: a {budget:g}-point verdict needs about {self.needed * self.tasks:,} if the true drop "
+                f"is 0 and items flip at {rate}; these items certify about {self.smallest_budget:.1f} points as often "
+                f"({100 * self.power:.0f}%)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[FrontRow],
-                       confidence: float, *, deadline: float | None) -> CertificationPlan | None:
+                       confidence: float, *, deadline: float | None,
+                       supply: int | None = None) -> CertificationPlan | None:
     """The certification's size: the items the first candidate's verdict needs at the flip rate its search
     items showed (true drop 0, 80% power), at most what the time left before ``deadline`` buys at the cost per
     item this process measured (keeping :data:`CLOSING_S` for the closing checks) and at most the problem's cap;
     at least one first round. The size never depends on a fresh item's outcome, so the design's error holds at
-    any size it picks. None without a candidate."""
+    any size it picks. ``supply``: the fresh items per task this attempt may take (default: the problem's cap;
+    a later attempt's are those after the earlier attempts', :func:`attempt_items`). None without a candidate."""
     from poptune.evaluate.paired import PairedDrop
     from poptune.evaluate.racing import verdict_cost
 
@@ -179,7 +204,8 @@ def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows
     stored = study.trials[rows[0].trial].user_attrs.get("drop")
     seen = PairedDrop.from_dict(stored) if stored else PairedDrop(0.0, 0.0, 0.0, tasks, dict(tasks))
     seen = PairedDrop(0.0, 0.0, 0.0, seen.items or tasks, seen.flipped or dict(tasks))  # counts only
-    supply, start = p.certify_limit, min(CERTIFY_START, p.certify_limit)
+    supply = p.certify_limit if supply is None else supply
+    start = min(CERTIFY_START, supply)
     cost = verdict_cost(seen, p.max_drop, planned=supply, start=start, confidence=confidence)
     per_item = evaluator.seconds_per_item()
     affordable = None
@@ -194,11 +220,14 @@ def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows
 
 
 def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "TuningProblem",
-          confidence: float) -> dict[str, Any] | None:
+          confidence: float, used: int = 0) -> dict[str, Any] | None:
     """What a verdict within the budget would cost a candidate (module docstring) in the study's next attempt,
     at that attempt's ``confidence``: ``searched``, its search drop as stored; ``drop`` and ``seconds``, its
-    certification's. None for a budget of 0 points, which no number of items certifies while any item could
-    flip."""
+    certification's; ``used``: fresh positions per task the attempts so far took. The next attempt scores new
+    items only, so ``per_task`` is the ``--certify N`` that buys them (``used`` plus the items it needs per task)
+    and ``items`` the attempt's own. A planning figure: 80% if the true drop is 0 and items flip as often as seen
+    (the search's flips, biased low for the selected candidate, are counted in). None for a budget of 0 points,
+    which no number of items certifies while any item could flip."""
     from poptune.evaluate.paired import PairedDrop
     from poptune.evaluate.racing import verdict_cost
 
@@ -211,7 +240,7 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
     cost = verdict_cost(seen, problem.max_drop, planned=problem.certify_limit,
                         start=min(CERTIFY_START, problem.certify_limit), confidence=confidence)
     per_item = seconds / max(drop.total, 1)
-    return {"flip_rate": cost.flip_rate, "items": cost.items, "per_task": cost.per_task,
+    return {"flip_rate": cost.flip_rate, "items": cost.items, "per_task": used + cost.per_task,
             "seconds_per_item": per_item, "minutes": cost.items * per_item / 60,
             "smallest_budget": cost.smallest_budget, "power": cost.power}
 
@@ -229,13 +258,14 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planne
     if not p.certifies:
         return {}
     rows = candidates(study, p.max_drop, p.certify_candidates)
-    fresh = p.racing().cap
     before = store.StoredStudy.of(study).certification
+    fresh, room = attempt_items(before, p.racing().cap, p.certify_limit)  # new items only, after the last attempt
     attempts = [*before.get("attempts", []), {k: v for k, v in before.items() if k != "attempts"}] if before else []
     attempt = len(attempts) + 1
     confidence = _confidence(attempt, len(rows))
-    plan = plan_certification(study, evaluator, rows, confidence, deadline=deadline) if planned else None
-    cap = plan.per_task if plan is not None else p.certify_limit
+    plan = plan_certification(study, evaluator, rows, confidence, deadline=deadline, supply=room) \
+        if planned else None
+    cap = plan.per_task if plan is not None else room
     record: dict[str, Any] = {"date": now(), "confidence": confidence, "fresh_from": fresh,
                               "cap": cap, "limit": p.certify_limit, "max_drop": p.max_drop, "candidates": [],
                               "attempt": attempt, "error": attempt_error(attempt), "attempts": attempts,
@@ -244,15 +274,17 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planne
         progress.note(plan.line(rows[0].label, p.max_drop))
     policy = replace(certification_policy(p), start=min(CERTIFY_START, cap), cap=cap)
     with evaluator.sharing([row.config for row in rows]):  # the full model's items score every candidate too
-        record["candidates"] = _race_candidates(study, evaluator, rows, fresh, policy, attempt)
+        record["candidates"] = _race_candidates(study, evaluator, rows, fresh, policy, attempt,
+                                                fresh - p.racing().cap + cap)
     store.StoredStudy.of(study).set_certification(record)
     store_full_run(study, evaluator)  # the fresh items' full-model outcomes, for a later run
     return record
 
 
 def _race_candidates(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[FrontRow], fresh: int,
-                     policy: "RacingPolicy", attempt: int) -> list[dict[str, Any]]:
-    """Each candidate raced on the fresh items, fastest first, until one is certified within the budget."""
+                     policy: "RacingPolicy", attempt: int, used: int) -> list[dict[str, Any]]:
+    """Each candidate raced on the fresh items, fastest first, until one is certified within the budget
+    (``used``: fresh positions per task taken once this attempt is done)."""
     p = evaluator.problem
     confidence = _confidence(attempt, len(rows))
     entries: list[dict[str, Any]] = []
@@ -273,7 +305,7 @@ def _race_candidates(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: 
             entry.update(verdict=verdict_of(result.stopped, items), drop=result.drop.to_dict(), items=items,
                          accuracy=sum(scores.values()) / len(scores) if scores else None,
                          seconds=round(seconds, 1),
-                         cost=_cost(searched, result.drop, seconds, p, _confidence(attempt + 1, len(rows))))
+                         cost=_cost(searched, result.drop, seconds, p, _confidence(attempt + 1, len(rows)), used))
             certified = entry["verdict"] == WITHIN
         entries.append(entry)
     return entries

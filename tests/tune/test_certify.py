@@ -1,11 +1,13 @@
 """Certification: the front's candidates are decided on items that no trial of the study scored."""
 
+from dataclasses import replace
+
 import pytest
 
-from poptune import PopConfig, store
+from poptune import ConfigError, PopConfig, store
 from poptune.cli import main
 from poptune.store.front import FrontRow
-from poptune.tune.certify import ERROR, WITHIN, attempt_error, certify_front, spent_error, verdict_of
+from poptune.tune.certify import ERROR, WITHIN, attempt_error, attempt_items, certify_front, spent_error, verdict_of
 from poptune.problem.evaluator import ConfigEvaluator
 from poptune.problem.problem import TuningProblem
 from poptune.tune.study import StudySpec, run_study
@@ -47,19 +49,27 @@ def test_candidates_are_certified_on_fresh_items_only(problem, tmp_path, monkeyp
     assert row.accuracy == entry["accuracy"] == pytest.approx(sum(fresh_full) / len(fresh_full))
     # what deciding it would cost: items at its flip rate, minutes at the seconds per item measured here
     cost = entry["cost"]
-    assert cost["items"] == cost["per_task"] and cost["items"] > 8 and cost["seconds_per_item"] > 0
+    assert cost["items"] + 8 == cost["per_task"] and cost["items"] > 8 and cost["seconds_per_item"] > 0
     assert cost["smallest_budget"] > 2.0
     assert cost["minutes"] == pytest.approx(cost["items"] * cost["seconds_per_item"] / 60)
     # a second certification keeps the first as an attempt, and spends half of what the first did: however
     # often a study is certified again, its attempts together spend at most the 2.5% error
     assert record["attempt"] == 1 and record["error"] == 0.0125 and record["confidence"] == pytest.approx(0.975)
-    again = certify_front(study, evaluator)
+    # issue 58: a later attempt scores only items no attempt saw, so the same cap has none left to give it
+    with pytest.raises(ConfigError, match="took the first 8 fresh items"):
+        certify_front(study, evaluator)
+    # the next --certify N is the fresh positions in all: the cost line's command asks for the 8 used plus more
+    assert cost["per_task"] == 8 + cost["items"]
+    wider = replace(problem, certify_limit=16)
+    again = certify_front(study, ConfigEvaluator(wider))
+    assert again["fresh_from"] == 12 and again["cap"] == 8 and again["limit"] == 16  # positions 12..19, new ones
+    assert again["candidates"][0]["drop"]["items"] == {"passkey": 8}
     assert len(again["attempts"]) == 1 and again["attempts"][0]["date"] == record["date"]
     assert "attempts" not in again["attempts"][0]
     assert again["attempt"] == 2 and again["confidence"] == pytest.approx(1 - 2 * 0.00625)
     assert spent_error(again) == pytest.approx(0.01875)
-    # the bound at the smaller error is wider: the same items, a stricter test
-    assert again["candidates"][0]["drop"]["hi"] > entry["drop"]["hi"]
+    full = study.user_attrs["full_run"]["items"]["passkey"]
+    assert full[12:] == list(range(12, 20))
 
 
 def test_the_command_prints_the_verdict(problem, tmp_path, capsys):
@@ -77,7 +87,18 @@ def test_the_command_prints_the_verdict(problem, tmp_path, capsys):
     assert code == 0
     study = store.read_study(f"sqlite:///{tmp_path}/s.db", None)
     record = study.user_attrs["certification"]
-    assert record["cap"] == 16 and len(record["attempts"]) == 1 and record["attempts"][0]["cap"] == 8
+    # the second attempt scores the 8 fresh positions after the first's (issue 58), never the first's again
+    assert record["cap"] == 8 and record["fresh_from"] == 12 and record["limit"] == 16
+    assert len(record["attempts"]) == 1 and record["attempts"][0]["cap"] == 8
+    assert record["attempts"][0]["fresh_from"] == 4
+
+
+def test_each_attempt_starts_after_the_last_ones_cap():
+    assert attempt_items(None, 32, 128) == (32, 128)
+    assert attempt_items({"fresh_from": 32, "cap": 100, "limit": 128}, 32, 300) == (132, 200)  # a planned 100
+    assert attempt_items({"fresh_from": 132, "cap": 200, "limit": 300}, 32, 400) == (332, 100)
+    with pytest.raises(ConfigError, match="took the first 100 fresh items"):
+        attempt_items({"fresh_from": 32, "cap": 100, "limit": 128}, 32, 100)
 
 
 def test_attempts_share_the_error_and_older_records_count_as_spending_all_of_it():

@@ -29,7 +29,9 @@ def test_the_plan_buys_what_a_verdict_needs_and_says_so():
     assert plan.per_task == plan.needed and 100 < plan.needed < 1024
     line = plan.line("5/window-64/0", 2.0)
     assert line.startswith(f"certifying 5/window-64/0 on {2 * plan.per_task:,} fresh items (~")
-    assert line.endswith("80% power for a 2-point verdict at the 3.0% flip rate the search saw")
+    # what the 80% assumes is said (issue 58): a true drop of 0, and items flipping as often as the search's did
+    assert line.endswith("80% power for a 2-point verdict if the true drop is 0 and items flip at the 3.0% flip rate "
+                         "the search saw")
 
 
 def test_a_short_clock_buys_fewer_items_and_the_line_says_what_they_certify():
@@ -43,6 +45,9 @@ def test_the_cap_bounds_the_plan_and_at_least_one_round_is_spent():
     study, evaluator, rows = _setup(flipped=6, seconds=None, supply=200)  # no cost measured: no clock
     plan = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + 60)
     assert plan.per_task == 200 and plan.affordable is None and "cap holds" in plan.line("x", 2.0)
+    # a later attempt's supply is the fresh items after the earlier attempts' (issue 58), not the whole cap
+    later = plan_certification(study, evaluator, rows, 0.9875, deadline=None, supply=72)
+    assert later.per_task == 72 and later.supply == 72
     study, evaluator, rows = _setup(flipped=1, seconds=10.0)
     assert plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic()).per_task == 32
     assert plan_certification(study, evaluator, [], 0.975, deadline=None) is None
