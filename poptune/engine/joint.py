@@ -22,6 +22,7 @@ source) decodes on its own, still replayed. Memory: the stacked caches, up to :d
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -96,15 +97,15 @@ def generate_together(model: Any, inputs: dict[str, Any], configs: Sequence[PopC
         if row.steps.push(first.sequences[:, n]):
             done[i] = row.steps.seq
         elif not _stackable(row.cache):
-            done[i] = _decode(model, [row], mask, under=config)[0]
+            done[i] = _decode(model, [row], mask, 0, under=config)[0]
         else:
             stack.append((i, row))
             held += _bytes(row.cache)
             if held >= STACK_BYTES:
-                done.update(zip([j for j, _ in stack], _decode(model, [r for _, r in stack], mask)))
+                done.update(zip([j for j, _ in stack], _decode(model, [r for _, r in stack], mask, max_length - n)))
                 stack, held = [], 0
     if stack:
-        done.update(zip([j for j, _ in stack], _decode(model, [r for _, r in stack], mask)))
+        done.update(zip([j for j, _ in stack], _decode(model, [r for _, r in stack], mask, max_length - n)))
     return [done[i] for i in range(len(configs))]
 
 
@@ -120,24 +121,91 @@ def _bytes(cache: Any) -> int:
                for t in (layer.keys, layer.values))
 
 
-def _stacked(caches: list[Any]) -> Any:
-    """The first cache, its rows followed by every other cache's (same prompt: same lengths and windows)."""
+def _stacked(caches: list[Any], room: int) -> Any:
+    """The first cache, its rows followed by every other cache's (same prompt: same lengths and windows), each
+    layer's K/V in a buffer with ``room`` more positions, so that a decode step writes in place instead of
+    copying the whole stack (a dynamic layer concatenates its K/V on every update)."""
     import torch
 
+    full, sliding = _roomy_layers()
     into = caches[0]
     for i, layer in enumerate(into.layers):
         if layer.is_initialized:
-            layer.keys = torch.cat([c.layers[i].keys for c in caches], dim=0)
-            layer.values = torch.cat([c.layers[i].values for c in caches], dim=0)
+            keys = torch.cat([c.layers[i].keys for c in caches], dim=0)
+            values = torch.cat([c.layers[i].values for c in caches], dim=0)
+            into.layers[i] = (sliding if layer.is_sliding else full)(layer, keys, values, room)
     return into
 
 
-def _decode(model: Any, rows: list[_Row], mask: "torch.Tensor", under: PopConfig | None = None) -> list[Any]:
+@functools.cache
+def _roomy_layers() -> tuple[type, type]:
+    """Dynamic full and sliding-window cache layers whose K/V live in a buffer with room to grow: the same
+    keys, values and mask sizes as transformers' own after every update, without re-copying the past."""
+    import torch
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    class Room:
+        def _hold(self, keys: "torch.Tensor", values: "torch.Tensor", room: int) -> None:
+            shape = (*keys.shape[:2], keys.shape[2] + room, keys.shape[3])
+            self._buffers = [keys.new_empty(shape), values.new_empty(shape)]
+            self._buffers[0][:, :, : keys.shape[2]] = keys
+            self._buffers[1][:, :, : keys.shape[2]] = values
+            self._start, self._end = 0, keys.shape[2]
+            self.device, self.is_initialized = keys.device, True
+            self._view()
+
+        def _view(self) -> None:
+            self.keys, self.values = (b[:, :, self._start : self._end] for b in self._buffers)
+
+        def _write(self, keys: "torch.Tensor", values: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+            new = keys.shape[2]
+            if self._end + new > self._buffers[0].shape[2]:  # out of room: move to a larger buffer
+                self._buffers = [torch.cat([b[:, :, self._start : self._end], b.new_empty(
+                    (*b.shape[:2], self._end - self._start + 2 * new, b.shape[3]))], dim=2)
+                    for b in self._buffers]
+                self._start, self._end = 0, self._end - self._start
+            self._buffers[0][:, :, self._end : self._end + new] = keys
+            self._buffers[1][:, :, self._end : self._end + new] = values
+            self._end += new
+            return tuple(b[:, :, self._start : self._end] for b in self._buffers)  # type: ignore[return-value]
+
+        def batch_select_indices(self, indices: "torch.Tensor") -> None:
+            self._buffers = [b[indices] for b in self._buffers]
+            self._view()
+
+    class Full(Room, DynamicLayer):  # type: ignore[misc]
+        def __init__(self, layer: Any, keys: "torch.Tensor", values: "torch.Tensor", room: int) -> None:
+            DynamicLayer.__init__(self)
+            self._hold(keys, values, room)
+
+        def update(self, keys: "torch.Tensor", values: "torch.Tensor", *args: Any, **kwargs: Any) -> Any:
+            out = self._write(keys, values)
+            self._view()
+            return out
+
+    class Sliding(Room, DynamicSlidingWindowLayer):  # type: ignore[misc]
+        def __init__(self, layer: Any, keys: "torch.Tensor", values: "torch.Tensor", room: int) -> None:
+            DynamicSlidingWindowLayer.__init__(self, layer.sliding_window)
+            self._hold(keys, values, room)
+            self.cumulative_length = layer.cumulative_length
+
+        def update(self, keys: "torch.Tensor", values: "torch.Tensor", *args: Any, **kwargs: Any) -> Any:
+            self.cumulative_length += keys.shape[2]
+            out = self._write(keys, values)  # the window's past and the new tokens, as transformers returns them
+            self._start = max(self._start, self._end - self.sliding_window + 1)  # then keeps the last window - 1
+            self._view()
+            return out
+
+    return Full, Sliding
+
+
+def _decode(model: Any, rows: list[_Row], mask: "torch.Tensor", room: int, under: PopConfig | None = None
+            ) -> list[Any]:
     """Step ``rows`` together until each has stopped; their sequences. Stacked rows decode under the full model
     (decode is full depth); a single unstackable one under its own configuration (its cache needs it)."""
     import torch
 
-    cache = rows[0].cache if len(rows) == 1 else _stacked([r.cache for r in rows])
+    cache = rows[0].cache if len(rows) == 1 else _stacked([r.cache for r in rows], room)
     live = list(rows)
     out: dict[int, torch.Tensor] = {}
     with apply_pop(model, under or PopConfig(skip=0)):
