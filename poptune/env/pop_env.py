@@ -8,6 +8,8 @@ The reward is :func:`poptune.problem.problem.reward`; ``info`` holds every objec
 from __future__ import annotations
 
 import copy
+import difflib
+from dataclasses import fields
 from typing import Any
 
 import gymnasium as gym
@@ -55,6 +57,14 @@ def _as_mapping(action: Any) -> Any:
     return {key: int(v) for key, v in zip(_KEYS, values)}
 
 
+def _check_keywords(env: str, given: dict[str, Any], known: set[str]) -> None:
+    """Refuse keywords ``env`` does not take (``gym.make(..., bogus=1)``) with a hint, not a bare TypeError."""
+    for name in sorted(set(given) - known):
+        hint = difflib.get_close_matches(name, sorted(known), n=1)
+        raise ConfigError(f"{env} takes no argument {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else
+                                                                  f" (it takes {', '.join(sorted(known))})"))
+
+
 def _observation_space() -> spaces.Box:
     # (number of layers, target prompt length): what a policy may condition on.
     return spaces.Box(low=0.0, high=np.float32(1e9), shape=(2,), dtype=np.float32)
@@ -99,6 +109,7 @@ class PopEnv(_OneStepEnv):
     def __init__(self, problem: TuningProblem | None = None, *, evaluator: ConfigEvaluator | None = None,
                  **problem_kwargs: Any) -> None:
         if problem is None:
+            _check_keywords("PopEnv", problem_kwargs, {f.name for f in fields(TuningProblem)})
             problem = TuningProblem(**problem_kwargs)
         elif problem_kwargs:
             raise ConfigError("give either a TuningProblem or its fields, not both")
@@ -134,8 +145,12 @@ class ReplayEnv(_OneStepEnv):
     """
 
     def __init__(self, storage: str | None = None, study: str | None = None, *, grid: str | None = None,
-                 max_drop: float | None = None, noise: bool = False) -> None:
+                 max_drop: float | None = None, noise: bool = False, **unknown: Any) -> None:
         from poptune.problem.replay import Replay
+
+        _check_keywords("ReplayEnv", unknown, {"storage", "study", "grid", "max_drop", "noise"})
+        if not isinstance(noise, bool):  # "yes" or "no" would both read as true
+            raise ConfigError(f"`noise` must be True or False, got {noise!r}")
 
         if grid is not None:
             if storage is not None or study is not None:

@@ -97,6 +97,9 @@ def check_data(data_dir: str | os.PathLike[str], tasks: Sequence[str] = TASKS) -
     """
     _unknown(tasks)
     root = Path(data_dir)
+    if root.exists() and not root.is_dir():
+        raise DataError(f"data directory {root} is not a folder (--data-dir or ${ENV_VAR} must name the evaluation "
+                        "data folder, the layout of /work/shared/data)")
     if not root.is_dir():
         raise DataError(f"data directory {root} does not exist (expected the layout of /work/shared/data)")
     for task in dict.fromkeys(tasks):

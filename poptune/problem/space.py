@@ -201,6 +201,9 @@ def config_from_action(action: Mapping[str, Any], num_layers: int, kv: tuple[str
     K/V source takes the space's (several actions then name one configuration; it is measured once). The
     configuration is checked by :meth:`~poptune.engine.PopConfig.check`.
     """
+    unknown = sorted(map(str, set(action) - {"skip", "boundary", "offset", "kv"}))
+    if unknown:  # a misspelt key ("offest") would otherwise be ignored and its default taken
+        raise ConfigError(f"unknown action key(s) {', '.join(unknown)}: an action has skip, boundary, offset and kv")
     try:
         skip, offset = int(action["skip"]), int(action["offset"])
         action["boundary"]

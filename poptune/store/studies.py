@@ -75,7 +75,8 @@ def _check_sqlite_file(path: Path) -> None:
     if header != b"SQLite format 3\x00":
         raise ConfigError(f"{path} is not an SQLite database")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        # as long as every other SQLite call waits on a locked file (sqlite3's own default is 5 s)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_S)
         try:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         finally:
