@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     if certified:
         table += "\ncertified on fresh items:\n" + report.verdict_table(
             certified, reference_ms=built.reference_ms, accuracy=built.accuracy_column(certified=True),
-            objectives=built.stored.objectives)
+            objectives=built.stored.objectives, confidence=(built.stored.certification or {}).get("confidence"))
     table += "\n" + built.verdict_line()
     emit(args, table, data)
     return 0

@@ -148,9 +148,17 @@ _HEAD = ("trial", "configuration", "speedup [95% CI]", "pairs", "ideal", "TTFT m
 _TAIL = ("drop [95% CI]", "items")
 
 
-def _columns(accuracy: AccuracyColumn | None, objectives: tuple[str, ...] = DEFAULT) -> tuple[str, ...]:
+def level(confidence: float) -> str:
+    """A confidence as its table label says it: ``95``, ``97.5``, ``98.75``, ``99.375``."""
+    return f"{100 * float(confidence):.6g}"
+
+
+def _columns(accuracy: AccuracyColumn | None, objectives: tuple[str, ...] = DEFAULT,
+             confidence: float = 0.95) -> tuple[str, ...]:
+    """The table's header; the drop's column says the level its intervals hold at (issue 58: a certification's
+    are at 97.5%, 98.75%, ..., never labelled 95%)."""
     labels = tuple(accuracy.title if n == "accuracy" and accuracy is not None else get(n).label for n in objectives)
-    return _HEAD + labels + _TAIL
+    return _HEAD + labels + (f"drop [{level(confidence)}% CI]", *_TAIL[1:])
 
 
 def _value(row: FrontRow, name: str) -> float | None:
@@ -191,11 +199,11 @@ def _notes(rows: list[FrontRow], reference_ms: float | None) -> list[str]:
 
 def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_ms: float | None = None,
                 markdown: bool = False, accuracy: AccuracyColumn | None = None,
-                objectives: tuple[str, ...] = DEFAULT) -> str:
+                objectives: tuple[str, ...] = DEFAULT, confidence: float = 0.95) -> str:
     """The front and the reference rows as a fixed-width table (or Markdown), one column per objective of the
     study's ``objectives``, with what each column means (``accuracy``: the accuracy column of a prompts study,
-    :func:`poptune.reports.prompts.accuracy_column`)."""
-    columns = _columns(accuracy, objectives)
+    :func:`poptune.reports.prompts.accuracy_column`); ``confidence``: the drops' intervals' two-sided level."""
+    columns = _columns(accuracy, objectives, confidence)
     body = [_cells(r, accuracy, objectives) for r in rows]
     extra = [(ref, _cells(ref.row, accuracy, objectives)) for ref in refs if ref.row is not None]
     notes = _notes(rows + [ref.row for ref, _ in extra], reference_ms) + _objective_notes(objectives)
@@ -224,11 +232,14 @@ def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_m
 
 def verdict_table(rows: list[FrontRow], *, reference_ms: float | None = None, markdown: bool = False,
                   accuracy: AccuracyColumn | None = None, record: dict[str, Any] | None = None,
-                  objectives: tuple[str, ...] = DEFAULT) -> str:
+                  objectives: tuple[str, ...] = DEFAULT, confidence: float | None = None) -> str:
     """The certified candidates as :func:`front_table` rows with their verdict (and, given the certification
-    ``record``, each one's certified bound: :func:`poptune.reports.certification.verdict_cells`) as the last column."""
+    ``record``, each one's certified bound: :func:`poptune.reports.certification.verdict_cells`) as the last column.
+    The drop's header says the certification's own level (``confidence``, else the record's, else 95%)."""
+    if confidence is None:
+        confidence = float(record["confidence"]) if record and "confidence" in record else 0.95
     table = front_table(rows, reference_ms=reference_ms, markdown=markdown, accuracy=accuracy,
-                        objectives=objectives).splitlines()
+                        objectives=objectives, confidence=confidence).splitlines()
     head, body = (2, len(rows)) if markdown else (1, len(rows))
     cells = certreport.verdict_cells(rows, record)
     if markdown:
@@ -406,7 +417,7 @@ class StudyReport:
             lines.append(line)
         if self.certified:
             confidence = self.stored.certification["confidence"]
-            lines.append(f"certified on fresh items (no trial scored them; drop's interval at {100 * confidence:.1f}%, "
+            lines.append(f"certified on fresh items (no trial scored them; drop's interval at {level(confidence)}%, "
                          "valid at every planned look):")
             lines.append(verdict_table(self.certified, reference_ms=self.reference_ms,
                                        accuracy=self.accuracy_column(certified=True),
