@@ -419,6 +419,7 @@ def _run_study(
     _record_problem(study, problem, num_layers, target, target_length)
     done = count(study, TrialState.COMPLETE)
     budget = done + spec.add if spec.add is not None else spec.trials
+    _note_plan(study, spec, budget - done)
     if started is not None:
         started(done, budget)
     _prepare(study, evaluator, spec)
@@ -432,6 +433,24 @@ def _run_study(
               callbacks, stop_by)
     _finish(study, evaluator, spec, checks, deadline)
     return study
+
+
+def _note_plan(study: "optuna.Study", spec: StudySpec, more: int) -> None:
+    """Say what a run will not do as asked (issue 57): another sampler than the study's so far proposes from here
+    on; enqueued configurations beyond the budget wait for a later run."""
+    from optuna.trial import TrialState
+
+    previous = study.user_attrs.get("sampler")
+    if previous is not None and previous != spec.sampler:
+        log.warning("poptune: study %s was searched by the %s sampler so far; from here on %s proposes its "
+                    "configurations", study.study_name, previous, spec.sampler)
+    if previous != spec.sampler and not spec.shared:
+        study.set_user_attr("sampler", spec.sampler)
+    waiting = count(study, TrialState.WAITING)
+    if waiting > max(more, 0):
+        log.warning("poptune: %d enqueued configurations wait and this run measures %d more: %d of them (the last "
+                    "enqueued) are not measured now; raise --trials to measure them", waiting, max(more, 0),
+                    waiting - max(more, 0))
 
 
 def _answers(evaluator: ConfigEvaluator, spec: StudySpec) -> None:
