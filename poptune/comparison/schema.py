@@ -78,7 +78,7 @@ def _check_head(record: Mapping[str, Any]) -> str | None:
     if not isinstance(profiles, list) or not all(
             isinstance(p, list) and len(p) == 2 and all(_count(x, 1) for x in p) for p in profiles):
         return "`profiles` must be a list of [prompt, output] token counts >= 1"
-    if profiles and not (_count(record.get("pairs"), 1) and _count(record.get("decode_steps"), 1)):
+    if not (_count(record.get("pairs"), 1) and _count(record.get("decode_steps"), 1)):  # provenance says them
         return "`pairs` and `decode_steps` must be integers >= 1"
     for key in ("command", "date"):
         if key in record and not isinstance(record[key], str):

@@ -243,3 +243,93 @@ def test_every_command_is_fuzzed():
     assert {"generate", "bench", "eval", "study", "pareto", "export", "envs", "baseline", "leaderboard",
             "importance"} <= set(COMMANDS)
     assert all(os.fspath(a.option_strings[0]).startswith("--") for options in COMMANDS.values() for a in options)
+
+
+# Issue 57: the files the commands read, drawn too: schema-valid ones, tampered ones (a field dropped or replaced by
+# any JSON value) and deep nesting, for `leaderboard --records`, `generate --config` and `--init-from-importance`.
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=12)
+
+
+def _valid_files() -> dict[str, object]:
+    import json
+
+    from poptune.importance import ImportanceResult, ImportanceSpec
+    from poptune.reports.export import FORMAT
+
+    root = Path(__file__).resolve().parents[2]
+    record = json.loads((root / "leaderboards" / "raw" /
+                         "methods-long-prompts-gemma-3-270m-cpu-intel-xeon-processor-2t.json").read_text())
+    importance = ImportanceResult(model="tiny-llama", prefill=(1.0,) * 6, decode=(1.0,) * 6,
+                                  spec=ImportanceSpec(samples=4, prompt_tokens=16, new_tokens=4), source="generated",
+                                  loss=3.0, seconds=1.0, dtype="float32", device="cpu").to_dict()
+    config = {"format": FORMAT, "pop_config": {"skip": 1, "boundary": "last", "offset": 0},
+              "model": {"name": "tiny-llama"}, "hardware": {"hardware_id": "cpu-x"}}
+    return {"record": record, "config": config, "importance": importance}
+
+
+VALID = _valid_files()
+
+#: Each file kind: the command that reads it (``{f}``: the file) and where the file goes.
+READERS = {
+    "record": (["leaderboard", "--records", "records", "--out", "board"], "records/methods-x.json"),
+    "config": (["generate", "--model", "tiny-llama", "--config", "{f}", "--prompt", "hi", "--force"], "c.json"),
+    "importance": (["study", "--model", "tiny-llama", "--tasks", "passkey", "--lengths", "300", "--storage",
+                    "sqlite:///s.db", "--init-from-importance", "{f}"], "imp.json"),
+}
+
+
+@st.composite
+def file_texts(draw: st.DrawFn) -> tuple[str, str]:
+    """``(kind, text)``: a file of one kind, valid, tampered at one field (at any depth), or deeply nested."""
+    import copy
+    import json
+
+    kind = draw(st.sampled_from(sorted(READERS)))
+    how = draw(st.sampled_from(["valid", "tampered", "tampered", "tampered", "deep", "any"]))
+    if how == "deep":
+        depth = draw(st.sampled_from([1000, 100_000]))
+        return kind, draw(st.sampled_from(["[" * depth + "]" * depth, '{"a":' * depth + "1" + "}" * depth]))
+    if how == "any":
+        return kind, json.dumps(draw(JSON))
+    data = copy.deepcopy(VALID[kind])
+    if how == "tampered":
+        node = data
+        for _ in range(draw(st.integers(0, 3))):  # down a few levels, then one field dropped or replaced
+            children = list(node) if isinstance(node, dict) else list(range(len(node))) if isinstance(node, list) else []
+            if not children or not isinstance(node[children[0]] if isinstance(node, list) else True, object):
+                break
+            key = draw(st.sampled_from(children[:20]))
+            if not isinstance(node[key], (dict, list)) or not node[key]:
+                break
+            node = node[key]
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        if keys:
+            key = draw(st.sampled_from(keys[:20]))
+            if isinstance(node, dict) and draw(st.booleans()):
+                del node[key]
+            else:
+                node[key] = draw(JSON)
+    return kind, json.dumps(data)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(drawn=file_texts())
+def test_every_record_and_config_file_is_read_or_refused_in_one_line(drawn):
+    kind, text = drawn
+    argv, where = READERS[kind]
+    with tempfile.TemporaryDirectory(prefix="poptune-fuzz-") as folder:
+        root = Path(folder)
+        for name in ("work", "home", "cache", "work/records"):
+            (root / name).mkdir()
+        (root / "work" / where).write_text(text)
+        before = _files(root)
+        code, err, _, _ = _run([a.replace("{f}", where) for a in argv], root)
+        assert "Traceback" not in err, (kind, text[:300], err)
+        assert code in (0, 2), (kind, text[:300], code, err)
+        if code == 2:
+            assert len(err.strip().splitlines()) == 1, (kind, text[:300], err)
+            assert _files(root) == before, (kind, "a refusal touched files")

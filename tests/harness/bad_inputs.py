@@ -57,6 +57,9 @@ PROMPTS_STUDY = ["study", "--model", "tiny-llama", "--limit", "2", "--repeats", 
 
 #: Issue 49: output and storage paths that are not regular files (``{d}/fifo``, ``{d}/null`` and ``{d}/full``
 #: link to those devices, ``{d}/dangling`` links to nothing), and the small refusals of its point 8.
+#: ``compare`` up to the option a case gets wrong.
+COMPARE = ["compare", "--model", "tiny-llama", "--tasks", "passkey", "--workload", "w", "--out", "{d}/o.json"]
+
 HOSTILE_CASES: list[tuple[str, list[str]]] = [
     ("export: --out links to /dev/null", [*EXPORT, "--out", "{d}/null"]),
     ("export: --out links to /dev/full", [*EXPORT, "--out", "{d}/full"]),
@@ -189,6 +192,26 @@ CASES: list[tuple[str, list[str]]] = [
     ("importance: --out read-only", ["importance", "--model", "tiny-llama", "--samples", "2", "--length", "8",
                                      "--new-tokens", "2", "--out", "{d}/ro"]),
     *HOSTILE_CASES,
+    *[(f"issue-57: {name}", argv) for name, argv in (
+        ("study --certify 100000", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--certify", "100000"]),
+        ("study --certify 1e20", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--certify", "1" + "0" * 20]),
+        ("study --tasks ''", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--tasks", ""]),
+        ("compare --skip 100000000", [*COMPARE, "--skip", "100000000"]),
+        ("compare --pop twice", [*COMPARE, "--pop", "2/last/0,2/last/0"]),
+        ("compare --workload ''", [*COMPARE, "--workload", ""]),
+        ("compare --methods ''", [*COMPARE, "--methods", ""]),
+        ("leaderboard --records: a tampered record", ["leaderboard", "--records", "{d}/records", "--out", "{d}/board"]),
+        ("leaderboard --records: deep nesting", ["leaderboard", "--records", "{d}/deep-records", "--out",
+                                                 "{d}/board"]),
+        ("generate --config: deep nesting", ["generate", "--model", "tiny-llama", "--config", "{d}/deep.json",
+                                             "--prompt", "hi"]),
+        ("generate --config: other weights", ["generate", "--model", "tiny-llama", "--config",
+                                              "{d}/other-weights.json", "--prompt", "hi"]),
+        ("study --init-from-importance: deep nesting", [*STUDY, "--storage", "sqlite:///{d}/new.db",
+                                                       "--init-from-importance", "{d}/deep.json"]),
+        ("study --init-from-importance: 12 layers", [*STUDY, "--storage", "sqlite:///{d}/new.db",
+                                                    "--init-from-importance", "{d}/importance-12.json"]),
+    )],
 ]
 
 
@@ -259,6 +282,18 @@ def hostile_files(folder: Path) -> None:
     config = json.loads((folder / "export.json").read_text())
     (folder / "no-pop.json").write_text(json.dumps({k: v for k, v in config.items() if k != "pop_config"}))
     (folder / "null-pop.json").write_text(json.dumps(dict(config, pop_config=None)))
+    (folder / "other-weights.json").write_text(json.dumps(dict(config, model=dict(
+        config["model"], weights_fingerprint="random-seed0-config-0000000000000000"))))
+    (folder / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    for name, text in (("records", json.dumps({"record": "poptune-methods", "version": 1, "profiles": 3})),
+                       ("deep-records", "[" * 100_000 + "]" * 100_000)):
+        (folder / name).mkdir()
+        (folder / name / "methods-x.json").write_text(text)
+    layers = [1.0] * 12
+    (folder / "importance-12.json").write_text(json.dumps({
+        "format": "poptune-importance/1", "model": "tiny-llama", "num_layers": 12,
+        "prefill": {"raw": layers}, "decode": {"raw": layers}, "seconds": 1.0, "dtype": "float32", "device": "cpu",
+        "calibration": {"samples": 4, "prompt_tokens": 16, "new_tokens": 4, "source": "generated", "loss": 3.0}}))
     (folder / "no-sha.json").write_text(json.dumps(dict(config, pop_config=dict(config["pop_config"], kv="calibrated"),
                                                         kv_maps={"file": "m.kv.safetensors"})))
 
