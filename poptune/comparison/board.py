@@ -8,10 +8,14 @@ for each baseline the paired comparison with POP:
 
 - **the POP row it meets**: the slowest POP configuration at least as fast in prefill (TTFT at the longest
   profile), chosen by speed alone, never by accuracy (choosing the most accurate would be a selection on the
-  data being tested); when no POP row is that fast, the fastest, marked;
+  data being tested); when no POP row is that fast, the fastest, marked. "At least as fast" compares the
+  **point medians** of the TTFT ratios, not their intervals: the pairing is a rule, not a claim that POP's row
+  is faster;
 - **POP - baseline** in points over the same items with the score test's interval
-  (:func:`poptune.evaluate.paired.paired_drop`) at confidence ``1 - 0.05 / R`` for the table's R baseline rows
-  (Bonferroni), so every verdict of a table holds together at 5%;
+  (:func:`poptune.evaluate.paired.paired_drop`, the primary metric's direction passed: a bits-per-byte task's
+  lead is ``baseline - POP``) at confidence ``1 - 0.05 / R`` for the table's R baseline rows (Bonferroni), so
+  every verdict **of one table** holds together at 5%; the tables of a board (one per workload) are not
+  corrected together: a board of k tables holds together at up to k x 5% (two tables: about 10%);
 - **the verdict**: ``POP more accurate`` (lower end above 0), ``baseline more accurate`` (upper end below 0),
   else ``undecided at N items``.
 
@@ -93,11 +97,21 @@ def row_confidence(rows: int) -> float:
     return 1 - 0.05 / max(rows, 1)
 
 
-def lead_of(pop: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]], rows: int) -> Any:
-    """POP - baseline in points over the same items, the score test's interval at :func:`row_confidence`."""
+def lead_of(pop: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]], rows: int,
+            lower_is_better: Sequence[str] = ()) -> Any:
+    """POP - baseline in points over the same items, the score test's interval at :func:`row_confidence`;
+    ``lower_is_better``: tasks whose metric is better lower (bits per byte), whose lead is then baseline - POP,
+    so a positive lead is POP better on every task."""
     from poptune.evaluate.paired import paired_drop
 
-    return paired_drop(pop, baseline, confidence=row_confidence(rows))
+    return paired_drop(pop, baseline, confidence=row_confidence(rows), lower_is_better=lower_is_better)
+
+
+def lower_tasks(tasks: Sequence[str]) -> list[str]:
+    """The tasks of ``tasks`` whose primary metric is better when lower (bits per byte)."""
+    from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC
+
+    return [t for t in tasks if PRIMARY_METRIC.get(t) in LOWER_IS_BETTER]
 
 
 def verdict_of(lead: Any) -> str:
@@ -149,15 +163,17 @@ def rows_of(record: Mapping[str, Any], timings: Mapping[str, Any] | None = None)
     profiles = record["profiles"]
     longest = max(profiles, key=lambda p: p[0]) if profiles else None  # none: scored only, nothing to pair by
     profile = f"{longest[0]}+{longest[1]}" if longest else None
-    rows = [Row(e["name"], e["method"], e["label"], _mean(e["outcomes"]), paired_drop(full["outcomes"], e["outcomes"]),
-                _speed(e, profiles)) for e in entries]
+    lower = lower_tasks(record.get("tasks") or sorted(full["outcomes"]))  # the metric's direction, per task
+    rows = [Row(e["name"], e["method"], e["label"], _mean(e["outcomes"]),
+                paired_drop(full["outcomes"], e["outcomes"], lower_is_better=lower), _speed(e, profiles))
+            for e in entries]
     outcomes = {e["name"]: e["outcomes"] for e in entries}
     pops = [r for r in rows if r.method == "pop" and profile in r.speed]
     baselines = [r for r in rows if r.method not in ("full", "pop") and profile in r.speed]
     paired = {}
     for row in baselines if pops else []:
         partner, slower = _partner(row, pops, profile)
-        lead = lead_of(outcomes[partner.name], outcomes[row.name], len(baselines))
+        lead = lead_of(outcomes[partner.name], outcomes[row.name], len(baselines), lower)
         paired[row.name] = Row(**{**row.__dict__, "against": partner.label, "slower": slower, "lead": lead,
                                   "verdict": verdict_of(lead)})
     return [paired.get(r.name, r) for r in rows]
@@ -225,7 +241,9 @@ def _section(record: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
     lines = [f"## {record['workload']}: {', '.join(record['tasks'])} ({record['per_task']} items per task at most"
              f"{held_out}, {items} in all)", "",
              f"{decided} of {len(baselines)} baseline verdicts decided; POP - baseline intervals at "
-             f"{100 * row_confidence(len(baselines)):.2f}% each, so the table's verdicts hold together at 95%.",
+             f"{100 * row_confidence(len(baselines)):.2f}% each, so this table's verdicts hold together at 95% (per "
+             "table: the board's tables are not corrected together). Each baseline meets the slowest POP row whose "
+             "median TTFT ratio is at least its own (point medians, not intervals).",
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_cells(r, profiles)) + " |" for r in rows]
     lines += ["", "Where a baseline is faster end to end than its paired POP row (static pruning shortens every decode "
