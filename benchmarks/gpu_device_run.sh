@@ -1,41 +1,72 @@
 #!/usr/bin/env bash
 # The GPU check's device run: the one prepared script for a call of a lent GPU machine (docs/gpu-check.md).
 #
-#   DEVICE_BUDGET_S=900 bash benchmarks/gpu_device_run.sh                 # the full run; the device tool sets $OUT
-#   RERUN=1 RESUME_FROM=leaderboards/gpu-check-h200/gpu-check.json DEVICE_BUDGET_S=<left> bash ...  # a short rerun
+#   PREFLIGHT=1 DEVICE_BUDGET_S=<budget_left_s> bash benchmarks/gpu_device_run.sh   # HERE, before the call
+#   DEVICE_BUDGET_S=<budget_left_s> bash benchmarks/gpu_device_run.sh               # the call; the tool sets $OUT
+#   RESUME_FROM=leaderboards/gpu-check-h200/gpu-check.json DEVICE_BUDGET_S=<left> bash ...  # a rerun, if one fits
 #   DRY_RUN=1 OUT=/tmp/dry bash benchmarks/gpu_device_run.sh             # every stage's code path on CPU stand-ins
 #
-# DEVICE_BUDGET_S is the budget_left_s the device tool's `status` reports before the call. The run is sized from it
-# so that this call and one short rerun fit, each call paying a fresh machine's start-up (STARTUP_S, the worst of
-# the 2-4 minutes): the full run gets RUN_SECONDS = budget - 2 x STARTUP_S - RERUN_SECONDS - MARGIN_S (capped at
-# 300 s); a rerun gets what is left after one start-up and the margin (capped at RERUN_SECONDS). A rerun copies
-# the first run's gpu-check.json (RESUME_FROM, brought back from $OUT and put in the working tree) into $OUT: the
-# check keeps the stages that run finished and runs only the others, then the CUDA tests if their allowance fits.
+# DEVICE_BUDGET_S is the budget_left_s the device tool's `status` reports before the call; the script refuses to
+# run without it (issue 59). Every call pays a fresh machine's start-up (STARTUP_S, the worst of 2-4 minutes) and
+# the transfers (MARGIN_S). One call is sized to what is left: RUN_SECONDS = budget - STARTUP_S - MARGIN_S, at
+# most 560 s (a command runs at most 600 s; timeout_s = RUN_SECONDS + 40). Only where the budget holds the whole
+# plan (NEED_S: the stages admitted with their margins, the steps before them, the CUDA tests) AND a second
+# start-up and a short rerun (RERUN_MIN_S) is the run shortened to keep that rerun. 900 s: one call of 560 s;
+# 650 s left after a failed try: one call of 390 s; under MIN_RUN_S the script refuses (the call would be wasted).
+# A rerun copies a previous run's gpu-check.json (RESUME_FROM) into $OUT: the check keeps the stages that run
+# finished and the rows of a stage cut short, and measures the rest.
 #
 # Imports: the device machine installs nothing and copies the working tree only, so the repository root goes on
-# PYTHONPATH (after the carried wheels' /tmp/site) and the check runs as `python -m poptune gpu-check`.
-# Order: the carried wheels (if any), the version preflight, the GPU check, then the CUDA tests if their allowance
-# still fits. Everything goes under $OUT as it happens (python -u, tee): device-run.log, versions.txt, gpu-check/
-# (json and md after every row and stage), cuda-tests.txt, summary.md. Where nvidia-smi lists a GPU but torch sees
+# PYTHONPATH (after the carried wheels' /tmp/site) and the check runs as `python -m poptune gpu-check`. Torch is
+# imported twice: once by the versions step (the version preflight and the CUDA probe in one process) and once by
+# the check. The check's deadline is set from this script's start (--deadline), so the outer timeout and the
+# check's admission count the same seconds. Everything goes under $OUT as it happens (python -u, tee):
+# device-run.log, versions.txt, gpu-check/ (json and md after every row and stage), cuda-tests.txt, summary.md.
+# Where a GPU is there (nvidia-smi lists one, or /dev/nvidia0 or /proc/driver/nvidia/gpus/* exists) but torch sees
 # no CUDA, the run FAILs (it is not turned into a dry run).
 
 set -uo pipefail
-: "${OUT:?set OUT to the folder the results go to}"
 PY=${PYTHON:-python3}
-DEVICE_BUDGET_S=${DEVICE_BUDGET_S:-900}
 STARTUP_S=${STARTUP_S:-240}      # a fresh machine's start-up, the worst seen (2-4 minutes), paid by every call
-RERUN_SECONDS=${RERUN_SECONDS:-120}
 MARGIN_S=${MARGIN_S:-20}         # transfers, the give-back
+CALL_LIMIT_S=560                 # a command runs at most 600 s; the call's timeout_s is RUN_SECONDS + 40
+NEED_S=450                       # the plan admitted with its margins + install + versions + grace + CUDA tests
+RERUN_MIN_S=120                  # the shortest rerun worth a second start-up
+MIN_RUN_S=150                    # under this the call would measure nothing: refused
 TESTS_SECONDS=60                 # allowance of the CUDA tests (tests/measure/test_cuda.py): ~15 energy blocks, imports
-GRACE_SECONDS=10                 # the check's last write after its budget
-if [ "${RERUN:-0}" = 1 ]; then
-    RUN_SECONDS=$((DEVICE_BUDGET_S - STARTUP_S - MARGIN_S))
-    [ "$RUN_SECONDS" -gt "$RERUN_SECONDS" ] && RUN_SECONDS=$RERUN_SECONDS
-else
-    RUN_SECONDS=$((DEVICE_BUDGET_S - 2 * STARTUP_S - RERUN_SECONDS - MARGIN_S))
-    [ "$RUN_SECONDS" -gt 300 ] && RUN_SECONDS=300
+GRACE_SECONDS=10                 # the check's last write after its deadline
+NVIDIA_DEV=${NVIDIA_DEV:-/dev/nvidia0}
+NVIDIA_PROC=${NVIDIA_PROC:-/proc/driver/nvidia/gpus}
+if [ -z "${DEVICE_BUDGET_S:-}" ]; then
+    if [ "${DRY_RUN:-0}" = 1 ]; then DEVICE_BUDGET_S=900; else
+        echo "REFUSED: set DEVICE_BUDGET_S to the budget_left_s the device tool's status reports" >&2; exit 2
+    fi
 fi
+avail=$((DEVICE_BUDGET_S - STARTUP_S - MARGIN_S))
+if [ "$avail" -ge $((NEED_S + STARTUP_S + MARGIN_S + RERUN_MIN_S)) ]; then
+    RUN_SECONDS=$((avail - STARTUP_S - MARGIN_S - RERUN_MIN_S)); RERUN_ROOM=yes
+else
+    RUN_SECONDS=$avail; RERUN_ROOM=no
+fi
+[ "$RUN_SECONDS" -gt "$CALL_LIMIT_S" ] && RUN_SECONDS=$CALL_LIMIT_S
 RUN_SECONDS=${RUN_OVERRIDE_S:-$RUN_SECONDS}
+echo "run of at most ${RUN_SECONDS} s (device budget ${DEVICE_BUDGET_S} s, start-up ${STARTUP_S} s, room for a rerun: ${RERUN_ROOM}; timeout_s $((RUN_SECONDS + 40)))"
+if [ "$RUN_SECONDS" -lt "$MIN_RUN_S" ]; then
+    echo "REFUSED: ${RUN_SECONDS} s < ${MIN_RUN_S} s: too little device time left for a call that measures anything" >&2
+    exit 2
+fi
+if [ "${PREFLIGHT:-0}" = 1 ]; then  # on this machine, before the call: what must travel with it
+    if ! compgen -G ".whl/transformers-5.2[4-9]*.whl" > /dev/null; then
+        echo "REFUSED: no .whl/transformers-5.24*.whl: the device image has 5.17 and no network. Here:" >&2
+        echo "  echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: -d .whl transformers==5.24.0" >&2
+        exit 1
+    fi
+    compgen -G ".whl/regex-*.whl" > /dev/null || echo "NOTE: no .whl/regex-*.whl: the image's regex version is not recorded; transformers 5.24 needs regex >= 2025.10.22 at import (the versions step FAILs if it is older): carry regex==2025.10.22 or later to be sure"
+    echo "PREFLIGHT PASS: call run with carry=[\".whl\"], timeout_s=$((RUN_SECONDS + 40)), command \"DEVICE_BUDGET_S=${DEVICE_BUDGET_S} bash benchmarks/gpu_device_run.sh\""
+    exit 0
+fi
+: "${OUT:?set OUT to the folder the results go to}"
+START_EPOCH=$(date +%s)
 mkdir -p "$OUT"
 exec 3>&1 4>&2
 exec > >(tee -a "$OUT/device-run.log") 2>&1
@@ -49,11 +80,15 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 START=$SECONDS
 SUMMARY="$OUT/summary.md"
 printf '# GPU device run\n\n| step | status | seconds | expected |\n|---|---|---|---|\n' > "$SUMMARY"
-echo "run of at most ${RUN_SECONDS} s (device budget ${DEVICE_BUDGET_S} s, start-up ${STARTUP_S} s, rerun ${RERUN:-0})"
 
 step() {  # step NAME STATUS STARTED EXPECTED: one summary line, written at once
     printf '| %s | %s | %s | %s |\n' "$1" "$2" "$((SECONDS - $3))" "$4" >> "$SUMMARY"
     echo "[$(date +%H:%M:%S)] $1: $2 ($((SECONDS - $3)) s, expected $4)"
+}
+
+gpu_there() {  # a GPU on this machine, whatever torch says: nvidia-smi, the device node or the driver's list
+    { command -v nvidia-smi > /dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; } || [ -e "$NVIDIA_DEV" ] \
+        || [ -n "$(ls -A "$NVIDIA_PROC" 2>/dev/null)" ]
 }
 
 t=$SECONDS
@@ -66,25 +101,31 @@ else
 fi
 export PYTHONPATH="/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-t=$SECONDS
-if "$PY" -u -m poptune gpu-check --versions | tee "$OUT/versions.txt"; then
-    step versions PASS "$t" "seconds (package metadata only)"
+t=$SECONDS  # the version preflight and the CUDA probe in one process (one cold import of torch)
+PROBE='import sys
+from poptune.cli import main
+rc = main(["gpu-check", "--versions"])
+import torch
+print(f"PROBE torch {torch.__version__} CUDA {torch.version.cuda} available {torch.cuda.is_available()}")
+sys.exit(rc)'
+if "$PY" -u -c "$PROBE" | tee "$OUT/versions.txt"; then
+    step versions PASS "$t" "~10 s (package metadata, the CUDA probe)"
 else
-    step versions FAIL "$t" "seconds (package metadata only)"
+    step versions FAIL "$t" "~10 s (package metadata, the CUDA probe)"
     echo "FAIL versions: see versions.txt; the check needs them" | tee -a "$SUMMARY"
     exit 1
 fi
 
 DRY=${DRY_RUN:-0}
-if [ "$DRY" != 1 ] && ! "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-    if command -v nvidia-smi > /dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-        step gpu-check "FAIL (nvidia-smi lists a GPU but torch sees no CUDA)" "$t" "-"
-        nvidia-smi -L | tee -a "$SUMMARY"
-        "$PY" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)" | tee -a "$SUMMARY"
+if [ "$DRY" != 1 ] && ! grep -q '^PROBE .* available True$' "$OUT/versions.txt"; then
+    if gpu_there; then
+        step gpu-check "FAIL (a GPU is there but torch sees no CUDA)" "$t" "-"
+        { nvidia-smi -L 2>/dev/null; ls -d "$NVIDIA_DEV" "$NVIDIA_PROC"/* 2>/dev/null; grep '^PROBE' "$OUT/versions.txt"; } \
+            | tee -a "$SUMMARY"
         exit 1
     fi
     DRY=1
-    echo "no GPU here (nvidia-smi lists none) and no CUDA: a dry run"
+    echo "no GPU here (no nvidia-smi listing, no $NVIDIA_DEV, no $NVIDIA_PROC) and no CUDA: a dry run"
 fi
 
 mkdir -p "$OUT/gpu-check"
@@ -92,8 +133,9 @@ if [ -n "${RESUME_FROM:-}" ] && [ "$DRY" != 1 ]; then
     cp "$RESUME_FROM" "$OUT/gpu-check/gpu-check.json" && echo "resuming from $RESUME_FROM"
 fi
 t=$SECONDS
-budget=$((RUN_SECONDS - (SECONDS - START) - GRACE_SECONDS))
-args=(--out "$OUT/gpu-check" --budget "$budget")
+deadline=$((START_EPOCH + RUN_SECONDS - GRACE_SECONDS))  # from this script's start, as the call's timeout counts
+budget=$((deadline - $(date +%s)))
+args=(--out "$OUT/gpu-check" --deadline "$deadline")
 [ "$DRY" = 1 ] && args+=(--dry-run --device cpu)
 timeout $((budget + GRACE_SECONDS)) "$PY" -u -m poptune gpu-check "${args[@]}"
 rc=$?
@@ -104,7 +146,7 @@ case $rc in
     *) status="FAIL (exit $rc)" ;;
 esac
 [ "$DRY" = 1 ] && [ $rc = 0 ] && status="PASS (dry run: stand-in models)"
-step gpu-check "$status" "$t" "at most ${budget} s (--budget; each stage's own estimate in gpu-check.md)"
+step gpu-check "$status" "$t" "at most ${budget} s (--deadline; each stage's own estimate in gpu-check.md)"
 
 t=$SECONDS
 left=$((RUN_SECONDS - (SECONDS - START)))

@@ -28,6 +28,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--budget", type=finite,
                         help="seconds for all stages: one that would not finish in what is left is skipped "
                              "(default: 330)")
+    parser.add_argument("--deadline", type=finite,
+                        help="wall-clock time (seconds since the epoch) all stages must end by, set by the device "
+                             "script from its own start; overrides --budget")
     parser.add_argument("--dry-run", action="store_true", help="no device work: every stage's code path on the CPU "
                         "with tiny stand-ins under the full model names (a DRY RUN report)")
     parser.add_argument("--versions", action="store_true", help="only the version preflight, one line per package")
@@ -76,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     from poptune.gpucheck.report import failures
 
     budget = {} if args.budget is None else {"budget": args.budget}
+    if args.deadline is not None:
+        budget["deadline"] = args.deadline
     report = run_check(Path(args.out), tiny=args.tiny, device=args.device, dry_run=args.dry_run, **budget)
     print("\n".join(report.lines()), flush=True)
     return 1 if failures(report.data) else 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -41,7 +42,7 @@ from poptune.gpucheck.rows import measure_case, null_checks
 from poptune.gpucheck.scores import compare_scores
 from poptune.models import load_model, load_tokenizer
 
-__all__ = ["BUDGET_SECONDS", "SCORES_SECONDS", "run"]
+__all__ = ["BUDGET_SECONDS", "SCORES_SECONDS", "TimeLimit", "run"]
 
 #: The whole check's time budget (s): a stage whose expected time does not fit in what is left is skipped
 #: (``poptune gpu-check --budget``'s help names it too; a test holds them equal).
@@ -54,20 +55,36 @@ NVML_NOTE = ("an NVML preflight line failed: timing goes on; the energy, power, 
              "are empty where NVML could not give them")
 
 
+class TimeLimit(BaseException):  # noqa: N818 -- not an Exception: a stage's ``except Exception`` lets it through
+    """The outer time limit's SIGTERM (the device script's ``timeout``): the check stops where it is."""
+
+
+def _on_term(signum: int, frame: object) -> None:
+    raise TimeLimit(f"signal {signum}")
+
+
 def _stage(report: Report, name: str, work: Callable[[], None], left: float, expected: dict[str, float],
            admit: bool = True) -> bool:
-    """Runs one stage when its expected seconds fit in ``left`` (or ``admit`` is False: a dry run); a stage that
-    breaks becomes a FAIL line and the check goes on with the next. Returns whether it ran."""
+    """Runs one stage when its admission seconds (``admit``: the estimate with its margin, else ``total``) fit in
+    ``left`` (or ``admit`` is False: a dry run); a stage that breaks becomes a FAIL line and the check goes on with
+    the next. Cut by the time limit, the stage keeps the rows it wrote and :class:`TimeLimit` goes on up."""
+    needed = expected.get("admit", expected["total"])
     report.data["expected"][name] = round(expected["total"], 1)
-    report.data["admitted"][name] = {k: round(v, 1) for k, v in expected.items()}
-    if admit and expected["total"] > left:
-        report.data["skipped"][name] = (f"time budget spent (expected {expected['total']:.0f} s, {max(left, 0):.0f} "
-                                        "s of the budget left)")
+    report.data["admitted"][name] = {**{k: round(v, 1) for k, v in expected.items()}, "left": round(left, 1)}
+    if admit and needed > left:
+        report.data["skipped"][name] = (f"time budget spent (expected {expected['total']:.0f} s, admitted at "
+                                        f"{needed:.0f} s, {max(left, 0):.0f} s of the budget left)")
         report.write()
         return False
     start = time.monotonic()
     try:
         work()
+    except TimeLimit:
+        rows = sum(r["model"] == name for r in report.data["rows"])
+        report.data["errors"][name] = f"cut by the time limit after {rows} rows (kept: a rerun measures the rest)"
+        report.data["seconds"][name] = round(time.monotonic() - start, 1)
+        report.write()
+        raise
     except Exception as e:  # a broken stage is a finding of the check, not the end of it
         report.data["errors"][name] = f"{type(e).__name__}: {str(e).strip()[:300]}"
     report.data["seconds"][name] = round(time.monotonic() - start, 1)
@@ -93,7 +110,9 @@ def _model_stage(report: Report, plan: Plan, index: int, device: torch.device) -
                 report.data["null_checks"] = null_checks(model, tokenizer, plan)
                 report.data["benches"].append(report.data["null_checks"].pop("bench"))
                 report.write()
-            measure_case(model, tokenizer, case, plan, report.add_row)
+            done = {(r["batch"], None if r["image"] else r["length"]) for r in report.data["rows"]
+                    if r["model"] == case.model}  # rows a cut run measured (Report.resume keeps them)
+            measure_case(model, tokenizer, case, plan, report.add_row, done=done)
         finally:
             del model
             _free(device)
@@ -125,10 +144,22 @@ def _preflight(report: Report, plan: Plan, device: torch.device, dry_run: bool) 
 
 
 def run(out: Path, *, tiny: bool, device: str | None, budget: float = BUDGET_SECONDS,
-        dry_run: bool = False) -> Report:
+        dry_run: bool = False, deadline: float | None = None) -> Report:
     """The whole check; returns its report (already written to ``out``). Resumes a previous run's report in
     ``out`` (its finished stages kept). ``dry_run``: every stage's code path on the CPU with stand-in models
-    (:mod:`poptune.gpucheck.dryrun`), nothing resumed, every stage run whatever the budget."""
+    (:mod:`poptune.gpucheck.dryrun`), nothing resumed, every stage run whatever the budget. ``deadline``: the
+    wall-clock time (``time.time()``) all stages must end by, set by the caller from its own start (the device
+    script's); without it, ``budget`` seconds from now. A SIGTERM (the outer time limit) stops the check with
+    the rows it measured written."""
+    end = deadline if deadline is not None else time.time() + budget
+    previous = signal.signal(signal.SIGTERM, _on_term)
+    try:
+        return _run(out, tiny=tiny, device=device, end=end, dry_run=dry_run)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(out: Path, *, tiny: bool, device: str | None, end: float, dry_run: bool) -> Report:
     plan = tiny_plan() if tiny else full_plan()
     if dry_run:
         dev = torch.device("cpu")
@@ -136,23 +167,26 @@ def run(out: Path, *, tiny: bool, device: str | None, budget: float = BUDGET_SEC
         dev = resolve_device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     report = Report(out, plan, str(dev)) if dry_run else Report.resume(out, plan, str(dev))
     report.data["dry_run"] = dry_run
-    deadline = time.monotonic() + budget
     if not _preflight(report, plan, dev, dry_run):
         return report
     work = dry_plan(plan) if dry_run else plan
     within = stand_ins if dry_run else contextlib.nullcontext
     profiled = False
-    for index, case in enumerate(plan.cases):
-        if case.model in report.data["kept"]:
-            continue
-        expected = stage_seconds(plan, case, first_import="transformers" not in sys.modules,
-                                 first_profile=not profiled)  # the device's figures, outside the stand-ins
-        ran = _stage(report, case.model, _inside(within, _model_stage(report, work, index, dev)),
-                     deadline - time.monotonic(), expected, admit=not dry_run)
-        profiled = profiled or ran
-    if "scores" not in report.data["kept"]:
-        _stage(report, "scores", _inside(within, _scores_stage(report, work, dev, plan.scores_model)),
-               deadline - time.monotonic(), {"total": SCORES_SECONDS}, admit=not dry_run)
+    try:
+        for index, case in enumerate(plan.cases):
+            if case.model in report.data["kept"]:
+                continue
+            expected = stage_seconds(plan, case, first_import="transformers" not in sys.modules,
+                                     first_profile=not profiled)  # the device's figures, outside the stand-ins
+            ran = _stage(report, case.model, _inside(within, _model_stage(report, work, index, dev)),
+                         end - time.time(), expected, admit=not dry_run)
+            profiled = profiled or ran
+        if "scores" not in report.data["kept"]:
+            _stage(report, "scores", _inside(within, _scores_stage(report, work, dev, plan.scores_model)),
+                   end - time.time(), {"total": SCORES_SECONDS}, admit=not dry_run)
+    except TimeLimit:
+        report.data["notes"].append("the outer time limit stopped the check: the rows measured are kept")
+        report.write()
     return report
 
 

@@ -79,7 +79,8 @@ def _dry_case(case: Case) -> Case:
     lengths = {n: 8 * (i + 1) for i, n in enumerate(case.lengths)}
     return replace(case, lengths=tuple(lengths.values()), max_tokens=None,
                    batched=None if case.batched is None else tuple(lengths[n] for n in case.batched),
-                   image=None if case.image is None else ImageSize(64, 64))
+                   image=None if case.image is None else ImageSize(64, 64),
+                   energy_at=None if case.energy_at is None else tuple((lengths[n], b) for n, b in case.energy_at))
 
 
 def dry_plan(plan: Plan) -> Plan:

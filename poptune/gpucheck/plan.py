@@ -8,6 +8,7 @@ tiny random models in seconds, on CPU in the test suite.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -19,8 +20,9 @@ from poptune.measure.stats import pairs_for
 from poptune.models import configs
 from poptune.models.vision import ImageSize
 
-__all__ = ["AA_TOLERANCE", "Case", "DECODE_TOLERANCE", "IDEAL_SLACK", "LAUNCH_BOUND_BUSY", "Plan", "TARGET", "Target",
-           "case_rows", "case_seconds", "full_plan", "parameters", "row_seconds", "stage_seconds", "tiny_plan"]
+__all__ = ["AA_TOLERANCE", "ADMIT_FACTOR", "ADMIT_ROW_SECONDS", "Case", "DECODE_TOLERANCE", "IDEAL_SLACK",
+           "LAUNCH_BOUND_BUSY", "Plan", "TARGET", "Target", "case_rows", "case_seconds", "full_plan", "parameters",
+           "plan_seconds", "row_seconds", "stage_seconds", "tiny_plan"]
 
 #: A/A (full against full) may read 1 +- this before the check fails.
 AA_TOLERANCE = 0.02
@@ -45,6 +47,11 @@ class Case:
     image: ImageSize | None = None
     max_tokens: int | None = None
     batched: tuple[int, ...] | None = None  # the lengths timed at batch sizes above 1 (None: all of them)
+    energy_at: tuple[tuple[int, int], ...] | None = None  # the (length, batch) rows with energy blocks (None: all)
+
+    def energy(self, length: int | None, batch: int) -> bool:
+        """Whether the row at ``length`` (None: the image) and ``batch`` times energy blocks."""
+        return self.energy_at is None or (length, batch) in self.energy_at
 
     def lengths_at(self, batch: int) -> tuple[int, ...]:
         """The lengths timed at ``batch``."""
@@ -94,9 +101,9 @@ def full_plan() -> Plan:
     return Plan(
         tiny=False,
         cases=(
-            # Batch 8 at the target's length only: each row costs ~20 s (energy blocks), so 512 x 8 and 8192 x 8
-            # have no room.
-            Case("llama-3.1", 10, (512, 2048, 8192), (1, 8), batched=(2048,)),
+            # Batch 8 at the target's length only, and energy blocks on the target row only (issue 59: each
+            # energy row costs ~20 s more, and Llama and Gemma must both fit one call of 390 s, 650 s left).
+            Case("llama-3.1", 10, (512, 2048, 8192), (1, 8), batched=(2048,), energy_at=((2048, 8),)),
             Case("gemma-3-12b", 16, (2048,), (1, 8)),  # past the 1024-token sliding window
             Case("qwen3-vl", 12, image=ImageSize(1280, 720)),
         ),
@@ -134,11 +141,13 @@ def tiny_plan() -> Plan:
 # ----------------------------------------------------------------------------------------------------------------
 # The plan's own arithmetic: how long each stage is expected to take, from its policy, its energy blocks and the
 # FLOPs of its prefills at the plan's assumed rate (case_seconds), and what admitting a stage adds to that: the
-# model build, the first import of transformers and the profiler's start-ups (stage_seconds). The vision encoder
-# of image rows is counted as text prompts of their image-token count; the report records every stage's
-# measured seconds beside what was expected.
+# model build, the first import of transformers, the profiler's start-ups and each row's set-up (stage_seconds).
+# The vision encoder of image rows is counted as text prompts of their image-token count; the report records
+# every stage's measured seconds beside what was expected. A stage is admitted only with a margin over its
+# estimate (``admit``: ADMIT_FACTOR times it, plus ADMIT_ROW_SECONDS a row): the estimates are assumptions.
 
 _ALIGN_S = 0.5  # the energy blocks' longest wait for a counter step at either end (poptune.measure.energy)
+_RUN_AHEAD = 2  # calls an energy block's host runs ahead of the device (poptune.measure.energy.RUN_AHEAD)
 
 #: Seconds the idle block is expected to wait for the GPU to settle before each row (at least 1 s, at most 5 s:
 #: poptune.measure.energy.SETTLE_MIN_S and SETTLE_MAX_S). An assumption, like the ones below: none is measured.
@@ -152,6 +161,13 @@ BUILD_SECONDS_PER_BILLION = 2.0
 #: The profiler's first start in a process (CUPTI's initialisation), and each later profiled row's start and stop.
 PROFILER_FIRST_SECONDS = 5.0
 PROFILER_ROW_SECONDS = 1.0
+#: Each bench run's own set-up: NVML's initialisation and the provenance record's ``git`` call.
+ROW_SETUP_SECONDS = 1.5
+#: One eager decode step of a full-size model at batch 1 (launch-bound: dispatch, not compute).
+DECODE_STEP_SECONDS = 0.025
+#: A stage is admitted only when ADMIT_FACTOR x its estimate + ADMIT_ROW_SECONDS per row fits what is left.
+ADMIT_FACTOR = 1.25
+ADMIT_ROW_SECONDS = 2.0
 
 
 def _prompt_tokens(case: Case, model_config: dict) -> tuple[int, ...]:
@@ -159,7 +175,9 @@ def _prompt_tokens(case: Case, model_config: dict) -> tuple[int, ...]:
         return case.lengths
     vision = model_config.get("vision_config") or {}
     side = (vision.get("patch_size") or 14) * (vision.get("spatial_merge_size") or 1)  # pixels per image token
-    return ((case.image.width // side) * (case.image.height // side),)
+    # The processor resizes each side to a multiple of ``side``, rounding up: 1280x720 at 32 is 1280x736, 920
+    # tokens (issue 59: not 880).
+    return (math.ceil(case.image.width / side) * math.ceil(case.image.height / side),)
 
 
 def _call_seconds(plan: Plan, case: Case, tokens: int, batch: int) -> float:
@@ -171,18 +189,22 @@ def _call_seconds(plan: Plan, case: Case, tokens: int, batch: int) -> float:
     return batch * prefill_flops(text, tokens, attention="sdpa") / (plan.tflops * 1e12)
 
 
-def row_seconds(plan: Plan, case: Case, tokens: int, batch: int) -> float:
+def _block_seconds(plan: Plan, call: float) -> float:
+    """One energy block: its lead-in to a counter step (a call at least), its seconds and the call that overruns
+    them, the drain of the calls run ahead, and the tail to the closing step (a call at least)."""
+    return plan.energy_seconds + (1 + _RUN_AHEAD) * call + 2 * max(_ALIGN_S, call)
+
+
+def row_seconds(plan: Plan, case: Case, tokens: int, batch: int, *, energy: bool = True) -> float:
     """Expected seconds of one row: warm-up, timed pairs (up to the policy's time cap while chasing precision),
-    each side's energy blocks (each at most two step waits longer) and the profiler pass (two calls)."""
+    each side's energy blocks where ``energy`` (:func:`_block_seconds`) and the profiler pass (two calls)."""
     call = _call_seconds(plan, case, tokens, batch)
     pair, policy = 2 * call, plan.policy
     least = max(policy.min_repeats, pairs_for(policy.confidence) if policy.precision else 0)
     warmup = max(policy.warmup * pair, policy.warmup_seconds) + pair
     timed = max(least * pair, policy.max_seconds or policy.min_seconds) + pair
-    energy = 0.0
-    if plan.energy_seconds:
-        energy = 2 * ENERGY_BLOCKS * (plan.energy_seconds + call + 2 * max(_ALIGN_S, call))
-    return warmup + timed + energy + 2 * call
+    blocks = 2 * ENERGY_BLOCKS * _block_seconds(plan, call) if plan.energy_seconds and energy else 0.0
+    return warmup + timed + blocks + 2 * call
 
 
 def case_rows(plan: Plan, case: Case) -> list[tuple[int, int]]:
@@ -192,19 +214,30 @@ def case_rows(plan: Plan, case: Case) -> list[tuple[int, int]]:
     return [(n, b) for b in case.batches for n in (case.lengths_at(b) if case.image is None else tokens)]
 
 
+def _idle_seconds(plan: Plan) -> float:
+    return plan.energy_seconds + 2 * _ALIGN_S + SETTLE_SECONDS if plan.energy_seconds else 0.0
+
+
+def _null_seconds(plan: Plan, case: Case) -> float:
+    """The null checks' bench run (no energy blocks): its prefill row, the A/A pairs and the decode pairs, each
+    decode side a prefill and ``decode_tokens`` eager steps, timed in rounds like the prefill pairs."""
+    n, policy = plan.null_case.lengths[0], plan.policy
+    call = _call_seconds(plan, case, n, 1)
+    aa = max(AA_PAIRS * 2 * call, policy.min_seconds) + policy.warmup_seconds
+    pair = 2 * (call + plan.decode_tokens * (DECODE_STEP_SECONDS if not plan.tiny else 0.0))
+    decode = max(policy.warmup * pair, policy.warmup_seconds) + max(policy.min_repeats * pair,
+                                                                     policy.max_seconds or policy.min_seconds) + pair
+    return row_seconds(plan, case, n, 1, energy=False) + aa + decode
+
+
 def case_seconds(plan: Plan, case: Case) -> float:
-    """Expected seconds of one model's rows: each row (one bench run, so its idle block after the GPU settles),
-    and the null checks (an A/A run of :data:`~poptune.measure.nullcheck.AA_PAIRS` pairs and a decode pair) on
-    the null case's model. Builds, imports and profiler start-ups: :func:`stage_seconds`."""
-    rows = case_rows(plan, case)
-    idle = plan.energy_seconds + 2 * _ALIGN_S + SETTLE_SECONDS if plan.energy_seconds else 0.0
-    total = sum(row_seconds(plan, case, n, b) + idle for n, b in rows)
+    """Expected seconds of one model's rows: each row (one bench run, so its idle block after the GPU settles
+    where it times energy), and the null checks (:func:`_null_seconds`) on the null case's model. Builds,
+    imports, profiler start-ups and each run's set-up: :func:`stage_seconds`."""
+    rows = [(n, b, case.energy(None if case.image else n, b)) for n, b in case_rows(plan, case)]
+    total = sum(row_seconds(plan, case, n, b, energy=e) + (_idle_seconds(plan) if e else 0.0) for n, b, e in rows)
     if case.model == plan.null_case.model:
-        n = plan.null_case.lengths[0]
-        call = _call_seconds(plan, case, n, 1)
-        total += row_seconds(plan, case, n, 1) + idle
-        total += max(AA_PAIRS * 2 * call, plan.policy.min_seconds) + plan.policy.warmup_seconds  # A/A
-        total += max(plan.policy.min_repeats * 2 * call, plan.policy.min_seconds) + plan.policy.warmup_seconds  # decode
+        total += _null_seconds(plan, case)
     return total
 
 
@@ -224,13 +257,23 @@ def parameters(config: dict) -> float:
 def stage_seconds(plan: Plan, case: Case, *, first_import: bool, first_profile: bool) -> dict[str, float]:
     """What admitting ``case``'s stage counts, by part: ``rows`` (:func:`case_seconds`), ``build`` (random weights
     on the device), ``import`` (transformers' first import, where this stage makes it), ``profiler`` (one pass
-    per row, its first start included where this stage makes it) and their ``total``."""
+    per row, its first start included where this stage makes it), ``setup`` (each bench run's NVML start and
+    provenance), their ``total``, and ``admit``: the seconds that must be left to start it (the margin)."""
     config = configs.full_config(case.model) or configs.tiny_config(case.model) or {}
     rows = len(case_rows(plan, case))
+    runs = rows + (1 if case.model == plan.null_case.model else 0)
     parts = {
         "rows": case_seconds(plan, case),
         "build": BUILD_SECONDS + BUILD_SECONDS_PER_BILLION * parameters(config) / 1e9 if not plan.tiny else 1.0,
         "import": IMPORT_SECONDS if first_import else 0.0,
         "profiler": rows * PROFILER_ROW_SECONDS + (PROFILER_FIRST_SECONDS if first_profile else 0.0),
+        "setup": runs * ROW_SETUP_SECONDS,
     }
-    return {**parts, "total": sum(parts.values())}
+    total = sum(parts.values())
+    return {**parts, "total": total, "admit": ADMIT_FACTOR * total + ADMIT_ROW_SECONDS * rows}
+
+
+def plan_seconds(plan: Plan) -> list[dict[str, float]]:
+    """Each stage's :func:`stage_seconds` in the plan's order, in one fresh process (the first stage imports
+    transformers and starts the profiler)."""
+    return [stage_seconds(plan, case, first_import=i == 0, first_profile=i == 0) for i, case in enumerate(plan.cases)]

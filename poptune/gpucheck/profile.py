@@ -16,7 +16,11 @@ import torch
 
 from poptune.gpucheck.plan import LAUNCH_BOUND_BUSY
 
-__all__ = ["busy_union", "launch_bound", "profile_call"]
+__all__ = ["NO_EVENTS", "busy_union", "launch_bound", "profile_call"]
+
+#: Why a CUDA row's GPU-busy share is unknown: the profiler delivered no CUDA events for its call.
+NO_EVENTS = ("the profiler delivered no CUDA events (CUPTI unavailable here, as in some VMs): GPU busy unknown, "
+             "no launch-bound label")
 
 
 def busy_union(intervals: list[tuple[float, float]]) -> float:
@@ -42,6 +46,8 @@ def profile_call(fn: Callable[[], Any], device: torch.device) -> dict[str, Any]:
         fn()
         torch.cuda.synchronize(device)
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not kernels:  # CUPTI gave no device events (a VM may hide them): busy is unknown, not zero (issue 59)
+        return {"kernels": None, "kernel_ms": None, "reason": NO_EVENTS}
     busy_us = busy_union([(e.time_range.start, e.time_range.end) for e in kernels])
     return {"kernels": len(kernels), "kernel_ms": busy_us / 1000, "reason": None}
 

@@ -107,7 +107,8 @@ class Report:
     def resume(cls, out: Path, plan: Plan, device: str) -> Report:
         """A report for ``out``: where ``out`` holds a previous run's report of the same plan (full or tiny, not a
         dry run), the stages it finished -- measured to the end, not broken -- are kept with their rows, benches
-        and null checks, and the rest are dropped to be run again; otherwise a new report."""
+        and null checks; the rows of a stage cut short (by the time limit or an error) are kept too, and its run
+        again measures only the others; otherwise a new report."""
         report = cls(out, plan, device)
         try:
             old = json.loads((out / "gpu-check.json").read_text())
@@ -116,13 +117,14 @@ class Report:
         if old.get("tiny") != plan.tiny or old.get("dry_run"):
             return report
         done = [c.model for c in plan.cases if c.model in old.get("seconds", {}) and c.model not in old["errors"]]
-        if not done:
+        models = {c.model for c in plan.cases}
+        if not done and not any(r["model"] in models for r in old.get("rows", [])):
             return report
         d = report.data
         d["kept"] = done
-        d["rows"] = [r for r in old["rows"] if r["model"] in done]
-        d["benches"] = [b for b in old["benches"] if b.get("model") in done]
-        d["null_checks"] = old["null_checks"] if plan.null_case.model in done else None
+        d["rows"] = [r for r in old["rows"] if r["model"] in models]  # a cut stage's rows too
+        d["benches"] = [b for b in old["benches"] if b.get("model") in models]
+        d["null_checks"] = old.get("null_checks")
         if "scores" in old.get("seconds", {}) and "scores" not in old["errors"] and old.get("scores"):
             done.append("scores")
             d["scores"] = old["scores"]

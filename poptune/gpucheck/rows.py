@@ -29,7 +29,7 @@ OnRow = Callable[[dict[str, Any], dict[str, Any]], None]
 
 
 def _bench(model: Any, tokenizer: Any, case: Case, plan: Plan, batch: int, lengths: tuple[int, ...], *,
-           decode: bool) -> BenchResult:
+           decode: bool, energy: bool = True) -> BenchResult:
     spec = BenchSpec(
         lengths=lengths or (2,),  # image rows time the image prompt, whose length the image sets
         images=(case.image,) if case.image else (),
@@ -37,7 +37,7 @@ def _bench(model: Any, tokenizer: Any, case: Case, plan: Plan, batch: int, lengt
         decode_tokens=plan.decode_tokens if decode else 0,
         policy=plan.policy,
         null_check=decode,
-        energy_seconds=plan.energy_seconds,
+        energy_seconds=plan.energy_seconds if energy else 0.0,
     )
     with window_sizes_on_device(model):
         return run_bench(model, tokenizer, PopConfig(skip=case.skip), spec, model_name=case.model, weights="random")
@@ -45,9 +45,10 @@ def _bench(model: Any, tokenizer: Any, case: Case, plan: Plan, batch: int, lengt
 
 def null_checks(model: Any, tokenizer: Any, plan: Plan) -> dict[str, Any]:
     """The A/A pair (full against full) at the null case's first length and POP's decode against the full
-    model's there, as ratios with their intervals; plus the bench record behind them."""
+    model's there, as ratios with their intervals; plus the bench record behind them. No energy blocks: nothing
+    reads them, and on a long call they cost seconds the plan has not got."""
     case = plan.null_case
-    result = _bench(model, tokenizer, case, plan, 1, case.lengths[:1], decode=True)
+    result = _bench(model, tokenizer, case, plan, 1, case.lengths[:1], decode=True, energy=False)
     check = result.null_check
     assert check is not None and check.aa is not None  # null_check=True times the A/A pair
     return {"model": case.model, "length": check.length, "aa": check.aa,
@@ -80,12 +81,18 @@ def row_items(case: Case) -> list[tuple[int, tuple[int, ...]]]:
 
 
 @torch.inference_mode()
-def measure_case(model: Any, tokenizer: Any, case: Case, plan: Plan, on_row: OnRow) -> None:
+def measure_case(model: Any, tokenizer: Any, case: Case, plan: Plan, on_row: OnRow,
+                 done: set[tuple[int, int | None]] = frozenset()) -> None:
     """Measures every row of ``case`` (its lengths or its image, at each batch size) with its profile, handing
-    each to ``on_row`` with its bench record as soon as it is measured."""
+    each to ``on_row`` with its bench record as soon as it is measured; energy blocks where the case has them
+    (:meth:`~poptune.gpucheck.plan.Case.energy`). Rows in ``done`` ((batch, length or None for the image): a
+    cut run's) are not measured again."""
     device = next(model.parameters()).device
     for batch, lengths in row_items(case):
-        result = _bench(model, tokenizer, case, plan, batch, lengths, decode=False)
+        length = lengths[0] if lengths else None
+        if (batch, length) in done:
+            continue
+        result = _bench(model, tokenizer, case, plan, batch, lengths, decode=False, energy=case.energy(length, batch))
         (row,) = result.rows
         with kept_rope_state(model), window_sizes_on_device(model):
             inputs = _inputs(model, tokenizer, case, row, batch)

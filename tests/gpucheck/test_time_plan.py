@@ -1,0 +1,149 @@
+"""Issue 59: the device time plan measures every model inside the device time, admission keeps a margin and
+counts from the script's start, a stage cut by the time limit keeps its rows, and the labels say what ran. CPU
+only, with fakes (a fake profiler, fake rows, fake GPU device nodes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from poptune.gpucheck import check, profile
+from poptune.gpucheck.plan import ADMIT_FACTOR, full_plan, plan_seconds
+
+ROOT = Path(__file__).resolve().parents[2]
+PRE_STEPS_S = 25  # install (~10 s) and the versions step with the CUDA probe (~15 s) before the check starts
+GRACE_S = 10  # the script's GRACE_SECONDS
+
+
+def _script(tmp_path: Path, timeout: int = 120, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, **env}
+    return subprocess.run(["bash", "benchmarks/gpu_device_run.sh"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _sized(tmp_path: Path, budget: int) -> tuple[int, str]:
+    done = _script(tmp_path, PYTHON="false", DEVICE_BUDGET_S=str(budget))  # stops at the versions step
+    found = re.search(r"run of at most (\d+) s .* room for a rerun: (\w+)", done.stdout)
+    return int(found.group(1)), found.group(2)
+
+
+def _admitted(run_seconds: int) -> list[tuple[str, float]]:
+    """The check's admission in one call, each admitted stage taking ADMIT_FACTOR x its estimate (the worst its
+    margin covers): (model, seconds left over its admission figure) per admitted stage."""
+    left, admitted = run_seconds - PRE_STEPS_S - GRACE_S, []
+    for case, parts in zip(full_plan().cases, plan_seconds(full_plan()), strict=True):
+        if parts["admit"] <= left:
+            admitted.append((case.model, round(left - parts["admit"], 1)))
+            left -= ADMIT_FACTOR * parts["total"]
+    return admitted
+
+
+@pytest.mark.parametrize(("budget", "run", "margins"), [
+    (900, 560, {"llama-3.1": 371.1, "gemma-3-12b": 242.3, "qwen3-vl": 187.6}),
+    (650, 390, {"llama-3.1": 201.1, "gemma-3-12b": 72.3, "qwen3-vl": 17.6}),
+])
+def test_every_model_is_admitted_in_the_call_the_budget_allows(tmp_path: Path, budget: int, run: int,
+                                                                margins: dict) -> None:
+    # 900 s: one call (no room for a rerun with a second start-up); 650 s left after a failed try: one call of
+    # 390 s. Llama-3.1-8B, Gemma-3-12B and Qwen3-VL are each admitted, every stage running 25% over its estimate.
+    seconds, rerun = _sized(tmp_path, budget)
+    assert (seconds, rerun) == (run, "no") and seconds + 40 <= 600  # timeout_s within one command's limit
+    admitted = dict(_admitted(seconds))
+    assert list(admitted) == ["llama-3.1", "gemma-3-12b", "qwen3-vl"], admitted
+    assert all(m >= 0 for m in admitted.values()) and admitted == pytest.approx(margins, abs=1.0)
+
+
+def test_the_script_needs_at_least_what_the_plan_admits() -> None:
+    text = (ROOT / "benchmarks" / "gpu_device_run.sh").read_text()
+    need = int(re.search(r"^NEED_S=(\d+)", text, re.M).group(1))
+    tests = int(re.search(r"^TESTS_SECONDS=(\d+)", text, re.M).group(1))
+    assert need >= sum(p["admit"] for p in plan_seconds(full_plan())) + PRE_STEPS_S + GRACE_S + tests
+
+
+def test_a_budget_too_small_or_missing_is_refused(tmp_path: Path) -> None:
+    assert _script(tmp_path, PYTHON="false", DEVICE_BUDGET_S="400").returncode == 2  # 140 s: nothing measured
+    done = _script(tmp_path, PYTHON="false", DEVICE_BUDGET_S="")
+    assert done.returncode == 2 and "DEVICE_BUDGET_S" in done.stderr
+
+
+def test_the_preflight_here_refuses_a_call_without_the_transformers_wheel(tmp_path: Path) -> None:
+    if list((ROOT / ".whl").glob("transformers-5.2*.whl")):
+        pytest.skip("this checkout carries the wheel")
+    done = _script(tmp_path, PREFLIGHT="1", DEVICE_BUDGET_S="900")
+    assert done.returncode == 1 and "transformers==5.24.0" in done.stderr
+
+
+def test_a_gpu_device_node_without_cuda_is_a_fail_not_a_dry_run(tmp_path: Path) -> None:
+    # Issue 59 (4): no nvidia-smi on the PATH, but the driver's device node is there (a fake file).
+    node = tmp_path / "nvidia0"
+    node.write_text("")
+    out = tmp_path / "out"
+    done = _script(out, timeout=300, DEVICE_BUDGET_S="900", NVIDIA_DEV=str(node),
+                   NVIDIA_PROC=str(tmp_path / "none"))
+    summary = (out / "summary.md").read_text()
+    assert done.returncode == 1 and "| gpu-check | FAIL (a GPU is there but torch sees no CUDA) |" in summary
+    assert "dry run" not in summary.lower()
+
+
+def test_no_cuda_events_from_the_profiler_is_busy_unknown_not_launch_bound(monkeypatch) -> None:
+    # Issue 59 (4), with a fake profiler that delivers no CUDA events (as in a VM without CUPTI).
+    import torch
+    import torch.profiler
+
+    class FakeProfile:
+        def __init__(self, **kw) -> None: ...
+        def __enter__(self): return self
+        def __exit__(self, *a) -> None: ...
+        def events(self): return []
+
+    monkeypatch.setattr(torch.profiler, "profile", FakeProfile)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    profiled = profile.profile_call(lambda: None, torch.device("cuda"))
+    labelled = profile.launch_bound(profiled, latency_ms=10.0)
+    assert labelled["busy"] is None and labelled["launch_bound"] is None and "no CUDA events" in labelled["reason"]
+
+
+def _fake_row(model: str, length: int, batch: int) -> dict:
+    return {"model": model, "image": None, "length": length, "batch": batch, "full_ms": 2.0, "pop_ms": 1.5,
+            "speedup": 1.3, "speedup_lo": 1.2, "speedup_hi": 1.4, "ideal": 1.4, "of_ideal": 0.93, "idle_w": None,
+            "sm_clock_mhz_min": None, "power_w_max": None, "temperature_c_max": None, "clock_reasons": [],
+            "kernels": None, "busy": None, "launch_bound": None, "throttled": False}
+
+
+def test_a_stage_cut_by_the_time_limit_keeps_its_rows_and_a_rerun_measures_the_rest(tmp_path: Path,
+                                                                                      monkeypatch) -> None:
+    seen = []
+    ratio = {"speedup": 1.0, "lo": 0.99, "hi": 1.01, "pairs": 16}
+    monkeypatch.setattr(check, "load_model", lambda *a, **k: (object(), None))
+    monkeypatch.setattr(check, "null_checks", lambda *a: {"model": "tiny-llama", "length": 24, "aa": ratio,
+                                                          "decode": ratio, "bench": {"model": "tiny-llama"}})
+
+    def cut(model, tokenizer, case, plan, on_row, done=frozenset()):
+        seen.append((case.model, set(done)))
+        if case.model == "tiny-llama" and not done:
+            on_row(_fake_row(case.model, 24, 1), {"model": case.model})
+            raise check.TimeLimit("signal 15")  # what SIGTERM raises
+
+    monkeypatch.setattr(check, "measure_case", cut)
+    check.run(tmp_path, tiny=True, device="cpu", budget=1e4)
+    data = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert data["errors"]["tiny-llama"].startswith("cut by the time limit after 1 rows")
+    assert [r["length"] for r in data["rows"]] == [24] and "tiny-gemma3" not in data["seconds"]  # stopped there
+    check.run(tmp_path, tiny=True, device="cpu", budget=1e4)  # the rerun on the same folder
+    assert seen[-3][0] == "tiny-llama" and seen[-3][1] == {(1, 24)}  # only the rows not measured
+    assert json.loads((tmp_path / "gpu-check.json").read_text())["rows"][0]["length"] == 24
+
+
+def test_the_deadline_is_the_callers_not_the_checks_start(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(check, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("started")))
+    check.run(tmp_path, tiny=True, device="cpu", budget=1e4, deadline=time.time() + 3)
+    data = json.loads((tmp_path / "gpu-check.json").read_text())
+    assert data["skipped"]["tiny-llama"].startswith("time budget spent")
+    assert data["admitted"]["tiny-llama"]["left"] <= 3
