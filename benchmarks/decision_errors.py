@@ -17,6 +17,10 @@ with simulated paired outcomes of known true drop and flip rate, two tasks, and 
   (:data:`poptune.evaluate.decisions.OFF_GRID_CAPS`, 10% and 4% flips and losses only), rounds from 32 per task.
 - **A hopeless configuration** (true drop 75 points): the items a race spends before "beyond budget".
 - **The futility stop** (``race(futility=True)``): verdicts and items with and without it.
+- Issue 58: **levels** (the error at 1.25% and 0.625%, the levels a study's attempts spend), **studypower** (power
+  at 1.25%), **followup** (the two-attempt path, attempt 2 on new items against the former re-race of the same
+  items, :func:`poptune.tune.simulate.follow_up`), **unequal** (tasks of unequal sizes, flip rates and drops,
+  :func:`poptune.tune.simulate.race_tasks`), **promise** (the cost line's size at a true drop of half the budget).
 
 Usage::
 
@@ -46,7 +50,8 @@ DESIGNS = (("standard search: 8 -> 32 per task", 8, 32, 0.95),
 POWER_CAPS = (("long-prompt", 16), ("quick", 64), ("standard", 128), ("thorough", 512), ("2,500 in all", 1250))
 POWER_FLIPS = (0.0, 0.05, 0.10, 0.20)
 CAP_FLIPS = (("10% flips", 0.10, False), ("4% flips", 0.04, False), ("losses only", 0.02, True))
-SECTIONS = ("budget", "caps", "power", "attempts", "hopeless", "futility", "plan")
+SECTIONS = ("budget", "caps", "power", "attempts", "hopeless", "futility", "plan", "levels", "studypower", "followup",
+            "unequal", "promise")
 
 
 def _caps(replicates: int) -> list[str]:
@@ -164,6 +169,112 @@ def _plan(replicates: int, errors: int) -> list[str]:
     return lines
 
 
+def _levels(replicates: int) -> list[str]:
+    """Issue 58: the error at the budget at the levels the study spends (1.25% for a first attempt, 0.625% for
+    the second), each share against its own level."""
+    from poptune.evaluate.decisions import Scenario, race_error
+
+    lines = ["", "## Error at the levels the study spends: 1.25% (attempt 1) and 0.625% (attempt 2), true drop = "
+             "budget (2 points)", "", "Rounds from 32 items per task doubling to the cap, two tasks, one candidate; "
+             "each share must be at most the attempt's one-sided error.", "",
+             "| attempt (one-sided error) | cap per task | flips | declared within | declared beyond | undecided |",
+             "|---|---|---|---|---|---|"]
+    for attempt, confidence in ((1, 0.975), (2, 0.9875)):
+        for cap in (128,):
+            for label, flips, losses_only in (("10% flips", 0.10, False), ("20% flips", 0.20, False),
+                                              ("losses only", 0.02, True)):
+                rates = race_error(Scenario(0.02, flips, losses_only), start=32, cap=cap, confidence=confidence,
+                                   replicates=replicates, seed=58)
+                lines.append(f"| {attempt} ({100 * (1 - confidence) / 2:g}%) | {cap} | {label} | "
+                             f"{100 * rates.within:.2f}% | {100 * rates.beyond:.2f}% | {100 * rates.undecided:.1f}% |")
+    return lines
+
+
+def _study_power(replicates: int) -> list[str]:
+    """Issue 58: power at the level the study's first attempt spends (1.25%), and the best bound it can give."""
+    from poptune.evaluate.decisions import Scenario, race_error
+    from poptune.evaluate.paired import paired_drop
+    from poptune.evaluate.workload import rounds
+
+    lines = ["", "## Power at the first attempt's level (1.25% one-sided): true drop 0, budget 2 points", "",
+             "| cap per task | flips | certified within | mean fresh items | bound with no flip at the cap |",
+             "|---|---|---|---|---|"]
+    for cap in (128, 512):
+        looks = [{"a": n, "b": n} for n in rounds(32, cap)]
+        best = paired_drop({"a": [1.0] * cap, "b": [1.0] * cap}, {"a": [1.0] * cap, "b": [1.0] * cap},
+                           confidence=0.975, looks=looks, planned=2 * cap).hi
+        for flips in (0.0, 0.037, 0.10):
+            rates = race_error(Scenario(0.0, flips), start=32, cap=cap, confidence=0.975, replicates=replicates,
+                               seed=11)
+            lines.append(f"| {cap} | {100 * flips:g}% | {100 * rates.within:.1f}% | {rates.mean_items:.0f} | "
+                         f"{best:.2f} |")
+    return lines
+
+
+def _followup(replicates: int, power: int) -> list[str]:
+    """Issue 58, item 1: the study's two-attempt path, attempt 2 on new items against the former re-race."""
+    from poptune.evaluate.decisions import Scenario
+    from poptune.tune.simulate import follow_up
+
+    lines = ["", "## A follow-up certification: attempt 1 (1.25%, 32 -> 128 per task), then attempt 2 (0.625%) sized "
+             "by the printed cost line", "",
+             "32 search items per task and attempt 1's items give the flip rate; attempt 2 runs when attempt 1 ends "
+             "undecided, at the cost line's size rounded up to a multiple of 64 per task (at most 2,048), futility "
+             "stop on in both. **New items** (issue 58): attempt 2 scores the items after attempt 1's cap; **same "
+             "items** (the former design): it re-raced the fresh items from the first. At a true drop equal to the "
+             "budget, \"within\" by either attempt must be at most 1.25% + 0.625% = 1.875%.", "",
+             "| true drop | flips | attempt 2 on | replicates | within by attempt 1 | within by attempt 2 | within "
+             "in all | beyond | mean attempt-2 size per task |", "|---|---|---|---|---|---|---|---|---|"]
+    for drop, flips, count in ((0.02, 0.037, replicates), (0.02, 0.10, replicates), (0.0, 0.037, power),
+                               (0.0, 0.10, power)):
+        for same in (False, True):
+            r = follow_up(Scenario(drop, flips), replicates=count, seed=58, same_items=same, grid=64, most=2048)
+            lines.append(f"| {100 * drop:g} | {100 * flips:g}% | {'same items' if same else 'new items'} | {count} | "
+                         f"{100 * r.first:.2f}% | {100 * r.second:.2f}% | {100 * r.within:.2f}% | "
+                         f"{100 * r.beyond:.2f}% | {r.mean_size:.0f} |")
+    return lines
+
+
+def _unequal(replicates: int) -> list[str]:
+    """Issue 58, item 5: tasks of unequal sizes and unequal flip rates (and drops), one race."""
+    from poptune.evaluate.decisions import Scenario
+    from poptune.tune.simulate import race_tasks
+
+    lines = ["", "## Tasks that differ: unequal sizes, flip rates and drops (one race, confidence 95%)", "",
+             "Task a holds 100 items, task b 400; rounds from 32 per task doubling to 400 (task a stops growing at "
+             "100: looks 32+32, 64+64, 100+128, 100+256, 100+400). The suite's drop is the mean of the tasks' drops; "
+             "at the budget each share must be at most 2.5%.", "",
+             "| drops a / b (points) | flips a / b | declared within | declared beyond | undecided | mean items |",
+             "|---|---|---|---|---|---|"]
+    for (da, db), (fa, fb) in (((2, 2), (0.20, 0.04)), ((3, 1), (0.20, 0.04)), ((1, 3), (0.20, 0.04)),
+                               ((2, 2), (0.04, 0.20)), ((0, 0), (0.20, 0.04))):
+        rates = race_tasks({"a": (Scenario(da / 100, fa), 100), "b": (Scenario(db / 100, fb), 400)}, start=32,
+                           cap=400, replicates=replicates, seed=58)
+        lines.append(f"| {da} / {db} | {100 * fa:g}% / {100 * fb:g}% | {100 * rates.within:.2f}% | "
+                     f"{100 * rates.beyond:.2f}% | {100 * rates.undecided:.1f}% | {rates.mean_items:.0f} |")
+    return lines
+
+
+def _promise(replicates: int) -> list[str]:
+    """Issue 58, item 6: what the cost line's "80%" gives when the true drop is not 0."""
+    from poptune.evaluate.decisions import Scenario, race_error
+    from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
+    from poptune.evaluate.racing import verdict_cost
+
+    lines = ["", "## The cost line's promise: 80% if the true drop is 0 and items flip as often as seen", "",
+             "Sized from 200 items per task at the true flip rate, for a second attempt (0.625%); races of that "
+             "size from 32 per task, two tasks, budget 2 points.", "",
+             "| flips | size per task | true drop 0: within | true drop 1 (half the budget): within |",
+             "|---|---|---|---|"]
+    for flips in (0.037, 0.10):
+        seen = PairedDrop(0.0, -3.0, 3.0, {"a": 200, "b": 200}, {t: round(200 * flips) for t in "ab"}, SEQUENTIAL)
+        cost = verdict_cost(seen, 2.0, planned=128, start=32, confidence=0.9875)
+        shares = [race_error(Scenario(drop, flips), start=32, cap=cost.per_task, confidence=0.9875,
+                             replicates=replicates, seed=6).within for drop in (0.0, 0.01)]
+        lines.append(f"| {100 * flips:g}% | {cost.per_task:,} | {100 * shares[0]:.1f}% | {100 * shares[1]:.1f}% |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     from poptune.evaluate.decisions import Scenario, race_error
     import numpy
@@ -225,6 +336,16 @@ def main(argv: list[str] | None = None) -> int:
         lines += _hopeless(args.power_replicates)
     if "futility" in sections:
         lines += _futility(args.power_replicates)
+    if "levels" in sections:
+        lines += _levels(args.replicates)
+    if "studypower" in sections:
+        lines += _study_power(args.power_replicates)
+    if "followup" in sections:
+        lines += _followup(args.replicates, args.power_replicates)
+    if "unequal" in sections:
+        lines += _unequal(args.replicates)
+    if "promise" in sections:
+        lines += _promise(args.power_replicates)
     lines += ["", f"Wall time: {time.monotonic() - started:.0f} s on this project's 2-core CPU."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

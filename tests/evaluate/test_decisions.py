@@ -14,19 +14,26 @@ AT_BUDGET = [Scenario(0.02, 0.05), Scenario(0.02, 0.10), Scenario(0.02, 0.20), S
              Scenario(0.02, 0.10, partial=True), Scenario(0.02, 0.02 / PARTIAL_MEAN, losses_only=True, partial=True)]
 
 
-@pytest.mark.parametrize("scenario", AT_BUDGET, ids=lambda s: s.label)
-def test_within_budget_is_declared_at_most_2_5_percent_of_the_time_when_the_drop_equals_the_budget(scenario):
-    # The racing of a study: two tasks, 16 -> 32 -> 64 items per task, a look after every round.
-    rates = race_error(scenario, start=16, cap=64, max_drop=2.0, replicates=REPLICATES, seed=1)
-    assert rates.within <= 0.025 + 3 * rates.standard_error(0.025), rates
-    assert rates.beyond <= 0.025 + 3 * rates.standard_error(0.025), rates
+def test_within_budget_is_declared_at_most_2_5_percent_of_the_time_when_the_drop_equals_the_budget():
+    # The racing of a study: two tasks, 16 -> 32 -> 64 items per task, a look after every round. Issue 58: the
+    # former check (2.5% + 3 standard errors at 600 races, i.e. 4.4%) could not catch a real breach; each row is
+    # now a one-sided binomial test and the six rows together (3,600 races) one more, which fails from 113
+    # verdicts (3.1%) of either kind.
+    within = beyond = 0
+    for scenario in AT_BUDGET:
+        rates = race_error(scenario, start=16, cap=64, max_drop=2.0, replicates=REPLICATES, seed=1)
+        w, b = round(rates.within * REPLICATES), round(rates.beyond * REPLICATES)
+        assert not _breach(w, REPLICATES) and not _breach(b, REPLICATES), (scenario.label, rates)
+        within, beyond = within + w, beyond + b
+    pooled = REPLICATES * len(AT_BUDGET)
+    assert not _breach(within, pooled, 0.01) and not _breach(beyond, pooled, 0.01), (within, beyond)
 
 
 def test_a_longer_race_at_the_budget_keeps_its_error_too():
     # The standard certification's scale: 32 -> 128 items per task over three looks.
     rates = race_error(Scenario(0.02, 0.10), start=32, cap=128, replicates=REPLICATES, seed=2)
-    assert rates.within <= 0.025 + 3 * rates.standard_error(0.025), rates
-    assert rates.beyond <= 0.025 + 3 * rates.standard_error(0.025), rates
+    assert not _breach(round(rates.within * REPLICATES), REPLICATES), rates
+    assert not _breach(round(rates.beyond * REPLICATES), REPLICATES), rates
 
 
 def test_a_configuration_that_loses_nothing_is_certified_by_2500_items_at_10_percent_flips():
