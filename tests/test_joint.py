@@ -130,3 +130,25 @@ def test_a_lent_cache_serves_only_the_batch_it_was_made_for(shared):
         copied = states.copied
         out = _alone(model, other, PopConfig(skip=3))  # replays `other`, recorded before: recomputes its K/V
     assert states.copied == copied and torch.equal(out, _alone(model, other, PopConfig(skip=3)))
+
+
+def test_lm_eval_generations_through_a_trunk_are_decoded_together_and_equal_the_engine(shared):
+    """PopLM's generate_until (lm-eval's stop sequences, stateful) through a shared trunk: the stacked path."""
+    from lm_eval.api.instance import Instance
+
+    from poptune.evaluate.lm import PopLM
+
+    model, tok = shared("tiny-gemma3")
+    requests = [Instance(request_type="generate_until", doc={}, idx=0,
+                         arguments=(ctx, {"until": ["\n\n", "e"], "max_gen_toks": 10, "do_sample": False}))
+                for ctx in ("The answer to the question is", "Another, longer context " * 5, "x", "y " * 30)]
+    configs = [PopConfig(skip=3, boundary="window-4"), PopConfig(skip=2, offset=1), PopConfig(skip=1, kv="anchor")]
+    lms = [PopLM(pretrained=model, tokenizer=tok, skip=0, batch_size=2),
+           *(PopLM(pretrained=model, tokenizer=tok, skip=c.skip, boundary=c.boundary, offset=c.offset, kv=c.kv,
+                   batch_size=2) for c in configs)]
+    alone = [lm.generate_until(requests, disable_tqdm=True) for lm in lms]
+    trunk = SharedTrunk(configs)
+    with trunk.attached(model):
+        together = [lm.generate_until(requests, disable_tqdm=True) for lm in lms]
+    assert trunk.led == 2 and trunk.together == 2 and trunk.served == 2 * len(configs)
+    assert together == alone

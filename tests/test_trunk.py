@@ -45,6 +45,7 @@ def test_generation_with_a_shared_trunk_equals_the_engine_answer_for_answer(shar
         together = {c: _outputs(model, tok, c, items, chunk=chunk) for c in [PopConfig(skip=0), *configs]}
     batches = -(-len(items) // 4)
     assert trunk.led == batches and trunk.served == batches * len(configs) and trunk.alone == 0
+    assert trunk.together == batches  # greedy answers: the configurations' decodes stacked (engine/joint.py)
     assert together == alone
     assert len(trunk) == 0
 
