@@ -55,13 +55,23 @@ if [ "$RUN_SECONDS" -lt "$MIN_RUN_S" ]; then
     echo "REFUSED: ${RUN_SECONDS} s < ${MIN_RUN_S} s: too little device time left for a call that measures anything" >&2
     exit 2
 fi
+# The wheels that must travel (carry=[".whl"]): the set that ran on the H200 image on 2026-12-04 (docs/gpu-check.md).
+# transformers 5.24+ checks huggingface-hub >= 2.4 at import and the image has 1.33, so the hub travels too, with
+# what it imports that the image lacks or has too old (httpx2, httpcore2, truststore, click, hf-xet); regex and
+# accelerate at versions known to import with them.
+WHEELS="transformers==5.25.0 huggingface_hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 click==8.5.1
+hf_xet==1.8.0 regex==2026.11.19 accelerate==1.16.0"
+WHEELS_DIR=${WHEELS_DIR:-.whl}  # what the call carries; a test points it elsewhere
 if [ "${PREFLIGHT:-0}" = 1 ]; then  # on this machine, before the call: what must travel with it
-    if ! compgen -G ".whl/transformers-5.2[4-9]*.whl" > /dev/null; then
-        echo "REFUSED: no .whl/transformers-5.24*.whl: the device image has 5.17 and no network. Here:" >&2
-        echo "  echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: -d .whl transformers==5.24.0" >&2
+    missing=""
+    for pin in $WHEELS; do
+        compgen -G "$WHEELS_DIR/${pin%%==*}-${pin##*==}-*.whl" > /dev/null || missing="$missing $pin"
+    done
+    if [ -n "$missing" ]; then
+        echo "REFUSED: $WHEELS_DIR/ lacks$missing: the device image has transformers 5.17, huggingface_hub 1.33 and no network. Here:" >&2
+        echo "  echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl$missing" >&2
         exit 1
     fi
-    compgen -G ".whl/regex-*.whl" > /dev/null || echo "NOTE: no .whl/regex-*.whl: the image's regex version is not recorded; transformers 5.24 needs regex >= 2025.10.22 at import (the versions step FAILs if it is older): carry regex==2025.10.22 or later to be sure"
     echo "PREFLIGHT PASS: call run with carry=[\".whl\"], timeout_s=$((RUN_SECONDS + 40)), command \"DEVICE_BUDGET_S=${DEVICE_BUDGET_S} bash benchmarks/gpu_device_run.sh\""
     exit 0
 fi

@@ -14,6 +14,7 @@ from typing import Any
 
 from poptune.gpucheck.plan import AA_TOLERANCE, DECODE_TOLERANCE, IDEAL_SLACK, TARGET, Plan
 from poptune.gpucheck.preflight import Check
+from poptune.measure.nullcheck import noisy_reasons
 
 __all__ = ["Report", "failures"]
 
@@ -34,6 +35,22 @@ def _row_failures(row: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _null_lines(null: dict[str, Any]) -> list[str]:
+    """The null checks judged by their intervals, as the library judges a run's (:class:`~poptune.measure.NullCheck`):
+    FAIL where the interval lies outside ``1 +- tolerance`` (identical work measured different), NOTE where it
+    straddles a bound (its pairs cannot show it within), nothing where it lies inside. A point estimate off by more
+    than the tolerance with an interval holding 1 is noise, not a failure."""
+    lines = []
+    for key, tolerance, label in (("aa", AA_TOLERANCE, "A/A"), ("decode", DECODE_TOLERANCE, "decode")):
+        fig = null[key]
+        where = f"{fig['speedup']:.4f} [{fig['lo']:.4f}, {fig['hi']:.4f}] at {null['length']} tokens, {fig['pairs']} pairs"
+        if noisy_reasons(label, fig["lo"], fig["hi"], tolerance):
+            lines.append(f"FAIL {label}: {where}: the interval lies outside 1 +- {tolerance:.0%}")
+        elif not 1 - tolerance <= fig["lo"] <= fig["hi"] <= 1 + tolerance:
+            lines.append(f"NOTE {label}: {where}: not shown within 1 +- {tolerance:.0%} (too few pairs to tell)")
+    return lines
+
+
 def failures(data: dict[str, Any]) -> list[str]:
     """The FAIL lines of a report's data: preflight, null checks, rows, scores and stages that broke. A dry run's
     figures come from stand-in models on the CPU: only its preflight and its stages that broke can fail."""
@@ -42,10 +59,7 @@ def failures(data: dict[str, Any]) -> list[str]:
         return lines + [f"FAIL stage {name}: {error}" for name, error in data["errors"].items()]
     null = data.get("null_checks")
     if null:
-        for key, tolerance, label in (("aa", AA_TOLERANCE, "A/A"), ("decode", DECODE_TOLERANCE, "decode")):
-            ratio = null[key]["speedup"]
-            if abs(ratio - 1) > tolerance:
-                lines.append(f"FAIL {label}: {ratio:.4f} at {null['length']} tokens, off 1 by more than {tolerance:.0%}")
+        lines += [line for line in _null_lines(null) if line.startswith("FAIL")]
     for row in data["rows"]:
         lines += _row_failures(row)
     scores = data.get("scores") or {}
@@ -150,6 +164,8 @@ class Report:
                          f"[{null['aa']['lo']:.4f}, {null['aa']['hi']:.4f}], {null['aa']['pairs']} pairs")
             lines.append(f"decode POP/full {null['model']} @{null['length']}: {null['decode']['speedup']:.4f} "
                          f"[{null['decode']['lo']:.4f}, {null['decode']['hi']:.4f}], {null['decode']['pairs']} pairs")
+            if not d["dry_run"]:
+                lines += [line for line in _null_lines(null) if line.startswith("NOTE")]
         scores = d["scores"]
         if scores and scores["status"] != "FAIL":
             detail = (f"{scores['model']} skip {scores['skip']}, {scores['items']} items, max |GPU - CPU| "

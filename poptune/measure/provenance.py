@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["THREAD_VARIABLES", "git_commit", "hardware_text", "load_average", "now", "poptune_version", "provenance",
+__all__ = ["THREAD_VARIABLES", "as_typed", "git_commit", "hardware_text", "load_average", "now", "poptune_version", "provenance",
            "provenance_block", "stamp", "versions", "versions_text"]
 
 #: Environment variables that set how many threads the math libraries use.
@@ -96,7 +96,7 @@ def provenance(model: Any, *, model_name: str, weights: str | None = None) -> di
         except Exception as e:  # a model loaded from elsewhere: say why there is none
             fingerprint = f"unknown ({type(e).__name__})"
     return {
-        "command": list(sys.argv),
+        "command": as_typed(sys.argv),
         "poptune": poptune_version(),
         "git_commit": git_commit(),
         "model": model_name,
@@ -110,6 +110,47 @@ def provenance(model: Any, *, model_name: str, weights: str | None = None) -> di
         "load_start": load_average(),
         "load_end": None,
     }
+
+
+def as_typed(argv: Sequence[str], *, cwd: str | Path | None = None) -> list[str]:
+    """A command line as a user types it, with no path of the machine it ran on: the program as ``poptune`` (the
+    console script or ``poptune/__main__.py``) or relative to the working directory (``benchmarks/x.py``), and each
+    absolute path argument (``--out /root/out/x`` and ``--out=/root/out/x`` alike) under ``$OUT`` as ``$OUT/...``,
+    under the working directory or its parent as a relative path (``../shared/data``), under the home directory as
+    ``~/...``; other arguments unchanged.
+
+    Example: ``['/work/main/poptune/__main__.py', 'gpu-check', '--out', '/root/out/gpu-check']`` with ``OUT=/root/out``
+    -> ``['poptune', 'gpu-check', '--out', '$OUT/gpu-check']``.
+    """
+    here = Path(cwd) if cwd is not None else Path.cwd()
+    out = os.environ.get("OUT")
+
+    def path(text: str) -> str:
+        if not text.startswith("/"):
+            return text
+        p = Path(text)
+        if out and out.startswith("/") and p.is_relative_to(out):
+            return "$OUT" + text[len(out.rstrip("/")):]
+        for base, prefix in ((here, ""), (here.parent, "../")):
+            if p.is_relative_to(base) and base != Path("/"):
+                return prefix + (p.relative_to(base).as_posix() if p != base else ".")
+        home = Path.home()
+        if home != Path("/") and p.is_relative_to(home):
+            return "~/" + p.relative_to(home).as_posix()
+        return text
+
+    def arg(text: str) -> str:
+        flag, eq, value = text.partition("=")
+        return f"{flag}={path(value)}" if eq and flag.startswith("--") else path(text)
+
+    if not argv:
+        return []
+    program = Path(argv[0])
+    if program.name == "poptune" or (program.name == "__main__.py" and program.parent.name == "poptune"):
+        head = "poptune"
+    else:
+        head = path(argv[0])
+    return [head, *(arg(a) for a in argv[1:])]
 
 
 def now() -> str:

@@ -114,7 +114,11 @@ def load_model(
     torch_dtype = resolve_dtype(dtype, dev)
 
     if spec.source == "tiny":
-        model, tokenizer = _random_model(configs.tiny_config(spec.name), dev, torch_dtype), _tiny_tokenizer()
+        import torch
+
+        # Built on the CPU and moved: the same seeded weights on every device (a CUDA generator draws others).
+        model = _random_model(configs.tiny_config(spec.name), torch.device("cpu"), torch_dtype).to(dev)
+        tokenizer = _tiny_tokenizer()
     elif weights == "random":
         model, tokenizer = _random_model(_config_for_random(spec), dev, torch_dtype), _tokenizer_for_random(spec)
     else:

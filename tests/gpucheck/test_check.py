@@ -198,3 +198,23 @@ def test_the_same_command_keeps_the_stages_a_previous_run_finished(tmp_path: Pat
     assert loaded == ["tiny-gemma3"] and report.data["kept"] == ["tiny-llama", "tiny-qwen3-vl", "scores"]
     assert [r["model"] for r in report.data["rows"]].count("tiny-gemma3") == 1 and len(report.data["rows"]) == 6
     assert report.data["errors"] == {} and "KEPT tiny-llama: measured by the previous run" in "\n".join(report.lines())
+
+
+def _null(aa: tuple[float, float, float], decode: tuple[float, float, float], pairs: int = 6) -> dict:
+    fig = lambda s, lo, hi: {"speedup": s, "lo": lo, "hi": hi, "pairs": pairs}  # noqa: E731 - a table's row
+    return {"model": "llama-3.1", "length": 2048, "aa": fig(*aa), "decode": fig(*decode)}
+
+
+def test_null_checks_are_judged_by_their_intervals_not_their_point_estimates() -> None:
+    from poptune.gpucheck.report import _null_lines, failures
+
+    data = {"preflight": [], "dry_run": False, "rows": [], "scores": None, "errors": {}}
+    # The first H200 run (2026-12-04): decode 1.0407 over 6 pairs, interval [0.9612, 1.1048] holding 1: noise.
+    seen = _null((1.0045, 0.9921, 1.0090), (1.0407, 0.9612, 1.1048))
+    assert failures({**data, "null_checks": seen}) == []
+    assert [line.split(":")[0] for line in _null_lines(seen)] == ["NOTE decode"]
+    # Identical work measured different: the whole interval outside 1 +- 3% (decode) or 2% (A/A).
+    off = _null((1.031, 1.022, 1.040), (1.08, 1.05, 1.11))
+    assert [line.split(":")[0] for line in failures({**data, "null_checks": off})] == ["FAIL A/A", "FAIL decode"]
+    inside = _null((1.001, 0.995, 1.006), (1.004, 0.985, 1.02))
+    assert _null_lines(inside) == []

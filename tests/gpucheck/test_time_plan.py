@@ -73,11 +73,19 @@ def test_a_budget_too_small_or_missing_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2 and "DEVICE_BUDGET_S" in done.stderr
 
 
-def test_the_preflight_here_refuses_a_call_without_the_transformers_wheel(tmp_path: Path) -> None:
-    if list((ROOT / ".whl").glob("transformers-5.2*.whl")):
-        pytest.skip("this checkout carries the wheel")
-    done = _script(tmp_path, PREFLIGHT="1", DEVICE_BUDGET_S="900")
-    assert done.returncode == 1 and "transformers==5.24.0" in done.stderr
+def test_the_preflight_here_refuses_a_call_without_the_wheels_that_ran(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "transformers-5.25.0-py3-none-any.whl").write_text("")
+    done = _script(tmp_path, PREFLIGHT="1", DEVICE_BUDGET_S="900", WHEELS_DIR=str(wheels))
+    # transformers 5.25 checks huggingface-hub >= 2.4 at import; the H200 image has 1.33 (seen 2026-12-04).
+    assert done.returncode == 1 and "huggingface_hub==2.4.0" in done.stderr and "transformers==" not in done.stderr
+    pins = re.search(r'^WHEELS="([^"]*)"', (ROOT / "benchmarks" / "gpu_device_run.sh").read_text(), re.M).group(1)
+    for pin in pins.split():
+        name, version = pin.split("==")
+        (wheels / f"{name}-{version}-py3-none-any.whl").write_text("")
+    done = _script(tmp_path, PREFLIGHT="1", DEVICE_BUDGET_S="900", WHEELS_DIR=str(wheels))
+    assert done.returncode == 0 and 'carry=[".whl"], timeout_s=600' in done.stdout
 
 
 def test_a_gpu_device_node_without_cuda_is_a_fail_not_a_dry_run(tmp_path: Path) -> None:

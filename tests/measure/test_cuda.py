@@ -103,3 +103,25 @@ def test_a_failed_capture_leaves_the_allocator_usable() -> None:
     assert graphed.mode == "cuda-graph", graphed.reason
     graphed.call()
     torch.cuda.synchronize()
+
+
+def test_stacked_decode_on_cuda_equals_each_configurations_generate() -> None:
+    """The shared-trunk study's decode (every configuration in one stacked batch) on the GPU gives, token for token,
+    what each configuration's own ``generate`` gives. float64, so that a kernel chosen by batch shape cannot flip an
+    argmax of the random tiny model: a difference is the code's, not the rounding's."""
+    from poptune import apply_pop
+    from poptune.engine.joint import generate_together
+    from poptune.engine.segments import generate
+
+    model, tok = load_model("tiny-llama", device="cuda", dtype="float32")
+    model = model.to(torch.float64)
+    texts = ["a much longer prompt than the other one, " * 6, "short prompt", "a third prompt of middling length " * 2]
+    inputs = {k: v.cuda() for k, v in tok(texts, return_tensors="pt", padding=True).items()}
+    configs = [PopConfig(skip=0), PopConfig(skip=3), PopConfig(skip=2, boundary="window-4", offset=1),
+               PopConfig(skip=3, boundary="window-8", kv="anchor")]
+    kwargs = {"do_sample": False, "max_new_tokens": 10, "pad_token_id": 0}
+    with torch.inference_mode():
+        together = generate_together(model, inputs, configs, **kwargs)
+        for config, out in zip(configs, together, strict=True):
+            with apply_pop(model, config):
+                assert torch.equal(out, generate(model, inputs, **kwargs)), config

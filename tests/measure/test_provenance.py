@@ -75,3 +75,16 @@ def test_no_result_dates_itself_by_hand():
     by_hand = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.name not in ("provenance.py", "embedded.py")
                and "isoformat(timespec=\"seconds\")" in p.read_text() and "datetime.now(" in p.read_text()]
     assert not by_hand, f"dated by hand (use poptune.measure.provenance.now): {by_hand}"
+
+
+def test_a_recorded_command_is_as_typed_with_no_path_of_the_machine(monkeypatch, tmp_path):
+    work = tmp_path / "clone"
+    monkeypatch.setenv("OUT", "/root/out")
+    monkeypatch.setenv("HOME", "/home/someone")
+    typed = provenance.as_typed([f"{work}/poptune/__main__.py", "gpu-check", "--out", "/root/out/gpu-check",
+                                 f"--data-dir={tmp_path}/shared/data", "--records", f"{work}/leaderboards/raw",
+                                 "/home/someone/x.json", "--limit", "5"], cwd=work)
+    assert typed == ["poptune", "gpu-check", "--out", "$OUT/gpu-check", "--data-dir=../shared/data", "--records",
+                     "leaderboards/raw", "~/x.json", "--limit", "5"]
+    assert provenance.as_typed([f"{work}/benchmarks/bench_item_cost.py"], cwd=work) == ["benchmarks/bench_item_cost.py"]
+    assert provenance.as_typed(["/usr/local/bin/poptune", "study", "--out", "/srv/o"], cwd=work)[0] == "poptune"
