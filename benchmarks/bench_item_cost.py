@@ -17,6 +17,9 @@ ratio and its range. Null check: every way gives every configuration the same ou
 Usage::
 
     python benchmarks/bench_item_cost.py [--data-dir ../shared/data] [--chunks 3] [--per-chunk 8]
+    python benchmarks/bench_item_cost.py --model llama-3.1 --weights random --device cuda   # a GPU's figure
+
+Random weights give meaningless answers at the real architecture's cost: the ways still have to agree.
 
 Writes ``leaderboards/item-cost-<model>-<hardware>.md`` (or ``--out``).
 """
@@ -83,13 +86,17 @@ def _chunk(model, tok, spec, configs, cached, flip):
     return times
 
 
-def _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_dir):
+def _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_dir, warmup=False):
     limit = getattr(model.config, "max_position_embeddings", None)
     work = build_workload(tok, tasks, data_dir=data_dir, cap=32 + per_chunk * chunks, synthetic_lengths=(512,),
                           max_positions=limit, seed=0)
     totals: dict[str, float] = {}
     ratios: dict[str, list[float]] = {}
     items = 0
+    if warmup:  # a GPU's first passes pay kernel selection and the allocator's growth: one chunk, untimed
+        first = {t: work.order[t][32: 32 + per_chunk] for t in tasks}
+        _chunk(model, tok, EvalSpec(tasks=tasks, data_dir=data_dir, batch_size=8, fidelity=None,
+                                    synthetic_lengths=(512,), seed=0).with_samples(first), configs, cached, flip=False)
     for k in range(chunks):
         chosen = {t: work.order[t][32 + k * per_chunk: 32 + (k + 1) * per_chunk] for t in tasks}
         spec = EvalSpec(tasks=tasks, data_dir=data_dir, batch_size=8, fidelity=None, synthetic_lengths=(512,),
@@ -115,21 +122,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-chunk", type=int, default=8, help="items per task in a chunk")
     parser.add_argument("--long-per-chunk", type=int, default=4)
     parser.add_argument("--long-chunks", type=int, default=1)
+    parser.add_argument("--configs", default=",".join(EIGHT), help="the many-configuration scenario's (comma list)")
+    parser.add_argument("--weights", default="pretrained", choices=("pretrained", "random"))
+    parser.add_argument("--device", default="cpu")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
-    model, tok = load_model(args.model)
+    model, tok = load_model(args.model, device=args.device, weights=args.weights)
     hardware = fingerprint(model.device)
     packs = [("embedded", ("passkey", "kv_recall"), None, args.per_chunk, args.chunks)]
     if args.data_dir:
         packs.append(("long prompts", ("longctx_squad", "longctx_qasper"), Path(args.data_dir), args.long_per_chunk,
                       args.long_chunks))
+    many = args.configs.split(",")
     rows = []
     began = time.perf_counter()
     for pack, tasks, data_dir, per_chunk, chunks in packs:
         for label, configs, cached in ((f"full + 1 candidate ({args.candidate})", [_config(args.candidate)], True),
-                                       ("full + 8 configurations", [_config(c) for c in EIGHT], False)):
+                                       (f"full + {len(many)} configurations", [_config(c) for c in many], False)):
             print(f"{pack}: {label}", file=sys.stderr, flush=True)
-            items, totals, ratios = _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_dir)
+            items, totals, ratios = _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_dir,
+                                              warmup=model.device.type == "cuda")
             for way in [w for w in totals if w != "before"]:
                 per = ratios[way]
                 rows.append(f"| {pack} | {label} | {way} | {items} | {totals['before'] / items:.3f} | "
@@ -144,14 +156,16 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/bench_item_cost.py " + shlex.join(given)
     v = versions()
     text = "\n".join([
-        f"# What an item costs: the full model and POP configurations on the same fresh items ({args.model})", "",
+        f"# What an item costs: the full model and POP configurations on the same fresh items ({args.model}"
+        f"{', random weights' if args.weights == 'random' else ''})", "",
         f"- command: `{command.strip()}`",
         f"- hardware: {hardware.hardware_id}; versions: poptune {v.get('poptune')}, torch {v.get('torch')}, "
         f"transformers {v.get('transformers')}",
         f"- items: fresh items (positions 32 on of each task's fixed order), batch 8, in chunks of "
         f"{args.per_chunk} per task (long pack: {args.long_per_chunk}); the ways back to back in every chunk, order "
-        "alternating; wall time of the benchmark: " + f"{wall / 60:.1f} min",
-        f"- the 8 configurations: {', '.join(EIGHT)}",
+        "alternating" + ("; one chunk run untimed before each scenario (a GPU warms up)" if model.device.type == "cuda"
+                         else "") + f"; wall time of the benchmark: {wall / 60:.1f} min",
+        f"- the {len(many)} configurations: {', '.join(many)}",
         "- before: the full model's pass, then each configuration's own pass (the per-configuration engine); after: "
         "the shared trunk (`poptune/engine/trunk.py`); cached: the full model's answers remembered, the candidate's "
         "own pass only",
@@ -163,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         "Targets (issue 56): >= 1.6x for one candidate with nothing cached; cached within 10% of 1 + the "
         "candidate's prefill speedup (about 2.2x for 5/window-64/0); >= 4x for 8 configurations.",
         "",
-        "The machine is a shared 2-core CPU: ratios are measured side by side; absolute times are indicative.", ""])
-    out = Path(args.out) if args.out else ROOT / "leaderboards" / f"item-cost-gemma-3-270m-{hardware.hardware_id}.md"
+        "Ratios are measured side by side in one process; absolute times are indicative"
+        + (" (a shared 2-core CPU)." if hardware.kind == "cpu" else "."), ""])
+    name = "gemma-3-270m" if args.model == "gemma-3" else args.model
+    name += "-random" if args.weights == "random" else ""
+    out = Path(args.out) if args.out else ROOT / "leaderboards" / f"item-cost-{name}-{hardware.hardware_id}.md"
     out.write_text(text)
     print(text)
     return 0
