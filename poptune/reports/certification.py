@@ -139,9 +139,9 @@ def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budge
         planned = PairedDrop.from_dict(entry["drop"]).planned if entry.get("drop") else 0
         lines.append(
             f"{row.label}: {row.verdict}: a {budget:g}-point verdict needs about {cost['items']:,} items here "
-            f"(~{cost['minutes']:.0f} min at {cost['seconds_per_item']:.1f} s per item; "
-            f"{100 * cost['flip_rate']:.1f}% of its items flipped so far, true drop 0 assumed, "
-            f"{100 * cost['power']:.0f}% chance): {_command(runs, int(cost['per_task']))}; "
+            f"(~{cost['minutes']:.0f} min at {cost['seconds_per_item']:.1f} s per item) for "
+            f"{100 * cost['power']:.0f}% power if the true drop is 0 and items flip at the "
+            f"{100 * cost['flip_rate']:.1f}% rate seen so far: {_command(runs, int(cost['per_task']))}; "
             f"the smallest budget the {planned:,} planned items certify as often at this flip rate: about "
             f"{cost['smallest_budget']:.1f} points")
     return lines
