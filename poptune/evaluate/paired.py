@@ -17,8 +17,8 @@ size, which can only overstate the variance. A suite's tasks are averaged, each 
 candidate shifting every task's mean by the same amount: one method whatever the tasks' counts. A continuity
 correction of half the mean's lattice step (``1 / (2 n)``; half of Edwards' correction in McNemar's test) keeps
 the discrete outcomes' error at or under the stated level at small counts. Where the mean's skewness under the
-candidate (same fit) makes the tail a bound rejects in heavier than the normal one (rare losses: a long upper tail, so the lower
-end), the critical value is raised by the Cornish-Fisher term ``skewness (c^2 - 1) / 6`` (Cornish and Fisher
+candidate (same fit) makes the tail a bound rejects in heavier than the normal one (rare losses: a long upper
+tail, so the lower end), the critical value is raised by the Cornish-Fisher term ``skewness (c^2 - 1) / 6`` (Cornish and Fisher
 1937; Hall, *The Bootstrap and Edgeworth Expansion*, 1992); it is never lowered. Without it, and with
 O'Brien-Fleming spending on both ends, the simulated "beyond budget" error of a configuration that only loses (2%
 of items) reached 2.65-2.87% at 1,000-1,250 items per task; with both ends as below it is 2.0-2.1%.
