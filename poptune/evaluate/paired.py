@@ -5,23 +5,23 @@ configuration, in points). Most items come out the same under a mild configurati
 interval far narrower than two separate ones; but an interval never collapses while items could still flip.
 
 **Method.** For metrics in [0, 1] (correct/incorrect, F1, exact match) each item's difference ``d = full -
-configuration`` lies in [-1, 1]. Each end of the interval is the inversion of a one-sided **score test** of
-the paired difference, the test of Tango, "Equivalence test and confidence interval for the difference in
-proportions for the paired-sample design", Statistics in Medicine 17, 891-908 (1998): a candidate drop ``m``
-is rejected when the mean difference is ``c`` standard errors away from it, the standard error taken at ``m``
-itself (the restricted maximum-likelihood variance of the losses and gains under ``drop = m``). Taking the
-variance under the hypothesis is what keeps the error when few items flip: no flip in n items is
-no evidence against a drop carried by rare losses, and the interval stays open (about the exact binomial bound's
-size, ``1.96^2 / n`` above 0), never [0, 0]. Fractional differences (F1) enter as losses and gains of their
-size, which can only overstate the variance. A suite's tasks are averaged, each with its own variance, the
-candidate shifting every task's mean by the same amount: one method whatever the tasks' counts. A continuity
-correction of half the mean's lattice step (``1 / (2 n)``; half of Edwards' correction in McNemar's test) keeps
-the discrete outcomes' error at or under the stated level at small counts. Where the mean's skewness under the
-candidate (same fit) makes the tail a bound rejects in heavier than the normal one (rare losses: a long upper
-tail, so the lower end), the critical value is raised by the Cornish-Fisher term ``skewness (c^2 - 1) / 6`` (Cornish and Fisher
-1937; Hall, *The Bootstrap and Edgeworth Expansion*, 1992); it is never lowered. Without it, and with
-O'Brien-Fleming spending on both ends, the simulated "beyond budget" error of a configuration that only loses (2%
-of items) reached 2.65-2.87% at 1,000-1,250 items per task; with both ends as below it is 2.0-2.1%.
+configuration`` lies in [-1, 1]. Each end of the interval is the inversion of a one-sided **score test** of the
+paired difference, the test of Tango, "Equivalence test and confidence interval for the difference in proportions
+for the paired-sample design", Statistics in Medicine 17, 891-908 (1998): a candidate drop ``m`` is rejected when
+the mean difference is ``c`` standard errors away from it, the standard error taken at ``m`` itself (the restricted
+maximum-likelihood variance of the losses and gains under ``drop = m``). Taking the variance under the hypothesis is
+what keeps the error when few items flip: no flip in n items is no evidence against a drop carried by rare losses,
+and the interval stays open (about the exact binomial bound's size, ``1.96^2 / n`` above 0), never [0, 0].
+Fractional differences (F1) enter as losses and gains of their size, which can only overstate the variance. A
+suite's tasks are averaged, each with its own variance, the candidate shifting every task's mean by the same amount:
+one method whatever the tasks' counts. A continuity correction of half the mean's lattice step (``1 / (2 n)``; half
+of Edwards' correction in McNemar's test) keeps the discrete outcomes' error at or under the stated level at small
+counts. Where the mean's skewness under the candidate (same fit) makes the tail a bound rejects in heavier than the
+normal one (rare losses: a long upper tail, so the lower end), the critical value is raised by the Cornish-Fisher
+term ``skewness (c^2 - 1) / 6`` (Cornish and Fisher 1937; Hall, *The Bootstrap and Edgeworth Expansion*, 1992); it
+is never lowered. Without it, and with O'Brien-Fleming spending on both ends, the simulated "beyond budget" error of
+a configuration that only loses (2% of items) reached 2.65-2.87% at 1,000-1,250 items per task; with both ends as
+below it is 2.0-2.1%.
 
 **Looks.** A race looks at the drop after each planned round; ``c`` at each look comes from the
 group-sequential design of :mod:`poptune.evaluate.groupseq` over the race's planned item counts (``looks``
