@@ -162,4 +162,5 @@ def test_the_leaderboards_index_lists_every_file_and_its_names_follow_the_scheme
         stem, _, ext = path.name.partition(".")
         assert any(path.name in row or (f"`{stem}." in row and f"`.{ext}`" in row) for row in rows), path.name
         # <kind>-<model>-<hardware>: every result ends with the hardware id of the machine that made it
-        assert re.search(r"-(cpu|cuda)-[a-z0-9-]+-\d+t$|-cuda-[a-z0-9-]+$", stem), path.name
+        # (a GPU's id is its device name as the hardware record slugs it: nvidia-h200)
+        assert re.search(r"-(cpu|cuda)-[a-z0-9-]+-\d+t$|-cuda-[a-z0-9-]+$|-nvidia-[a-z0-9-]+$", stem), path.name
