@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from poptune import PopConfig, load_model
+from poptune.engine.prefix import PrefixStates, verify
 from poptune.evaluate.paired import paired_drop
 from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, EvalSpec, drop_of, measure_tasks
 from poptune.evaluate.taskpack import data_dir
@@ -49,7 +50,6 @@ from poptune.kvfit.prepare import kv_details, prepare_kv
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
 from poptune.models.registry import weights_fingerprint
-from poptune.engine.prefix import PrefixStates, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 

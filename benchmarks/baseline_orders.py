@@ -22,8 +22,8 @@ from pathlib import Path
 
 from poptune import load_model
 from poptune.baselines import build_baseline
-from poptune.kvfit.calibration import CalibrationSpec
 from poptune.data import data_dir
+from poptune.kvfit.calibration import CalibrationSpec
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
 

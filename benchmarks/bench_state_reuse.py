@@ -33,12 +33,12 @@ from pathlib import Path
 import torch
 
 from poptune import PopConfig, apply_pop, load_model
+from poptune.engine.prefix import PrefixStates
+from poptune.engine.speculate import generate
 from poptune.evaluate.scoring import score_continuations
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
 from poptune.measure.stats import median_interval
-from poptune.engine.prefix import PrefixStates
-from poptune.engine.speculate import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -276,10 +276,10 @@ def _promise(replicates: int) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from poptune.evaluate.decisions import Scenario, race_error
     import numpy
     import scipy
 
+    from poptune.evaluate.decisions import Scenario, race_error
     from poptune.measure.provenance import git_commit
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -205,8 +205,8 @@ def _paired(calibrated, own):
 def sweep(args) -> None:
     """The held-out sweep: per length and skip, the continuation NLL with own and with calibrated K/V."""
     from poptune.engine import apply_pop as pop
-    from poptune.kvfit.check import continuation_nll
     from poptune.engine.prefix import PrefixStates
+    from poptune.kvfit.check import continuation_nll
 
     began = time.perf_counter()
     torch.manual_seed(0)

@@ -44,29 +44,53 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
     from poptune.baselines import Baseline, LayerRemoval, build_baseline
     from poptune.cache import cache_dir
-    from poptune.kvfit.calibration import CalibrationSpec
     from poptune.comparison.board import write_methods_board
     from poptune.comparison.measure import PROFILES, Profile, compare, methods_for
     from poptune.engine import (
-        BOUNDARIES, KV_SOURCES, STAGES, PopConfig, PopHandle, apply_pop, attach_kv_maps, detach_kv_maps, get_pop_config,
-        remove_pop, stage,
+        BOUNDARIES,
+        KV_SOURCES,
+        STAGES,
+        PopConfig,
+        PopHandle,
+        apply_pop,
+        attach_kv_maps,
+        detach_kv_maps,
+        get_pop_config,
+        remove_pop,
+        stage,
     )
+    from poptune.engine.segments import chunk_bounds, prefill_prompt
     from poptune.errors import (
-        ConfigError, DataError, DeviceError, InputError, MeasurementError, ModelNotFoundError, PoptuneError,
-        StorageError, UnsupportedModelError,
+        ConfigError,
+        DataError,
+        DeviceError,
+        InputError,
+        MeasurementError,
+        ModelNotFoundError,
+        PoptuneError,
+        StorageError,
+        UnsupportedModelError,
     )
     from poptune.evaluate.changed import changed_interval
     from poptune.evaluate.prompts import PromptRequest, read_prompts
     from poptune.evaluate.suite import EvalSpec, run_eval
-    from poptune.reports.export import load_config
     from poptune.kv.maps import KVMaps
+    from poptune.kvfit.calibration import CalibrationSpec
     from poptune.kvfit.fit import KVFitSpec
     from poptune.kvfit.prepare import prepare_kv
     from poptune.measure.bench import BenchSpec, run_bench
-    from poptune.models import ImageSize, ModelSpec, image_prompt, load_model, max_positions, model_names, resolve_model
-    from poptune.models import synthetic_image
-    from poptune.engine.segments import chunk_bounds, prefill_prompt
+    from poptune.models import (
+        ImageSize,
+        ModelSpec,
+        image_prompt,
+        load_model,
+        max_positions,
+        model_names,
+        resolve_model,
+        synthetic_image,
+    )
     from poptune.problem.problem import TuningProblem
+    from poptune.reports.export import load_config
     from poptune.tune.study import StudySpec, run_study
 
     __version__: str

@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .kvfit.calibration import calibration_text, sample_tokens
 from .engine import PopConfig, decoder_of, get_pop_config
 from .errors import ConfigError, DataError, UnsupportedModelError
+from .kvfit.calibration import calibration_text, sample_tokens
 
 if TYPE_CHECKING:
     import torch

@@ -7,13 +7,13 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-import stat  # noqa: E402
-import subprocess  # noqa: E402
-from pathlib import Path  # noqa: E402
+import stat
+import subprocess
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
-from .clocks import ScrambledTime  # noqa: E402
+from .clocks import ScrambledTime
 
 # Tests read only the fixtures in tests/data, never a data directory named by the caller's environment.
 os.environ.pop("POPTUNE_DATA", None)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from poptune import DataError, load_model
+from poptune.errors import ConfigError
 from poptune.kvfit.calibration import (
     GENERATED,
     Calibration,
@@ -19,7 +20,6 @@ from poptune.kvfit.calibration import (
     sample_continuations,
     sample_tokens,
 )
-from poptune.errors import ConfigError
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import poptune.engine as engine
 import poptune.engine.block as block
 import poptune.kv.project as project
-import poptune.engine as engine
 from poptune import ConfigError, PopConfig, UnsupportedModelError, apply_pop, get_pop_config, remove_pop
 
 PROMPT = "The quick brown fox jumps over the lazy dog, again and again."  # 62 bytes: crosses gemma's window of 8

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from poptune import ConfigError, DataError, PopConfig, apply_pop, load_model
-from poptune.kvfit.calibration import sample_continuations
 from poptune.cli import main
 from poptune.engine import decoder_of
 from poptune.importance import (
@@ -22,6 +21,7 @@ from poptune.importance import (
     sample_with_gradients,
     virtual_gates,
 )
+from poptune.kvfit.calibration import sample_continuations
 
 ARCHS = ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3-vl")
 SMALL = ImportanceSpec(samples=4, prompt_tokens=24, new_tokens=6, batch_size=2, seed=0)

@@ -8,10 +8,10 @@ import optuna
 import pytest
 
 from poptune import store
-from poptune.kvfit.calibration import CalibrationSpec
 from poptune.cli import main
-from poptune.reports.leaderboard import entries
 from poptune.env import ConfigEvaluator, TuningProblem
+from poptune.kvfit.calibration import CalibrationSpec
+from poptune.reports.leaderboard import entries
 from poptune.tune.study import StudySpec, add_baselines, front_ratios, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from poptune import MeasurementError, PopConfig, apply_pop, load_model
+from poptune import MeasurementError, PopConfig, apply_pop
 from poptune.engine.prefix import PrefixStates, verify
 
 CONFIGS = [PopConfig(skip=3), PopConfig(skip=2, boundary="window-4", offset=1), PopConfig(skip=1, boundary="none"),

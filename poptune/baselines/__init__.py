@@ -1,8 +1,16 @@
 """Structured-pruning baselines measured like POP: layer removal by several metrics, and Wanda sparsity."""
 
 from .methods import (
-    DEPTH_METHODS, METHODS, WANDA_SPARSITY, Baseline, build_baseline, laco_merges, layer_count, merge_layers,
-    sleb_order, wanda_weights,
+    DEPTH_METHODS,
+    METHODS,
+    WANDA_SPARSITY,
+    Baseline,
+    build_baseline,
+    laco_merges,
+    layer_count,
+    merge_layers,
+    sleb_order,
+    wanda_weights,
 )
 from .scores import angular_distances, block_influence, wanda_prune
 from .surgery import LayerRemoval, SparseWeights

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 from poptune.baselines.scores import angular_distances, block_influence, wanda_prune
 from poptune.baselines.surgery import LayerRemoval, SparseWeights
-from poptune.kvfit.calibration import Calibration, CalibrationSpec, calibration, calibration_nll, residual_stream
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
+from poptune.kvfit.calibration import Calibration, CalibrationSpec, calibration, calibration_nll, residual_stream
 from poptune.transform import Transform
 
 if TYPE_CHECKING:

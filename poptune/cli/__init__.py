@@ -13,8 +13,22 @@ from collections.abc import Sequence
 
 from poptune.errors import PoptuneError
 
-from . import baseline, bench, compare, envs, eval, export, generate, gpucheck, grid, importance, leaderboard, pareto
-from . import study, tuners
+from . import (
+    baseline,
+    bench,
+    compare,
+    envs,
+    eval,
+    export,
+    generate,
+    gpucheck,
+    grid,
+    importance,
+    leaderboard,
+    pareto,
+    study,
+    tuners,
+)
 from ._checks import check_args
 
 __all__ = ["main"]

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 from poptune.device import DTYPES
 from poptune.engine import BOUNDARIES, KV_SOURCES, PopConfig
-from poptune.kv import registry as kv_registry
 from poptune.errors import ConfigError
-from poptune.files import write_text  # noqa: F401  (the commands' one way to write a file)
+from poptune.files import write_text
+from poptune.kv import registry as kv_registry
 from poptune.problem.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
 from poptune.problem.problem import DEFAULT_MAX_DROP, STUDY_TASKS, TuningProblem
 
@@ -237,8 +237,8 @@ def problem(args: argparse.Namespace) -> Any:
     """The :class:`~poptune.problem.problem.TuningProblem` of :func:`add_problem`'s options (data checked now)."""
     from poptune.evaluate.prompts import PROMPT_TASKS
     from poptune.evaluate.suite import EMBEDDED, resolve_tasks
-    from poptune.problem.problem import default_tasks
     from poptune.evaluate.taskpack import check_data, data_dir
+    from poptune.problem.problem import default_tasks
 
     directory = data_dir(args.data_dir)
     prompts = getattr(args, "prompts", None)
@@ -320,8 +320,8 @@ def add_calibration(parser: argparse.ArgumentParser) -> None:
 
 
 def calibration_spec(args: argparse.Namespace) -> Any:
-    from poptune.kvfit.calibration import CalibrationSpec, calibration_file
     from poptune.evaluate.taskpack import data_dir
+    from poptune.kvfit.calibration import CalibrationSpec, calibration_file
 
     directory = data_dir(args.data_dir)
     calibration_file(directory)  # a data directory without WikiText-2 fails now, not after the search

@@ -8,9 +8,17 @@ from typing import Any
 
 from poptune.baselines.methods import METHODS, WANDA_SPARSITY
 
-from ._args import add_calibration, add_model, add_output, add_problem, calibration_spec, check_output_path, emit
-from ._args import finite
-from ._args import problem
+from ._args import (
+    add_calibration,
+    add_model,
+    add_output,
+    add_problem,
+    calibration_spec,
+    check_output_path,
+    emit,
+    finite,
+    problem,
+)
 
 
 def register(sub: Any) -> None:

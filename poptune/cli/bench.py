@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-
 from ._args import (
     BENCH_LENGTHS,
     add_model,
     add_output,
-    add_prompts,
     add_pop,
     add_precision,
     add_prefill_chunk,
+    add_prompts,
     check_output_path,
     emit,
     finite,

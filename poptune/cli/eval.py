@@ -7,9 +7,18 @@ import json
 from typing import Any
 
 from ._args import (
-    add_model, add_output, add_pop, add_prefill_chunk, check_output_path, emit, pop_config, prefill_chunk, prepare_kv,
+    add_model,
+    add_output,
+    add_pop,
+    add_prefill_chunk,
+    add_prompts,
+    check_output_path,
+    emit,
+    pop_config,
+    prefill_chunk,
+    prepare_kv,
+    write_text,
 )
-from ._args import add_prompts, write_text
 
 
 def register(sub: Any) -> None:

@@ -69,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
     if args.config and kv_registry.source(config.kv).export_key:  # what the export carries (calibrated: its maps)
-        from poptune.reports.export import load_carried
         from poptune.models import weights_fingerprint
+        from poptune.reports.export import load_carried
 
         load_carried(args.config, model, fingerprint=weights_fingerprint(args.model, args.weights), force=args.force)
     else:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from poptune.errors import ConfigError
-
 from poptune.files import check_writable_folder, safe_name
 
 from ._args import add_model, finite, seed, write_text
@@ -50,8 +49,8 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poptune.kvfit.calibration import calibration_file
     from poptune.importance import ImportanceSpec
+    from poptune.kvfit.calibration import calibration_file
 
     spec = ImportanceSpec(samples=args.samples, prompt_tokens=args.length, new_tokens=args.new_tokens,
                           batch_size=args.batch_size, seed=args.seed)

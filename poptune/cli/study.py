@@ -13,8 +13,20 @@ from poptune.objectives import registry as objectives
 from poptune.store.studies import HEARTBEAT_S
 from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS
 
-from ._args import add_calibration, add_model, add_preset, add_problem, add_storage, calibration_spec
-from ._args import config_list, finite, method_list, positive, preset_of, ratio_list
+from ._args import (
+    add_calibration,
+    add_model,
+    add_preset,
+    add_problem,
+    add_storage,
+    calibration_spec,
+    config_list,
+    finite,
+    method_list,
+    positive,
+    preset_of,
+    ratio_list,
+)
 from ._args import problem as problem_of
 from ._bars import Bars
 
@@ -202,7 +214,6 @@ def _studies(spec: Any, target: Any) -> list[Any]:
     import optuna
 
     from poptune import store
-
     from poptune.tune.study import study_name_of
 
     try:

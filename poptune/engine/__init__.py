@@ -65,13 +65,13 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .block import compacted, mask_layout, skipping
 from ..errors import ConfigError, InputError, UnsupportedModelError
 from ..kv import maps as kvmaps
 from ..kv import registry
 from ..kv.maps import KVMaps
 from ..kv.source import Segment
 from ..patching import Patch
+from .block import compacted, mask_layout, skipping
 
 if TYPE_CHECKING:
     import torch

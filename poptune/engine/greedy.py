@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import stage
+
 from ..models.vision import vision_family
 
 if TYPE_CHECKING:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from poptune.engine import get_pop_config, stage
+
 from ..errors import ConfigError, InputError
 
 __all__ = ["chunk_bounds", "prefill_prompt", "generate"]

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import get_pop_config
+
 from .greedy import Steps, decode_logits, eos_ids, replayable
 from .segments import generate as plain_generate
 

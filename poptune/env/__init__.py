@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import gymnasium
 
-from poptune.problem.evaluator import ConfigEvaluator
 from poptune.env.pop_env import PopEnv, ReplayEnv
-from poptune.store.measurement import Measurement
+from poptune.problem.evaluator import ConfigEvaluator
 from poptune.problem.problem import TuningProblem, reward
 from poptune.problem.space import config_from_action
+from poptune.store.measurement import Measurement
 
 __all__ = [
     "ConfigEvaluator",

@@ -43,8 +43,16 @@ if TYPE_CHECKING:
     from .racing import RaceResult, RacingPolicy, race
     from .scoring import score_continuations
     from .suite import (
-        EMBEDDED, LOWER_IS_BETTER, PRIMARY_METRIC, EvalResult, EvalSpec, TaskRun, drop_of, measure_tasks,
-        resolve_tasks, run_eval,
+        EMBEDDED,
+        LOWER_IS_BETTER,
+        PRIMARY_METRIC,
+        EvalResult,
+        EvalSpec,
+        TaskRun,
+        drop_of,
+        measure_tasks,
+        resolve_tasks,
+        run_eval,
     )
     from .synthetic import SyntheticItem, SyntheticResult, kv_recall_items, passkey_items, run_synthetic
     from .taskpack import GROUPS, SHORT_TASKS, TASKS, check_data, get_task_dict

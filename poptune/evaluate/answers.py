@@ -34,8 +34,16 @@ from typing import Any
 from poptune import progress
 from poptune.engine import PopConfig, apply_pop, remove_pop
 from poptune.errors import ConfigError
-from poptune.evaluate.prompts import (LIKELIHOOD, PROMPT_TASKS, PROMPTS, REFERENCES, PromptRequest, encode,
-                                      prompt_hash, read_prompts)
+from poptune.evaluate.prompts import (
+    LIKELIHOOD,
+    PROMPT_TASKS,
+    PROMPTS,
+    REFERENCES,
+    PromptRequest,
+    encode,
+    prompt_hash,
+    read_prompts,
+)
 
 __all__ = ["ITEMS_KEY", "PromptRun", "contains_answer", "full_answers", "outcome", "score_prompts", "summary",
            "unanswered"]

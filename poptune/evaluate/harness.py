@@ -18,7 +18,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-
 #: poptune's own synthetic tasks: lm-eval's registry has other tasks of these names (``passkey`` is a hub task of
 #: its ``libra`` group), which this route would otherwise download instead.
 SYNTHETIC = ("passkey", "kv_recall")
@@ -46,9 +45,9 @@ def check_tasks(argv: list[str]) -> None:
 def main() -> None:
     """``lm_eval`` with ``poptune`` registered; a :class:`~poptune.errors.PoptuneError` is one line, exit code 2."""
     check_tasks(sys.argv[1:])
-    import poptune.evaluate.lm  # noqa: F401  (registers "poptune")
     from lm_eval.__main__ import cli_evaluate
 
+    import poptune.evaluate.lm  # noqa: F401  (registers "poptune")
     from poptune.errors import PoptuneError
     from poptune.evaluate.taskpack import data_dir, render_tasks
 

@@ -24,13 +24,13 @@ from tqdm import tqdm
 
 from poptune import progress
 from poptune.engine import PopConfig, apply_pop, decoder_of
+from poptune.engine.prefix import attached_states
+from poptune.engine.segments import chunk_bounds
+from poptune.engine.speculate import generate
+from poptune.engine.trunk import Generation, attached_trunk, batch_key
 from poptune.errors import ConfigError
 from poptune.evaluate.scoring import score_continuations
 from poptune.kv import registry
-from poptune.engine.prefix import attached_states
-from poptune.engine.trunk import Generation, attached_trunk, batch_key
-from poptune.engine.segments import chunk_bounds
-from poptune.engine.speculate import generate
 
 __all__ = ["PopLM"]
 

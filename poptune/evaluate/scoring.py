@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from poptune.engine import stage
-from poptune.models.vision import decode_position_ids
 from poptune.engine.segments import prefill_prompt
+from poptune.models.vision import decode_position_ids
 
 __all__ = ["score_continuations", "continuation_logprobs", "iter_logprobs"]
 

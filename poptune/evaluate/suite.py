@@ -18,14 +18,20 @@ from typing import Any
 
 from poptune import progress
 from poptune.engine import PopConfig, apply_pop, remove_pop
+from poptune.engine.segments import chunk_bounds
 from poptune.errors import ConfigError
-from poptune.evaluate.fidelity import FidelityResult, FidelitySpec, fidelity_pairs, generated_text, measure_fidelity
-from poptune.evaluate.fidelity import wikitext
+from poptune.evaluate.fidelity import (
+    FidelityResult,
+    FidelitySpec,
+    fidelity_pairs,
+    generated_text,
+    measure_fidelity,
+    wikitext,
+)
 from poptune.evaluate.paired import PairedDrop, paired_drop
 from poptune.evaluate.prompts import LIKELIHOOD, PROMPT_TASKS, REFERENCES
 from poptune.evaluate.synthetic import EMBEDDED, run_synthetic
 from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
-from poptune.engine.segments import chunk_bounds
 
 __all__ = [
     "EMBEDDED", "LOWER_IS_BETTER", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "TaskRun", "drop_of", "item_indices",

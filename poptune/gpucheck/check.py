@@ -55,7 +55,7 @@ NVML_NOTE = ("an NVML preflight line failed: timing goes on; the energy, power, 
              "are empty where NVML could not give them")
 
 
-class TimeLimit(BaseException):  # noqa: N818 -- not an Exception: a stage's ``except Exception`` lets it through
+class TimeLimit(BaseException):  # not an Exception: a stage's ``except Exception`` lets it through
     """The outer time limit's SIGTERM (the device script's ``timeout``): the check stops where it is."""
 
 

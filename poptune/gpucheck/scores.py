@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from poptune.gpucheck.plan import Plan
 from poptune.engine import PopConfig, apply_pop, remove_pop
 from poptune.errors import ModelNotFoundError
 from poptune.evaluate.fidelity import FidelitySpec, fidelity_pairs
 from poptune.evaluate.scoring import score_continuations
+from poptune.gpucheck.plan import Plan
 from poptune.measure.prompts import demo_prompt
 from poptune.models import load_model
 

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from poptune.data import data_dir as resolve_data_dir
 from poptune.data import WIKITEXT_SPLITS, wikitext_path
+from poptune.data import data_dir as resolve_data_dir
 from poptune.engine import decoder_of
 from poptune.errors import ConfigError, DataError
 

@@ -48,7 +48,12 @@ from poptune.kv import calibrated as calibrated_source
 from poptune.kv.maps import KVMaps, detach_from, kv_maps_of
 from poptune.kv.registry import DEFAULT
 from poptune.kvfit.calibration import (
-    GENERATED, Calibration, CalibrationSpec, calibration, calibration_file, residual_stream,
+    GENERATED,
+    Calibration,
+    CalibrationSpec,
+    calibration,
+    calibration_file,
+    residual_stream,
 )
 from poptune.kvfit.check import ALPHA, keep_maps, window_differences
 

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from poptune.engine import PopConfig
+from poptune.engine.segments import chunk_bounds
 from poptune.errors import ConfigError
 from poptune.measure.energy import MIN_BLOCK_SECONDS, check_block_seconds
 from poptune.measure.hardware import HardwareRecord
@@ -25,7 +26,6 @@ from poptune.measure.records import PairRecord
 from poptune.measure.stats import MIN_JUDGED, MIN_PAIRS_95
 from poptune.measure.timer import RepeatPolicy
 from poptune.models.vision import ImageSize
-from poptune.engine.segments import chunk_bounds
 
 __all__ = ["DEFAULT_POLICY", "GPU_WARMUP_SECONDS", "BenchSpec", "BenchRow", "BenchResult", "device_policy"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from poptune.errors import ConfigError
 from poptune.device import resolve_device
+from poptune.errors import ConfigError
 from poptune.measure.nvml import find_handle, nvml_session, query, torch_uuid
 
 __all__ = ["HardwareRecord", "fingerprint"]

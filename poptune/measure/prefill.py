@@ -69,8 +69,8 @@ def decode(model: Any, output: Any, prompt: Mapping[str, torch.Tensor], steps: i
     keep only some tokens (anchor K/V, :mod:`poptune.kv.compact`) is decoded with its masks gathered
     (:func:`poptune.engine.block.compacted`; nothing for any other cache).
     """
-    from poptune.engine.block import compacted
     from poptune.engine import decoder_of
+    from poptune.engine.block import compacted
     from poptune.models.vision import decode_position_ids
 
     cache = output.cache

@@ -1,8 +1,15 @@
 """Model loading: registered names (resolved once: :class:`ResolvedModel`), the embedded Gemma-3-270M, tiny random
 configs, image prompts for VLMs."""
 
-from .registry import (ModelSpec, load_model, load_tokenizer, max_positions, model_names, resolve_model,
-                       weights_fingerprint)
+from .registry import (
+                       ModelSpec,
+                       load_model,
+                       load_tokenizer,
+                       max_positions,
+                       model_names,
+                       resolve_model,
+                       weights_fingerprint,
+)
 from .resolved import ResolvedModel
 from .vision import ImageSize, image_prompt, image_token_counts, parse_image_sizes, synthetic_image, vision_family
 

@@ -28,20 +28,21 @@ from typing import TYPE_CHECKING, Any
 
 from poptune import progress
 from poptune.engine import PopConfig, decoder_of
+from poptune.problem.problem import TuningProblem
 from poptune.store.measurement import Measurement
 from poptune.transform import Transform, applied
-from poptune.problem.problem import TuningProblem
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from poptune.baselines import Baseline
+    from poptune.engine.prefix import PrefixStates
+    from poptune.engine.trunk import SharedTrunk
     from poptune.evaluate.racing import RaceResult, RacingPolicy
     from poptune.evaluate.suite import TaskRun
     from poptune.evaluate.workload import Workload
     from poptune.kvfit.fit import KVFitSpec, KVFitter
-    from poptune.engine.prefix import PrefixStates
-    from poptune.engine.trunk import SharedTrunk
     from poptune.store.answers import FullAnswers
-    from pathlib import Path
 
 __all__ = ["ConfigEvaluator", "STATE_BYTES"]
 
@@ -202,8 +203,8 @@ class ConfigEvaluator:
         paper's rule equals the plain one. Returns the check's max abs logit difference; raises
         :class:`~poptune.errors.MeasurementError` (reuse stays off) when it exceeds the tolerance.
         """
-        from poptune.measure.prompts import prompt_batch
         from poptune.engine.prefix import PrefixStates, verify
+        from poptune.measure.prompts import prompt_batch
 
         length = max(n for n, _ in self.latency_points())
         ids = prompt_batch(self.tokenizer, length, 1, device=self.model.device)["input_ids"]

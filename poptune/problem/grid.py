@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any
 from poptune.engine import KV_SOURCES, PopConfig
 from poptune.errors import ConfigError, InputError
 from poptune.kv import registry as kv_registry
-from poptune.store.measurement import Measurement
-from poptune.store.attributes import StoredStudy
-from poptune.store.redecide import redecide
-from poptune.store.trials import measured_table, reference_ms
 from poptune.problem.problem import TuningProblem
 from poptune.problem.space import all_configs
+from poptune.store.attributes import StoredStudy
+from poptune.store.measurement import Measurement
+from poptune.store.redecide import redecide
+from poptune.store.trials import measured_table, reference_ms
 
 if TYPE_CHECKING:
     import numpy as np

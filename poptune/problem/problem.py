@@ -12,8 +12,8 @@ from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 from poptune.objectives.registry import DEFAULT as DEFAULT_OBJECTIVES
 from poptune.objectives.registry import check as check_objectives
-from poptune.store.measurement import Measurement
 from poptune.problem.presets import STANDARD
+from poptune.store.measurement import Measurement
 
 if TYPE_CHECKING:
     from poptune.evaluate.racing import RacingPolicy

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from poptune.kv import registry as kv_registry
-from poptune.store.attributes import StoredStudy
 from poptune.problem.problem import TuningProblem
+from poptune.store.attributes import StoredStudy
 
 if TYPE_CHECKING:
     import optuna

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from poptune.evaluate.changed import ChangedInterval
+    from poptune.problem.problem import TuningProblem
     from poptune.store.attributes import StoredStudy
     from poptune.store.front import FrontRow
     from poptune.store.trials import StoredTrial
-    from poptune.problem.problem import TuningProblem
 
 __all__ = ["AccuracyColumn", "accuracy_column", "null_line", "prompts_lines"]
 
@@ -32,8 +32,8 @@ class AccuracyColumn:
 def _looks(stored: "StoredStudy", *, certified: bool) -> int:
     """The planned looks of the search's racing, or of the certification's (each spends its error over them)."""
     from poptune.evaluate.workload import rounds
-    from poptune.tune.certify import certification_policy
     from poptune.problem.problem import TuningProblem
+    from poptune.tune.certify import certification_policy
 
     problem = TuningProblem.from_dict(stored.problem)
     policy = certification_policy(problem) if certified else problem.racing()

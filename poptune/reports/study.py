@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from poptune import store
-from poptune.reports import certification as certreport
 from poptune.engine import PopConfig
 from poptune.files import write_text
 from poptune.kv import registry as kv_registry
 from poptune.objectives.registry import DEFAULT, get, named, weakly_dominates
+from poptune.reports import certification as certreport
 from poptune.reports.naming import owner_line, report_paths
 from poptune.reports.prompts import AccuracyColumn, accuracy_column, prompts_lines
 from poptune.store.front import FrontRow

@@ -79,8 +79,8 @@ def _build(spec: TunerSpec) -> None:
     from poptune.engine import BOUNDARIES
     from poptune.evaluate.taskpack import data_dir
     from poptune.problem.evaluator import ConfigEvaluator
-    from poptune.problem.space import MAX_OFFSET
     from poptune.problem.problem import TuningProblem
+    from poptune.problem.space import MAX_OFFSET
     from poptune.tune.study import StudySpec, run_study
 
     directory = data_dir()
@@ -95,11 +95,11 @@ def _build(spec: TunerSpec) -> None:
 def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
     """The replay, its provenance lines, and ``spec`` with the route's defaults filled in."""
     from poptune import store
-    from poptune.store.attributes import StoredStudy
-    from poptune.problem.problem import DEFAULT_MAX_DROP
-    from poptune.tune.replay import TUNER_SAMPLERS
     from poptune.measure.provenance import versions_text
+    from poptune.problem.problem import DEFAULT_MAX_DROP
     from poptune.problem.replay import Replay
+    from poptune.store.attributes import StoredStudy
+    from poptune.tune.replay import TUNER_SAMPLERS
 
     if spec.grid:
         replay = Replay.from_csv(spec.grid)

@@ -22,8 +22,8 @@ import os
 import sqlite3
 import time
 import warnings
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from poptune.errors import ConfigError, PoptuneError

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
-from poptune.kvfit.calibration import CalibrationSpec
 from poptune.baselines.methods import WANDA_SPARSITY
+from poptune.kvfit.calibration import CalibrationSpec
+from poptune.problem.evaluator import ConfigEvaluator
+from poptune.problem.space import paper_default
 from poptune.store.measurement import Measurement
 from poptune.store.trials import StoredTrial
-from poptune.problem.evaluator import ConfigEvaluator
 from poptune.tune.objective import add_finished_trial, outcome, settle_reference
-from poptune.problem.space import paper_default
 
 if TYPE_CHECKING:
     import optuna

@@ -19,14 +19,14 @@ from poptune import progress, store
 from poptune.engine import PopConfig
 from poptune.errors import MeasurementError
 from poptune.kv import registry as kv_registry
-from poptune.store.measurement import Measurement
 from poptune.objectives.base import References
 from poptune.objectives.registry import values_of
-from poptune.store.trials import StoredTrial, fail_reason, is_pop, measures, stored_config
 from poptune.problem.evaluator import ConfigEvaluator
-from poptune.tune.interrupt import INTERRUPTED
 from poptune.problem.problem import TuningProblem
 from poptune.problem.space import config_of_trial, distributions_of, params_of, suggest_config
+from poptune.store.measurement import Measurement
+from poptune.store.trials import StoredTrial, fail_reason, is_pop, measures, stored_config
+from poptune.tune.interrupt import INTERRUPTED
 
 if TYPE_CHECKING:
     import optuna

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from poptune import store
+from poptune.errors import ConfigError
 from poptune.objectives import registry as objectives
 from poptune.objectives.base import References
-from poptune.errors import ConfigError
 from poptune.problem.replay import Replay, covers_grid
 from poptune.problem.space import all_configs, suggest_config
 from poptune.store.measurement import Measurement

@@ -60,9 +60,9 @@ from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 from poptune.objectives.registry import DEFAULT, named
+from poptune.problem.space import OWN, all_configs, config_of_trial, params_of
 from poptune.store.measurement import Measurement
 from poptune.store.trials import is_pop
-from poptune.problem.space import OWN, all_configs, config_of_trial, params_of
 
 if TYPE_CHECKING:
     import numpy as np

@@ -56,21 +56,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
-from poptune.objectives import registry as objectives
 from poptune.baselines.methods import METHODS
-from poptune.kvfit.calibration import CalibrationSpec
 from poptune.engine import PopConfig
 from poptune.errors import ConfigError
+from poptune.kvfit.calibration import CalibrationSpec
+from poptune.objectives import registry as objectives
+from poptune.problem.evaluator import ConfigEvaluator
+from poptune.problem.presets import STANDARD
+from poptune.problem.problem import TuningProblem
+from poptune.problem.space import all_configs, check_enqueue, paper_default, params_of
 from poptune.store.trials import is_answer
 from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
 from poptune.tune.certify import candidates, certify_front, wants_certification
-from poptune.problem.evaluator import ConfigEvaluator
 from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
-from poptune.problem.presets import STANDARD
-from poptune.problem.problem import TuningProblem
-from poptune.problem.space import all_configs, check_enqueue, paper_default, params_of
 from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS, make_sampler
 
 if TYPE_CHECKING:
@@ -252,9 +252,9 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
           callbacks: list[Callable[..., None]] | None, stop_by: float | None = None) -> None:
     """Run trials until the study holds ``budget`` completed ones (or the timeout, or ``stop_by``, a
     ``time.monotonic()`` after which no trial starts, or too many failures)."""
-    from optuna.trial import TrialState
-
     import random
+
+    from optuna.trial import TrialState
 
     started = time.monotonic()
     share = max(budget - count(study, TrialState.COMPLETE), 1)

@@ -28,16 +28,16 @@ from poptune import progress, store
 from poptune.engine import PopConfig
 from poptune.measure.nullcheck import AA_PAIRS, aa_figures, aa_reasons, above_ideal
 from poptune.measure.provenance import now
+from poptune.problem.space import config_of_trial
 from poptune.store.front import candidates
 from poptune.store.trials import StoredTrial
 from poptune.tune.objective import add_finished_trial, outcome
-from poptune.problem.space import config_of_trial
 
 if TYPE_CHECKING:
     import optuna
 
-    from poptune.problem.evaluator import ConfigEvaluator
     from poptune.measure.records import PairRecord
+    from poptune.problem.evaluator import ConfigEvaluator
 
 __all__ = ["CONFIRM_ROUNDS", "CONFIRM_PAIRS", "now", "record_run", "finish_run", "record_aa_check", "remeasure_noisy",
            "confirm_front", "retime_certified"]

@@ -10,11 +10,18 @@ import torch
 
 from poptune import ConfigError, PopConfig, load_model
 from poptune.baselines import (
-    METHODS, LayerRemoval, angular_distances, block_influence, build_baseline, layer_count, merge_layers, sleb_order,
+    METHODS,
+    LayerRemoval,
+    angular_distances,
+    block_influence,
+    build_baseline,
+    layer_count,
+    merge_layers,
+    sleb_order,
     wanda_prune,
 )
-from poptune.kvfit.calibration import CalibrationSpec, calibration, calibration_nll, residual_stream
 from poptune.engine import decoder_of
+from poptune.kvfit.calibration import CalibrationSpec, calibration, calibration_nll, residual_stream
 
 from .test_surgery import make_identity
 

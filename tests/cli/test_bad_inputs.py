@@ -12,8 +12,8 @@ import pytest
 
 from poptune import store
 from poptune.cli import main
-from poptune.errors import ConfigError
 from poptune.env import TuningProblem
+from poptune.errors import ConfigError
 
 STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "300", "--repeats", "1",
          "--trials", "1"]

@@ -44,9 +44,9 @@ def _refused(capsys, folder, *argv) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def _imported():
     """The commands' modules (torch among them) imported once: what is timed is the check, not Python's imports."""
-    import poptune.comparison.measure  # noqa: F401
-    import poptune.evaluate.suite  # noqa: F401
-    import poptune.problem.evaluator  # noqa: F401
+    import poptune.comparison.measure
+    import poptune.evaluate.suite
+    import poptune.problem.evaluator  # noqa: F401  (imported for its cost, not for a name)
 
 
 @pytest.fixture

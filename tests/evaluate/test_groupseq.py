@@ -7,8 +7,15 @@ import numpy as np
 import pytest
 
 from poptune import ConfigError
-from poptune.evaluate.groupseq import (OBRIEN_FLEMING, POCOCK, boundaries, crossing_probability, drift_for_power,
-                                       hwang_shih_decani, spent)
+from poptune.evaluate.groupseq import (
+    OBRIEN_FLEMING,
+    POCOCK,
+    boundaries,
+    crossing_probability,
+    drift_for_power,
+    hwang_shih_decani,
+    spent,
+)
 
 FIVE = [0.2, 0.4, 0.6, 0.8, 1.0]
 

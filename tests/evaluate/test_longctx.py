@@ -50,7 +50,7 @@ def write_short_pack(root: Path) -> Path:
     worked = [("2+2?", "2 + 2 = 4. So the answer is 4.", "4"), ("3*3?", "3 * 3 = 9. So the answer is 9.", "9")]
     _jsonl(root / "longctx/gsm8k.jsonl", [{**_short("gsm8k", q, a), "answers": [n]} for q, a, n in worked])
     _jsonl(root / "longctx/qasper_yesno.jsonl",
-           [{"id": f"q{i}", "context": f"Context: x\nQuestion: yes?\n A. Yes\n B. No\nAnswer:", "choices": [" A", " B"],
+           [{"id": f"q{i}", "context": "Context: x\nQuestion: yes?\n A. Yes\n B. No\nAnswer:", "choices": [" A", " B"],
              "label": i} for i in (0, 1)])
     return root
 

@@ -1,8 +1,6 @@
 """Paired drops: the interval on hand-made samples, its sign conventions and its refusals."""
 
-import math
 
-import numpy as np
 import pytest
 
 from poptune import ConfigError

@@ -16,10 +16,10 @@ import pytest
 import torch
 
 from poptune.engine import PopConfig, apply_pop, decoder_of
+from poptune.engine.segments import prefill_prompt
 from poptune.errors import ConfigError, UnsupportedModelError
 from poptune.kv.compact import CompactLayer
 from poptune.measure.prefill import cache_bytes
-from poptune.engine.segments import prefill_prompt
 
 TEXT_MODELS = ("tiny-llama", "tiny-qwen3", "tiny-gemma3")
 CONFIGS = (PopConfig(3, "window-4", kv="anchor"), PopConfig(2, "last", offset=1, kv="anchor"),

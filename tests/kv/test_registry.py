@@ -95,8 +95,8 @@ def test_the_command_line_takes_anchor(capsys):
 
 
 def test_anchor_is_prepared_with_nothing_and_exports_nothing_beside(shared, tmp_path):
-    from poptune.reports.export import load_carried, load_config, write_export
     from poptune.kvfit.prepare import kv_details, prepare_kv
+    from poptune.reports.export import load_carried, load_config, write_export
 
     model, tok = shared("tiny-llama")
     config = PopConfig(3, kv="anchor")

@@ -9,7 +9,14 @@ import pytest
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
 from poptune.problem.space import (
-    MAX_OFFSET, action_of, action_space, all_configs, check_enqueue, config_from_action, distributions_of, params_of,
+    MAX_OFFSET,
+    action_of,
+    action_space,
+    all_configs,
+    check_enqueue,
+    config_from_action,
+    distributions_of,
+    params_of,
     suggest_config,
 )
 

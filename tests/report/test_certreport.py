@@ -3,8 +3,8 @@ what deciding it costs and how."""
 
 from dataclasses import replace
 
-from poptune.reports import certification as certreport
 from poptune.evaluate.paired import paired_drop
+from poptune.reports import certification as certreport
 from poptune.store.front import FrontRow
 
 ROW = FrontRow(trial=3, skip=5, boundary="window-64", offset=0, method="pop", prefill_ms=8.0, speedup=1.26,

@@ -9,8 +9,8 @@ import pytest
 
 from poptune import store
 from poptune.errors import ConfigError
-from poptune.store.attributes import SCHEMA_ATTR, SCHEMA_VERSION, StoredStudy, migrate
 from poptune.problem.problem import TuningProblem
+from poptune.store.attributes import SCHEMA_ATTR, SCHEMA_VERSION, StoredStudy, migrate
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

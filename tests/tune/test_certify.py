@@ -6,10 +6,10 @@ import pytest
 
 from poptune import ConfigError, PopConfig, store
 from poptune.cli import main
-from poptune.store.front import FrontRow
-from poptune.tune.certify import ERROR, WITHIN, attempt_error, attempt_items, certify_front, spent_error, verdict_of
 from poptune.problem.evaluator import ConfigEvaluator
 from poptune.problem.problem import TuningProblem
+from poptune.store.front import FrontRow
+from poptune.tune.certify import ERROR, WITHIN, attempt_error, attempt_items, certify_front, spent_error, verdict_of
 from poptune.tune.study import StudySpec, run_study
 
 

@@ -17,12 +17,12 @@ import poptune.env  # noqa: F401  (registers the environments)
 from poptune import ConfigError, InputError, PopConfig, store
 from poptune.cli import main
 from poptune.env import Measurement, ReplayEnv, TuningProblem, reward
-from poptune.reports.gridtable import write
 from poptune.problem.grid import COLUMNS, draw, read_grid, write_grid
-from poptune.tune.gridstudy import grid_storage
 from poptune.problem.replay import Replay
-from poptune.tune.replay import tuner_efficiency
 from poptune.problem.space import all_configs
+from poptune.reports.gridtable import write
+from poptune.tune.gridstudy import grid_storage
+from poptune.tune.replay import tuner_efficiency
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

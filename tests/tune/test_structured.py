@@ -10,12 +10,17 @@ import optuna
 import pytest
 
 from poptune.engine import BOUNDARIES, PopConfig
-from poptune.store.measurement import Measurement
-from poptune.tune.samplers import make_sampler
-from poptune.tune.samplers import SAMPLERS
 from poptune.problem.space import all_configs, params_of, suggest_config
+from poptune.store.measurement import Measurement
+from poptune.tune.samplers import SAMPLERS, make_sampler
 from poptune.tune.structured import (
-    StructuredSampler, implied_verdicts, no_deeper, observations, order_violations, proxy_ideal, spot_checks,
+    StructuredSampler,
+    implied_verdicts,
+    no_deeper,
+    observations,
+    order_violations,
+    proxy_ideal,
+    spot_checks,
 )
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

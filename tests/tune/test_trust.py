@@ -11,8 +11,8 @@ from poptune.env import TuningProblem
 from poptune.measure.nullcheck import AA_PAIRS
 from poptune.measure.stats import MIN_PAIRS_95
 from poptune.problem.space import all_configs, config_of_trial, paper_default, params_of
-from poptune.tune.trust import CONFIRM_PAIRS, CONFIRM_ROUNDS, record_aa_check
 from poptune.tune.study import StudySpec, run_study
+from poptune.tune.trust import CONFIRM_PAIRS, CONFIRM_ROUNDS, record_aa_check
 
 from .fakes import LAYERS, FakeEvaluator, ideal, pair, problem, quiet_timing, true  # noqa: F401  (fixtures)
 

@@ -19,11 +19,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 def make_study() -> None:
     import optuna
 
+    import poptune.tune.trust as trust
     from poptune.env import TuningProblem
     from poptune.tune.study import StudySpec, run_study
     from tests.tune.fakes import FakeEvaluator, ideal, pair, true
-
-    import poptune.tune.trust as trust
 
     def timed(evaluator, config, pairs, warmup, lengths=None):
         return {16: (pair([true(config) * (1 + 0.001 * (i % 3 - 1)) for i in range(pairs)]), ideal(config))}
