@@ -56,7 +56,7 @@ def _stop(hogs: list[subprocess.Popen]) -> None:
 
 def _load() -> str:
     try:
-        return "%.1f" % os.getloadavg()[0]
+        return f"{os.getloadavg()[0]:.1f}"
     except OSError:
         return "?"
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from .clocks import ScrambledTime
+from .hostile import guard_renames  # noqa: F401 -- a fixture: imported here, any test can ask for it
 
 # Tests read only the fixtures in tests/data, never a data directory named by the caller's environment.
 os.environ.pop("POPTUNE_DATA", None)

@@ -12,6 +12,7 @@ from poptune.cli import main
 from poptune.env import TuningProblem
 from poptune.reports.export import export_config, load_config
 from poptune.tune.study import StudySpec, run_study
+from tests.hostile import assert_intact, hostile_paths
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -153,8 +154,6 @@ def test_no_budget_exports_the_fastest_configuration(stored, capsys):
 
 # Issue 49: outputs are regular files only, the maps file beside the JSON included, checked before any work; an
 # exported file missing what it is read for is refused in one line.
-
-from tests.hostile import assert_intact, guard_renames, hostile_paths  # noqa: E402,F401  (a fixture)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "null", "full", "dangling", "folder"])

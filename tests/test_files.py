@@ -8,6 +8,7 @@ import pytest
 
 from poptune import ConfigError
 from poptune.files import check_writable_file, check_writable_folder, write_text
+from tests.hostile import assert_intact, hostile_paths
 
 
 def test_write_text_into_a_read_only_folder_is_one_error(read_only_dir):
@@ -43,8 +44,6 @@ def test_output_paths_are_checked_up_front(tmp_path, read_only_dir):
 
 # Issue 49: only regular files are written; a device, a FIFO, a folder or a link to nothing is refused, and a
 # name at the study-name limit still fits its temporary file.
-
-from tests.hostile import assert_intact, guard_renames, hostile_paths  # noqa: E402,F401  (a fixture)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "null", "full", "dangling", "folder"])

@@ -134,7 +134,7 @@ def _converse(model, tok, config, steps=4):
         out = {}
         if config is not None:
             apply_pop(model, config)
-        out["ffn"] = _skipped_ffn_tokens(model, config or PopConfig(skip=3), lambda: out.update(
+        out["ffn"] = _skipped_ffn_tokens(model, config or PopConfig(skip=3), lambda out=out, inputs=inputs: out.update(
             prefill=prefill_prompt(model, inputs, cache=cache)))
         token = out["prefill"].logits[:, -1].argmax(-1, keepdim=True)
         out["pop"], out["full"] = [], []

@@ -173,15 +173,15 @@ def laco_merges(model: "nn.Module", calib: Calibration, k: int, *, layers: int =
     replaced: dict[int, nn.Module] = {}
     merges: list[dict[str, Any]] = []
     while True:
-        l = len(kept) - layers
-        while l >= 1 and len(original) - len(kept) < k:
-            absorb = min(layers - 1, k - (len(original) - len(kept)), len(kept) - 1 - l)
+        pos = len(kept) - layers
+        while pos >= 1 and len(original) - len(kept) < k:
+            absorb = min(layers - 1, k - (len(original) - len(kept)), len(kept) - 1 - pos)
             if absorb < 1:
-                l -= 1
+                pos -= 1
                 continue
-            group = kept[l : l + absorb + 1]
+            group = kept[pos : pos + absorb + 1]
             merged = merge_layers([replaced.get(i, original[i]) for i in group])
-            candidate_kept = kept[: l + 1] + kept[l + absorb + 1 :]
+            candidate_kept = kept[: pos + 1] + kept[pos + absorb + 1 :]
             candidate = LayerRemoval(
                 tuple(i for i in range(len(original)) if i not in candidate_kept),
                 {**{i: m for i, m in replaced.items() if i in candidate_kept}, group[0]: merged},
@@ -193,9 +193,9 @@ def laco_merges(model: "nn.Module", calib: Calibration, k: int, *, layers: int =
                 merges.append({"into": group[0], "merged": group[1:], "similarity": similarity})
                 if progress:
                     progress(f"laco: merged {group[1:]} into {group[0]} (similarity {similarity:.3f})")
-                l -= interval
+                pos -= interval
             else:
-                l -= 1
+                pos -= 1
         if len(original) - len(kept) >= k or threshold <= -1:
             break
         threshold = round(threshold - LACO_STEP, 4)
@@ -221,7 +221,7 @@ def wanda_weights(model: "nn.Module", calib: Calibration, sparsity: float) -> Sp
         linears = [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]
         sums = {id(m): torch.zeros(m.in_features, dtype=torch.float32, device=m.weight.device) for m in linears}
 
-        def collect(module: Any, args: tuple) -> None:
+        def collect(module: Any, args: tuple, sums: dict[int, Any] = sums) -> None:  # this layer's sums
             sums[id(module)] += args[0].detach().float().pow(2).flatten(0, -2).sum(dim=0)
 
         hooks = [m.register_forward_pre_hook(collect) for m in linears]

@@ -203,7 +203,7 @@ def _interrupted(error: BaseException, spec: Any, target: Any) -> int:
 
     try:
         stored = sum(len(store.completed(s, method=None)) for s in _studies(spec, target))
-    except Exception:  # the storage itself may be what failed; the summary still comes
+    except Exception:  # noqa: BLE001 -- the storage itself may be what failed; the summary still comes
         stored = "no"
     print(f"interrupted: {stored} trials stored in {store.public_url(spec.storage)}; run the same command to "
           "resume", file=sys.stderr)

@@ -69,8 +69,8 @@ def skipping(decoder: "nn.Module", skipped: Sequence[int], pruned: int, layout: 
     try:
         for i in skipped:
             layer = decoder.layers[i]
-            build = (lambda inner, layer=layer: _skipped_layer_forward(layer, inner, pruned, layout, write))
-            patches.append(Patch(layer, build))
+            patches.append(Patch(layer, lambda inner, layer=layer: _skipped_layer_forward(layer, inner, pruned, layout,
+                                                                                          write)))
         yield
     finally:
         for patch in reversed(patches):

@@ -130,10 +130,10 @@ def race_error(
     for _ in range(replicates):
         drawn = {t: scenario.draw(rng, cap) for t in names}
 
-        def full(wanted: dict[str, int]) -> Any:
+        def full(wanted: dict[str, int], drawn: dict[str, Any] = drawn) -> Any:
             return _run({t: drawn[t][0][: wanted[t]] for t in names})
 
-        def score(new: dict[str, list[int]]) -> Any:
+        def score(new: dict[str, list[int]], drawn: dict[str, Any] = drawn) -> Any:
             return _run({t: [drawn[t][1][i] for i in new[t]] for t in new}, {t: new[t] for t in new})
 
         result = race(workload, policy, score=score, full=full, max_drop=max_drop, confidence=confidence,

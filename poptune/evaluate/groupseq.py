@@ -169,7 +169,7 @@ def _boundaries(ts: tuple[float, ...], alpha: float, spending: str = OBRIEN_FLEM
         if all(math.isinf(u) for u in uppers):  # no path has stopped before: the marginal law alone
             uppers.append(float(norm.isf(spend)) * sd)
         else:
-            def excess(u: float, k: int = k) -> float:
+            def excess(u: float, k: int = k, spend: float = spend) -> float:
                 return _walk(ts, [*uppers, u], 0.0)[k] - spend
 
             uppers.append(float(brentq(excess, -2 * sd, 12 * sd, xtol=1e-10)))

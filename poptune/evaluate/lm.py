@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from functools import partial
 from typing import Any
 
 from lm_eval.api.registry import register_model
@@ -226,8 +227,8 @@ class PopLM(HFLM):
                 contexts_, continuations = [prepared[i][0] for i in members], [prepared[i][1] for i in members]
                 key = batch_key(contexts_, continuations, pad_id, self.prefill_chunk)
                 with apply_pop(self.model, self.pop_config):
-                    scores = self._shared(key, lambda: score_continuations(
-                        self.model, contexts_, continuations, pad_id=pad_id, prefill_chunk=self.prefill_chunk))
+                    scores = self._shared(key, partial(score_continuations, self.model, contexts_, continuations,
+                                                       pad_id=pad_id, prefill_chunk=self.prefill_chunk))
                 for i, answer in zip(members, scores):
                     results[i] = answer
                     if requests[i][0] is not None:

@@ -284,8 +284,8 @@ def _bound_of(counts: tuple[tuple[float, float, int, float], ...], critical: flo
     def margin(m: float) -> float:  # positive where candidate m is rejected on this side (continuous in m)
         shift = m - centre
         var = third = 0.0
-        for g, l, n, mu in counts:
-            p, q = restricted_rates(g, l, n, min(max(mu + shift, -1.0), 1.0))
+        for gains, losses, n, mu in counts:
+            p, q = restricted_rates(gains, losses, n, min(max(mu + shift, -1.0), 1.0))
             var += max(p + q - (p - q) ** 2, 0.0) / n / tasks ** 2
             third += _third_moment(p, q) / n ** 2 / tasks ** 3
         skew = -sign * third / var ** 1.5 if var > 0 else 0.0  # of the tail this side rejects in (+: heavier)

@@ -85,7 +85,7 @@ def _stage(report: Report, name: str, work: Callable[[], None], left: float, exp
         report.data["seconds"][name] = round(time.monotonic() - start, 1)
         report.write()
         raise
-    except Exception as e:  # a broken stage is a finding of the check, not the end of it
+    except Exception as e:  # noqa: BLE001 -- a broken stage is a finding of the check, not the end of it
         report.data["errors"][name] = f"{type(e).__name__}: {str(e).strip()[:300]}"
     report.data["seconds"][name] = round(time.monotonic() - start, 1)
     report.write()

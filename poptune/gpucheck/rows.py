@@ -96,5 +96,5 @@ def measure_case(model: Any, tokenizer: Any, case: Case, plan: Plan, on_row: OnR
         (row,) = result.rows
         with kept_rope_state(model), window_sizes_on_device(model):
             inputs = _inputs(model, tokenizer, case, row, batch)
-            profiled = profile_call(lambda: prefill(model, inputs, None), device)
+            profiled = profile_call(lambda inputs=inputs: prefill(model, inputs, None), device)
         on_row(_record(case, batch, row, profiled), result.to_dict())

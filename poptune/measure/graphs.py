@@ -108,16 +108,16 @@ def _record(graph: Any, fn: Callable[[], object], stream: Any, device: torch.dev
         try:
             # thread_local: the NVML sampler's thread is not captured
             graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- returned: the caller times eagerly and says why
             _abandon(pool, device)
             return e
         try:
             fn()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 -- returned after the capture is ended
             failure = e
         try:
             graph.capture_end()
-        except Exception as e:  # the graph holds nothing: the pool is ours to hand back
+        except Exception as e:  # noqa: BLE001 -- the graph holds nothing: the pool is ours to hand back
             failure = failure or e
             _abandon(pool, device)
     return failure  # after a successful end the graph owns the pool and releases it when it is freed
@@ -140,7 +140,7 @@ def capture(fn: Callable[[], object], device: torch.device) -> Graphed:
                 fn()
         torch.cuda.current_stream(device).wait_stream(side)
         torch.cuda.synchronize(device)
-    except Exception as e:  # the call fails eagerly too: nothing to capture
+    except Exception as e:  # noqa: BLE001 -- the call fails eagerly too: nothing to capture
         return Graphed(fn, reason=f"eager warm-up before capture failed ({_first_line(e)}): timed eagerly")
     graph = torch.cuda.CUDAGraph()
     error = _record(graph, fn, side, device)

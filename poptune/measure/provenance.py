@@ -93,7 +93,7 @@ def provenance(model: Any, *, model_name: str, weights: str | None = None) -> di
 
         try:
             fingerprint = weights_fingerprint(model_name, weights)
-        except Exception as e:  # a model loaded from elsewhere: say why there is none
+        except Exception as e:  # noqa: BLE001 -- a model loaded from elsewhere: say why there is none
             fingerprint = f"unknown ({type(e).__name__})"
     return {
         "command": as_typed(sys.argv),

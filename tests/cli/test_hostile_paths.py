@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.hostile import assert_intact, guard_renames, hostile_paths, refused  # noqa: F401  (a fixture)
+from tests.hostile import assert_intact, hostile_paths, refused
 
 EVAL = ["eval", "--model", "tiny-llama", "--skip", "1", "--tasks", "passkey", "--limit", "2", "--fidelity-pairs", "0"]
 BENCH = ["bench", "--model", "tiny-llama", "--skip", "1", "--lengths", "16", "--repeats", "1", "--min-seconds", "0",

@@ -74,7 +74,7 @@ def completed_values(db: Path) -> dict[int, tuple]:
     finally:
         conn.close()
     values: dict[int, list] = {}
-    for number, objective, value in sorted(rows):
+    for number, _objective, value in sorted(rows):
         values.setdefault(number, []).append(value)
     return {k: tuple(v) for k, v in values.items()}
 

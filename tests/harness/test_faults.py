@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 from . import faults
+
+pytestmark = pytest.mark.slow
 
 
 def _stop_limit() -> float:

@@ -70,7 +70,7 @@ def test_a_study_of_a_newer_schema_is_refused_in_one_line():
     study = _old_study()
     study.set_user_attr(SCHEMA_ATTR, SCHEMA_VERSION + 1)
     with pytest.raises(ConfigError, match="newer than this poptune"):
-        StoredStudy.of(study).problem
+        _ = StoredStudy.of(study).problem
 
 
 def test_the_committed_grid_study_is_an_old_study_and_reads():

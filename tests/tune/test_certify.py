@@ -114,5 +114,5 @@ def test_verdicts_and_candidates():
     assert verdict_of("within budget", 256) == WITHIN
     assert verdict_of("beyond budget", 64) == "certified beyond"
     assert verdict_of("cap", 320) == "undecided at 320 items"
-    with pytest.raises(Exception):
+    with pytest.raises(ConfigError, match="`certify_limit` must be an integer >= 0"):
         TuningProblem(certify_limit=-1)

@@ -3,6 +3,7 @@ study's error, and tasks that differ in size, flip rate and drop keep a race's."
 
 import pytest
 
+from poptune.errors import ConfigError
 from poptune.evaluate.decisions import Scenario
 from poptune.tune.simulate import follow_up, race_tasks
 
@@ -34,5 +35,5 @@ def test_tasks_of_unequal_sizes_and_flip_rates_keep_the_error_at_the_budget():
         rates = race_tasks(tasks, start=16, cap=96, replicates=400, seed=3)
         for share in (rates.within, rates.beyond):
             assert not _breach(round(share * 400), 400, 0.025), (a, b, rates)
-    with pytest.raises(Exception):
+    with pytest.raises(ConfigError, match="a scenario needs"):
         Scenario(0.05, 0.02)
