@@ -192,7 +192,7 @@ def _normalised(values: Sequence[float]) -> tuple[float, ...]:
 # The gates
 
 
-def _branch_modules(layer: nn.Module) -> tuple[nn.Module, nn.Module]:
+def _branch_modules(layer: Any) -> tuple[nn.Module, nn.Module]:
     """The modules whose outputs are the attention and FFN branches, as added to the residual stream.
 
     Gemma-3 normalises each branch after it (``post_attention_layernorm``, ``post_feedforward_layernorm``); a

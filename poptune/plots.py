@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ def pyplot() -> Any:
     return plt
 
 
-def save_figure(fig: Any, path: str | Path) -> Path:
+def save_figure(fig: Any, path: str | os.PathLike[str]) -> Path:
     """Write ``fig`` as PNG: a temporary file beside the target, then a rename (no half-written image)."""
     from poptune.files import replacing
 
@@ -95,7 +96,7 @@ def pareto_plot(
     title: str,
     xlabel: str = "prefill speedup vs full model (x)",
     ylabel: str = "mean accuracy (%)",
-    series: dict[str, Sequence[tuple[float, float, str]]] | None = None,
+    series: Mapping[str, Sequence[tuple[float, float, str]]] | None = None,
     references: dict[str, PlotPoint] | None = None,
     budget: tuple[float, str] | None = None,
 ) -> Path:

@@ -100,7 +100,9 @@ def _rank(module: str) -> int | None:
 
 
 def _sibling_of(a: str, b: str) -> bool:
-    inside = lambda m, p: m == p or m.startswith(p + ".")  # noqa: E731
+    def inside(m: str, p: str) -> bool:
+        return m == p or m.startswith(p + ".")
+
     return any(inside(a, x) and inside(b, y) or inside(a, y) and inside(b, x) for x, y in SIBLINGS)
 
 

@@ -85,7 +85,7 @@ def channel_share(model: "nn.Module", ratio: float) -> float:
     return share
 
 
-def _prune(mlp: "nn.Module", share: float, hidden: int) -> int:
+def _prune(mlp: Any, share: float, hidden: int) -> int:
     """Prune ``share`` of ``mlp``'s intermediate channels in place (lowest group L2 norm); the channels kept."""
     import torch
     import torch_pruning as tp

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from poptune.errors import PoptuneError
 
@@ -57,7 +58,7 @@ class _Version(argparse.Action):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, not argparse's usage block
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 

@@ -119,9 +119,9 @@ def run(args: argparse.Namespace) -> int:
     directory = data_dir(args.data_dir)
     tasks = resolve_tasks("embedded" if timing_only else args.tasks, directory)
     real = [t for t in tasks if t not in EMBEDDED]
-    if real and directory is None:
-        raise ConfigError(f"tasks {', '.join(real)} need a data directory (--data-dir or $POPTUNE_DATA)")
     if real:
+        if directory is None:
+            raise ConfigError(f"tasks {', '.join(real)} need a data directory (--data-dir or $POPTUNE_DATA)")
         check_data(directory, real)
     check_supply(tasks, directory, {"--skip": args.skip, "--items": args.items}, built=args.skip + args.items)
     problem = TuningProblem(model=args.model, tasks=tasks, data_dir=str(directory) if directory else None,

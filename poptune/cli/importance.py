@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     print(result.table())
     proposal = propose_block(result.prefill, args.ratio)
     block = proposal.skipped_layers(result.num_layers)
+    assert isinstance(block, range)  # a proposal is a contiguous block, not a list of layers
     share = sum(result.prefill[i] for i in block) / (sum(result.prefill) or 1.0)
     print(f"proposed at ratio {args.ratio:.2f}: {proposal} (layers {block.start}-{block.stop - 1}, "
           f"{share:.1%} of the total prefill importance)")

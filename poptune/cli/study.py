@@ -201,6 +201,7 @@ def _interrupted(error: BaseException, spec: Any, target: Any) -> int:
     from poptune import store
     from poptune.tune.interrupt import exit_code
 
+    stored: int | str
     try:
         stored = sum(len(store.completed(s, method=None)) for s in _studies(spec, target))
     except Exception:  # noqa: BLE001 -- the storage itself may be what failed; the summary still comes

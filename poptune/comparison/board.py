@@ -172,6 +172,7 @@ def rows_of(record: Mapping[str, Any], timings: Mapping[str, Any] | None = None)
     baselines = [r for r in rows if r.method not in ("full", "pop") and profile in r.speed]
     paired = {}
     for row in baselines if pops else []:
+        assert profile is not None  # pops: rows timed under the profile
         partner, slower = _partner(row, pops, profile)
         lead = lead_of(outcomes[partner.name], outcomes[row.name], len(baselines), lower)
         paired[row.name] = Row(**{**row.__dict__, "against": partner.label, "slower": slower, "lead": lead,
@@ -259,7 +260,7 @@ def _costs(record: Mapping[str, Any], rows: Sequence[Row], confidence: float) ->
     lines = []
     for r in rows:
         cost = decision_cost(record, pops[r.against], r.name, r.lead.mean, confidence) \
-            if r.verdict.startswith("undecided") else None
+            if r.verdict.startswith("undecided") and r.against is not None else None  # undecided: paired
         if cost is not None and cost.per_task > MAX_ITEMS:
             lines.append(f"- {r.label} against {r.against} ({r.lead.mean:+.2f} points): a lead this small is not "
                          f"decided at any size worth scoring (over {MAX_ITEMS:,} items per task)")
@@ -358,8 +359,8 @@ def write_methods_board(folder: str | Path, out: str | Path, *, command: str) ->
                  "model / method (above 1: faster), medians of interleaved pairs with their 95% order-statistic "
                  "intervals; end-to-end = TTFT + output tokens x TPOT per pair. See poptune/comparison/board.py "
                  "for the pairing rule and the verdicts."), "", f"![accuracy vs end-to-end speedup]({stem}.png)", ""]
-        for record, rows in groups:
-            lines += _section(record, rows)
+        for timed_record, rows in groups:
+            lines += _section(timed_record, rows)
         lines += ["## Provenance", "", *[line for r in group for line in _provenance(_timed(r, timings) if r["tasks"]
                                                                                 else r)]]
         write_text(target / f"{stem}.md", "\n".join(lines))

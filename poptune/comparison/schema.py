@@ -46,10 +46,10 @@ def _check_timing(timing: Any, name: str) -> str | None:
 def _check_method(entry: Any, index: int, tasks: list[str]) -> str | None:
     if not isinstance(entry, dict):
         return f"`methods[{index}]` must be an object"
-    name = entry.get("name")
     for key in ("name", "method", "label"):
         if not isinstance(entry.get(key), str):
             return f"`methods[{index}].{key}` must be a string"
+    name: str = entry["name"]
     if not _number(entry.get("ratio")):
         return f"method {name!r}: `ratio` must be a finite number"
     if "score_seconds" in entry and not _number(entry["score_seconds"]):

@@ -213,7 +213,7 @@ class PopConfig:
 @dataclass
 class _PopState:
     config: PopConfig
-    decoder: "nn.Module"
+    decoder: Any  # decoder_of(model)
     skipped: "range | tuple[int, ...]"
     patch: Patch | None = None
     stage: str | None = None  # set by stage(); None: told by the token count
@@ -244,9 +244,12 @@ class PopHandle:
             apply_pop(self.model, self.previous)
 
 
-def decoder_of(model: "nn.Module") -> "nn.Module":
-    """The decoder module (owner of ``layers``) of a supported model, or :class:`UnsupportedModelError`."""
-    candidates = [model]
+def decoder_of(model: "nn.Module") -> Any:
+    """The decoder module (owner of ``layers``) of a supported model, or :class:`UnsupportedModelError`.
+
+    Typed ``Any``: its ``layers``, ``config`` and each layer's ``self_attn`` are the model family's own attributes,
+    which ``nn.Module.__getattr__`` would type ``Tensor | Module``."""
+    candidates: list[Any] = [model]
     inner = getattr(model, "model", None)
     if inner is not None:
         candidates += [inner, getattr(inner, "language_model", None)]
@@ -434,14 +437,19 @@ def _check_left_padded(mask: Any, n: int) -> int | None:
     if rows:
         raise InputError(f"POP needs left-padded prompts, but row(s) {rows} have padding after a token (right "
                          "padding): set the tokenizer's padding_side to 'left'")
-    _LEFT_PADDED[key] = (weakref.ref(root, lambda _, key=key: _LEFT_PADDED.pop(key, None)), _version_of(root), pads)
+    _LEFT_PADDED[key] = (weakref.ref(root, functools.partial(_forget, key)), _version_of(root), pads)
     return pads
 
 
 #: Masks found left-padded, by (id of the tensor owning the memory, address, shape, strides, segment length): a
 #: weak reference to that tensor (an id alone may be reused), its version when checked (None for inference
 #: tensors, which keep none) and the most pads a row starts with.
-_LEFT_PADDED: dict[tuple[int, int], tuple[Any, int | None, int]] = {}
+_LEFT_PADDED: dict[tuple[Any, ...], tuple[Any, int | None, int]] = {}
+
+
+def _forget(key: tuple[Any, ...], _: Any) -> None:
+    """The weak reference's callback: its mask is gone."""
+    _LEFT_PADDED.pop(key, None)
 
 
 def _version_of(mask: Any) -> int | None:

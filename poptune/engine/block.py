@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedModelError
@@ -33,7 +34,6 @@ from ..patching import Patch
 
 if TYPE_CHECKING:
     import torch
-    from torch import nn
 
     from ..kv.source import Write
 
@@ -62,22 +62,21 @@ def mask_layout(config: Any) -> str:
 
 
 @contextlib.contextmanager
-def skipping(decoder: "nn.Module", skipped: Sequence[int], pruned: int, layout: str, write: "Write") -> Iterator[None]:
+def skipping(decoder: Any, skipped: Sequence[int], pruned: int, layout: str, write: "Write") -> Iterator[None]:
     """Within the block, layers write the first ``pruned`` tokens' K/V only (with ``write``, the K/V source's) and
     run in full for the others."""
     patches: list[Patch] = []
     try:
         for i in skipped:
             layer = decoder.layers[i]
-            patches.append(Patch(layer, lambda inner, layer=layer: _skipped_layer_forward(layer, inner, pruned, layout,
-                                                                                          write)))
+            patches.append(Patch(layer, partial(_skipped_layer_forward, layer, pruned=pruned, layout=layout, write=write)))
         yield
     finally:
         for patch in reversed(patches):
             patch.undo()
 
 
-def _skipped_layer_forward(layer: "nn.Module", inner: Any, pruned: int, layout: str, write: "Write") -> Any:
+def _skipped_layer_forward(layer: Any, inner: Any, pruned: int, layout: str, write: "Write") -> Any:
     """One segment through a skipped layer, all its tokens at once; ``inner`` is the layer's own forward.
 
     Tokens ``[0, pruned)`` pass through unchanged and write their K/V with ``write`` (POP's independent K/V, as
@@ -118,7 +117,7 @@ def _skipped_layer_forward(layer: "nn.Module", inner: Any, pruned: int, layout: 
     return forward
 
 
-def _boundary_mask(mask: Any, cache: Any, layer: "nn.Module", queries: tuple[int, int], mask_offset: int,
+def _boundary_mask(mask: Any, cache: Any, layer: Any, queries: tuple[int, int], mask_offset: int,
                    layout: str, device: Any) -> Any:
     """The attention mask of the boundary queries ``[start, stop)`` of the segment over the keys the cache will
     return for this layer once their own K/V are added.
@@ -138,6 +137,7 @@ def _boundary_mask(mask: Any, cache: Any, layer: "nn.Module", queries: tuple[int
 
     held = cache.layers[layer.self_attn.layer_idx]
     if isinstance(held, CompactLayer):
+        assert held.columns is not None  # a compacted layer the block wrote to
         return compact_mask(mask, held, queries, mask_offset, batch=held.columns.shape[0], device=device,
                             window=getattr(layer.self_attn, "sliding_window", None))
     kv_length, kv_offset = cache.get_mask_sizes(width, layer.self_attn.layer_idx)
@@ -160,7 +160,7 @@ def _boundary_mask(mask: Any, cache: Any, layer: "nn.Module", queries: tuple[int
 
 
 @contextlib.contextmanager
-def compacted(decoder: "nn.Module", cache: Any, exclude: Sequence[int] = ()) -> Iterator[None]:
+def compacted(decoder: Any, cache: Any, exclude: Sequence[int] = ()) -> Iterator[None]:
     """Within, the layers whose cache is compact (:mod:`poptune.kv.compact`), but ``exclude``, attend with the
     model's masks gathered at the tokens they keep. Nothing to do (and no cost) for a cache without one.
 
@@ -179,14 +179,14 @@ def compacted(decoder: "nn.Module", cache: Any, exclude: Sequence[int] = ()) -> 
         for i, held in enumerate(cache.layers):
             if isinstance(held, CompactLayer) and i not in exclude:
                 layer = decoder.layers[i]
-                patches.append(Patch(layer, lambda inner, layer=layer: _compact_layer_forward(layer, inner)))
+                patches.append(Patch(layer, partial(_compact_layer_forward, layer)))
         yield
     finally:
         for patch in reversed(patches):
             patch.undo()
 
 
-def _compact_layer_forward(layer: "nn.Module", inner: Any) -> Any:
+def _compact_layer_forward(layer: Any, inner: Any) -> Any:
     """A layer whose cache is compact: its own forward, with the mask of its type gathered at the kept tokens."""
 
     def forward(hidden_states: "torch.Tensor", *args: Any, attention_mask: Any = None, cache: Any = None,

@@ -146,6 +146,9 @@ def _roomy_layers() -> tuple[type, type]:
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     class Room:
+        keys: "torch.Tensor | None"  # typed as the cache layer mixin types them, for the classes below
+        values: "torch.Tensor | None"
+
         def _hold(self, keys: "torch.Tensor", values: "torch.Tensor", room: int) -> None:
             shape = (*keys.shape[:2], keys.shape[2] + room, keys.shape[3])
             self._buffers = [keys.new_empty(shape), values.new_empty(shape)]
@@ -168,31 +171,32 @@ def _roomy_layers() -> tuple[type, type]:
             self._buffers[0][:, :, self._end : self._end + new] = keys
             self._buffers[1][:, :, self._end : self._end + new] = values
             self._end += new
-            return tuple(b[:, :, self._start : self._end] for b in self._buffers)  # type: ignore[return-value]
+            keys, values = (b[:, :, self._start : self._end] for b in self._buffers)
+            return keys, values
 
         def batch_select_indices(self, indices: "torch.Tensor") -> None:
             self._buffers = [b[indices] for b in self._buffers]
             self._view()
 
-    class Full(Room, DynamicLayer):  # type: ignore[misc]
+    class Full(Room, DynamicLayer):
         def __init__(self, layer: Any, keys: "torch.Tensor", values: "torch.Tensor", room: int) -> None:
             DynamicLayer.__init__(self)
             self._hold(keys, values, room)
 
-        def update(self, keys: "torch.Tensor", values: "torch.Tensor", *args: Any, **kwargs: Any) -> Any:
-            out = self._write(keys, values)
+        def update(self, key_states: "torch.Tensor", value_states: "torch.Tensor", *args: Any, **kwargs: Any) -> Any:
+            out = self._write(key_states, value_states)
             self._view()
             return out
 
-    class Sliding(Room, DynamicSlidingWindowLayer):  # type: ignore[misc]
+    class Sliding(Room, DynamicSlidingWindowLayer):
         def __init__(self, layer: Any, keys: "torch.Tensor", values: "torch.Tensor", room: int) -> None:
             DynamicSlidingWindowLayer.__init__(self, layer.sliding_window)
             self._hold(keys, values, room)
             self.cumulative_length = layer.cumulative_length
 
-        def update(self, keys: "torch.Tensor", values: "torch.Tensor", *args: Any, **kwargs: Any) -> Any:
-            self.cumulative_length += keys.shape[2]
-            out = self._write(keys, values)  # the window's past and the new tokens, as transformers returns them
+        def update(self, key_states: "torch.Tensor", value_states: "torch.Tensor", *args: Any, **kwargs: Any) -> Any:
+            self.cumulative_length += key_states.shape[2]
+            out = self._write(key_states, value_states)  # the window's past and the new tokens, as transformers does
             self._start = max(self._start, self._end - self.sliding_window + 1)  # then keeps the last window - 1
             self._view()
             return out
@@ -214,7 +218,8 @@ def _decode(model: Any, rows: list[_Row], mask: "torch.Tensor", room: int, under
             width = [r.steps.seq.shape[0] for r in live]
             fed = torch.cat([r.steps.seq[:, -1:] for r in live], dim=0)  # (R, 1)
             tokens = decode_logits(model, fed, mask.repeat(len(live), 1), cache)[:, -1].argmax(dim=-1)  # (R,)
-            keep, start = [], 0
+            keep: list[Any] = []
+            start = 0
             for r, b in zip(live, width):
                 if r.steps.push(tokens[start : start + b]):
                     out[id(r)] = r.steps.seq

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from poptune.errors import MeasurementError
@@ -116,7 +116,7 @@ class PrefixStates:
     # ---------------------------------------------------------------------------------------------- recording
 
     @contextlib.contextmanager
-    def recording(self, decoder: "nn.Module", inputs: dict[str, Any]) -> Iterator[None]:
+    def recording(self, decoder: Any, inputs: dict[str, Any]) -> Iterator[None]:
         """Within a plain prefill of ``inputs``: keep every layer's input for each row not yet held."""
         keys = _row_keys(inputs)
         self._last = tuple(keys) if keys is not None else None
@@ -153,9 +153,9 @@ class PrefixStates:
         """Keep each row's greedy answer (``sequences`` after the prompt, up to its first ``eos`` token)."""
         ids = inputs["input_ids"]
         for b, key in enumerate(_prompt_keys(ids, inputs.get("attention_mask"))):
-            answer = sequences[b, ids.shape[1]:].tolist()
-            stop = next((i for i, t in enumerate(answer) if t in eos), None)
-            answer = tuple(answer if stop is None else answer[: stop + 1])
+            tokens = sequences[b, ids.shape[1]:].tolist()
+            stop = next((i for i, t in enumerate(tokens) if t in eos), None)
+            answer = tuple(tokens if stop is None else tokens[: stop + 1])
             size = 8 * len(answer)
             if key in self._drafts or self.bytes + size > self.max_bytes:
                 continue
@@ -168,7 +168,8 @@ class PrefixStates:
         if ids is None or inputs.get("inputs_embeds") is not None:
             return None
         found = [self._drafts.get(k) for k in _prompt_keys(ids, inputs.get("attention_mask"))]
-        return None if any(d is None for d in found) else found  # type: ignore[return-value]
+        held = [d for d in found if d is not None]
+        return held if len(held) == len(found) else None
 
     # ---------------------------------------------------------------------------------------------- lending
 
@@ -191,7 +192,7 @@ class PrefixStates:
     # ---------------------------------------------------------------------------------------------- replaying
 
     @contextlib.contextmanager
-    def replaying(self, decoder: "nn.Module", inputs: dict[str, Any], start: int) -> Iterator[bool]:
+    def replaying(self, decoder: Any, inputs: dict[str, Any], start: int) -> Iterator[bool]:
         """Within a POP prefill of ``inputs`` whose block starts at ``start``: replay layers ``[0, start)``.
 
         Yields whether it replays (every row held); otherwise the prefill runs plainly.
@@ -207,13 +208,12 @@ class PrefixStates:
         if self._lent is not None and self._lent[0] == tuple(keys):
             lent = self._lent[1]
             entry = torch.stack([self._rows[k][start] for k in keys])  # (B, T, C): the block's input
-            patches = [Patch(decoder.layers[i],
-                             lambda _, i=i: _copy_forward(i, lent[i], entry if i == start - 1 else None))
+            patches = [Patch(decoder.layers[i], _instead(_copy_forward(i, lent[i], entry if i == start - 1 else None)))
                        for i in range(start)]
             self.copied += start
         else:
             states = torch.stack([self._rows[k][: start + 1] for k in keys], dim=1)  # (start + 1, B, T, C)
-            patches = [Patch(decoder.layers[i], lambda _, i=i: _replay_forward(decoder.layers[i], states[i], states[i + 1]))
+            patches = [Patch(decoder.layers[i], _instead(_replay_forward(decoder.layers[i], states[i], states[i + 1])))
                        for i in range(start)]
         try:
             yield True
@@ -223,7 +223,12 @@ class PrefixStates:
         self.replayed += len(keys)
 
 
-def _replay_forward(layer: "nn.Module", inputs: "torch.Tensor", outputs: "torch.Tensor") -> Any:
+def _instead(forward: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A :class:`~poptune.patching.Patch` build that puts ``forward`` in place of the layer's own."""
+    return lambda _inner: forward
+
+
+def _replay_forward(layer: Any, inputs: "torch.Tensor", outputs: "torch.Tensor") -> Any:
     """A layer before the block: write its K/V from its stored input, hand on the stored output."""
 
     def forward(hidden_states: "torch.Tensor", *, position_embeddings: Any = None, cache: Any = None,

@@ -75,10 +75,10 @@ def generate(model: Any, inputs: dict[str, Any], *, states: "PrefixStates | None
     """
     config = get_pop_config(model)
     if states is None or config is None or config.skip == 0:
-        out = _plain(model, inputs, chunk, stopping, kwargs)
+        plain = _plain(model, inputs, chunk, stopping, kwargs)
         if states is not None:
-            states.record_drafts(inputs, out, eos_ids(model, kwargs))
-        return out
+            states.record_drafts(inputs, plain, eos_ids(model, kwargs))
+        return plain
     drafts = states.drafts(inputs)
     out = None
     if drafts is not None and replayable(model, inputs, kwargs):

@@ -160,7 +160,7 @@ class SharedTrunk:
             return compute()
         states = PrefixStates(max_bytes=1 << 62)  # one batch: bounded by the batch itself
         with states.attached(model):
-            outs = None if generation is None else generate_together(
+            outs: list[Any] | None = None if generation is None else generate_together(
                 model, dict(generation.inputs), [PopConfig(skip=0), *self.configs], chunk=generation.chunk,
                 stopping=generation.stopping, **generation.kwargs)
             self.together += outs is not None

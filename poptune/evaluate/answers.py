@@ -156,12 +156,12 @@ def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: st
     keys = [_key(p, r.max_tokens) for p, r in zip(prompts, chosen)]
     kept = full_answers(model)
     missing = [i for i, k in enumerate(keys) if k not in kept]
-    pop = config is not None and config.skip > 0
+    pop = config if config is not None and config.skip > 0 else None
     if missing and pop:  # a resumed study's full run came from storage: the full model answers first
         remove_pop(model)
         _answer_into(kept, model, tokenizer, missing, prompts, chosen, keys, batch_size, prefill_chunk)
     if pop:
-        apply_pop(model, config)
+        apply_pop(model, pop)
     try:
         answers, logliks = _answer(model, tokenizer, prompts, [r.max_tokens for r in chosen], batch_size,
                                    prefill_chunk, kept=kept, keys=keys)

@@ -132,7 +132,8 @@ def _walk(ts: tuple[float, ...], uppers: Sequence[float], drift: float) -> list[
     from scipy.stats import norm
 
     crossed: list[float] = []
-    x = w = None  # grid of the paths still running, and their sub-density times the trapezoid weights
+    x: Any = None  # grid of the paths still running (set at look 0, read from look 1)
+    w: Any = None  # their sub-density times the trapezoid weights
     for k, up in enumerate(uppers):
         mean, marginal = drift * ts[k], math.sqrt(ts[k])
         if k == 0:

@@ -235,7 +235,7 @@ class PopLM(HFLM):
                         self.cache_hook.add_partial("loglikelihood", requests[i][0], answer)
                 bar.update(len(members))
                 progress.advance(len(members))
-        return results  # type: ignore[return-value]
+        return results  # type: ignore[return-value]  # every slot filled: each context's batch scores its members
 
     def _shared(self, key: bytes, compute: Any, generation: Generation | None = None) -> Any:
         """``compute()`` for this configuration on one batch, or the full model's lead's output for it where

@@ -111,7 +111,7 @@ def prompts_sha256(path: str | Path) -> str:
 
 
 #: Prompts files read in this process: real path -> (size, mtime, inode), requests, sha256.
-_READ: dict[str, tuple[tuple[int, int, int], tuple[PromptRequest, ...], str]] = {}
+_READ: dict[str, tuple[tuple[int, int, int] | None, tuple[PromptRequest, ...], str]] = {}
 
 
 def _load(path: str | Path) -> tuple[tuple[PromptRequest, ...], str]:
@@ -159,7 +159,7 @@ def _request(path: str | Path, n: int, line: str) -> PromptRequest:
     where = f"`--prompts` {path} line {n}"
     try:
         data = json.loads(line)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         raise ConfigError(f"{where} is not JSON ({e.msg}); a JSON Lines file has one object per line, a .txt "
                           "file one prompt per line") from None
     if not isinstance(data, dict):

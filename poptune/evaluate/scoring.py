@@ -120,7 +120,7 @@ def continuation_logprobs(
     results: list[torch.Tensor | None] = [None] * len(contexts)
     for i, logp in iter_logprobs(model, contexts, continuations, pad_id=pad_id, prefill_chunk=prefill_chunk):
         results[i] = logp
-    return results  # type: ignore[return-value]
+    return results  # type: ignore[return-value]  # every slot filled: iter_logprobs yields each index once
 
 
 def score_continuations(
@@ -145,4 +145,4 @@ def score_continuations(
         target = torch.tensor(continuations[i], device=logp.device)
         picked = logp.gather(1, target.unsqueeze(1)).squeeze(1)
         scored[i] = (float(picked.sum()), bool((logp.argmax(dim=-1) == target).all()))
-    return scored  # type: ignore[return-value]
+    return scored  # type: ignore[return-value]  # every slot filled: iter_logprobs yields each index once

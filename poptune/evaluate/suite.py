@@ -323,11 +323,11 @@ def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec)
         run.details.update(found.details)
     for part, scorer in ((real, _lm_eval_scores), (synthetic, _synthetic_scores)):
         if part:
-            found = scorer(model, tokenizer, config, part, spec)
-            run.scores.update(found.scores)
-            run.items.update(found.items)
-            run.outcomes.update(found.outcomes)
-            run.details.update(found.details)
+            scored = scorer(model, tokenizer, config, part, spec)
+            run.scores.update(scored.scores)
+            run.items.update(scored.items)
+            run.outcomes.update(scored.outcomes)
+            run.details.update(scored.details)
     return run
 
 

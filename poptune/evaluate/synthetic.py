@@ -257,7 +257,9 @@ def _passkey_prompt(key: str, sentences: int, depth: float) -> tuple[str, int]:
 def _passkey_item(
     tokenizer: "PreTrainedTokenizerBase", key: str, length: int, depth: float, index: int, seed: int
 ) -> SyntheticItem:
-    count = lambda n: _token_count(tokenizer, _passkey_prompt(key, n, depth)[0])  # noqa: E731
+    def count(n: int) -> int:
+        return _token_count(tokenizer, _passkey_prompt(key, n, depth)[0])
+
     shortest = count(0)
     if shortest > length:
         raise ConfigError(

@@ -107,8 +107,9 @@ def _model_stage(report: Report, plan: Plan, index: int, device: torch.device) -
         model, tokenizer = load_model(case.model, device=device, weights="random")
         try:
             if case.model == plan.null_case.model and report.data["null_checks"] is None:
-                report.data["null_checks"] = null_checks(model, tokenizer, plan)
-                report.data["benches"].append(report.data["null_checks"].pop("bench"))
+                checks = null_checks(model, tokenizer, plan)
+                report.data["null_checks"] = checks
+                report.data["benches"].append(checks.pop("bench"))
                 report.write()
             done = {(r["batch"], None if r["image"] else r["length"]) for r in report.data["rows"]
                     if r["model"] == case.model}  # rows a cut run measured (Report.resume keeps them)

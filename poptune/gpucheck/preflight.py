@@ -110,7 +110,7 @@ def transformers_floors() -> dict[str, str]:
         requirement = deps.get(package, package)
         if package == "accelerate" and not _installed(package):
             continue
-        floors[package] = requirement[len(re.match(r"[A-Za-z0-9_.\-]+", requirement).group(0)):].strip()
+        floors[package] = re.sub(r"^[A-Za-z0-9_.\-]+", "", requirement).strip()  # the version clauses
     return floors
 
 
@@ -130,7 +130,9 @@ def _spec_check(package: str, spec: str) -> Check:
     except metadata.PackageNotFoundError:
         return Check(package, "FAIL", f"not installed (needed: {why})")
     for clause in filter(None, (c.strip() for c in spec.split(","))):
-        op, bound = re.match(r"(==|!=|>=|<=|>|<|~=)?\s*(.*)", clause).groups()
+        match = re.match(r"(==|!=|>=|<=|>|<|~=)?\s*(.*)", clause)
+        assert match is not None  # both groups may be empty: every string matches
+        op, bound = match.groups()
         if not _meets(_release(found), op or ">=", _release(bound)):
             return Check(package, "FAIL", f"{found} does not meet {spec} (needed: {why})")
     return Check(package, "PASS", f"{found}" + (f" ({spec})" if spec else ""))
@@ -183,6 +185,7 @@ def preflight(device: torch.device, *, tiny: bool) -> tuple[list[Check], dict[st
         reason = f"{device} device: no CUDA, no NVML"
         return [Check(name, "SKIP", reason) for name in ("cuda", "nvml", "energy", "clocks")], fingerprint(device).to_dict()
     hardware = fingerprint(device)
+    assert hardware.memory_bytes is not None  # a CUDA device's fingerprint has its memory
     checks = [Check("cuda", "PASS", f"{hardware.name}, {hardware.memory_bytes / 2**30:.0f} GiB, driver "
                                     f"{hardware.driver_version}, torch {torch.__version__} (CUDA {torch.version.cuda})")]
     with nvml_device(hardware) as gpu:

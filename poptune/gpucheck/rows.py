@@ -8,7 +8,8 @@ layers copy no window size to the device inside a timed call.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from functools import partial
 from typing import Any
 
 import torch
@@ -82,7 +83,7 @@ def row_items(case: Case) -> list[tuple[int, tuple[int, ...]]]:
 
 @torch.inference_mode()
 def measure_case(model: Any, tokenizer: Any, case: Case, plan: Plan, on_row: OnRow,
-                 done: set[tuple[int, int | None]] = frozenset()) -> None:
+                 done: Collection[tuple[int, int | None]] = frozenset()) -> None:
     """Measures every row of ``case`` (its lengths or its image, at each batch size) with its profile, handing
     each to ``on_row`` with its bench record as soon as it is measured; energy blocks where the case has them
     (:meth:`~poptune.gpucheck.plan.Case.energy`). Rows in ``done`` ((batch, length or None for the image): a
@@ -96,5 +97,5 @@ def measure_case(model: Any, tokenizer: Any, case: Case, plan: Plan, on_row: OnR
         (row,) = result.rows
         with kept_rope_state(model), window_sizes_on_device(model):
             inputs = _inputs(model, tokenizer, case, row, batch)
-            profiled = profile_call(lambda inputs=inputs: prefill(model, inputs, None), device)
+            profiled = profile_call(partial(prefill, model, inputs, None), device)
         on_row(_record(case, batch, row, profiled), result.to_dict())

@@ -10,6 +10,7 @@ them there (once per weights, block and calibration); an exported configuration 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ class CalibratedKV(KVSource):
     def details(self, prepared: Any) -> dict[str, Any]:
         return {} if prepared is None else {self.export_key: prepared.describe()}
 
-    def report_lines(self, details: list[dict[str, Any]]) -> list[str]:
+    def report_lines(self, details: Sequence[Mapping[str, Any]]) -> list[str]:
         """Which text the study's maps were fitted on, and per block what the fit's held-out check decided."""
         sources: dict[str, None] = {}
         checks: dict[tuple[int, ...], str] = {}

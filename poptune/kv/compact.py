@@ -44,6 +44,9 @@ class CompactLayer(DynamicLayer):
     """
 
     row_fields = ("keys", "values", "columns")  # the tensors of one row each (see poptune.evaluate.scoring)
+    # Set by lazy_initialization before any read (the cache layer mixin types them Optional: unset until then).
+    keys: torch.Tensor
+    values: torch.Tensor
 
     def __init__(self, sliding_window: int | None = None) -> None:
         super().__init__()
@@ -89,6 +92,7 @@ class CompactLayer(DynamicLayer):
                              f"{self.bounds[-1:]}")
         if not self.is_initialized:
             self.lazy_initialization(keys, values)
+        assert self.columns is not None  # made by lazy_initialization
         self.keys = torch.cat([self.keys, keys], dim=-2)
         self.values = torch.cat([self.values, values], dim=-2)
         self.columns = torch.cat([self.columns, columns.to(self.device)], dim=-1)
@@ -138,6 +142,7 @@ class CompactLayer(DynamicLayer):
         """Drop the keys no row holds at a column >= ``limit``."""
         cut = bisect.bisect_left(self.bounds, limit)
         if cut:
+            assert self.columns is not None  # cut > 0: keys are held
             self.keys, self.values = self.keys[..., cut:, :], self.values[..., cut:, :]
             self.columns, self.bounds = self.columns[:, cut:], self.bounds[cut:]
 
@@ -155,6 +160,7 @@ class CompactLayer(DynamicLayer):
             cut = bisect.bisect_left(self.bounds, last)
             if len(self.bounds) - cut != count:
                 raise RuntimeError(f"cannot crop {count} tokens: this compact cache layer did not keep them all")
+            assert self.columns is not None  # the count above is held
             self.keys, self.values = self.keys[..., :cut, :], self.values[..., :cut, :]
             self.columns, self.bounds = self.columns[:, :cut], self.bounds[:cut]
             self.cumulative_length = last

@@ -41,7 +41,6 @@ from poptune.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     import torch
-    from torch import nn
 
 __all__ = ["KVMaps", "LayerMaps", "attach_to", "detach_from", "kv_maps_of", "file_sha256", "kv_maps_dir", "maps_file",
            "keep", "maps_paths", "read_cached"]
@@ -121,9 +120,9 @@ class KVMaps:
 
     def describe(self) -> dict[str, Any]:
         """What the maps are, as stored with a measurement and an exported configuration."""
-        fit = {key: self.meta[key] for key in ("calibration", "tokens", "ridge", "sink_norm", "kept_own", "validation")
+        fit: dict[str, Any] = {key: self.meta[key] for key in ("calibration", "tokens", "ridge", "sink_norm", "kept_own", "validation")
                if key in self.meta}
-        where = {} if self.path is None else {"file": str(self.path), "sha256": file_sha256(self.path)}
+        where: dict[str, Any] = {} if self.path is None else {"file": str(self.path), "sha256": file_sha256(self.path)}
         return {"block": [self.start, self.stop], "fingerprint": self.fingerprint, **where, **fit}
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -202,7 +201,7 @@ class KVMaps:
         return cls(start, stop, weights, metadata["fingerprint"], json.loads(metadata.get("meta", "{}")), path,
                    sinks, sink_norm)
 
-    def check_fits(self, decoder: "nn.Module") -> None:
+    def check_fits(self, decoder: Any) -> None:
         """Raise :class:`ConfigError` unless every map has the shape of its layer's own projection."""
         if self.stop > len(decoder.layers):
             raise ConfigError(f"maps of block [{self.start}, {self.stop}) do not fit a model of "
@@ -224,7 +223,7 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def attach_to(decoder: "nn.Module", maps: KVMaps) -> None:
+def attach_to(decoder: Any, maps: KVMaps) -> None:
     """Give ``decoder`` the maps of one block (replacing any it held for that block), on its device and dtype.
 
     Users call :func:`poptune.engine.attach_kv_maps` with the model.
@@ -241,7 +240,7 @@ def attach_to(decoder: "nn.Module", maps: KVMaps) -> None:
     setattr(decoder, _ATTR, held)
 
 
-def detach_from(decoder: "nn.Module", block: tuple[int, int] | None = None) -> None:
+def detach_from(decoder: Any, block: tuple[int, int] | None = None) -> None:
     """Drop every map ``decoder`` holds (only those of ``block`` when given)."""
     if block is not None:
         setattr(decoder, _ATTR, {b: m for b, m in kv_maps_of(decoder).items() if b != block})
@@ -249,7 +248,7 @@ def detach_from(decoder: "nn.Module", block: tuple[int, int] | None = None) -> N
         delattr(decoder, _ATTR)
 
 
-def kv_maps_of(decoder: "nn.Module") -> Mapping[tuple[int, int], KVMaps]:
+def kv_maps_of(decoder: Any) -> Mapping[tuple[int, int], KVMaps]:
     """The maps a decoder holds, by block."""
     return getattr(decoder, _ATTR, {})
 

@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
-    from torch import nn
 
     from poptune.kv.maps import LayerMaps
 
 __all__ = ["prompt_kv", "write_prompt_kv"]
 
 
-def prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_embeddings: Any,
+def prompt_kv(layer: Any, hidden_states: "torch.Tensor", position_embeddings: Any,
               fitted: "LayerMaps | None" = None) -> "tuple[torch.Tensor, torch.Tensor]":
     """Keys and values (B, H_kv, P, D) of ``hidden_states`` (B, P, C) through ``layer``'s K/V projections.
 
@@ -50,14 +49,14 @@ def prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_embedd
     return keys, values
 
 
-def write_prompt_kv(layer: "nn.Module", hidden_states: "torch.Tensor", position_embeddings: Any, cache: Any,
+def write_prompt_kv(layer: Any, hidden_states: "torch.Tensor", position_embeddings: Any, cache: Any,
                     fitted: "LayerMaps | None" = None) -> None:
     """Add the K/V of ``hidden_states`` through ``layer``'s projections (:func:`prompt_kv`) to ``cache``."""
     keys, values = prompt_kv(layer, hidden_states, position_embeddings, fitted)
     cache.update(keys, values, layer.self_attn.layer_idx)
 
 
-def _fitted_kv(attn: "nn.Module", hidden_states: "torch.Tensor", normed: "torch.Tensor", fitted: "LayerMaps"
+def _fitted_kv(attn: Any, hidden_states: "torch.Tensor", normed: "torch.Tensor", fitted: "LayerMaps"
                ) -> "tuple[torch.Tensor, torch.Tensor]":
     """Keys and values (B, P, H_kv * D) through fitted maps, sink tokens through their own projections.
 

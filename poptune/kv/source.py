@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,7 +90,7 @@ class Preparation:
             once on first use: fitting runs the engine, so it is handed down from the floor above.
     """
 
-    decoder: "nn.Module"
+    decoder: Any  # decoder_of(model): its layers are the model family's own
     fingerprint: str | None = None
     cache_dir: str | os.PathLike[str] | None = None
     make_fitter: Callable[[], Any] | None = None
@@ -156,7 +156,7 @@ class KVSource:
         """What a measurement stores about what :meth:`prepare` returned."""
         return {}
 
-    def report_lines(self, details: list[dict[str, Any]]) -> list[str]:
+    def report_lines(self, details: Sequence[Mapping[str, Any]]) -> list[str]:
         """What a study's summary says of what was prepared for this source, from its trials' ``details``."""
         return []
 

@@ -322,7 +322,7 @@ class KVFitter:
                 "own_nll": sum(nll_own) / len(nll_own), "calibrated_nll": sum(nll_fit) / len(nll_fit)}
 
 
-def _own_maps(decoder: "nn.Module", start: int, stop: int, fingerprint: str) -> KVMaps:
+def _own_maps(decoder: Any, start: int, stop: int, fingerprint: str) -> KVMaps:
     """Maps that are the layers' own projections (calibrated K/V then equals the paper's POP exactly)."""
     weights = {i: (decoder.layers[i].self_attn.k_proj.weight.detach().clone(),
                    decoder.layers[i].self_attn.v_proj.weight.detach().clone()) for i in range(start + 1, stop)}
@@ -332,7 +332,7 @@ def _own_maps(decoder: "nn.Module", start: int, stop: int, fingerprint: str) -> 
 class _LayerFit:
     """The ridge fit of one layer's K and V maps (and its sink maps), with its errors on held-out tokens."""
 
-    def __init__(self, layer: "nn.Module", ridge: float, sink_norm: float | None) -> None:
+    def __init__(self, layer: Any, ridge: float, sink_norm: float | None) -> None:
         self.layer, self.ridge, self.sink_norm = layer, ridge, sink_norm
 
     def _inputs(self, entry: "torch.Tensor", true: "torch.Tensor"

@@ -47,6 +47,7 @@ def prepare_kv(model: "nn.Module", tokenizer: Any, config: PopConfig, *, fingerp
 
     def make_fitter() -> KVFitter:
         if fitter is None:
+            assert fingerprint is not None  # the calibrated source refuses a model without one before fitting
             return KVFitter(model, tokenizer, spec or KVFitSpec(), fingerprint)
         return fitter if isinstance(fitter, KVFitter) else fitter()
 

@@ -126,7 +126,10 @@ def _fill_from_nvml(nv: ModuleType, rec: HardwareRecord) -> None:
     rec.cuda_driver_version = None if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}"
     if handle is None:
         return
-    q = lambda what, fn, *args: query(nv, rec.notes, what, fn, handle, *args)  # noqa: E731
+
+    def q(what: str, fn: Any, *args: Any) -> Any:
+        return query(nv, rec.notes, what, fn, handle, *args)
+
     rec.sm_clock_max_mhz = q("max SM clock", nv.nvmlDeviceGetMaxClockInfo, nv.NVML_CLOCK_SM)
     rec.mem_clock_max_mhz = q("max memory clock", nv.nvmlDeviceGetMaxClockInfo, nv.NVML_CLOCK_MEM)
     limit = q("power limit", nv.nvmlDeviceGetEnforcedPowerLimit)

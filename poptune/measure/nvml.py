@@ -159,9 +159,10 @@ class NvmlDevice:
             self._nv, self._handle = None, None
 
     def _q(self, what: str, fn_name: str, *args: Any) -> Any:
-        if not self.available:
+        nv = self._nv
+        if nv is None or not self.available:
             return None
-        return query(self._nv, self.notes, what, getattr(self._nv, fn_name), self._handle, *args)  # type: ignore[arg-type]
+        return query(nv, self.notes, what, getattr(nv, fn_name), self._handle, *args)
 
     def energy_mj(self) -> int | None:
         """NVML's total-energy counter (mJ since the driver loaded; Volta and newer), or None."""
@@ -174,16 +175,16 @@ class NvmlDevice:
 
     def sample(self) -> dict[str, Any]:
         """One reading: SM and memory clock (MHz), power (W), temperature (°C), clock event reasons, energy (mJ)."""
-        if not self.available:
+        nv = self._nv
+        if nv is None or not self.available:
             keys = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "temperature_c", "clock_reasons", "energy_mj")
             return dict.fromkeys(keys)
-        nv = self._nv
         power = self.power_w()
         return {
-            "sm_clock_mhz": self._q("SM clock", "nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),  # type: ignore[union-attr]
-            "mem_clock_mhz": self._q("memory clock", "nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM),  # type: ignore[union-attr]
+            "sm_clock_mhz": self._q("SM clock", "nvmlDeviceGetClockInfo", nv.NVML_CLOCK_SM),
+            "mem_clock_mhz": self._q("memory clock", "nvmlDeviceGetClockInfo", nv.NVML_CLOCK_MEM),
             "power_w": power,
-            "temperature_c": self._q("temperature", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),  # type: ignore[union-attr]
-            "clock_reasons": _clock_reasons(nv, self._handle, self.notes),  # type: ignore[arg-type]
+            "temperature_c": self._q("temperature", "nvmlDeviceGetTemperature", nv.NVML_TEMPERATURE_GPU),
+            "clock_reasons": _clock_reasons(nv, self._handle, self.notes),
             "energy_mj": self.energy_mj(),
         }

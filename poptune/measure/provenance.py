@@ -58,9 +58,12 @@ def git_commit(root: Path | None = None) -> str | None:
     root = root or Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return None
+
+    def run(*cmd: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+
     try:
-        run = lambda *cmd: subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True,  # noqa: E731
-                                          timeout=10, check=True).stdout.strip()
         commit = run("rev-parse", "HEAD")
         dirty = bool(run("status", "--porcelain", "--untracked-files=no", "--", ".", ":!leaderboards", ":!studies"))
     except (OSError, subprocess.SubprocessError):

@@ -164,12 +164,12 @@ class Timer:
         fn()
         return (self.clock() - t0) / 1e6
 
-    def read(self, pending: Sequence[object]) -> list[float]:
+    def read(self, pending: Sequence[Any]) -> list[float]:
         """Turns pending measurements into milliseconds, synchronising the device once on CUDA."""
         if not self.is_cuda:
-            return [float(p) for p in pending]  # type: ignore[arg-type]
+            return [float(p) for p in pending]
         self.synchronize()
-        return [float(start.elapsed_time(end)) for start, end in pending]  # type: ignore[misc]
+        return [float(start.elapsed_time(end)) for start, end in pending]
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,8 @@ def _precise(timed: list[list[float]], policy: RepeatPolicy) -> bool:
     samples = [b / a for a, b in zip(first, second[0])] if second else first
     centre = percentile(samples, 50)
     interval = median_interval(samples, confidence=policy.confidence, seed=policy.seed)
-    return relative_half_width(interval, centre) <= policy.precision  # type: ignore[operator]
+    assert policy.precision is not None  # asked only while chasing a precision
+    return relative_half_width(interval, centre) <= policy.precision
 
 
 @dataclass

@@ -117,7 +117,9 @@ def load_model(
         import torch
 
         # Built on the CPU and moved: the same seeded weights on every device (a CUDA generator draws others).
-        model = _random_model(configs.tiny_config(spec.name), torch.device("cpu"), torch_dtype).to(dev)
+        tiny = configs.tiny_config(spec.name)
+        assert tiny is not None  # resolve_model made a "tiny" spec of a tiny config's name
+        model = _random_model(tiny, torch.device("cpu"), torch_dtype).to(dev)
         tokenizer = _tiny_tokenizer()
     elif weights == "random":
         model, tokenizer = _random_model(_config_for_random(spec), dev, torch_dtype), _tokenizer_for_random(spec)
@@ -220,10 +222,10 @@ def weights_fingerprint(name: str, weights: str = "pretrained") -> str:
     if spec.source == "embedded":
         marker = json.loads((directory / "poptune-cache.json").read_text())
         return f"gguf-sha256-{marker['gguf_sha256']}"
-    digest = hashlib.sha256((directory / "config.json").read_bytes())
+    files = hashlib.sha256((directory / "config.json").read_bytes())
     for path in sorted(directory.glob("*.safetensors")):
-        digest.update(f"{path.name}:{path.stat().st_size}".encode())
-    return f"files-sha256-{digest.hexdigest()[:32]}"
+        files.update(f"{path.name}:{path.stat().st_size}".encode())
+    return f"files-sha256-{files.hexdigest()[:32]}"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -235,9 +237,11 @@ def _pretrained_dir(spec: ModelSpec) -> str:
 
         return str(embedded_model_dir())
     if spec.source == "local":
-        return spec.path  # type: ignore[return-value]
+        assert spec.path is not None  # resolve_model gives a local spec its path
+        return spec.path
     from huggingface_hub import snapshot_download
 
+    assert spec.hub_id is not None  # resolve_model gives a hub spec its id
     try:
         return snapshot_download(spec.hub_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"])
     except Exception as e:  # offline, gated, or absent: one line naming what was looked for
@@ -271,6 +275,7 @@ def _config_for_random(spec: ModelSpec) -> dict[str, Any]:
     if spec.source == "local":
         from transformers import AutoConfig
 
+        assert spec.path is not None  # resolve_model gives a local spec its path
         return AutoConfig.from_pretrained(spec.path).to_dict()
     config = configs.full_config(spec.name)
     if config is None:
@@ -325,8 +330,7 @@ def _tokenizer_for_random(spec: ModelSpec) -> Any:
                     "latency; random weights build no checkpoint)", spec.name)
         return _tiny_tokenizer()
     try:
-        directory = spec.path if spec.source == "local" else _pretrained_dir(spec)
-        return _load_tokenizer(directory, spec)
+        return _load_tokenizer(_pretrained_dir(spec), spec)  # a local spec: its own folder
     except ModelNotFoundError:
         log.warning("no tokenizer for %s offline: using byte-level token ids (fine for latency)", spec.name)
         return _tiny_tokenizer()

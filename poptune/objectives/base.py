@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from poptune.errors import MeasurementError
 
@@ -17,6 +17,7 @@ __all__ = ["DIRECTIONS", "Objective", "References", "target_row"]
 
 #: Optuna's directions, the only two an objective may have.
 DIRECTIONS = ("minimize", "maximize")
+Direction = Literal["minimize", "maximize"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Objective:
     """
 
     name: str
-    direction: str
+    direction: Direction
     label: str
     unit: str
     metric: str

@@ -13,7 +13,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 from poptune.objectives.accuracy import ACCURACY
-from poptune.objectives.base import Objective, References
+from poptune.objectives.base import Direction, Objective, References
 from poptune.objectives.kv_bytes import KV_BYTES
 from poptune.objectives.tpot import TPOT
 from poptune.objectives.ttft import TTFT
@@ -65,7 +65,7 @@ def parse(text: str) -> tuple[str, ...]:
     return check([part.strip() for part in text.split(",") if part.strip()])
 
 
-def directions(names: Sequence[str]) -> list[str]:
+def directions(names: Sequence[str]) -> list[Direction]:
     """Optuna's ``directions`` of a study with objectives ``names``."""
     return [get(n).direction for n in names]
 

@@ -25,6 +25,8 @@ def _read(measurement: Any, references: References) -> float:
     if not speedup:
         raise MeasurementError("objective tpot: no decode pairs were timed (decode_tokens 0?)")
     reference = references.tpot_ms if references.tpot_ms is not None else full
+    if reference is None:
+        raise MeasurementError("objective tpot: no full-model time per output token to read the speedup against")
     return float(reference) / float(speedup)
 
 

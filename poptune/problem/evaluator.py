@@ -258,9 +258,9 @@ class ConfigEvaluator:
 
         # Read only where nothing replays the full model's states (a certification, or no state reuse): a search
         # that reuses states runs the full model on its items anyway, and checks them against its stored run.
-        reading = self.answers is not None and (self._trunk is not None or self.states is None)
-        known = {t: self.answers.get(t, v) for t, v in missing.items()
-                 if reading and t not in PROMPT_TASKS}  # a prompts file's details are per run
+        answers = self.answers if self._trunk is not None or self.states is None else None
+        known = {t: answers.get(t, v) for t, v in missing.items()
+                 if t not in PROMPT_TASKS} if answers is not None else {}  # a prompts file's details are per run
         todo = {t: [i for i in v if i not in known.get(t, {})] for t, v in missing.items()}
         todo = {t: v for t, v in todo.items() if v}
         scored = None
@@ -277,6 +277,7 @@ class ConfigEvaluator:
             return scored
         parts = {t: dict(known.get(t, {})) for t in missing}
         for task in todo:
+            assert scored is not None  # todo is not empty: scored above
             parts[task].update(zip(scored.items[task], scored.outcomes[task]))
         outcomes = {t: [parts[t][i] for i in missing[t]] for t in missing}
         run = TaskRun({t: {PRIMARY_METRIC[t]: sum(v) / len(v)} for t, v in outcomes.items()},

@@ -32,7 +32,7 @@ import math
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from poptune.engine import KV_SOURCES, PopConfig
 from poptune.errors import ConfigError, InputError
@@ -135,6 +135,12 @@ def write_grid(study: "optuna.Study", path: str | Path) -> int:
     return len(rows)
 
 
+@overload
+def _float(row: dict[str, str], key: str, where: str, *, optional: Literal[False] = False) -> float: ...
+@overload
+def _float(row: dict[str, str], key: str, where: str, *, optional: bool) -> float | None: ...
+
+
 def _float(row: dict[str, str], key: str, where: str, *, optional: bool = False) -> float | None:
     text = (row.get(key) or "").strip()
     if not text and optional:
@@ -177,7 +183,7 @@ def _measurement(row: dict[str, str], where: str) -> Measurement:
     if ci is not None:
         latency.update(speedup_lo=ci[0], speedup_hi=ci[1])
     target = int(_float(row, "target_length", where, optional=True) or 0)
-    reference = accuracy + drop / 100  # type: ignore[operator]
+    reference = accuracy + drop / 100
     return Measurement(
         config=config, latency={target: latency}, target_length=target, accuracy={WORKLOAD: accuracy},
         full_accuracy={WORKLOAD: reference}, items={WORKLOAD: items} if items else {},
@@ -273,8 +279,11 @@ def draw(m: Measurement, rng: "np.random.Generator") -> Measurement:
     latency = {n: {k: (v * factor if k in scaled and v is not None else v) for k, v in row.items()}
                for n, row in m.latency.items()}
     for row in latency.values():
-        row["pop_ms"] = float(row["pop_ms"]) / factor  # type: ignore[arg-type]
+        pop_ms = row["pop_ms"]
+        assert pop_ms is not None  # every replayed row was timed
+        row["pop_ms"] = float(pop_ms) / factor
     moved = new_drop - drop
-    return replace(m, latency=latency, accuracy={t: a - moved / 100 for t, a in m.accuracy.items()},
-                   drop=None if m.drop is None else dict(m.drop, mean=new_drop, lo=drop_ci[0] + moved,  # type: ignore[index]
-                                                         hi=drop_ci[1] + moved))  # type: ignore[index]
+    shifted = None
+    if m.drop is not None and drop_ci is not None:  # both or neither
+        shifted = dict(m.drop, mean=new_drop, lo=drop_ci[0] + moved, hi=drop_ci[1] + moved)
+    return replace(m, latency=latency, accuracy={t: a - moved / 100 for t, a in m.accuracy.items()}, drop=shifted)

@@ -8,6 +8,7 @@ The README gives each preset's measured duration on this project's 2-core CPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Preset", "PRESETS", "DEFAULT_PRESET", "STANDARD", "prompts_split", "sized"]
 
@@ -82,7 +83,8 @@ def sized(name: str | None = None, **given: int | float | None) -> Preset:
     """
     from dataclasses import replace
 
-    return replace(PRESETS[name or DEFAULT_PRESET], **{k: v for k, v in given.items() if v is not None})
+    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    return replace(PRESETS[name or DEFAULT_PRESET], **changes)
 
 
 def prompts_split(requests: int, limit: int, certify: int) -> tuple[int, int]:

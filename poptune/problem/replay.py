@@ -81,9 +81,11 @@ class Replay:
         if config not in self.table:
             raise ConfigError(f"the study {self.study_name!r} holds no measurement of {config}")
         recorded = self.table[config]
-        if rng is None and self.noise_seed is None:
-            return recorded
-        return draw(recorded, rng if rng is not None else noise_rng(self.noise_seed, config))  # type: ignore[arg-type]
+        if rng is None:
+            if self.noise_seed is None:
+                return recorded
+            rng = noise_rng(self.noise_seed, config)
+        return draw(recorded, rng)
 
 
 def covers_grid(replay: Replay) -> bool:

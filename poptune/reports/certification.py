@@ -158,7 +158,7 @@ def bound_points(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, ful
         if not entry.get("drop") or row.verdict == "not certified":
             continue
         drop = PairedDrop.from_dict(entry["drop"])
-        speed = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None else None
+        speed = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None and row.speedup_hi is not None else None
         points[f"{row.label}: {row.verdict}, drop <= {drop.hi:.2f}"] = PlotPoint(
             row.speedup, full_accuracy - drop.hi, "", speed, (full_accuracy - drop.hi, full_accuracy - drop.lo))
     return points

@@ -305,7 +305,9 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
         if not covers_grid(replay):
             continue
         budget = replay.max_drop if replay.max_drop is not None else 1.0
-        tuner = tuner_efficiency(replay, float(store.reference_ms(study)), max_drop=budget, seeds=seeds)
+        reference = store.reference_ms(study)
+        assert reference is not None  # a study that covers the grid has measured
+        tuner = tuner_efficiency(replay, float(reference), max_drop=budget, seeds=seeds)
         lines = [f"# Tuner efficiency on the replay of {study.study_name}", "",
                  f"Every configuration of the search space was measured ({len(replay.table)}); samplers ask, the replay "
                  f"answers. Budget {budget} points. Each cell: median over seeds of the best within-budget speedup "

@@ -10,6 +10,7 @@ Markdown summary and the plot; :meth:`StudyReport.write` writes the summary and 
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -128,7 +129,7 @@ def _undecided(trials: list[StoredTrial], budget: float | None) -> list[FrontRow
     if budget is None:
         return []
     rows = [FrontRow.from_trial(t) for t in trials if t.measured and t.drop_ci]
-    return sorted((r for r in rows if r.skip and r.speedup > 1 and r.drop_lo is not None
+    return sorted((r for r in rows if r.skip and r.speedup > 1 and r.drop_lo is not None and r.drop_hi is not None
                    and r.drop_lo <= budget < r.drop_hi), key=lambda r: -r.speedup)
 
 
@@ -170,7 +171,10 @@ def _value(row: FrontRow, name: str) -> float | None:
 def _cells(row: FrontRow, accuracy: AccuracyColumn | None = None, objectives: tuple[str, ...] = DEFAULT) -> list[str]:
     interval = f" [{row.speedup_lo:.3f}, {row.speedup_hi:.3f}]" if row.speedup_lo is not None else ""
     drop = f"{row.drop:+.2f}" + (f" [{row.drop_lo:+.2f}, {row.drop_hi:+.2f}]" if row.drop_hi is not None else "")
-    ms = lambda v: f"{v:.1f}" if v is not None else ""  # noqa: E731
+
+    def ms(v: float | None) -> str:
+        return f"{v:.1f}" if v is not None else ""
+
     values = [accuracy.cell(row) if n == "accuracy" and accuracy is not None else
               get(n).cell(v) if (v := _value(row, n)) is not None else "" for n in objectives]
     return [str(row.trial), _label(row), f"{row.speedup:.3f}x{interval}{'*' if row.confirmed else ''}",
@@ -197,7 +201,7 @@ def _notes(rows: list[FrontRow], reference_ms: float | None) -> list[str]:
     return notes
 
 
-def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_ms: float | None = None,
+def front_table(rows: list[FrontRow], refs: Sequence[Reference] = (), *, reference_ms: float | None = None,
                 markdown: bool = False, accuracy: AccuracyColumn | None = None,
                 objectives: tuple[str, ...] = DEFAULT, confidence: float = 0.95) -> str:
     """The front and the reference rows as a fixed-width table (or Markdown), one column per objective of the
@@ -206,7 +210,8 @@ def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_m
     columns = _columns(accuracy, objectives, confidence)
     body = [_cells(r, accuracy, objectives) for r in rows]
     extra = [(ref, _cells(ref.row, accuracy, objectives)) for ref in refs if ref.row is not None]
-    notes = _notes(rows + [ref.row for ref, _ in extra], reference_ms) + _objective_notes(objectives)
+    shown = [ref.row for ref, _ in extra if ref.row is not None]  # each of extra has its row
+    notes = _notes(rows + shown, reference_ms) + _objective_notes(objectives)
     if accuracy is not None:
         notes.append(accuracy.note)
     if markdown:
@@ -220,8 +225,10 @@ def front_table(rows: list[FrontRow], refs: list[Reference] = (), *, reference_m
         return "\n".join(lines + [""] + [f"- {n}" for n in notes])
     widths = [max([len(c)] + [len(cells[i]) for cells in body + [c for _, c in extra]])
               for i, c in enumerate(columns)]
-    fmt = lambda cells: "  ".join(c.rjust(w) if i not in (1,) else c.ljust(w)  # noqa: E731
-                                  for i, (c, w) in enumerate(zip(cells, widths)))
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i not in (1,) else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
     lines = [fmt(list(columns))] + [fmt(cells) for cells in body]
     if refs:
         lines.append("references:")
@@ -292,7 +299,8 @@ def _plot_point(row: FrontRow, objectives: tuple[str, ...] = DEFAULT) -> Any:
     if row.drop_lo is not None and row.drop_hi is not None:  # accuracy = reference - drop: the ends swap
         base = 100 * row.accuracy + row.drop
         drop_range = (base - row.drop_hi, base - row.drop_lo)
-    speed_range = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None else None
+    speed_range = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None and row.speedup_hi is not None \
+        else None
     extra = [f"{get(n).label} {get(n).cell(row.values[n])}" for n in objectives if n not in DEFAULT and n in row.values]
     return PlotPoint(row.speedup, 100 * row.accuracy, ", ".join([_label(row), *extra]), speed_range, drop_range)
 
@@ -416,6 +424,7 @@ class StudyReport:
         if line:
             lines.append(line)
         if self.certified:
+            assert self.stored.certification is not None  # the certified rows come of it
             confidence = self.stored.certification["confidence"]
             lines.append(f"certified on fresh items (no trial scored them; drop's interval at {level(confidence)}%, "
                          "valid at every planned look):")

@@ -103,7 +103,7 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
 
     if spec.grid:
         replay = Replay.from_csv(spec.grid)
-        defaults = dict(samplers=tuple(TUNER_SAMPLERS), seeds=20, horizon=64,
+        defaults: dict[str, Any] = dict(samplers=tuple(TUNER_SAMPLERS), seeds=20, horizon=64,
                         max_drop=replay.max_drop if replay.max_drop is not None else DEFAULT_MAX_DROP)
         first = next(iter(replay.table.values()))
         where = [f"grid file: `{spec.grid}` ({len(replay.table)} configurations, measured on "
@@ -158,6 +158,8 @@ def _order(replay, spec: TunerSpec) -> list[str]:
     from poptune.tune.replay import implied_held
     from poptune.tune.structured import order_violations
 
+    assert spec.max_drop is not None and spec.seeds is not None  # filled in by _source
+
     lines = []
     for what, family_only in (("one family (boundary, offset, K/V source; `skip` ascending)", True),
                               ("the whole order (skipped blocks nested, boundaries nested)", False)):
@@ -177,6 +179,8 @@ def _order(replay, spec: TunerSpec) -> list[str]:
 def _markdown(replay, rows, spec: TunerSpec, where: list[str], seconds: float, command: str) -> str:
     from poptune.measure.provenance import now, provenance_block
     from poptune.tune.replay import CHECKPOINTS, HV_SHARE
+
+    assert spec.samplers is not None  # filled in by _source
 
     feasible = [m for m in replay.table.values() if m.candidate(spec.max_drop)]
     target = max(feasible, key=lambda m: m.speedup, default=None)
@@ -264,6 +268,7 @@ def tuner_table(spec: TunerSpec, command: str) -> tuple[Path, list[Any]]:
     if spec.out:
         check_writable_file(spec.out)
     replay, where, spec = _source(spec)
+    assert spec.max_drop is not None and spec.samplers is not None and spec.seeds is not None  # filled in
     out = Path(spec.out) if spec.out else Path("leaderboards") / f"{default_name(replay.study_name)}.md"
     started = time.monotonic()
     rows = tuner_efficiency(replay, max_drop=spec.max_drop, samplers=spec.samplers, seeds=spec.seeds,

@@ -45,7 +45,7 @@ class FrontRow:
     boundary: str
     offset: int
     method: str
-    prefill_ms: float
+    prefill_ms: float | None
     speedup: float
     accuracy: float
     drop: float
@@ -94,7 +94,10 @@ class FrontRow:
         if confirmed and reference_ms:
             prefill_ms = latency_objective(reference_ms, speedup)
         accuracy = values.get("accuracy", t.objective_accuracy)
-        values.update({k: v for k, v in (("ttft", prefill_ms), ("accuracy", accuracy)) if k in values})
+        if "ttft" in values and prefill_ms is not None:  # not None: read from values, or computed
+            values["ttft"] = prefill_ms
+        if "accuracy" in values:
+            values["accuracy"] = accuracy
         drop_lo, drop_hi = t.drop_ci or (None, None)
         return cls(
             trial=t.number,

@@ -91,15 +91,23 @@ class Measurement:
     def _weights(self) -> dict[int, float]:
         return self.latency_weights or {self.target_length: 1.0}
 
+    def _weighted_ms(self, key: str) -> float:
+        total = 0.0
+        for n, w in self._weights().items():
+            ms = self.latency[n][key]
+            assert ms is not None, f"{key} at {n} tokens"  # every length timed holds both sides' medians
+            total += w * float(ms)
+        return total
+
     @property
     def prefill_ms(self) -> float:
         """POP's expected time to first token over the workload (p50 per length, weighted)."""
-        return sum(w * float(self.latency[n]["pop_ms"]) for n, w in self._weights().items())  # type: ignore[arg-type]
+        return self._weighted_ms("pop_ms")
 
     @property
     def full_ms(self) -> float:
         """The full model's expected time to first token over the same prompts."""
-        return sum(w * float(self.latency[n]["full_ms"]) for n, w in self._weights().items())  # type: ignore[arg-type]
+        return self._weighted_ms("full_ms")
 
     @property
     def speedup(self) -> float:

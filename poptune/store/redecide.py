@@ -34,5 +34,5 @@ def redecide(measurement: Measurement, full_run: Mapping[str, Any] | None) -> Me
     run = TaskRun({t: {} for t in items}, items, {t: list(v) for t, v in measurement.outcomes.items()})
     before = PairedDrop.from_dict(measurement.drop) if "items" in measurement.drop else None
     looks = [dict(look) for look in before.looks] if before is not None and before.looks else None
-    planned = before.planned if looks else None
+    planned = before.planned if before is not None and looks else None
     return replace(measurement, drop=drop_of(full, run, looks=looks, planned=planned).to_dict())

@@ -91,6 +91,7 @@ class LocalPostgres:
 
     def restart(self) -> None:
         """Stop the server (fast: open connections are cut) and start it again, as an operator would."""
+        assert self.root is not None, "restart() of a server never started"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-m", "fast", "-w", "-t", "60",
                   "restart")  # -l again: otherwise the server keeps our output pipe open
 

@@ -271,6 +271,7 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planne
                               "attempt": attempt, "error": attempt_error(attempt), "attempts": attempts,
                               "plan": plan.to_dict() if plan is not None else None}
     if plan is not None:
+        assert p.max_drop is not None  # a plan is made for a budget
         progress.note(plan.line(rows[0].label, p.max_drop))
     policy = replace(certification_policy(p), start=min(CERTIFY_START, cap), cap=cap)
     with evaluator.sharing([row.config for row in rows]):  # the full model's items score every candidate too

@@ -234,7 +234,7 @@ def add_finished_trial(study: "optuna.Study", values: tuple[float, ...], info: d
     from optuna.samplers._base import _CONSTRAINTS_KEY
 
     system = {} if constraint is None else {_CONSTRAINTS_KEY: (constraint,)}
-    space = {}
+    space: dict[str, Any] = {}
     if config is not None:
         space = {"params": params_of(config, kv), "distributions": distributions_of(config, num_layers, kv)}
     with warnings.catch_warnings():  # Optuna warns that heartbeats serve `optimize`: this trial has none

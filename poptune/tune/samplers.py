@@ -42,8 +42,8 @@ def make_sampler(name: str, seed: int, num_layers: int, kv: tuple[str, ...] = OW
     if name == "structured":
         from poptune.tune.structured import StructuredSampler
 
-        return StructuredSampler(num_layers, kv=kv, max_drop=max_drop, ideal=ideal, seed=seed,
-                                 **({"objectives": objectives} if objectives else {}))
+        options: dict[str, Any] = {"objectives": objectives} if objectives else {}
+        return StructuredSampler(num_layers, kv=kv, max_drop=max_drop, ideal=ideal, seed=seed, **options)
     return SpaceGridSampler(num_layers, seed, kv)
 
 

@@ -164,7 +164,10 @@ def follow_up(scenario: Any, *, search: int = 32, first_cap: int = 128, most: in
             if size is not None:
                 costs[key] = {"per_task": used + size}
             elif key not in costs:
-                costs[key] = _cost(seen.to_dict(), one.drop, 1.0, problem, _confidence(2, 1), used)
+                # ignore: `problem` stands in for a TuningProblem with the two fields _cost reads
+                cost = _cost(seen.to_dict(), one.drop, 1.0, problem, _confidence(2, 1), used)  # type: ignore[arg-type]
+                assert cost is not None  # max_drop > 0: a budget to cost the verdict against
+                costs[key] = cost
             second_cap = min(-(-(int(costs[key]["per_task"]) - used) // grid) * grid, most)
             sizes.append(second_cap)
             begin = 0 if same_items else first_cap

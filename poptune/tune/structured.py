@@ -148,7 +148,8 @@ def _budget(trials: Sequence["optuna.trial.FrozenTrial"]) -> float | None:
 def _within(trial: "optuna.trial.FrozenTrial", budget: float | None) -> float | None:
     drop = trial.user_attrs.get("drop")
     if budget is not None and isinstance(drop, Mapping) and drop.get("lo") is not None:
-        mean = float(trial.user_attrs.get("drop_points", drop.get("mean", drop["lo"])))
+        attrs = trial.user_attrs
+        mean = float(attrs["drop_points"] if "drop_points" in attrs else drop.get("mean", drop["lo"]))
         lo, hi = float(drop["lo"]), float(drop.get("hi", drop["lo"]))
         if lo > budget:  # rejected: the study's own constraint
             return _CLIP
@@ -201,13 +202,13 @@ def implied_verdicts(seen: Mapping[PopConfig, Observation], num_layers: int, kv:
     """The verdicts the order implies for the configurations ``seen`` lacks: within where the configuration
     is no deeper than a trial judged within (probability > 1/2) and no trial judged beyond is no deeper than
     it; beyond the other way round; nothing where the two conflict (the order broken by noise) or neither."""
-    judged = [o for o in seen.values() if o.within is not None and o.config.skip > 0]
+    judged = [(o, o.within) for o in seen.values() if o.within is not None and o.config.skip > 0]
     implied = []
     for config in all_configs(num_layers, kv):
         if config in seen or config.skip == 0:
             continue
-        up = tuple(o.number for o in judged if o.within > 0.5 and no_deeper(config, o.config, num_layers))
-        down = tuple(o.number for o in judged if o.within < 0.5 and no_deeper(o.config, config, num_layers))
+        up = tuple(o.number for o, within in judged if within > 0.5 and no_deeper(config, o.config, num_layers))
+        down = tuple(o.number for o, within in judged if within < 0.5 and no_deeper(o.config, config, num_layers))
         if up and not down:
             implied.append(ImpliedVerdict(config, True, up))
         elif down and not up:

@@ -428,7 +428,8 @@ def _run_study(
     if checks:
         trust.record_aa_check(study, evaluator, "start")
     if budget > done:
-        stop_by = None if deadline is None else deadline - (1 - SEARCH_SHARE) * spec.time_budget
+        stop_by = None if deadline is None or spec.time_budget is None else \
+            deadline - (1 - SEARCH_SHARE) * spec.time_budget  # a deadline comes of a time budget
         _work(study, marking_interrupted(study, make_objective(study, evaluator, problem, budget)), spec, budget,
               callbacks, stop_by)
     _finish(study, evaluator, spec, checks, deadline)
@@ -469,15 +470,15 @@ def _answers(evaluator: ConfigEvaluator, spec: StudySpec) -> None:
 def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, checks: bool,
             deadline: float | None = None) -> None:
     """After the trials: the trust checks (re-measures, confirmation, the closing A/A), the baselines, the run's end."""
-    planned = dict(planned=spec.plan_certification, deadline=deadline)
     if checks:
         trust.remeasure_noisy(study, evaluator)
         trust.confirm_front(study, evaluator)
-        certify_front(study, evaluator, **planned)
+        certify_front(study, evaluator, planned=spec.plan_certification, deadline=deadline)
         if trust.record_aa_check(study, evaluator, "end")["noisy"]:
             trust.retime_certified(study, evaluator)
     elif spec.confirm and not spec.shared and wants_certification(study, spec.problem):
-        certify_front(study, evaluator, **planned)  # nothing to measure, more fresh items asked for (--certify N)
+        # nothing to measure, more fresh items asked for (--certify N)
+        certify_front(study, evaluator, planned=spec.plan_certification, deadline=deadline)
     if spec.baselines:
         ratios = list(spec.baseline_ratios) if spec.baseline_ratios else None
         add_baselines(study, evaluator, spec.baselines, ratios=ratios, calibration=spec.calibration)

@@ -172,7 +172,7 @@ def confirm_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rounds
         rows = [r for r in rows if r.method == "pop" and str(r.trial) not in figures]
         if not rows:
             break
-        configs = {r.trial: config_of_trial(study.trials[r.trial], num_layers) for r in rows}
+        configs = _configs(study, [r.trial for r in rows], num_layers)
         with progress.phase(f"confirmation pass: {len(configs)} configurations x {rounds} rounds", unit="pair"):
             figures.update(_confirm(evaluator, configs, rounds, pairs, warmup=not figures))
         store.StoredStudy.of(study).set_confirmation({"date": now(), "rounds": rounds, "pairs_per_round": pairs,
@@ -189,7 +189,7 @@ def retime_certified(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rou
     numbers = [int(e["trial"]) for e in record.get("candidates", []) if e.get("verdict") != "not certified"]
     if not numbers:
         return {}
-    configs = {n: config_of_trial(study.trials[n], evaluator.num_layers) for n in numbers}
+    configs = _configs(study, numbers, evaluator.num_layers)
     with progress.phase(f"re-timing {len(configs)} certified configurations (the closing A/A check failed)",
                         unit="pair"):
         figures = _confirm(evaluator, configs, rounds, pairs, warmup=True)
@@ -201,6 +201,14 @@ def retime_certified(study: "optuna.Study", evaluator: "ConfigEvaluator", *, rou
     stored.set_confirmation(confirmation)
     record_aa_check(study, evaluator, "end, after re-timing")
     return figures
+
+
+def _configs(study: "optuna.Study", numbers: list[int], num_layers: int) -> dict[int, PopConfig]:
+    """The configurations the trials ``numbers`` measured (finished POP trials: each has one)."""
+    configs = {n: config_of_trial(study.trials[n], num_layers) for n in numbers}
+    missing = [n for n, c in configs.items() if c is None]
+    assert not missing, f"trials {missing} have no configuration"
+    return {n: c for n, c in configs.items() if c is not None}
 
 
 def _confirm(evaluator: "ConfigEvaluator", configs: dict[int, PopConfig], rounds: int, pairs: int,

@@ -66,7 +66,10 @@ def test_merge_layers_reserves_differences(tiny):
     a, b, c = (decoder_of(model).layers[i] for i in (1, 2, 3))
     merged = merge_layers([a, b, c])
     name = "mlp.up_proj.weight"
-    get = lambda m: dict(m.named_parameters())[name]  # noqa: E731
+
+    def get(m):
+        return dict(m.named_parameters())[name]
+
     torch.testing.assert_close(get(merged), get(b) + get(c) - get(a))
     assert merged is not a and not torch.equal(get(a), get(merged))
 

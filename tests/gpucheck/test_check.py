@@ -201,7 +201,9 @@ def test_the_same_command_keeps_the_stages_a_previous_run_finished(tmp_path: Pat
 
 
 def _null(aa: tuple[float, float, float], decode: tuple[float, float, float], pairs: int = 6) -> dict:
-    fig = lambda s, lo, hi: {"speedup": s, "lo": lo, "hi": hi, "pairs": pairs}  # noqa: E731 - a table's row
+    def fig(s, lo, hi):  # a table's row
+        return {"speedup": s, "lo": lo, "hi": hi, "pairs": pairs}
+
     return {"model": "llama-3.1", "length": 2048, "aa": fig(*aa), "decode": fig(*decode)}
 
 

@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 #: Seconds between looks at the study: short enough that a look rarely sees more than one new configuration on an
 #: idle machine (a fault counted in configurations then fires between any two), long enough that reading the study
@@ -78,7 +79,7 @@ class Schedule:
 
 
 def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, model: str = "tiny-llama",
-                kill: Schedule | None = None, restart_db: object = None, restart: Schedule | None = None,
+                kill: Schedule | None = None, restart_db: Any = None, restart: Schedule | None = None,
                 stall: float = 900.0, seed: int = 0) -> dict:
     """Run the workers to the end with the faults asked for (``kill``, ``restart`` of ``restart_db``); returns the
     figures (see :func:`summarise`).
@@ -131,7 +132,7 @@ def run_workers(url: str, *, workers: int, trials: int, heartbeat: int = 2, mode
                 kills += 1
                 kill.fired(now, measured)
             if procs and restart.due(now, measured):
-                restart_db.restart()  # type: ignore[attr-defined]
+                restart_db.restart()
                 restarts += 1
                 restart.fired(now, measured)
             time.sleep(0.1)

@@ -162,7 +162,7 @@ def test_idle_power_waits_for_the_gpu_to_settle_first(gpu: SimulatedGpu) -> None
         gpu._advance(1e-4, IDLE_W)
         return IDLE_W + max(0.0, 300.0 * (1 - (gpu.times[-1] - start) / 2.0))
 
-    gpu.power_w = falling  # type: ignore[method-assign]
+    gpu.power_w = falling  # type: ignore[method-assign]  # the fake GPU's power, falling in this test
     idle = idle_power(gpu, timer, 1.0)
     assert 2.0 <= idle.settle_seconds <= energy.SETTLE_MAX_S
     assert energy.SETTLE_MIN_S == 1.0 and idle.watts == pytest.approx(IDLE_W, rel=0.01)

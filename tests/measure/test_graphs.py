@@ -164,7 +164,7 @@ def test_a_capture_whose_end_succeeds_leaves_the_pool_to_its_graph(monkeypatch: 
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (0, 9))
     monkeypatch.setattr(torch._C, "_cuda_releasePool", lambda i, p: log.append("released"), raising=False)
     graph = _FakeGraph(log)
-    graph.capture_end = lambda: log.append("end")  # type: ignore[method-assign]
+    graph.capture_end = lambda: log.append("end")  # type: ignore[method-assign]  # this test's fake end
     error = graphs._record(graph, lambda: 1 / 0, fake(), torch.device("cuda", 0))
     assert isinstance(error, ZeroDivisionError) and "released" not in log and "pool() asked" not in log
 

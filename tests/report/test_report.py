@@ -88,7 +88,10 @@ def test_labels_of_crowded_points_do_not_overlap():
 
 def test_the_same_study_again_finishes_at_once_and_add_grows_it(tmp_path, monkeypatch):
     study = _study(tmp_path, max_drop=None, trials=4)
-    measured = lambda s: [t for t in store.completed(s) if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]  # noqa: E731
+
+    def measured(s):
+        return [t for t in store.completed(s) if not {"reused_from", "remeasure_of"} & set(t.user_attrs)]
+
     assert len(measured(study)) == 4
 
     def no_model(problem):

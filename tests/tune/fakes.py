@@ -86,7 +86,10 @@ class FakeEvaluator:
     def evaluate(self, config: PopConfig) -> Measurement:
         self.calls += 1
         load = self.calls in self.loaded
-        jitter = lambda: self.rng.uniform(0.995, 1.005)  # noqa: E731
+
+        def jitter() -> float:
+            return self.rng.uniform(0.995, 1.005)
+
         ratios = [(6.5 if load else true(config)) * jitter() for _ in range(8)]
         decode = [(2.2 if load else 1.0) * jitter() for _ in range(8)]
         row = BenchRow(length=16, prefill=pair(ratios), ideal=ideal(config), decode=pair(decode))
