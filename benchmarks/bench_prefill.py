@@ -37,10 +37,12 @@ def _markdown(command: str, main: BenchResult, overhead: BenchResult) -> str:
         f"Configuration: `{main.config}`, {main.dtype}, batch {main.spec.batch_size}. "
         "Speedup = median of per-pair (full / POP) time-to-first-token ratios, POP and full model interleaved in "
         "one process on the same real token ids; ideal = FLOPs ratio; decode = per-token latency over "
-        f"{main.spec.decode_tokens} new tokens from each prefill's cache; decode POP/full and the overhead are medians of "
+        f"{main.spec.decode_tokens} new tokens from each prefill's cache; decode POP/full and the overhead are "
+        "medians of "
         "per-pair ratios too.",
         "",
-        "| prompt tokens | full ms (p50) | POP ms (p50) | speedup | ideal | measured/ideal | decode full ms/tok | decode POP ms/tok | decode POP/full |",
+        "| prompt tokens | full ms (p50) | POP ms (p50) | speedup | ideal | measured/ideal | decode full ms/tok "
+        "| decode POP ms/tok | decode POP/full |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in main.rows:
@@ -59,7 +61,8 @@ def _markdown(command: str, main: BenchResult, overhead: BenchResult) -> str:
     ]
     for row in overhead.rows:
         lines.append(
-            f"| {row.length} | {row.prefill.b.p50:.1f} | {row.prefill.a.p50:.1f} | {100 * (1 / row.speedup - 1):+.2f}% |"
+            f"| {row.length} | {row.prefill.b.p50:.1f} | {row.prefill.a.p50:.1f} | "
+            f"{100 * (1 / row.speedup - 1):+.2f}% |"
         )
     lines += [
         "",

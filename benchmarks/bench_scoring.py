@@ -81,7 +81,8 @@ def main() -> None:
         "",
         "| scorer | seconds per round | requests/s |",
         "|---|---:|---:|",
-        *(f"| {name} | {', '.join(f'{t:.1f}' for t in ts)} | {len(requests) / min(ts):.1f} |" for name, ts in times.items()),
+        *(f"| {name} | {', '.join(f'{t:.1f}' for t in ts)} | {len(requests) / min(ts):.1f} |"
+          for name, ts in times.items()),
         "",
         f"Speedup of the shared prefill (median of per-round ratios): **{speedup:.2f}x**. "
         f"Largest log-likelihood difference between the two: {worst:.2e}.",

@@ -5,7 +5,8 @@ greedy generation as a trial's accuracy measurement does (lm-eval's ``longctx_sq
 ``until`` sequences, at most 50 new tokens, lm-eval's own stopping criteria), once on the plain path and once
 as a study runs it: the layers before the block replayed from the full model's stored states
 (:mod:`poptune.engine.prefix`) and the decode verified in rounds of one full-depth forward over a proposal: the full
-model's own answer while POP's agrees with it, else prompt-lookup n-grams (:mod:`poptune.engine.speculate`). The two are interleaved item by item,
+model's own answer while POP's agrees with it, else prompt-lookup n-grams (:mod:`poptune.engine.speculate`). The two are
+interleaved item by item,
 alternating which goes first. ``--tokens N`` instead generates exactly N tokens. The full model's own pass,
 which records the states and the answers, is paid once per study and reported separately. Null check: both
 paths must generate the same tokens on every item.

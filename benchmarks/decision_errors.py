@@ -132,7 +132,8 @@ def _attempts(replicates: int) -> list[str]:
 
 def _plan(replicates: int, errors: int) -> list[str]:
     """The study's planned first certification: its cap sized from the candidate's search items (2 x 32, their
-    flips drawn at the true rate), at most 1,024 per task, spending 1.25% (:func:`poptune.tune.certify.plan_certification`
+    flips drawn at the true rate), at most 1,024 per task, spending 1.25%
+    (:func:`poptune.tune.certify.plan_certification`
     without a clock), with the futility stop on; true drop 0 (power) and at the budget (error)."""
     import numpy as np
 

@@ -291,7 +291,8 @@ def _write_sweep(args, rows, fits, fitter, seconds) -> None:
         lines.append(f"- skip {skip}: sink norm {fit['sink_norm']}, {fit['sink_tokens']} sink tokens in the fit "
                      f"text; check on {v.get('windows')} windows ({v.get('points')} points each): own "
                      f"{v.get('own_nll', float('nan')):.3f} / calibrated {v.get('calibrated_nll', float('nan')):.3f}, "
-                     f"difference {v.get('calibrated_minus_own', float('nan')):+.3f}, p = {v.get('p', float('nan')):.3g}"
+                     f"difference {v.get('calibrated_minus_own', float('nan')):+.3f}, "
+                     f"p = {v.get('p', float('nan')):.3g}"
                      f" (alpha {v.get('alpha')}): {decision}")
     lines += ["", "## Provenance", "", f"- command: `{command.strip()}`", f"- commit: {commit}",
               f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",

@@ -320,7 +320,8 @@ def sample_with_gradients(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample continuations and take the gate gradients of their loss, with one pass over the prompt.
 
-    Equal to :func:`~poptune.kvfit.calibration.sample_continuations` followed by :func:`gate_gradients` (same tokens for the same generator
+    Equal to :func:`~poptune.kvfit.calibration.sample_continuations` followed by :func:`gate_gradients` (same tokens for
+    the same generator
     state), without encoding the prompt a second time: the gated prompt pass keeps its K/V, in the graph, for
     the gated pass over the continuation; the tokens are sampled in between from a snapshot of that cache.
 

@@ -39,7 +39,8 @@ def test_calibration_is_seeded_and_recorded(tiny, eval_data):
     one, again = calibration(model, tok, spec), calibration(model, tok, spec)
     other = calibration(model, tok, CalibrationSpec(samples=3, length=16, seed=2, data_dir=str(eval_data)))
     assert one.ids.shape == (3, 16) and torch.equal(one.ids, again.ids) and not torch.equal(one.ids, other.ids)
-    assert one.describe() == {"samples": 3, "length": 16, "seed": 1, "source": str(eval_data / "wikitext-2" / "test.txt")}
+    source = str(eval_data / "wikitext-2" / "test.txt")
+    assert one.describe() == {"samples": 3, "length": 16, "seed": 1, "source": source}
 
 
 def test_calibration_without_data_is_generated(tiny, monkeypatch):

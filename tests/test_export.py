@@ -19,8 +19,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory, eval_data):
-    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), limit=4, data_dir=str(eval_data), lengths=(16,),
-                            repeats=1, decode_tokens=0, precision=None)
+    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), limit=4, data_dir=str(eval_data),
+                            lengths=(16,), repeats=1, decode_tokens=0, precision=None)
     url = f"sqlite:///{tmp_path_factory.mktemp('export')}/s.db"
     return url, run_study(StudySpec(problem=problem, trials=4, storage=url, sampler="random", seed=5))
 

@@ -276,6 +276,7 @@ def test_modules_and_functions_stay_small():
 
 
 def test_code_lines_rule():
-    source = '"""Doc.\n\nMore."""\n\nimport os  # why\n\n\ndef f(x):\n    """Doc."""\n    # note\n    return (x +\n            1)\n'
+    source = ('"""Doc.\n\nMore."""\n\nimport os  # why\n\n\n'
+              'def f(x):\n    """Doc."""\n    # note\n    return (x +\n            1)\n')
     assert sorted(code_lines(source)) == [5, 8, 11, 12]
 

@@ -21,8 +21,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 def study_url(tmp_path_factory, eval_data):
     """A tiny study with 3 POP trials and every baseline at the ratios of its front (built once)."""
     path = tmp_path_factory.mktemp("lb") / "s.db"
-    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), limit=4, data_dir=str(eval_data), lengths=(16, 32),
-                            repeats=3, decode_tokens=2, precision=None, latency_points=0)
+    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), limit=4, data_dir=str(eval_data),
+                            lengths=(16, 32), repeats=3, decode_tokens=2, precision=None, latency_points=0)
     spec = StudySpec(problem=problem, trials=3, storage=f"sqlite:///{path}", sampler="random", baselines=(
         "static-last", "shortgpt", "sleb", "shortgpt-gen", "wanda"),
         calibration=CalibrationSpec(samples=2, length=16, data_dir=str(eval_data)))

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from torch import nn
 
 __all__ = [
-    "METHODS", "DEPTH_METHODS", "WANDA_SPARSITY", "Baseline", "check_ratio", "layer_count", "build_baseline", "sleb_order",
-    "laco_merges", "merge_layers", "wanda_weights",
+    "METHODS", "DEPTH_METHODS", "WANDA_SPARSITY", "Baseline", "check_ratio", "layer_count", "build_baseline",
+    "sleb_order", "laco_merges", "merge_layers", "wanda_weights",
 ]
 
 METHODS = ("static-last", "shortgpt", "angular", "sleb", "laco", "shortgpt-gen", "width", "wanda")

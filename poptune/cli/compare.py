@@ -37,7 +37,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--skip", type=non_negative, default=0, help="leave out the first SKIP items of every task's "
                         "order: the items a study chose its POP configuration on (searched and certified), so that "
                         "configuration is judged on items it was not chosen on (default: 0)")
-    parser.add_argument("--pop", default=DEFAULT_POP, help=f"POP rows, SKIP/BOUNDARY/OFFSET,... (default: {DEFAULT_POP})")
+    parser.add_argument("--pop", default=DEFAULT_POP,
+                        help=f"POP rows, SKIP/BOUNDARY/OFFSET,... (default: {DEFAULT_POP})")
     parser.add_argument("--methods", default=",".join(METHODS),
                         help=f"baselines, comma-separated of {', '.join(METHODS)} (default: all)")
     parser.add_argument("--ratios", default="0.3333,0.5", help="layer (or parameter) ratios of the baselines "

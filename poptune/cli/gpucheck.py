@@ -1,7 +1,8 @@
 """``poptune gpu-check``: the prepared GPU check, one command for one call of a lent GPU machine.
 
 ``--out DIR`` on one large GPU (an H200: about 4.5 minutes of rows); ``--tiny`` runs tiny models in seconds (on
-CPU the NVML parts say why not); ``--dry-run`` does no device work: every stage's code path runs on the CPU under the full model names, with
+CPU the NVML parts say why not); ``--dry-run`` does no device work: every stage's code path runs on the CPU under the
+full model names, with
 tiny stand-in models (a report marked DRY RUN that fails only where a stage breaks);
 ``--versions`` is the version preflight alone, one line per package. Exit status 1 when any FAIL line was
 printed. docs/gpu-check.md explains every line.

@@ -13,7 +13,8 @@ correction of ``1 / (2 T n)``: the ``n`` with
 ``L`` the lead (a fraction), ``V_0 = sum_t f_t / T^2`` and ``V_1 = sum_t (f_t - m_t^2) / T^2`` the variance of
 the mean under the lead (``m_t`` each task's mean difference). The former size used the unrestricted variance
 and no correction, and planned races fell short of the power it promised. A task whose metric is not bounded
-(bits per byte: a bootstrap interval) keeps the sample variance, without the correction. The minutes are the record's own scoring times per item, every method
+(bits per byte: a bootstrap interval) keeps the sample variance, without the correction. The minutes are the record's
+own scoring times per item, every method
 of the table, scaled to that size: the cost of running its command again with ``--items n``, written to the
 record's own file under ``leaderboards/raw/``. Past :data:`MAX_ITEMS` per task no size is worth planning: the
 board says so instead of a figure.

@@ -69,7 +69,8 @@ def skipping(decoder: Any, skipped: Sequence[int], pruned: int, layout: str, wri
     try:
         for i in skipped:
             layer = decoder.layers[i]
-            patches.append(Patch(layer, partial(_skipped_layer_forward, layer, pruned=pruned, layout=layout, write=write)))
+            forward = partial(_skipped_layer_forward, layer, pruned=pruned, layout=layout, write=write)
+            patches.append(Patch(layer, forward))
         yield
     finally:
         for patch in reversed(patches):

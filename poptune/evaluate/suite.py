@@ -133,7 +133,8 @@ class EvalSpec:
 
     def __post_init__(self) -> None:
         chunk_bounds(2, self.prefill_chunk)  # validates it
-        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1):
+        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int)
+                                       or self.limit < 1):
             raise ConfigError(f"`limit` must be a positive integer, got {self.limit!r}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(f"`batch_size` must be a positive integer, got {self.batch_size!r}")

@@ -167,7 +167,8 @@ def _nvml_checks(gpu: NvmlDevice, device: torch.device) -> list[Check]:
         checks.append(Check("energy", "FAIL", f"energy counter did not advance in {seconds:.2f} s of matmul "
                                               f"({'; '.join(gpu.notes) or 'read 0'})", stops=False))
     else:
-        checks.append(Check("energy", "PASS", f"{joules:.1f} J in {seconds:.2f} s of matmul ({joules / seconds:.0f} W)"))
+        checks.append(Check("energy", "PASS",
+                            f"{joules:.1f} J in {seconds:.2f} s of matmul ({joules / seconds:.0f} W)"))
     sample = gpu.sample()
     if sample["sm_clock_mhz"] is None or sample["mem_clock_mhz"] is None:
         checks.append(Check("clocks", "FAIL", "; ".join(gpu.notes) or "clocks unreadable", stops=False))
@@ -183,11 +184,13 @@ def preflight(device: torch.device, *, tiny: bool) -> tuple[list[Check], dict[st
         if not tiny:
             return [Check("cuda", "FAIL", "CUDA is not available: the full check needs one GPU (or pass --tiny)")], None
         reason = f"{device} device: no CUDA, no NVML"
-        return [Check(name, "SKIP", reason) for name in ("cuda", "nvml", "energy", "clocks")], fingerprint(device).to_dict()
+        skipped = [Check(name, "SKIP", reason) for name in ("cuda", "nvml", "energy", "clocks")]
+        return skipped, fingerprint(device).to_dict()
     hardware = fingerprint(device)
     assert hardware.memory_bytes is not None  # a CUDA device's fingerprint has its memory
     checks = [Check("cuda", "PASS", f"{hardware.name}, {hardware.memory_bytes / 2**30:.0f} GiB, driver "
-                                    f"{hardware.driver_version}, torch {torch.__version__} (CUDA {torch.version.cuda})")]
+                                    f"{hardware.driver_version}, torch {torch.__version__} "
+                                    f"(CUDA {torch.version.cuda})")]
     with nvml_device(hardware) as gpu:
         checks += _nvml_checks(gpu, device)
     return checks, hardware.to_dict()

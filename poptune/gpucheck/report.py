@@ -43,7 +43,8 @@ def _null_lines(null: dict[str, Any]) -> list[str]:
     lines = []
     for key, tolerance, label in (("aa", AA_TOLERANCE, "A/A"), ("decode", DECODE_TOLERANCE, "decode")):
         fig = null[key]
-        where = f"{fig['speedup']:.4f} [{fig['lo']:.4f}, {fig['hi']:.4f}] at {null['length']} tokens, {fig['pairs']} pairs"
+        where = (f"{fig['speedup']:.4f} [{fig['lo']:.4f}, {fig['hi']:.4f}] at {null['length']} tokens, "
+                 f"{fig['pairs']} pairs")
         if noisy_reasons(label, fig["lo"], fig["hi"], tolerance):
             lines.append(f"FAIL {label}: {where}: the interval lies outside 1 +- {tolerance:.0%}")
         elif not 1 - tolerance <= fig["lo"] <= fig["hi"] <= 1 + tolerance:
@@ -80,8 +81,9 @@ def _target(data: dict[str, Any]) -> str | None:
             f"(>= {TARGET.of_ideal})")
 
 
-_HEAD = ("| model | prompt | batch | full ms | POP ms | speedup [95% CI] | ideal | meas/ideal | J/prefill full (net) | "
-         "J/prefill POP (net) | idle W | SM MHz min-max | W max | °C max | clock reasons | kernels | GPU busy | label |")
+_HEAD = ("| model | prompt | batch | full ms | POP ms | speedup [95% CI] | ideal | meas/ideal | J/prefill full (net) "
+         "| J/prefill POP (net) | idle W | SM MHz min-max | W max | °C max | clock reasons | kernels | GPU busy "
+         "| label |")
 
 
 def _joules(r: dict[str, Any], side: str) -> str:

@@ -26,7 +26,8 @@ __all__ = ["SCORE_TOLERANCE", "compare_scores"]
 SCORE_TOLERANCE = 1e-3
 
 
-def _scores(model: Any, tokenizer: Any, pairs: list[tuple[list[int], list[int]]], skip: int) -> list[tuple[float, bool]]:
+def _scores(model: Any, tokenizer: Any, pairs: list[tuple[list[int], list[int]]], skip: int
+            ) -> list[tuple[float, bool]]:
     apply_pop(model, PopConfig(skip=skip))
     try:
         contexts, continuations = zip(*pairs)

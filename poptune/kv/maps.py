@@ -120,8 +120,8 @@ class KVMaps:
 
     def describe(self) -> dict[str, Any]:
         """What the maps are, as stored with a measurement and an exported configuration."""
-        fit: dict[str, Any] = {key: self.meta[key] for key in ("calibration", "tokens", "ridge", "sink_norm", "kept_own", "validation")
-               if key in self.meta}
+        keys = ("calibration", "tokens", "ridge", "sink_norm", "kept_own", "validation")
+        fit: dict[str, Any] = {key: self.meta[key] for key in keys if key in self.meta}
         where: dict[str, Any] = {} if self.path is None else {"file": str(self.path), "sha256": file_sha256(self.path)}
         return {"block": [self.start, self.stop], "fingerprint": self.fingerprint, **where, **fit}
 

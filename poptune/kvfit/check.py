@@ -9,7 +9,8 @@ ends: the window, not the end, is the unit, because the ends of one window share
 
 **The decision** (:func:`keep_maps`): the maps are kept only when a one-sided one-sample t-test of the
 windows' values (Student, 1908; the p-value from :data:`scipy.stats.t`, as :func:`scipy.stats.ttest_1samp`
-with ``alternative="less"`` gives it) rejects ``H0: E[calibrated - own] >= 0`` at level ``alpha`` (0.05 by default); otherwise, or with fewer than
+with ``alternative="less"`` gives it) rejects ``H0: E[calibrated - own] >= 0`` at level ``alpha`` (0.05 by default);
+otherwise, or with fewer than
 :data:`MIN_WINDOWS` windows, the block keeps its layers' own projections, and calibrated K/V are then the
 paper's POP exactly. **Error rate**: where the maps are not better on the text the windows are drawn from, the
 check keeps them with probability at most ``alpha``: exactly ``alpha`` at a true difference of 0 for normal

@@ -264,7 +264,8 @@ class KVFitter:
         if self.spec.sink == "none":
             return None
         first = min(float(stream[start][:, 0].norm(dim=-1).min()) for _, stream in self._residual())
-        rest = float(torch.cat([stream[start][:, 1:].norm(dim=-1).flatten() for _, stream in self._residual()]).median())
+        rest = float(torch.cat([stream[start][:, 1:].norm(dim=-1).flatten()
+                                for _, stream in self._residual()]).median())
         return first / 2 if first >= 4 * rest else None
 
     def fit(self, start: int, stop: int) -> KVMaps:

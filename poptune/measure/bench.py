@@ -246,7 +246,8 @@ def run_bench(
         for item in spec.images or spec.lengths:
             prompt = _prompt_row(model, tokenizer, item, spec.batch_size, device)
             if limit and prompt.length + spec.decode_tokens > limit:
-                raise ConfigError(f"the {item} image prompt ({prompt.length} tokens) exceeds this model's {limit} positions")
+                raise ConfigError(f"the {item} image prompt ({prompt.length} tokens) exceeds this model's {limit} "
+                                  "positions")
             prompts.append(prompt)
             rows.append(_measure_row(run, prompt, str(item)))
         check = _null_check(model, prompts[0], rows, spec, run.timer)

@@ -40,8 +40,8 @@ from poptune.measure.nvml import NvmlDevice
 from poptune.measure.stats import median_ci
 from poptune.measure.timer import Timer
 
-__all__ = ["ENERGY_BLOCKS", "MIN_BLOCK_SECONDS", "RUN_AHEAD", "SETTLE_MAX_S", "SETTLE_MIN_S", "EnergyBlock", "EnergyReading", "IdleReading", "check_block_seconds",
-           "energy_pair", "energy_per_call", "idle_power"]
+__all__ = ["ENERGY_BLOCKS", "MIN_BLOCK_SECONDS", "RUN_AHEAD", "SETTLE_MAX_S", "SETTLE_MIN_S", "EnergyBlock",
+           "EnergyReading", "IdleReading", "check_block_seconds", "energy_pair", "energy_per_call", "idle_power"]
 
 #: The shortest energy block that gives a figure: shorter ones are dominated by the counter's update steps.
 MIN_BLOCK_SECONDS = 1.0

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["THREAD_VARIABLES", "as_typed", "git_commit", "hardware_text", "load_average", "now", "poptune_version", "provenance",
-           "provenance_block", "stamp", "versions", "versions_text"]
+__all__ = ["THREAD_VARIABLES", "as_typed", "git_commit", "hardware_text", "load_average", "now", "poptune_version",
+           "provenance", "provenance_block", "stamp", "versions", "versions_text"]
 
 #: Environment variables that set how many threads the math libraries use.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY", "OMP_PROC_BIND")

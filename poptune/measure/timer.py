@@ -278,7 +278,8 @@ def _timed(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy, orders: lis
 
 def measure(fn: Timed, *, timer: Timer, policy: RepeatPolicy | None = None,
             during: AbstractContextManager[Any] | None = None) -> LatencyRecord:
-    """Times repeated calls of ``fn()`` (or of a :class:`Staged` call) under ``policy`` (default :class:`RepeatPolicy()`).
+    """Times repeated calls of ``fn()`` (or of a :class:`Staged` call) under ``policy`` (default
+    :class:`RepeatPolicy()`).
 
     ``during`` (e.g. a telemetry :class:`~poptune.measure.telemetry.Sampler`) is entered around the timed
     rounds only, not the warm-up.

@@ -13,7 +13,8 @@ configuration in the order of :func:`~poptune.problem.space.all_configs` (``skip
   the timed prompt lengths).
 - ``drop``, ``drop_lo``, ``drop_hi``: the paired accuracy drop against the full model in points and its 95%
   interval, recomputed from the stored per-item outcomes by the current interval (the score test of
-  :mod:`poptune.evaluate.paired` over the trial's stored race design; :mod:`poptune.store.redecide`): a budget is met when ``drop_hi``
+  :mod:`poptune.evaluate.paired` over the trial's stored race design; :mod:`poptune.store.redecide`): a budget is met
+  when ``drop_hi``
   is within it, exceeded when ``drop_lo`` is beyond it; ``items``: items scored (racing: over all tasks).
 - ``accuracy``: the study's accuracy objective (the reference accuracy minus the drop).
 - ``ttft_ms``, ``full_ttft_ms``: POP's and the paired full model's expected p50 TTFT when it was timed;

@@ -75,7 +75,8 @@ class TuningProblem:
             ``lengths`` instead.
         kv: The K/V sources searched for the skipped block (:data:`~poptune.engine.KV_SOURCES`): ``("own",)``, the
             default, is the paper's space (fitting maps costs minutes of a 20-minute default study; the fit before
-            issue 38 lost to the layers' own K/V on LAMBADA's BOS-led passages at skip 9); with ``calibrated``, maps fitted per block (:mod:`poptune.kvfit`) are a search
+            issue 38 lost to the layers' own K/V on LAMBADA's BOS-led passages at skip 9); with ``calibrated``, maps
+            fitted per block (:mod:`poptune.kvfit`) are a search
             dimension. Studies stored before it read as ``("own",)``.
         certify_limit: Items per task at most on which the front's candidates are certified after the search:
             items no trial scored (:mod:`poptune.tune.certify`); 0: no certification.

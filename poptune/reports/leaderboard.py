@@ -4,7 +4,8 @@ For each POP study in a storage (one per ``<model>@<hardware-id>``) :func:`write
 
 - ``study-methods-<model>-<hardware>.md`` and ``.csv`` (named by :func:`poptune.files.result_name`): the full model,
   POP's Pareto front (and the paper's rule), and every stored baseline, with the prefill speedup at each timed
-  length, the FLOPs ideal, decode speed, accuracy per task, mean and drop; for each baseline, POP's best accuracy at an equal or higher speedup beside it;
+  length, the FLOPs ideal, decode speed, accuracy per task, mean and drop; for each baseline, POP's best accuracy at an
+  equal or higher speedup beside it;
 - ``study-methods-<model>-<hardware>.png``: speedup against accuracy, POP's front against every baseline (one
   study's search described; the decided comparison, same items and paired verdicts, is
   :mod:`poptune.comparison`'s ``methods-<model>-<hardware>``);
@@ -97,7 +98,8 @@ def _entry(trial: StoredTrial, num_layers: int, note: str = "", confirmed: dict[
         speedup={k: float(v["speedup"]) for k, v in sorted(latency.items())},
         ideal=float(row["ideal"]),
         decode_speedup=row.get("decode_speedup") or (full_decode / decode if full_decode and decode else None),
-        accuracy=dict(trial.accuracy), accuracy_mean=float(trial.accuracy_mean), drop=float(trial.drop_points), note=note,
+        accuracy=dict(trial.accuracy), accuracy_mean=float(trial.accuracy_mean), drop=float(trial.drop_points),
+        note=note,
         interval={k: (v["speedup_lo"], v["speedup_hi"]) for k, v in latency.items() if v.get("speedup_lo") is not None},
         noisy=trial.noisy,
         energy=(row.get("energy_pop_j"), row.get("energy_full_j")),
@@ -180,7 +182,8 @@ def _provenance(study: "optuna.Study", command: str) -> list[str]:
     tasks = ", ".join(problem.get("tasks", []))
     measured = (
         f"measured with: tasks {tasks}, {problem.get('limit') or 'all'} items per task (evenly spaced), prompt "
-        f"lengths {problem.get('lengths')} (target {problem.get('target_length') or problem.get('lengths', [None])[0]}), "
+        f"lengths {problem.get('lengths')} "
+        f"(target {problem.get('target_length') or problem.get('lengths', [None])[0]}), "
         f"{problem.get('repeats')} timing pairs per configuration, batch {problem.get('batch_size')}, "
         f"device {problem.get('device')}, dtype {problem.get('dtype') or 'default'}, weights {problem.get('weights')}")
     last = max(dates).isoformat(timespec="seconds") if dates else "none"
@@ -208,12 +211,15 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
     extra = [get(n) for n in stored.objectives if n not in DEFAULT]  # TTFT and accuracy: speedup and mean
     head = (["method", "configuration"] + [f"speedup@{n}" for n in lengths] + [f"ideal@{target}", "decode speedup"]
             + [o.label for o in extra] + tasks
-            + ["mean", "drop [95% CI]", "items", f"J/prefill@{target} POP/full", f"POP at >= speedup@{target}", "trial"])
+            + ["mean", "drop [95% CI]", "items", f"J/prefill@{target} POP/full", f"POP at >= speedup@{target}",
+               "trial"])
     md = [f"# Methods on {study.study_name}", "",
           "POP (prefill-only pruning, this study's Pareto front) against structured-pruning baselines, measured by "
           "the same evaluator: the same prompts, lengths, timer (measured/full pairs interleaved in one process, "
-          "speedup = median of per-pair ratios, with its 95% bootstrap interval over pairs where stored), tasks and items. Accuracy in %, drop in points against the full "
-          "model (positive = worse), paired over the same items with its 95% bootstrap interval where stored. The POP column gives, for each baseline, the most accurate POP front "
+          "speedup = median of per-pair ratios, with its 95% bootstrap interval over pairs where stored), tasks and "
+          "items. Accuracy in %, drop in points against the full "
+          "model (positive = worse), paired over the same items with its 95% bootstrap interval where stored. The "
+          "POP column gives, for each baseline, the most accurate POP front "
           "configuration at least as fast, and its accuracy lead.", "",
           "| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     buf = io.StringIO()
@@ -241,7 +247,8 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
                "busy with other work during that measurement, so its pairs were perturbed; read it as noise."]
     reasons = sorted({e.energy_reason for e in rows if e.energy_reason})
     if reasons:
-        md += ["", f"J/prefill (NVML energy block per side, the whole batch): '-' where not measured: {'; '.join(reasons)}."]
+        md += ["", "J/prefill (NVML energy block per side, the whole batch): '-' where not measured: "
+                   f"{'; '.join(reasons)}."]
     md += ["", f"![speedup vs accuracy]({plot})", ""] + _provenance(study, command)
     return "\n".join(md), buf.getvalue()
 
@@ -309,10 +316,10 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
         assert reference is not None  # a study that covers the grid has measured
         tuner = tuner_efficiency(replay, float(reference), max_drop=budget, seeds=seeds)
         lines = [f"# Tuner efficiency on the replay of {study.study_name}", "",
-                 f"Every configuration of the search space was measured ({len(replay.table)}); samplers ask, the replay "
-                 f"answers. Budget {budget} points. Each cell: median over seeds of the best within-budget speedup "
-                 "after N trials; hit@16 = seeds whose first 16 trials found the fastest within-budget configuration; "
-                 "HV = hypervolume of (latency objective in ms, accuracy) after 32 trials.", "",
+                 f"Every configuration of the search space was measured ({len(replay.table)}); samplers ask, the "
+                 f"replay answers. Budget {budget} points. Each cell: median over seeds of the best within-budget "
+                 "speedup after N trials; hit@16 = seeds whose first 16 trials found the fastest within-budget "
+                 "configuration; HV = hypervolume of (latency objective in ms, accuracy) after 32 trials.", "",
                  "| sampler | seeds | " + " | ".join(f"best@{n}" for n in CHECKPOINTS) + " | hit@16 | HV@32 |",
                  "|---|---:|" + "---:|" * len(CHECKPOINTS) + "---:|---:|"]
         for r in tuner:

@@ -1,7 +1,8 @@
 """What a study tells its user: the front within its budget, two reference rows, a summary file and a plot.
 
 The reference rows are always shown, on the front or not: the full model (its accuracy is the reference; its
-trial times it against itself, an A/A check whose speedup is 1 up to noise) and the paper's rule (skip the last third, ``last``), each with why it is or is not on
+trial times it against itself, an A/A check whose speedup is 1 up to noise) and the paper's rule (skip the last third,
+``last``), each with why it is or is not on
 the front. :class:`StudyReport` reads all of it from a study once, and renders it as the command's text, the
 Markdown summary and the plot; :meth:`StudyReport.write` writes the summary and the plot side by side
 (``<storage>.<study>.md``, ``<storage>.<study>.pareto.png``: :mod:`poptune.reports.naming`).
@@ -401,7 +402,8 @@ class StudyReport:
                                        self.stored.confirmations)
 
     def cost_lines(self) -> list[str]:
-        """What a verdict on each undecided candidate would cost here (:func:`poptune.reports.certification.cost_lines`)."""
+        """What a verdict on each undecided candidate would cost here
+        (:func:`poptune.reports.certification.cost_lines`)."""
         return certreport.cost_lines(self.certified, self.stored.certification, self.budget, self.stored.runs)
 
     def text(self, *, asked: int | None = None) -> str:

@@ -62,7 +62,8 @@ def migrate(attrs: Mapping[str, Any]) -> dict[str, Any]:
                           f"({SCHEMA_VERSION}): upgrade poptune to read it")
     if version < 1 and PROBLEM_ATTR in data:
         problem = dict(data[PROBLEM_ATTR])
-        problem.setdefault("kv", [kv_registry.DEFAULT])  # a study stored before calibrated K/V searched the paper's space
+        # a study stored before calibrated K/V searched the paper's space
+        problem.setdefault("kv", [kv_registry.DEFAULT])
         data[PROBLEM_ATTR] = problem
     data[SCHEMA_ATTR] = SCHEMA_VERSION
     return data

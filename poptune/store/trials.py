@@ -93,7 +93,8 @@ class StoredTrial:
         number: The trial's number in its study.
         method: ``pop`` or a baseline's name.
         config: The configuration measured (a baseline's: the POP configuration it ran as, skip 0 mostly).
-        values: The study's objectives, in the order of its names (:attr:`~poptune.store.attributes.StoredStudy.objectives`;
+        values: The study's objectives, in the order of its names
+        (:attr:`~poptune.store.attributes.StoredStudy.objectives`;
             read them by name: :func:`poptune.objectives.registry.named`).
         speedup: The paired TTFT speedup over the workload; ``speedup_ci`` its 95% interval where measured.
         pairs: The fewest timing pairs of a prompt length; ``ideal``: the speedup of skipped FLOPs alone.

@@ -73,7 +73,8 @@ class LocalPostgres:
     def start(self) -> "LocalPostgres":
         """initdb a new cluster and start the server (returns once it accepts connections)."""
         if self.bin_dir is None:
-            raise PostgresUnavailable("no PostgreSQL server binaries (initdb) found; Debian: apt-get install postgresql")
+            raise PostgresUnavailable("no PostgreSQL server binaries (initdb) found; Debian: apt-get install "
+                                      "postgresql")
         self.root = Path(tempfile.mkdtemp(prefix="poptune-pg-"))
         if os.geteuid() == 0:  # initdb and postgres refuse root
             try:

@@ -9,7 +9,8 @@ configurations it asked by their recorded figures: the best candidate's speedup 
 candidate: not rejected by the budget -- the drop's recorded 95% lower end within it, as a study's constraint
 -- and the drop itself within it: what a search hands to certification, :meth:`Measurement.candidate`; a seed
 that found none scores 1.0x, the full model), how many seeds asked a configuration as fast as the grid's
-fastest candidate (hits), the hypervolume of (latency objective, accuracy objective), each as a mean over seeds with a 95%
+fastest candidate (hits), the hypervolume of (latency objective, accuracy objective), each as a mean over seeds with a
+95%
 bootstrap interval, and the number of trials each seed needed to reach 95% of the whole grid's hypervolume.
 Every trial counts, a configuration asked twice too. Seeded samplers make the table reproducible.
 """

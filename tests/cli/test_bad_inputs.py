@@ -87,7 +87,8 @@ def test_an_enqueued_configuration_outside_the_space_poisons_nothing(capsys, scr
 def test_settings_of_a_stored_study_are_refused_before_the_bar(capsys, scratch):
     url = f"sqlite:///{scratch}/s.db"
     study = optuna.create_study(storage=url, study_name="s", directions=["minimize", "maximize"])
-    study.set_user_attr("problem", TuningProblem(model="tiny-llama", max_drop=None, tasks=("passkey",), lengths=(300,)).to_dict())
+    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("passkey",), lengths=(300,))
+    study.set_user_attr("problem", problem.to_dict())
     line = _refused(capsys, scratch, *STUDY, "--storage", url, "--study", "s")
     assert line.startswith("poptune study: error:") and "other settings" in line
 

@@ -66,7 +66,8 @@ def test_bench_in_chunks(capsys, tmp_path):
 
 
 def test_generate_prints_both_continuations_and_ttft(capsys):
-    code, out, _ = _run(capsys, "generate", "--model", "tiny-qwen3", "--skip", "2", "--prompt", "Hello", "--max-new-tokens", "3")
+    code, out, _ = _run(capsys, "generate", "--model", "tiny-qwen3", "--skip", "2", "--prompt", "Hello",
+                        "--max-new-tokens", "3")
     assert code == 0
     lines = out.splitlines()
     n = len(load_model("tiny-qwen3")[1]("Hello")["input_ids"])  # BOS included
@@ -84,7 +85,8 @@ def test_generate_prints_both_continuations_and_ttft(capsys):
 
 def test_generate_a_two_turn_conversation_in_chunks(capsys):
     code, out, _ = _run(capsys, "generate", "--model", "tiny-llama", "--skip", "2", "--prompt", "Once upon a time, "
-                        "in a land far away,", "--follow-up", "And then?", "--max-new-tokens", "3", "--prefill-chunk", "8")
+                        "in a land far away,", "--follow-up", "And then?", "--max-new-tokens", "3",
+                        "--prefill-chunk", "8")
     assert code == 0
     lines = out.splitlines()
     assert lines[0].endswith("(your prompt, prefilled in chunks of 8 tokens)")
@@ -193,7 +195,8 @@ def test_user_errors_are_one_line_exit_2(capsys, tmp_path, argv, message):
 
 
 def test_bench_json_into_missing_folder_is_refused_before_work(capsys, tmp_path):
-    code, _, err = _run(capsys, "bench", "--model", "tiny-llama", "--skip", "1", "--out", str(tmp_path / "no" / "x.json"))
+    code, _, err = _run(capsys, "bench", "--model", "tiny-llama", "--skip", "1", "--out",
+                        str(tmp_path / "no" / "x.json"))
     assert code == 2 and "does not exist" in err
     assert not (tmp_path / "no").exists()
 
@@ -224,11 +227,12 @@ def test_version_without_package_metadata_says_so(capsys, monkeypatch):
     monkeypatch.setattr(importlib.metadata, "version", missing)
     with pytest.raises(SystemExit) as exc:
         main(["--version"])
-    assert exc.value.code == 0 and capsys.readouterr().out == "poptune (version unknown: the package is not installed)\n"
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == "poptune (version unknown: the package is not installed)\n"
 
 
 @pytest.mark.parametrize("command", ["bench", "eval", "baseline", "pareto"])
 def test_old_style_json_path_is_refused_in_one_line_naming_out(capsys, command):
     code, err = _one_line_error(capsys, command, "--json", "result.json")
-    assert code == 2 and err.strip().splitlines() == [f"poptune {command}: error: `--json` takes no file (it prints JSON on stdout): "
-                                        "use `--out result.json` to write one"]
+    assert code == 2 and err.strip().splitlines() == [f"poptune {command}: error: `--json` takes no file (it prints "
+                                                      "JSON on stdout): use `--out result.json` to write one"]

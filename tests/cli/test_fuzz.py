@@ -298,7 +298,8 @@ def file_texts(draw: st.DrawFn) -> tuple[str, str]:
     if how == "tampered":
         node = data
         for _ in range(draw(st.integers(0, 3))):  # down a few levels, then one field dropped or replaced
-            children = list(node) if isinstance(node, dict) else list(range(len(node))) if isinstance(node, list) else []
+            children = (list(node) if isinstance(node, dict) else list(range(len(node))) if isinstance(node, list)
+                        else [])
             if not children or not isinstance(node[children[0]] if isinstance(node, list) else True, object):
                 break
             key = draw(st.sampled_from(children[:20]))

@@ -127,7 +127,8 @@ def test_the_committed_board_is_what_the_committed_records_rebuild(tmp_path, mon
     """`poptune leaderboard --records leaderboards/raw` gives the committed table and CSV byte for byte."""
     root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)
-    written = write_methods_board("leaderboards/raw", tmp_path, command="poptune leaderboard --records leaderboards/raw")
+    written = write_methods_board("leaderboards/raw", tmp_path,
+                                  command="poptune leaderboard --records leaderboards/raw")
     texts = [p for p in written if p.suffix in (".md", ".csv")]
     assert texts
     for path in texts:

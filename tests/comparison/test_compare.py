@@ -28,7 +28,8 @@ def test_compare_writes_a_record_the_leaderboard_rebuilds(tmp_path, capsys):
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
-    base = ["compare", "--model", "tiny-llama", "--tasks", "passkey", "--workload", "w", "--out", str(tmp_path / "r.json")]
+    base = ["compare", "--model", "tiny-llama", "--tasks", "passkey", "--workload", "w", "--out",
+            str(tmp_path / "r.json")]
     for extra, said in ((["--pop", "1/last"], "SKIP/BOUNDARY/OFFSET"), (["--profiles", "32x4"], "PROMPT+OUTPUT"),
                         (["--methods", "nope"], "unknown baseline"), (["--ratios", "2"], "(0, 1)"),
                         (["--pairs", "3"], ">= 6")):
@@ -50,7 +51,8 @@ def test_skip_scores_items_after_the_first_and_tasks_none_times_only(tmp_path, c
 
     first = run("--tasks", "passkey", "--items", "4", "--profiles", "none")
     held_out = run("--tasks", "passkey", "--items", "2", "--skip", "2", "--profiles", "none")
-    assert held_out["skip"] == 2 and held_out["methods"][0]["items"]["passkey"] == first["methods"][0]["items"]["passkey"][2:]
+    assert held_out["skip"] == 2
+    assert held_out["methods"][0]["items"]["passkey"] == first["methods"][0]["items"]["passkey"][2:]
     timed = run("--tasks", "none", "--profiles", "16+2")
     assert timed["tasks"] == [] and timed["per_task"] == 0
     assert all("outcomes" not in m for m in timed["methods"]) and "timing" in timed["methods"][1]

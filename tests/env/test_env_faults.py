@@ -25,7 +25,8 @@ def partial_study(tmp_path) -> str:
     """A stored study of 3 of the 6-layer model's 46 configurations (not a grid), without any model."""
     url = f"sqlite:///{tmp_path}/partial.db"
     study = optuna.create_study(storage=url, study_name="partial", directions=["minimize", "maximize"])
-    study.set_user_attr("problem", TuningProblem(model="tiny-llama", max_drop=None, tasks=("passkey",), lengths=(16,)).to_dict())
+    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("passkey",), lengths=(16,))
+    study.set_user_attr("problem", problem.to_dict())
     study.set_user_attr("num_layers", 6)
     for i, config in enumerate(CONFIGS):
         info = _measurement(config, 1.0 + i / 10).info()
@@ -71,7 +72,8 @@ def test_an_action_of_three_integers_is_accepted(partial_study):
 def test_the_action_space_holds_the_kv_sources_the_study_measured(tmp_path):
     url = f"sqlite:///{tmp_path}/kv.db"
     study = optuna.create_study(storage=url, study_name="kv", directions=["minimize", "maximize"])
-    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("passkey",), lengths=(16,), kv=("own", "calibrated"))
+    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("passkey",), lengths=(16,),
+                            kv=("own", "calibrated"))
     study.set_user_attr("problem", problem.to_dict())
     study.set_user_attr("num_layers", 6)
     calibrated = PopConfig(skip=3, boundary="last", kv="calibrated")

@@ -36,7 +36,8 @@ def test_decode_clock_reasons() -> None:
     assert decode_clock_reasons(0x1001) == ["gpu_idle", "unknown_0x1000"]
 
 
-def test_fingerprint_matches_torch_device_to_nvml_by_uuid(monkeypatch: pytest.MonkeyPatch, fake_cuda: None, install_nvml) -> None:
+def test_fingerprint_matches_torch_device_to_nvml_by_uuid(monkeypatch: pytest.MonkeyPatch, fake_cuda: None,
+                                                          install_nvml) -> None:
     nv = install_nvml()
     rec = fingerprint("cuda")
     assert (rec.kind, rec.cuda_index, rec.nvml_index) == ("cuda", 0, 1)
@@ -50,7 +51,8 @@ def test_fingerprint_matches_torch_device_to_nvml_by_uuid(monkeypatch: pytest.Mo
 
 
 @pytest.mark.parametrize("error", [pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded])
-def test_nvml_init_failure_never_raises(monkeypatch: pytest.MonkeyPatch, fake_cuda: None, install_nvml, error: type) -> None:
+def test_nvml_init_failure_never_raises(monkeypatch: pytest.MonkeyPatch, fake_cuda: None, install_nvml,
+                                        error: type) -> None:
     nv = install_nvml(init_error=error)
     rec = fingerprint("cuda:0")
     assert rec.name == "NVIDIA H200" and rec.nvml_index is None and rec.power_limit_w is None

@@ -291,7 +291,8 @@ def _noisy_pair(policy: RepeatPolicy, spread: float) -> PairRecord:
 
     clock = FakeClock()
     rng = random.Random(1)
-    return measure_pair(lambda: clock.advance_ms(10.0), lambda: clock.advance_ms(10.0 * rng.uniform(2 - spread, 2 + spread)),
+    return measure_pair(lambda: clock.advance_ms(10.0),
+                        lambda: clock.advance_ms(10.0 * rng.uniform(2 - spread, 2 + spread)),
                         timer=Timer("cpu", clock=clock), policy=policy)
 
 

@@ -97,8 +97,8 @@ def test_manual_decode_positions_match_generate(vlm):
         mask, tokens = inputs["attention_mask"], [out.logits[:, -1].argmax(-1, keepdim=True)]
         for _ in range(3):
             mask = torch.cat([mask, torch.ones_like(tokens[-1])], dim=1)
-            out = model(input_ids=tokens[-1], attention_mask=mask, position_ids=decode_position_ids(model, inputs, mask),
-                        cache=out.cache, use_cache=True)
+            out = model(input_ids=tokens[-1], attention_mask=mask,
+                        position_ids=decode_position_ids(model, inputs, mask), cache=out.cache, use_cache=True)
             tokens.append(out.logits[:, -1].argmax(-1, keepdim=True))
     assert torch.equal(torch.cat(tokens, dim=1), expected)
 

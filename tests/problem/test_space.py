@@ -58,7 +58,8 @@ def test_actions_are_clipped_and_checked():
     assert config_from_action({"skip": 5, "boundary": "none", "offset": 2, "kv": 1}, 6, KV) == \
         PopConfig(3, "none", 2, kv="calibrated")
     assert config_from_action({"skip": 0, "boundary": 4, "offset": 2, "kv": 1}, 6, KV) == PopConfig(0)
-    assert config_from_action({"skip": 1, "boundary": 1, "offset": 0, "kv": "calibrated"}, 6, KV) == PopConfig(1, "last")
+    calibrated = {"skip": 1, "boundary": 1, "offset": 0, "kv": "calibrated"}
+    assert config_from_action(calibrated, 6, KV) == PopConfig(1, "last")
     assert config_from_action({"skip": 3, "boundary": 1, "offset": 0}, 6, KV).kv == "own"  # default: the first
     for action, message in (({"skip": 1, "boundary": 0, "offset": 0, "kv": 2}, "`kv` index"),
                             ({"skip": 1, "boundary": 0, "offset": 0, "kv": "anchor?"}, "`kv` must be one of"),

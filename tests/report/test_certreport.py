@@ -39,9 +39,9 @@ def test_an_undecided_candidate_says_what_a_verdict_costs_and_the_command():
     runs = [{"command": ["/x/poptune", "study", "--model", "gemma-3", "--certify", "32"]}]
     lines = certreport.cost_lines([replace(ROW, verdict="undecided at 64 items")], record, 2.0, runs)
     assert lines == ["5/window-64/0: undecided at 64 items: a 2-point verdict needs about 1,400 items here (~35 min "
-                     "at 1.5 s per item) for 80% power if the true drop is 0 and items flip at the 6.0% rate seen so far: "
-                     "poptune study --model gemma-3 --certify 700; the smallest budget the 64 planned items certify as "
-                     "often at this flip rate: about 9.4 points"]
+                     "at 1.5 s per item) for 80% power if the true drop is 0 and items flip at the 6.0% rate seen so "
+                     "far: poptune study --model gemma-3 --certify 700; the smallest budget the 64 planned items "
+                     "certify as often at this flip rate: about 9.4 points"]
     assert "(a larger --certify" not in certreport.verdict_line([replace(ROW, verdict="undecided at 64 items")],
                                                                 record, 2.0)
 

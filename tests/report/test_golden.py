@@ -1,6 +1,7 @@
 """The study report renders as it did before the report model: the terminal text, the Markdown summary and the
 plot's inputs of two stored studies are compared with golden files (``golden/make_golden.py`` wrote them at
-commit ca4c9a0, before :class:`~poptune.reports.study.StudyReport`; rewritten by the same renderer when the certification's
+commit ca4c9a0, before :class:`~poptune.reports.study.StudyReport`; rewritten by the same renderer when the
+certification's
 lines came to state their bound, issue 45)."""
 
 from __future__ import annotations

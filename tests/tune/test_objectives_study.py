@@ -94,7 +94,8 @@ def test_the_report_shows_a_column_per_objective_and_labels_the_plot(tmp_path):
         report.plot(tmp_path / "p.png")
     finally:
         poptune.plots.pareto_plot = real
-    assert all(", K/V MiB " in p.label for p in drawn["front"]) and "front on ttft, accuracy, kv_bytes" in drawn["title"]
+    assert all(", K/V MiB " in p.label for p in drawn["front"])
+    assert "front on ttft, accuracy, kv_bytes" in drawn["title"]
     assert len(drawn["points"]) == len(report.trials)
 
 

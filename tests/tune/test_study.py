@@ -24,8 +24,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 @pytest.fixture
 def problem(eval_data):
-    return TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), limit=4, data_dir=str(eval_data), lengths=(16,),
-                         repeats=1, decode_tokens=0, precision=None)  # the stopping rule: test_timer
+    return TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), limit=4, data_dir=str(eval_data),
+                         lengths=(16,), repeats=1, decode_tokens=0, precision=None)  # the stopping rule: test_timer
 
 
 def _configs(study, *, reused=False):
@@ -52,7 +52,8 @@ def test_rerunning_resumes_and_measures_nothing_twice(problem, tmp_path):
     before = {t.number: (t.values, t.user_attrs["config"]) for t in store.completed(first)}
     second = run_study(StudySpec(problem=problem, add=3, sampler="random", storage=url, seed=1))
     assert len(_configs(second)) == 6  # answers from storage and re-measures use no budget
-    assert {t.number: (t.values, t.user_attrs["config"]) for t in store.completed(second) if t.number in before} == before
+    kept = {t.number: (t.values, t.user_attrs["config"]) for t in store.completed(second) if t.number in before}
+    assert kept == before
     measured = _configs(second)
     assert len(measured) == len(set(measured))  # a configuration is measured once; repeats are answered
 
@@ -217,8 +218,8 @@ def test_importance_proposal_is_enqueued(problem, tmp_path, capsys):
     path.write_text(result.to_json())
     url = f"sqlite:///{tmp_path}/s.db"
     code = main(["study", "--model", "tiny-llama", "--tasks", "piqa", "--limit", "4", "--lengths", "16",
-                 "--data-dir", problem.data_dir, "--storage", url, "--repeats", "1", "--precision", "0", "--trials", "3",
-                 "--init-from-importance", str(path)])
+                 "--data-dir", problem.data_dir, "--storage", url, "--repeats", "1", "--precision", "0",
+                 "--trials", "3", "--init-from-importance", str(path)])
     assert code == 0
     study = store.load_study(store.open_storage(url, heartbeat=None), None)
     assert PopConfig(skip=2, boundary="last", offset=2) in _configs(study)
@@ -336,7 +337,8 @@ def test_a_full_disk_is_one_line_and_leaves_the_database_intact(problem, tmp_pat
     code = main(["study", *args, "--trials", "2"])
     err = capsys.readouterr().err  # progress bars, then the one error line
     assert code == 2 and err.count("error:") == 1, err
-    assert err.splitlines()[-1].startswith("poptune study: error: cannot write") and err.endswith("No space left on device\n")
+    assert err.splitlines()[-1].startswith("poptune study: error: cannot write")
+    assert err.endswith("No space left on device\n")
     assert not list(tmp_path.glob("*.png"))  # no half-written plot either
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)

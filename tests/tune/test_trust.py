@@ -41,7 +41,8 @@ def test_space_with_calibrated_kv_is_one_to_one_and_has_no_alias_at_one_skipped_
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "random", "grid"])
-def test_sixteen_trials_store_sixteen_distinct_configurations_whose_params_are_their_configs(problem, tmp_path, sampler):
+def test_sixteen_trials_store_sixteen_distinct_configurations_whose_params_are_their_configs(problem, tmp_path,
+                                                                                              sampler):
     study = run_study(StudySpec(problem=problem, trials=16, sampler=sampler, storage=f"sqlite:///{tmp_path}/s.db"),
                       evaluator=FakeEvaluator(problem))
     measured = _measuring(study)

@@ -46,7 +46,8 @@ def test_a_worker_killed_every_time_is_given_up(tmp_path):
 
 
 def test_workers_get_the_parents_options_and_their_own():
-    argv = ["study", "--model", "tiny-llama", "--gpus", "0,1", "--trials=8", "--device", "cpu", "--storage", "journal:j"]
+    argv = ["study", "--model", "tiny-llama", "--gpus", "0,1", "--trials=8", "--device", "cpu", "--storage",
+            "journal:j"]
     worker = _worker_argv(argv, 20)
     assert worker[1:4] == ("-m", "poptune", "study")
     assert list(worker[4:]) == ["--model", "tiny-llama", "--storage", "journal:j", "--device", "cuda",

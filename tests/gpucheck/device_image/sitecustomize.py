@@ -3,7 +3,8 @@
 Every third-party package installed here whose distribution is not on the list named by
 ``POPTUNE_DEVICE_PACKAGES`` (one name a line, ``#`` comments) becomes absent for the repository's own code, as
 on the device. (Imports made by a listed package's own code pass: they are its dependencies, which the
-device's version of it has there; the versions installed here may need others.) Importing one raises ``ModuleNotFoundError`` and is appended to ``POPTUNE_DEVICE_BLOCKED`` as ``import <top-level module>
+device's version of it has there; the versions installed here may need others.) Importing one raises
+``ModuleNotFoundError`` and is appended to ``POPTUNE_DEVICE_BLOCKED`` as ``import <top-level module>
 <importing module>``; ``importlib.util.find_spec`` (how libraries probe optional packages) answers None and is
 logged as ``probe <module>``. The standard library, the repository's own packages and modules not installed
 here at all are left to Python. ``POPTUNE_DEVICE_BLOCKED`` gets one ``active <pid>`` line per process, so a
