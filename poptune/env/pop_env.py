@@ -82,13 +82,14 @@ class _OneStepEnv(gym.Env):
         self.observation_space = _observation_space()
         self._observation = np.array([num_layers, target_length], dtype=np.float32)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         if seed is not None:
             self.action_space.seed(seed)
         return self._observation.copy(), {}
 
-    def step(self, action: dict[str, Any]):
+    def step(self, action: dict[str, Any]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         config = config_from_action(_as_mapping(action), self.num_layers, self.kv)
         measurement = self._measure(config)
         info = copy.deepcopy(measurement.info())  # each step its own dict: a caller may change it

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -122,11 +123,11 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
     return replay, where, spec
 
 
-def _cell(i) -> str:
+def _cell(i: Any) -> str:
     return f"{i.mean:.3f} [{i.lo:.3f}, {i.hi:.3f}]"
 
 
-def _verdicts(rows, checkpoints) -> list[str]:
+def _verdicts(rows: list[Any], checkpoints: Sequence[int]) -> list[str]:
     """Where a sampler's interval lies wholly above random search's, or that none does."""
     random_row = next((r for r in rows if r.sampler == "random"), None)
     if random_row is None:
@@ -153,7 +154,7 @@ def _hits(hits: int, seeds: int) -> str:
     return f"{hits}/{seeds} [{max(centre - half, 0) / scale:.2f}, {min(centre + half, scale) / scale:.2f}]"
 
 
-def _order(replay, spec: TunerSpec) -> list[str]:
+def _order(replay: Any, spec: TunerSpec) -> list[str]:
     """Where the grid breaks the order, and how many implied verdicts held."""
     from poptune.tune.replay import implied_held
     from poptune.tune.structured import order_violations
@@ -176,7 +177,7 @@ def _order(replay, spec: TunerSpec) -> list[str]:
     return lines
 
 
-def _markdown(replay, rows, spec: TunerSpec, where: list[str], seconds: float, command: str) -> str:
+def _markdown(replay: Any, rows: list[Any], spec: TunerSpec, where: list[str], seconds: float, command: str) -> str:
     from poptune.measure.provenance import now, provenance_block
     from poptune.tune.replay import CHECKPOINTS, HV_SHARE
 
