@@ -48,7 +48,8 @@ EIGHT = ("4/window-64/0", "5/window-64/0", "6/last/0", "6/window-64/0", "7/windo
 
 def _config(text: str) -> PopConfig:
     parts = text.split("/")
-    return PopConfig(skip=int(parts[0]), boundary=parts[1], offset=int(parts[2]), kv=parts[3] if len(parts) > 3 else "own")
+    return PopConfig(skip=int(parts[0]), boundary=parts[1], offset=int(parts[2]),
+                     kv=parts[3] if len(parts) > 3 else "own")
 
 
 def _ways(model, tok, spec, configs, full_cached: bool) -> dict:

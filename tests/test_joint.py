@@ -54,7 +54,7 @@ def test_rows_and_configurations_that_end_apart_stop_as_generate_does(shared, mo
     monkeypatch.setattr(joint, "STACK_BYTES", stack_bytes)
     frequent = int(_alone(model, inputs, PopConfig(skip=0))[0, inputs["input_ids"].shape[1] + 2])
     rows, n = inputs["input_ids"].shape
-    stopping = lambda: StoppingCriteriaList([StopAfter(frequent, n, rows)])  # noqa: E731
+    stopping = lambda: StoppingCriteriaList([StopAfter(frequent, n, rows)])  # noqa: E731 (a fresh criteria list per call: they keep state)
     for kwargs in ({"eos_token_id": frequent}, {"stopping": stopping}):
         together = _together(model, inputs, **kwargs)
         lengths = set()

@@ -15,7 +15,7 @@ from poptune.kv import registry as kv_registry
 from poptune.problem.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
 from poptune.problem.problem import DEFAULT_MAX_DROP, STUDY_TASKS, TuningProblem
 
-from ._checks import BENCH_LENGTHS, budget, finite, int_list, positive  # noqa: F401  (shared with the commands)
+from ._checks import BENCH_LENGTHS, budget, count, finite, int_list, positive  # noqa: F401  (shared with the commands)
 
 
 def default_of(cls: type, name: str) -> Any:
@@ -79,9 +79,9 @@ def add_model(parser: argparse.ArgumentParser) -> None:
 
 def add_pop(parser: argparse.ArgumentParser, *, skip_required: bool = True) -> None:
     group = parser.add_argument_group("POP configuration")
-    group.add_argument("--skip", type=int, required=skip_required, help="layers skipped in prefill")
+    group.add_argument("--skip", type=count, required=skip_required, help="layers skipped in prefill")
     group.add_argument("--boundary", default="last", help=f"one of {', '.join(BOUNDARIES)} (default: last)")
-    group.add_argument("--offset", type=int, default=0, help="final layers kept even in prefill (default: 0)")
+    group.add_argument("--offset", type=count, default=0, help="final layers kept even in prefill (default: 0)")
     group.add_argument("--kv", choices=KV_SOURCES, default=kv_registry.DEFAULT,
                        help="the skipped layers' K/V for the pruned tokens: " + _kv_help())
 
@@ -105,7 +105,7 @@ def prepare_kv(model: Any, tokenizer: Any, config: PopConfig, args: argparse.Nam
 
 
 def add_prefill_chunk(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prefill-chunk", type=int, metavar="N",
+    parser.add_argument("--prefill-chunk", type=count, metavar="N",
                         help="prefill prompts in chunks of N tokens, as serving engines do, POP and the full model "
                              "alike (default: whole prompts)")
 
@@ -150,15 +150,15 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                              "short question, e.g. 640x480; accuracy still comes from --tasks")
     parser.add_argument("--tasks", help=f"accuracy tasks (default: {','.join(STUDY_TASKS)} with a data directory, else "
                         "embedded)")
-    parser.add_argument("--limit", type=int, help="items per task at most: accuracy is raced in rounds until the drop's "
-                        f"interval is decided, up to this cap (default: the preset's; standard: {STANDARD.limit}, "
-                        f"{STANDARD.long_limit} on the long-prompt pack)")
-    parser.add_argument("--certify", type=int, default=None,
+    parser.add_argument("--limit", type=count, help="items per task at most: accuracy is raced in rounds until the "
+                        f"drop's interval is decided, up to this cap (default: the preset's; standard: "
+                        f"{STANDARD.limit}, {STANDARD.long_limit} on the long-prompt pack)")
+    parser.add_argument("--certify", type=count, default=None,
                         help="after the search, items per task at most on which the front's fastest candidates are "
                         f"certified on fresh items (default: planned by `study` to decide within --time-budget, up "
                         f"to the preset's most; standard: {STANDARD.plan}, {STANDARD.long_plan} on the long-prompt "
                         f"pack; elsewhere {STANDARD.certify} and {STANDARD.long_certify}; 0: no certification)")
-    parser.add_argument("--items", type=int, help="items per task in the first round (default: the preset's; "
+    parser.add_argument("--items", type=count, help="items per task in the first round (default: the preset's; "
                         f"standard: {STANDARD.items})")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
     add_prompts(parser)
@@ -213,16 +213,17 @@ def add_precision(parser: argparse.ArgumentParser, *, repeats: int, max_pairs: i
     """The timing pairs of a measurement: at least ``--repeats``, then on until ``--precision``, within caps
     (with ``preset``, the caps default to the preset's, ``max_pairs`` and ``max_seconds`` being standard's)."""
     origin = "the preset's; standard: " if preset else ""
-    parser.add_argument("--repeats", type=int, default=repeats,
+    parser.add_argument("--repeats", type=count, default=repeats,
                         help=f"least measured/full timing pairs (default: {repeats})")
     precision = default_of(TuningProblem, "precision")
     parser.add_argument("--precision", type=finite, default=precision,
                         help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
                              f"(default: {precision}; 0: stop at {stop})")
-    parser.add_argument("--max-pairs", type=int, default=None if preset else max_pairs,
+    parser.add_argument("--max-pairs", type=count, default=None if preset else max_pairs,
                         help=f"most timing pairs per measurement (default: {origin}{max_pairs})")
     parser.add_argument("--max-seconds", type=finite, default=None if preset else max_seconds,
-                        help=f"most seconds per measurement while chasing --precision (default: {origin}{max_seconds:g})")
+                        help="most seconds per measurement while chasing --precision "
+                             f"(default: {origin}{max_seconds:g})")
 
 
 def preset_of(args: argparse.Namespace) -> Preset:
@@ -272,7 +273,8 @@ def problem(args: argparse.Namespace) -> Any:
 
         sizes = parse_image_sizes(args.image, "--image")
         if len(sizes) != 1:
-            raise ConfigError(f"`--image` of a study takes one WIDTHxHEIGHT size (its target prompt), got {args.image!r}")
+            raise ConfigError(f"`--image` of a study takes one WIDTHxHEIGHT size (its target prompt), "
+                              f"got {args.image!r}")
         if args.lengths is not None:
             raise ConfigError("give `--lengths` (text prompts) or `--image` (an image prompt), not both")
         check_takes_images(args.model)
@@ -280,7 +282,8 @@ def problem(args: argparse.Namespace) -> Any:
     return TuningProblem(
         model=args.model, tasks=tasks, lengths=tuple(int_list(args.lengths, "--lengths")) if args.lengths
         else default_of(TuningProblem, "lengths"), limit=limit,
-        image=image, data_dir=str(directory) if directory and real else None, max_drop=args.max_drop, device=args.device,
+        image=image, data_dir=str(directory) if directory and real else None, max_drop=args.max_drop,
+        device=args.device,
         dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=size.items,
         precision=args.precision or None, max_pairs=max(size.max_pairs, args.repeats), max_seconds=size.max_seconds,
         kv=tuple(part.strip() for part in args.kv.split(",") if part.strip()), certify_limit=certify,
@@ -314,8 +317,9 @@ def add_calibration(parser: argparse.ArgumentParser) -> None:
 
     samples, length, seed_ = (default_of(CalibrationSpec, name) for name in ("samples", "length", "seed"))
     group = parser.add_argument_group("baseline calibration (WikiText-2 from the data directory, else generated)")
-    group.add_argument("--calibration-samples", type=int, default=samples, help=f"sequences (default: {samples})")
-    group.add_argument("--calibration-length", type=int, default=length, help=f"tokens per sequence (default: {length})")
+    group.add_argument("--calibration-samples", type=count, default=samples, help=f"sequences (default: {samples})")
+    group.add_argument("--calibration-length", type=count, default=length,
+                       help=f"tokens per sequence (default: {length})")
     group.add_argument("--calibration-seed", type=seed, default=seed_, help=f"seed of the windows (default: {seed_})")
 
 

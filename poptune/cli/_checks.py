@@ -1,8 +1,9 @@
 """Every argument checked before any work: the number types of every command's flags, and :func:`check_args`.
 
 A number flag takes one of four kinds, the same kind for the same flag in every command: a finite float
-(:func:`finite`), an integer >= 1 (:func:`positive`), a seed (``_args.seed``) or an accuracy budget in points
-or ``none`` (:func:`budget`). NaN and infinity are refused where a number is parsed, so no command reads them
+(:func:`finite`), an integer (:func:`positive` for >= 1, :func:`count` where the spec checks the lower bound; every
+integer flag at most :data:`COUNT_MAX` in size), a seed (``_args.seed``) or an accuracy budget in points or ``none``
+(:func:`budget`). NaN and infinity are refused where a number is parsed, so no command reads them
 as "no limit". :func:`check_args` then checks what needs the arguments together -- prompt lengths against the
 model's context, read from its configuration without loading it; a data directory that is a directory -- before
 the command starts, so a refusal takes moments, not the minutes of building items or loading a model.
@@ -17,7 +18,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["BENCH_LENGTHS", "budget", "check_args", "finite", "int_list", "positive"]
+__all__ = ["BENCH_LENGTHS", "COUNT_MAX", "budget", "check_args", "count", "finite", "int_list", "positive"]
 
 #: ``bench``'s prompt lengths when neither ``--lengths`` nor ``--image`` is given.
 BENCH_LENGTHS = "128,512,2048"
@@ -34,14 +35,24 @@ def finite(text: str) -> float:
     return value
 
 
+#: The largest count any flag takes (items, pairs, trials, tokens, steps): past it a value is a typo, never a plan,
+#: and refusing it at once beats starting work that cannot finish (issue 57).
+COUNT_MAX = 1_000_000
+
+
 def _at_least(text: str, minimum: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
-    if value < minimum:
-        raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {value}")
+    if not minimum <= value <= COUNT_MAX:
+        raise argparse.ArgumentTypeError(f"must be an integer in [{minimum:,}, {COUNT_MAX:,}], got {value}")
     return value
+
+
+def count(text: str) -> int:
+    """An argparse type: an integer within +- :data:`COUNT_MAX` (its lower bound is the spec's to check)."""
+    return _at_least(text, -COUNT_MAX)
 
 
 def positive(text: str) -> int:

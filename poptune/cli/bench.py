@@ -14,6 +14,7 @@ from ._args import (
     add_prefill_chunk,
     add_prompts,
     check_output_path,
+    count,
     emit,
     finite,
     int_list,
@@ -33,8 +34,8 @@ def register(sub: Any) -> None:
                         help="image prompts instead (a vision-language model): one image of each size and a short "
                              "question, e.g. 640x480,1280x720,2560x1440")
     add_prompts(parser, store=False)
-    parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--decode-tokens", type=int, default=16, help="new tokens per decode measurement (0: none)")
+    parser.add_argument("--batch-size", type=count, default=1)
+    parser.add_argument("--decode-tokens", type=count, default=16, help="new tokens per decode measurement (0: none)")
     add_prefill_chunk(parser)
     add_precision(parser, repeats=6, max_pairs=60, max_seconds=20.0, stop="--repeats and --min-seconds")
     parser.add_argument("--min-seconds", type=finite, default=1.0, help="least time per measurement (default: 1)")

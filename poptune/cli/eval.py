@@ -13,6 +13,7 @@ from ._args import (
     add_prefill_chunk,
     add_prompts,
     check_output_path,
+    count,
     emit,
     pop_config,
     prefill_chunk,
@@ -31,12 +32,13 @@ def register(sub: Any) -> None:
         "longctx_{squad,drop,coqa,gsm8k}_bpb (group: longctx_bpb) (default: the six short real tasks with a data "
         "directory, else embedded)",
     )
-    parser.add_argument("--limit", type=int, help="items per task, evenly spaced over the set (same items every run)")
+    parser.add_argument("--limit", type=count, help="items per task, evenly spaced over the set (same items every run)")
     parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
     add_prompts(parser, store=False, judge=True)
-    parser.add_argument("--batch-size", type=int, default=8, help="contexts prefilled together (default: 8)")
+    parser.add_argument("--batch-size", type=count, default=8, help="contexts prefilled together (default: 8)")
     add_prefill_chunk(parser)
-    parser.add_argument("--fidelity-pairs", type=int, default=8, help="text pairs for fidelity, 0 to skip (default: 8)")
+    parser.add_argument("--fidelity-pairs", type=count, default=8,
+                        help="text pairs for fidelity, 0 to skip (default: 8)")
     add_output(parser, "the result")
     parser.set_defaults(run=run)
 

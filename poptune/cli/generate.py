@@ -14,7 +14,7 @@ from typing import Any
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 
-from ._args import add_model, add_pop, add_prefill_chunk, pop_config, prefill_chunk, prepare_kv
+from ._args import add_model, add_pop, add_prefill_chunk, count, pop_config, prefill_chunk, prepare_kv
 
 #: Below this many prompt tokens the output says why little or no speedup shows.
 SHORT_PROMPT = 256
@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--force", action="store_true", help="apply --config made for another model or machine")
     parser.add_argument("--prompt", help="the prompt (default: a built-in passage of about 1,000 tokens and a "
                                          "question: the first chapter of Pride and Prejudice)")
-    parser.add_argument("--max-new-tokens", type=int, default=32, help="greedy tokens for each model (default: 32)")
+    parser.add_argument("--max-new-tokens", type=count, default=32, help="greedy tokens for each model (default: 32)")
     parser.add_argument("--follow-up", action="append", default=[], metavar="TEXT",
                         help="a later turn, asked after the answer on top of the conversation's cache (repeatable), "
                              "e.g. --follow-up 'Who says it?'")

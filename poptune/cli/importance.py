@@ -11,7 +11,7 @@ from typing import Any
 from poptune.errors import ConfigError
 from poptune.files import check_writable_folder, safe_name
 
-from ._args import add_model, finite, seed, write_text
+from ._args import add_model, count, finite, seed, write_text
 
 _PAPER_RATIO = 1 / 3  # the paper skips the last third of the layers in prefill
 
@@ -19,11 +19,11 @@ _PAPER_RATIO = 1 / 3  # the paper skips the last third of the layers in prefill
 def register(sub: Any) -> None:
     parser = sub.add_parser("importance", help="per-layer prefill and decode importance from virtual gates")
     add_model(parser)
-    parser.add_argument("--samples", type=int, default=64, help="calibration samples (default: 64)")
-    parser.add_argument("--length", type=int, default=256, help="prompt tokens per sample (default: 256)")
-    parser.add_argument("--new-tokens", type=int, default=32,
+    parser.add_argument("--samples", type=count, default=64, help="calibration samples (default: 64)")
+    parser.add_argument("--length", type=count, default=256, help="prompt tokens per sample (default: 256)")
+    parser.add_argument("--new-tokens", type=count, default=32,
                         help="tokens sampled from the model per sample; the loss is theirs (default: 32)")
-    parser.add_argument("--batch-size", type=int, default=8, help="samples per forward/backward (default: 8)")
+    parser.add_argument("--batch-size", type=count, default=8, help="samples per forward/backward (default: 8)")
     parser.add_argument("--data-dir", help="folder with wikitext-2/test.txt for the prompts (default: "
                         "$POPTUNE_DATA; neither: prompts sampled from the model)")
     parser.add_argument("--out", default=".", help="folder for importance-<model>-<hardware>.json and .png "

@@ -21,6 +21,7 @@ from ._args import (
     add_storage,
     calibration_spec,
     config_list,
+    count,
     finite,
     method_list,
     positive,
@@ -35,11 +36,11 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("study", help="search POP configurations for this model on this machine (Optuna)")
     add_model(parser)
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--trials", type=int, help="the study's total of measured configurations (default: the "
+    budget.add_argument("--trials", type=count, help="the study's total of measured configurations (default: the "
                         "preset's; standard: 12): the same command run again finishes at once, and workers sharing "
                         "a study stop together once it holds this many")
-    budget.add_argument("--max-trials", type=int, dest="trials", help=argparse.SUPPRESS)  # its former name
-    budget.add_argument("--add", type=int, help="measure this many configurations more than the study holds")
+    budget.add_argument("--max-trials", type=count, dest="trials", help=argparse.SUPPRESS)  # its former name
+    budget.add_argument("--add", type=count, help="measure this many configurations more than the study holds")
     parser.add_argument("--gpus", help="start one worker process per GPU of this host (e.g. 0,1,2,3), each pinned "
                         "with CUDA_VISIBLE_DEVICES; needs --storage journal:PATH or a database server")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # started by --gpus: no report

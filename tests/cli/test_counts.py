@@ -55,7 +55,7 @@ def scratch(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("option", [["--certify", "100000"], ["--certify", "100000000000000000000"],
+@pytest.mark.parametrize("option", [["--certify", "100000"], ["--certify", "1000000"],
                                     ["--limit", "20000"], ["--certify", str(SYNTHETIC_MAX)]])
 def test_a_synthetic_count_beyond_its_generator_is_refused_at_once(capsys, scratch, option):
     line = _refused(capsys, scratch, *STUDY, "--storage", f"sqlite:///{scratch}/s.db", *option)
@@ -96,3 +96,22 @@ def test_compare_refuses_empty_and_repeated_rows(capsys, scratch, option, said):
 def test_a_study_of_no_tasks_is_refused_not_given_the_default(capsys, scratch):
     line = _refused(capsys, scratch, *STUDY, "--storage", f"sqlite:///{scratch}/s.db", "--tasks", "")
     assert "(none given)" in line
+
+
+@pytest.mark.parametrize("argv", [
+    ["study", "--model", "tiny-llama", "--trials", "100000000000000000000"],
+    ["study", "--model", "tiny-llama", "--certify", "100000000000000000000"],
+    ["study", "--model", "tiny-llama", "--add", "2000000"],
+    ["study", "--model", "tiny-llama", "--repeats", "1e20"],
+    ["study", "--model", "tiny-llama", "--max-pairs", "10000000"],
+    ["compare", "--model", "tiny-llama", "--pairs", "10000000"],
+    ["compare", "--model", "tiny-llama", "--decode-steps", "10000000"],
+    ["generate", "--model", "tiny-llama", "--skip", "2", "--max-new-tokens", "10000000"],
+    ["bench", "--model", "tiny-llama", "--skip", "2", "--decode-tokens", "10000000"],
+])
+def test_every_count_flag_refuses_what_no_plan_means_in_one_line(capsys, tmp_path, monkeypatch, argv):
+    """Issue 57 (2): every integer flag is bounded (:data:`poptune.cli._checks.COUNT_MAX`), not only the item counts
+    a task pack supplies: 1e20 pairs or trials is a typo, refused before anything starts."""
+    monkeypatch.chdir(tmp_path)
+    line = _refused(capsys, tmp_path, *argv)
+    assert "must be an integer" in line
