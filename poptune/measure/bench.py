@@ -29,7 +29,7 @@ from poptune.errors import ConfigError
 from poptune.measure.benchrecord import DEFAULT_POLICY, BenchResult, BenchRow, BenchSpec, device_policy
 from poptune.measure.energy import IdleReading, energy_pair, idle_power
 from poptune.measure.flops import assumption, prefill_flops, vision_flops
-from poptune.measure.graphs import DECODE_EAGER, capture, graph_inputs, mask_materialised
+from poptune.measure.graphs import DECODE_EAGER, capture, graph_inputs, mask_label
 from poptune.measure.hardware import fingerprint
 from poptune.measure.nullcheck import AA_PAIRS, NullCheck, aa_figures, figures
 from poptune.measure.nvml import NvmlDevice
@@ -113,7 +113,8 @@ def _prefill_pair(run: _Row, inputs: dict[str, torch.Tensor],
         if all(g.graph is not None for g in graphed):  # both sides alike, or the ratio mixes two timings
             pop, full = graphed[0].call, graphed[1].call
             timing["mode"] = "cuda-graph"
-            timing["mask"] = "materialised" if mask_materialised(captured) else "none (causal path)"
+            seen = tuple(sorted({kind for g in graphed for kind in g.sdpa}))
+            timing["mask"], timing["sdpa"] = mask_label(seen, captured), list(seen)  # what ran, not what was asked
         else:
             timing["reason"] = next(g.reason for g in graphed if g.reason)
     pair = measure_pair(pop, full, timer=run.timer, policy=run.spec.policy, during=sampler)

@@ -16,7 +16,10 @@ the kernels eager timing runs, nor what the FLOPs ideal counts. :func:`graph_inp
 attention mask of a text prompt without padding (checked once, on the host, before capture): with no mask
 transformers takes the causal path under capture as it does eagerly. A prompt with padding, or an image
 prompt, keeps its mask: its graph computes the full square, and the row's ideal counts it so
-(:func:`poptune.measure.flops.prefill_flops`, ``materialised``).
+(:func:`poptune.measure.flops.prefill_flops`, ``materialised``). What SDPA really received during the capture is
+recorded (:func:`sdpa_calls`, :attr:`Graphed.sdpa`) and labels the row (:func:`mask_label`), so a transformers
+version that builds the square anyway (issue 59: ``is_tracing`` counts a capturing stream) is reported as
+``materialised``, not as the causal path the inputs asked for.
 
 **A failed capture** is ended on the spot (the stream leaves capture mode) and the caching allocator is handed
 back from the capture's private pool, and the pool released, so later allocations and ``empty_cache()`` behave
@@ -28,13 +31,13 @@ asked after a failed ``capture_end`` (it checks that the capture ended, which a 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["DECODE_EAGER", "Graphed", "capture", "graph_inputs", "mask_materialised"]
+__all__ = ["DECODE_EAGER", "Graphed", "capture", "graph_inputs", "mask_label", "mask_materialised", "sdpa_calls"]
 
 #: Why decode is always timed eagerly.
 DECODE_EAGER = "decode timed eagerly: the cache grows every step, so no two steps have the same shapes"
@@ -51,6 +54,7 @@ class Graphed:
     call: Callable[[], object]
     graph: object | None = None  # the torch.cuda.CUDAGraph, kept alive with its memory pool
     reason: str | None = None
+    sdpa: tuple[str, ...] = ()  # what SDPA received during the capture (:func:`sdpa_calls`), each kind once
 
     @property
     def mode(self) -> str:
@@ -74,6 +78,37 @@ def graph_inputs(inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def mask_materialised(inputs: Mapping[str, torch.Tensor]) -> bool:
     """Whether a captured prefill of ``inputs`` gets a materialised 4-D mask (it passes one to transformers)."""
     return inputs.get("attention_mask") is not None
+
+
+@contextlib.contextmanager
+def sdpa_calls() -> Iterator[list[str]]:
+    """Records what ``torch.nn.functional.scaled_dot_product_attention`` receives while the block runs, one entry
+    per call: ``mask`` (a materialised mask: the full square is computed), ``causal`` (no mask, ``is_causal``: the
+    causal kernels) or ``full`` (neither). transformers' SDPA attention looks the function up at every call, so the
+    recording sees what the model passes; only Python runs here, so it is safe inside a capture."""
+    functional = torch.nn.functional
+    original = functional.scaled_dot_product_attention
+    seen: list[str] = []
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+        causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+        seen.append("mask" if mask is not None else "causal" if causal else "full")
+        return original(*args, **kwargs)
+
+    functional.scaled_dot_product_attention = recording
+    try:
+        yield seen
+    finally:
+        functional.scaled_dot_product_attention = original
+
+
+def mask_label(sdpa: tuple[str, ...] | list[str], inputs: Mapping[str, torch.Tensor]) -> str:
+    """A captured prefill's mask as it ran: ``materialised`` where SDPA received a mask during the capture (or,
+    with no SDPA call recorded, where the inputs carry one), else ``none (causal path)``."""
+    if sdpa:
+        return "materialised" if "mask" in sdpa else "none (causal path)"
+    return "materialised" if mask_materialised(inputs) else "none (causal path)"
 
 
 def _first_line(e: BaseException) -> str:
@@ -143,9 +178,10 @@ def capture(fn: Callable[[], object], device: torch.device) -> Graphed:
     except Exception as e:  # noqa: BLE001 -- the call fails eagerly too: nothing to capture
         return Graphed(fn, reason=f"eager warm-up before capture failed ({_first_line(e)}): timed eagerly")
     graph = torch.cuda.CUDAGraph()
-    error = _record(graph, fn, side, device)
+    with sdpa_calls() as seen:
+        error = _record(graph, fn, side, device)
     if error is not None:
         with contextlib.suppress(Exception):
             torch.cuda.synchronize(device)
         return Graphed(fn, reason=f"CUDA graph capture failed ({_first_line(error)}): timed eagerly")
-    return Graphed(graph.replay, graph=graph)
+    return Graphed(graph.replay, graph=graph, sdpa=tuple(sorted(set(seen))))

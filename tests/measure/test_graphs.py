@@ -172,3 +172,21 @@ def test_a_capture_whose_end_succeeds_leaves_the_pool_to_its_graph(monkeypatch: 
 def test_capture_on_cpu_says_why_it_is_eager() -> None:
     result = capture(lambda: None, torch.device("cpu"))
     assert result.mode == "eager" and "CUDA device" in result.reason
+
+
+def test_the_mask_label_says_what_sdpa_received_under_capture_not_what_was_asked(tiny, monkeypatch) -> None:
+    """Issue 59 (4): the label reads what SDPA was given while the (fake) capture ran. Inputs without a mask on a
+    transformers that still builds the square under capture (simulated: the mask put back) read ``materialised``."""
+    model, tok = tiny
+    inputs = prompt_batch(tok, 24, 2)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with torch.inference_mode(), graphs.sdpa_calls() as seen:
+        prefill(model, graph_inputs(inputs), PopConfig(skip=2))
+    # the block's causal prefill, and the boundary token's single query through the deep layers (no mask needed)
+    assert set(seen) == {"causal", "full"} and graphs.mask_label(seen, graph_inputs(inputs)) == "none (causal path)"
+    with torch.inference_mode(), graphs.sdpa_calls() as seen:
+        prefill(model, inputs, None)  # the dense square a capturing transformers builds from a mask
+    assert "mask" in seen and graphs.mask_label(seen, graph_inputs(inputs)) == "materialised"
+    assert graphs.mask_label((), inputs) == "materialised" and graphs.mask_label((), graph_inputs(inputs)) == \
+        "none (causal path)"  # no SDPA call recorded (another attention): the inputs decide, as before
+    assert torch.nn.functional.scaled_dot_product_attention.__name__ == "scaled_dot_product_attention"  # restored
