@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from poptune.evaluate.taskpack import check_data, data_dir
     from poptune.evaluate.workload import check_supply
     from poptune.files import write_text
+    from poptune.measure.provenance import as_typed
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
     from poptune.tune.trust import now
@@ -136,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     rows = methods_for(evaluator, pop, methods, ratios, calibration_spec(args), progress=say)
     record = compare(evaluator, rows, workload=args.workload, per_task=0 if timing_only else args.items,
                      skip=args.skip, profiles=profiles, pairs=args.pairs, decode_steps=args.decode_steps, progress=say)
-    record.update(command="poptune " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["compare"] else "poptune compare",
+    typed = as_typed(sys.argv)[1:]  # as a user types it: no path of this machine
+    record.update(command="poptune " + shlex.join(typed) if typed[:1] == ["compare"] else "poptune compare",
                   date=now())
     write_text(args.out, json.dumps(record, indent=1, sort_keys=True))
     scored = sum(len(v) for v in record["methods"][0].get("items", {}).values())
