@@ -87,6 +87,12 @@ def _chunk(model, tok, spec, configs, cached, flip):
     return times
 
 
+def _spec(tasks, data_dir, chosen):
+    """The scoring of ``chosen`` items (per task), batch 8, as every way runs it."""
+    return EvalSpec(tasks=tasks, data_dir=data_dir, batch_size=8, fidelity=None, synthetic_lengths=(512,),
+                    seed=0).with_samples(chosen)
+
+
 def _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_dir, warmup=False):
     limit = getattr(model.config, "max_position_embeddings", None)
     work = build_workload(tok, tasks, data_dir=data_dir, cap=32 + per_chunk * chunks, synthetic_lengths=(512,),
@@ -96,12 +102,10 @@ def _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_
     items = 0
     if warmup:  # a GPU's first passes pay kernel selection and the allocator's growth: one chunk, untimed
         first = {t: work.order[t][32: 32 + per_chunk] for t in tasks}
-        _chunk(model, tok, EvalSpec(tasks=tasks, data_dir=data_dir, batch_size=8, fidelity=None,
-                                    synthetic_lengths=(512,), seed=0).with_samples(first), configs, cached, flip=False)
+        _chunk(model, tok, _spec(tasks, data_dir, first), configs, cached, flip=False)
     for k in range(chunks):
         chosen = {t: work.order[t][32 + k * per_chunk: 32 + (k + 1) * per_chunk] for t in tasks}
-        spec = EvalSpec(tasks=tasks, data_dir=data_dir, batch_size=8, fidelity=None, synthetic_lengths=(512,),
-                        seed=0).with_samples(chosen)
+        spec = _spec(tasks, data_dir, chosen)
         times = _chunk(model, tok, spec, configs, cached, flip=k % 2 == 1)
         n = sum(map(len, chosen.values()))
         items += n
