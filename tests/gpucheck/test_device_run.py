@@ -1,6 +1,6 @@
-"""The device script (benchmarks/gpu_device_run.sh) on CPU: its dry run completes and writes its summary and the
-log's last line; its run is sized so a full run and a short rerun fit the device budget; a GPU that torch cannot
-see is a FAIL, not a dry run."""
+"""The device script (benchmarks/gpu_device_run.sh) on CPU: its run is sized so a full run and a short rerun fit
+the device budget; a GPU that torch cannot see is a FAIL, not a dry run. Its dry run, summary and log are checked
+under the device image's package set (tests/gpucheck/test_device_image.py)."""
 
 from __future__ import annotations
 
@@ -17,21 +17,6 @@ def _script(tmp_path: Path, timeout: int = 400, **env: str) -> subprocess.Comple
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, **env}
     return subprocess.run(["bash", "benchmarks/gpu_device_run.sh"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
-
-
-def test_dry_run_completes_and_writes_its_summary(tmp_path: Path) -> None:
-    done = _script(tmp_path, DRY_RUN="1")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    summary = (tmp_path / "summary.md").read_text()
-    for line in ("| versions | PASS |", "| gpu-check | PASS (dry run: stand-in models) |", "| cuda-tests | PASS |",
-                 "DRY llama-3.1: its code path ran on stand-ins", "DRY qwen3-vl: its code path ran on stand-ins"):
-        assert line in summary, summary
-    assert "of at most 560 s" in summary  # no DEVICE_BUDGET_S: a dry run sizes for 900 s
-    written = ("device-run.log", "versions.txt", "cuda-tests.txt", "gpu-check/gpu-check.json", "gpu-check/gpu-check.md")
-    for name in written:
-        assert (tmp_path / name).is_file(), name  # everything under $OUT, written as it went
-    # Issue 47 (8): the tee is waited for, so the log holds the script's last line.
-    assert (tmp_path / "device-run.log").read_text().rstrip().splitlines()[-1].startswith("summary: ")
 
 
 def _run_seconds(tmp_path: Path, **env: str) -> int:
