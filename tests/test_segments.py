@@ -54,6 +54,20 @@ def _differences(whole, parts):
     return float((whole.logits - parts.logits).abs().max()), kv
 
 
+_ROUNDING: dict = {}
+
+
+def _rounding(model, inputs, chunks):
+    """What chunking changes in the unmodified model by float rounding alone, per chunk (once per model and
+    prompt: it does not depend on the boundary, and on Gemma-3-270M it is four 600-token prefills)."""
+    key = (id(model), tuple(inputs["input_ids"].flatten().tolist()), tuple(inputs["attention_mask"].flatten().tolist()),
+           chunks)
+    if key not in _ROUNDING:
+        whole = prefill_prompt(model, inputs)
+        _ROUNDING[key] = {c: _differences(whole, prefill_prompt(model, inputs, chunk=c)) for c in chunks}
+    return _ROUNDING[key]
+
+
 @pytest.mark.parametrize("boundary", ["last", "window-4", "window-12", "none"])
 @torch.no_grad()
 def test_chunked_prefill_equals_the_whole_prompt(arch, boundary):
@@ -67,7 +81,7 @@ def test_chunked_prefill_equals_the_whole_prompt(arch, boundary):
     inputs = prompt_batch(tok, length, batch)
     if batch == 2:
         inputs["attention_mask"][1, :5] = 0
-    rounding = {c: _differences(prefill_prompt(model, inputs), prefill_prompt(model, inputs, chunk=c)) for c in chunks}
+    rounding = _rounding(model, inputs, chunks)
     with apply_pop(model, PopConfig(skip=3, boundary=boundary)):
         whole = prefill_prompt(model, inputs)
         for chunk in chunks:
