@@ -1,6 +1,6 @@
 """The test suite on an idle and on a loaded machine: wall time and verdict of each run (issue 50).
 
-Runs the README's test command (``python -m pytest``, from the repository root) ``--idle`` times as it is, then
+Runs the README's test command (``python -m pytest -n 2 --dist loadfile``, from the repository root) ``--idle`` times as it is, then
 ``--loaded`` times with ``--hogs`` CPU-bound processes running beside it (each one a busy loop, as much CPU as
 the suite itself wants on a 2-core machine), and stops them after each run, whatever happened. Prints one line
 per run as it ends and a Markdown table at the end; exits 1 if any run failed.
@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The README's test command's arguments (two pytest-xdist workers, one file each at a time).
+README_ARGS = ("-n", "2", "--dist", "loadfile")
 #: A busy loop: one CPU-bound process, as a second job on a shared machine would be.
 HOG = "while True:\n    pass\n"
 
@@ -94,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loaded", type=int, default=3, help="runs with the hogs beside it (default 3)")
     parser.add_argument("--hogs", type=int, default=2, help="CPU-bound processes beside a loaded run (default 2)")
     parser.add_argument("--logs", type=Path, help="a folder for each run's full pytest output")
-    parser.add_argument("pytest_args", nargs="*", help="pytest's arguments, after -- (default: none, the README's)")
+    parser.add_argument("pytest_args", nargs="*", default=list(README_ARGS),
+                        help="pytest's arguments, after -- (default: the README's, -n 2 --dist loadfile)")
     args = parser.parse_args(argv)
     if min(args.idle, args.loaded, args.hogs) < 0 or args.idle + args.loaded == 0:
         parser.error("--idle, --loaded and --hogs must be >= 0, and at least one run asked for")
