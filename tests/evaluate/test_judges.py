@@ -137,11 +137,13 @@ def test_the_budget_and_verdict_lines_say_likelihood_never_accuracy():
 
 
 def test_a_likelihood_study_runs_and_says_so(tmp_path, capsys):
-    code = main(["study", "--model", "tiny-llama", "--judge", "likelihood", "--tasks", "passkey", "--lengths", "256",
-                 "--limit", "4", "--items", "4", "--certify", "4", "--trials", "1", "--kv", "own", "--repeats", "2",
+    code = main(["study", "--model", "tiny-llama", "--judge", "likelihood", "--tasks", "kv_recall", "--limit", "2",
+                 "--items", "2", "--certify", "2", "--trials", "1", "--kv", "own", "--repeats", "1", "--max-pairs", "2",
                  "--precision", "0", "--storage", f"sqlite:///{tmp_path}/s.db", "--enqueue", "1/last/0"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "judged by likelihood" in out and "passkey:likelihood" in out
-    verdict = next(line for line in out.splitlines() if line.startswith("verdict:") or "budget: nothing" in line)
-    assert "likelihood budget" in verdict and "accuracy" not in verdict.replace("not an accuracy one", "")
+    assert "judged by likelihood" in out
+    verdict = next(line for line in out.splitlines() if line.startswith("verdict:"))
+    assert "likelihood budget of 2 points" in verdict and "not an accuracy one" in verdict
+    summary = next(tmp_path.glob("s.*.md")).read_text()
+    assert "`kv_recall:likelihood`" in summary and "- likelihood budget:" in summary
