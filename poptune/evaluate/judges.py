@@ -2,7 +2,7 @@
 
 ``--judge likelihood`` on a task pack makes each task ``T`` that generates its answer the task ``T:likelihood``
 (:func:`likelihood_task`): the same items in the same fixed order, each read as a prompt request
-(:class:`~poptune.evaluate.prompts.PromptRequest`: the item's prompt text, ``max_tokens`` = the task's generation
+(:func:`poptune.evaluate.workload.task_requests`: the item's prompt text, ``max_tokens`` = the task's generation
 length, ``stop`` = its stop sequences) and scored as a user's prompts are under ``--judge likelihood``
 (:func:`poptune.evaluate.answers.score_requests`, task :data:`~poptune.evaluate.prompts.LIKELIHOOD`): per item,
 the mean probability of the *full* model's greedy answer tokens, teacher-forced after the configuration's prefill,
@@ -19,16 +19,13 @@ the bits-per-byte tasks have no answer to generate and are refused (:func:`judge
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 from poptune.errors import ConfigError
-from poptune.evaluate.prompts import PromptRequest
-from poptune.evaluate.synthetic import ANSWER_TOKENS, EMBEDDED
+from poptune.evaluate.synthetic import EMBEDDED
 from poptune.evaluate.tasks.longctx import GENERATED_TASKS
 
 __all__ = ["ACCURACY", "JUDGEABLE", "LIKELIHOOD_JUDGE", "LIKELIHOOD_TASKS", "SUFFIX", "base_task", "check_one_judge",
-           "judge_of", "judged_tasks", "likelihood_task", "task_requests"]
+           "judge_of", "judged_tasks", "likelihood_task"]
 
 #: The default judge of a task pack: each task's own metric (its accuracy).
 ACCURACY = "accuracy"
@@ -98,31 +95,3 @@ def check_one_judge(tasks: Sequence[str]) -> None:
     if any(judged) and not all(judged):
         raise ConfigError(f"a study's drop is judged one way: tasks {', '.join(tasks)} mix likelihood-judged and "
                           "accuracy-judged ones (the two are never one claim)")
-
-
-def task_requests(tokenizer: Any, task: str, indices: Sequence[int], *, data_dir: Path | None,
-                  synthetic_lengths: Sequence[int], seed: int) -> dict[int, PromptRequest]:
-    """The items ``indices`` of likelihood-judged ``task`` as prompt requests: the item's prompt as the task
-    prompts it (a real task's ``doc_to_text``, a synthetic item's prompt), ``max_tokens`` = the task's generation
-    length (its ``max_gen_toks``; synthetic: :data:`~poptune.evaluate.synthetic.ANSWER_TOKENS`) and ``stop`` = its
-    stop sequences (``until``). ``line`` is the item's index."""
-    base = base_task(task)
-    if task not in LIKELIHOOD_TASKS:
-        raise ConfigError(f"task {task!r} is not likelihood-judged")
-    if base in EMBEDDED:
-        from poptune.evaluate.workload import synthetic_pool
-
-        pool = synthetic_pool(tokenizer, base, max(indices) + 1, lengths=synthetic_lengths, seed=seed)
-        return {int(i): PromptRequest(int(i), pool[i].prompt, None, ANSWER_TOKENS) for i in indices}
-    from poptune.evaluate.taskpack import get_task_dict
-
-    if data_dir is None:
-        raise ConfigError("real tasks need a data directory: pass --data-dir or set POPTUNE_DATA")
-    spec = get_task_dict([base], data_dir)["tasks"][base]
-    kwargs = dict(getattr(spec.config, "generation_kwargs", None) or {})
-    max_tokens = int(kwargs.get("max_gen_toks", 256))
-    until = kwargs.get("until") or ()
-    stop = (until,) if isinstance(until, str) else tuple(str(s) for s in until)
-    docs = spec.eval_docs
-    return {int(i): PromptRequest(int(i), str(spec.doc_to_text(docs[int(i)])), None, max_tokens, stop=stop)
-            for i in indices}

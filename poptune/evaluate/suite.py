@@ -322,7 +322,7 @@ def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec)
     run = TaskRun({}, {}, {})
     for task in (t for t in spec.tasks if t in LIKELIHOOD_TASKS):
         from poptune.evaluate.answers import ITEMS_KEY, score_requests
-        from poptune.evaluate.judges import task_requests
+        from poptune.evaluate.workload import task_requests
 
         indices = list(spec.samples[task]) if spec.samples is not None else list(range(spec.limit or 20))
         requests = task_requests(tokenizer, task, indices, data_dir=spec.data_dir,

@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from poptune.errors import ConfigError
-from poptune.evaluate.judges import base_task
-from poptune.evaluate.prompts import PROMPT_TASKS, REFERENCES
+from poptune.evaluate.judges import LIKELIHOOD_TASKS, base_task
+from poptune.evaluate.prompts import PROMPT_TASKS, REFERENCES, PromptRequest
 
-__all__ = ["ORDER_SEED", "SYNTHETIC_MAX", "Workload", "build_workload", "check_supply", "supply", "synthetic_pool"]
+__all__ = ["ORDER_SEED", "SYNTHETIC_MAX", "Workload", "build_workload", "check_supply", "supply", "synthetic_pool",
+           "task_requests"]
 
 #: Seed of the fixed item order of real tasks: the same items in the same order for every trial and study.
 ORDER_SEED = 1234
@@ -137,6 +138,35 @@ def _build_pool(tokenizer: Any, task: str, size: int, *, lengths: Sequence[int],
             raise ConfigError(f"{task!r} is not a synthetic task")
         block += 1
     return items[:size]
+
+
+def task_requests(tokenizer: Any, task: str, indices: Sequence[int], *, data_dir: Path | None,
+                  synthetic_lengths: Sequence[int], seed: int) -> dict[int, PromptRequest]:
+    """A likelihood judge's items (:mod:`poptune.evaluate.judges`): the items ``indices`` of likelihood-judged
+    ``task`` as prompt requests: the item's prompt as the task prompts it (a real task's ``doc_to_text``, a
+    synthetic item's prompt), ``max_tokens`` = the task's generation length (its ``max_gen_toks``; synthetic:
+    :data:`~poptune.evaluate.synthetic.ANSWER_TOKENS`) and ``stop`` = its stop sequences (``until``). ``line`` is
+    the item's index."""
+    from poptune.evaluate.synthetic import ANSWER_TOKENS, EMBEDDED
+
+    base = base_task(task)
+    if task not in LIKELIHOOD_TASKS:
+        raise ConfigError(f"task {task!r} is not likelihood-judged")
+    if base in EMBEDDED:
+        pool = synthetic_pool(tokenizer, base, max(indices) + 1, lengths=synthetic_lengths, seed=seed)
+        return {int(i): PromptRequest(int(i), pool[i].prompt, None, ANSWER_TOKENS) for i in indices}
+    from poptune.evaluate.taskpack import get_task_dict
+
+    if data_dir is None:
+        raise ConfigError("real tasks need a data directory: pass --data-dir or set POPTUNE_DATA")
+    spec = get_task_dict([base], data_dir)["tasks"][base]
+    kwargs = dict(getattr(spec.config, "generation_kwargs", None) or {})
+    max_tokens = int(kwargs.get("max_gen_toks", 256))
+    until = kwargs.get("until") or ()
+    stop = (until,) if isinstance(until, str) else tuple(str(s) for s in until)
+    docs = spec.eval_docs
+    return {int(i): PromptRequest(int(i), str(spec.doc_to_text(docs[int(i)])), None, max_tokens, stop=stop)
+            for i in indices}
 
 
 def supply(task: str, data_dir: Path | None) -> int | None:

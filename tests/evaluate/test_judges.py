@@ -20,11 +20,10 @@ from poptune.evaluate.judges import (
     judge_of,
     judged_tasks,
     likelihood_task,
-    task_requests,
 )
 from poptune.evaluate.prompts import LIKELIHOOD
 from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, EvalSpec, measure_tasks
-from poptune.evaluate.workload import build_workload
+from poptune.evaluate.workload import build_workload, task_requests
 
 COQA = likelihood_task("longctx_coqa")  # the fixture's CoQA prompts (~1,000 bytes) fit tiny-llama's context
 
