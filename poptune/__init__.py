@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["EvalSpec", "run_eval"], "poptune.evaluate.suite"),
     **dict.fromkeys(["PromptRequest", "read_prompts"], "poptune.evaluate.prompts"),
     "changed_interval": "poptune.evaluate.changed",
+    **dict.fromkeys(["judged_tasks", "likelihood_task"], "poptune.evaluate.judges"),
     **dict.fromkeys(["StudySpec", "run_study"], "poptune.tune.study"),
     "TuningProblem": "poptune.problem.problem",
 }
@@ -72,6 +73,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         UnsupportedModelError,
     )
     from poptune.evaluate.changed import changed_interval
+    from poptune.evaluate.judges import judged_tasks, likelihood_task
     from poptune.evaluate.prompts import PromptRequest, read_prompts
     from poptune.evaluate.suite import EvalSpec, run_eval
     from poptune.kv.maps import KVMaps

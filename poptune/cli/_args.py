@@ -165,7 +165,10 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-drop", type=budget, default=DEFAULT_MAX_DROP,
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): the search "
                         "rejects a configuration whose drop's 95%% lower end exceeds it (an Optuna constraint); the "
-                        "front's fastest candidate is then certified within it, or not, on fresh items")
+                        "front's fastest candidate is then certified within it, or not, on fresh items. With "
+                        "--judge likelihood it bounds instead the paired drop, x100, of the mean probability of the "
+                        "full model's answer tokens under the configuration's prefill (2: at most 0.02 lower), and "
+                        "the verdict says so")
     parser.add_argument("--seed", type=seed, default=default_of(TuningProblem, "seed"))
     kv = ",".join(default_of(TuningProblem, "kv"))
     parser.add_argument("--kv", default=kv, metavar="SOURCES",
@@ -190,13 +193,17 @@ def add_prompts(parser: argparse.ArgumentParser, *, store: bool = True, judge: b
     if store if judge is None else judge:
         from poptune.evaluate.prompts import JUDGES
 
-        parser.add_argument("--judge", choices=tuple(JUDGES), default="answers",
-                            help="what the drop (a study's --max-drop) is on with --prompts: answers (the share "
+        parser.add_argument("--judge", choices=tuple(JUDGES), default=None,
+                            help="what the drop (a study's --max-drop) is on. With --prompts: answers (the share "
                                  "of greedy answers "
                                  "changed from the full model's, default), references (the paired drop in the "
                                  "share of answers containing the request's `answer`, on the requests that have one) "
                                  "or likelihood (the paired drop in the mean probability of the full answer's "
-                                 "tokens under the configuration's prefill, in points)")
+                                 "tokens under the configuration's prefill, in points). With --tasks: each task's "
+                                 "accuracy (default), or likelihood (the same likelihood drop on the items of the "
+                                 "tasks that generate an answer, e.g. --tasks longctx_squad or embedded: a "
+                                 "continuous outcome that decides with far fewer items, but its verdict bounds "
+                                 "that likelihood, never accuracy)")
 
 
 def add_preset(parser: argparse.ArgumentParser) -> None:
@@ -243,14 +250,22 @@ def problem(args: argparse.Namespace) -> Any:
 
     directory = data_dir(args.data_dir)
     prompts = getattr(args, "prompts", None)
+    judge = getattr(args, "judge", None)
     if prompts is not None:
         from poptune.evaluate.prompts import JUDGES, REFERENCES
 
-        tasks: tuple[str, ...] = (JUDGES[getattr(args, "judge", "answers")],)
+        tasks: tuple[str, ...] = (JUDGES[judge or "answers"],)
     else:
         tasks = resolve_tasks(args.tasks, directory) if args.tasks is not None \
             else default_tasks(directory is not None)  # `--tasks ""` is refused, not the default
-    real = [t for t in tasks if t not in EMBEDDED and t not in PROMPT_TASKS]  # a prompts file is its own workload
+        if judge == "likelihood":  # the tasks judged by their full answer's likelihood (poptune.evaluate.judges)
+            from poptune.evaluate.judges import judged_tasks
+
+            tasks = judged_tasks(tasks, defaults=args.tasks is None)
+    from poptune.evaluate.judges import base_task
+
+    # a prompts file is its own workload; a likelihood-judged task reads its base task's data
+    real = list(dict.fromkeys(base_task(t) for t in tasks if base_task(t) not in EMBEDDED and t not in PROMPT_TASKS))
     if directory is not None and real:
         check_data(directory, real)
     size = preset_of(args)

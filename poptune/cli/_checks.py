@@ -105,10 +105,12 @@ def _check_prompts(args: argparse.Namespace) -> None:
     """A prompts file read and checked line by line, then against the model's context with its tokenizer alone
     (where one is at hand without building anything): a file none of whose prompts fits is refused now."""
     path = getattr(args, "prompts", None)
-    judge = getattr(args, "judge", "answers")
+    judge = getattr(args, "judge", None)
     if path is None:
-        if judge != "answers":
-            raise ConfigError(f"`--judge {judge}` goes with `--prompts FILE` (it judges the answers to its prompts)")
+        if judge is not None and not (judge == "likelihood" and hasattr(args, "tasks")):
+            raise ConfigError(f"`--judge {judge}` goes with `--prompts FILE` (it judges the answers to its prompts)"
+                              + ("; on --tasks only `--judge likelihood` is another judge than accuracy"
+                                 if hasattr(args, "tasks") else ""))
         if getattr(args, "store_prompts", False):
             raise ConfigError("`--store-prompts` goes with `--prompts FILE` (it stores that file's prompts)")
         return

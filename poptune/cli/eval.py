@@ -51,9 +51,13 @@ def run(args: argparse.Namespace) -> int:
 
     config = pop_config(args)
     directory = data_dir(args.data_dir)
-    tasks = (JUDGES[args.judge],) if args.prompts else resolve_tasks(args.tasks, directory)
+    tasks = (JUDGES[args.judge or "answers"],) if args.prompts else resolve_tasks(args.tasks, directory)
     if directory is not None and not args.prompts:
         check_data(directory, [t for t in tasks if t not in EMBEDDED])
+    if args.judge == "likelihood" and not args.prompts:  # the tasks' items judged by the full answer's likelihood
+        from poptune.evaluate.judges import judged_tasks
+
+        tasks = judged_tasks(tasks, defaults=args.tasks is None)
     spec = EvalSpec(
         tasks=tasks,
         data_dir=directory,

@@ -6,6 +6,7 @@ torch, and :mod:`~poptune.evaluate.lm` loads lm-eval, which ``import poptune.eva
 - :func:`run_eval` (:mod:`~poptune.evaluate.suite`): a configuration's accuracy beside the full model's, with
   paired intervals and fidelity -- what ``poptune eval`` runs; :func:`measure_tasks` scores one configuration.
 - :mod:`~poptune.evaluate.workload`: the fixed item order a study's racing draws from.
+- :mod:`~poptune.evaluate.judges`: a task pack judged by its full answer's likelihood (``--judge likelihood``).
 - :mod:`~poptune.evaluate.racing`, :mod:`~poptune.evaluate.paired`: racing and paired accuracy drops.
 - :mod:`~poptune.evaluate.fidelity`, :mod:`~poptune.evaluate.image_fidelity`: agreement with the full model.
 - :mod:`~poptune.evaluate.synthetic`: passkey and key-value recall, generated without data.
@@ -23,6 +24,7 @@ _EXPORTS: dict[str, str] = {
                      "measure_tasks", "resolve_tasks", "run_eval"], "suite"),
     **dict.fromkeys(["FidelityResult", "FidelitySpec", "measure_fidelity"], "fidelity"),
     "measure_image_fidelity": "image_fidelity",
+    **dict.fromkeys(["LIKELIHOOD_TASKS", "judged_tasks", "likelihood_task"], "judges"),
     "PopLM": "lm",
     **dict.fromkeys(["PairedDrop", "paired_drop"], "paired"),
     **dict.fromkeys(["RaceResult", "RacingPolicy", "race"], "racing"),
@@ -38,6 +40,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from .fidelity import FidelityResult, FidelitySpec, measure_fidelity
     from .image_fidelity import measure_image_fidelity
+    from .judges import LIKELIHOOD_TASKS, judged_tasks, likelihood_task
     from .lm import PopLM
     from .paired import PairedDrop, paired_drop
     from .racing import RaceResult, RacingPolicy, race

@@ -22,12 +22,13 @@ scored against it, per prompt:
   :data:`~poptune.evaluate.prompts.REFERENCES` (the requests with a reference) makes it the item's outcome, the
   full model's and POP's alike: a study's budget is then a drop on the references.
 
-Answers end at the request's ``max_tokens`` or the end-of-sequence token, whichever comes first.
+Answers end at the request's ``max_tokens`` or the end-of-sequence token, whichever comes first (and before the
+first of its ``stop`` sequences, where it has some: a task pack's item, :mod:`poptune.evaluate.judges`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,8 +46,8 @@ from poptune.evaluate.prompts import (
     read_prompts,
 )
 
-__all__ = ["ITEMS_KEY", "PromptRun", "contains_answer", "full_answers", "outcome", "score_prompts", "summary",
-           "unanswered"]
+__all__ = ["ITEMS_KEY", "PromptRun", "contains_answer", "full_answers", "outcome", "score_prompts", "score_requests",
+           "summary", "unanswered"]
 
 #: Key of a run's per-item prompt figures in ``TaskRun.details`` (item index -> figures).
 ITEMS_KEY = "prompt_items"
@@ -79,8 +80,24 @@ def contains_answer(output: str, answer: str) -> bool:
     return answer.strip().lower() in output.lower()
 
 
-def _key(ids: Sequence[int], max_tokens: int) -> str:
-    return prompt_hash(",".join(map(str, ids)) + f"/{max_tokens}")
+def _key(ids: Sequence[int], max_tokens: int, stop: Sequence[str] = ()) -> str:
+    return prompt_hash(",".join(map(str, ids)) + f"/{max_tokens}" + ("".join(f"/{s!r}" for s in stop)))
+
+
+def _cut(tokenizer: Any, tokens: tuple[int, ...], stop: Sequence[str]) -> tuple[int, ...]:
+    """``tokens`` up to where their text reaches the first of the ``stop`` sequences (all of them without one):
+    the longest prefix whose text ends at or before it, as a task's ``until`` cuts its generated text."""
+    if not stop or not tokens:
+        return tokens
+    text = tokenizer.decode(list(tokens), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    at = min((text.find(s) for s in stop if s and s in text), default=-1)
+    if at < 0:
+        return tokens
+    for j in range(1, len(tokens) + 1):
+        head = tokenizer.decode(list(tokens[:j]), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        if len(head) > at:
+            return tokens[:j - 1]
+    return tokens
 
 
 def _trim(tokens: Sequence[int], limit: int, stops: set[int]) -> tuple[int, ...]:
@@ -144,16 +161,27 @@ def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: st
                   batch_size: int = 8, prefill_chunk: int | None = None, task: str = PROMPTS) -> PromptRun:
     """Task ``task`` (``prompts``: outcome ``unchanged``; ``prompt_references``: outcome ``correct``, requests
     with a reference only; ``prompt_likelihood``: outcome ``prob``) scored on the requests ``indices`` of
-    ``path`` (the suite makes it a ``TaskRun``).
+    ``path`` (the suite makes it a ``TaskRun``): :func:`score_requests` on the file's requests.
+    """
+    return score_requests(model, tokenizer, config, read_prompts(path), indices, batch_size=batch_size,
+                          prefill_chunk=prefill_chunk, task=task)
+
+
+def score_requests(model: Any, tokenizer: Any, config: PopConfig | None,
+                   requests: Sequence[PromptRequest] | Mapping[int, PromptRequest], indices: Sequence[int], *,
+                   batch_size: int = 8, prefill_chunk: int | None = None, task: str = PROMPTS,
+                   name: str | None = None) -> PromptRun:
+    """Task ``task`` (as :func:`score_prompts`) scored on ``requests[i]`` for ``i`` in ``indices``: a prompts
+    file's requests, or a task pack's items read as requests (:func:`poptune.evaluate.judges.task_requests`);
+    the run's scores, items and outcomes are named ``name`` (default ``task``).
 
     With ``config`` None or ``skip=0`` the model as it is answers; answers missing from :func:`full_answers`
     are recorded from whichever run first meets the prompt (the full run, first in a study). The run's
     ``details[ITEMS_KEY]`` holds each item's figures (module docstring) and the prompt's hash and length.
     """
-    requests = read_prompts(path)
     chosen = [requests[i] for i in indices]
     prompts = [encode(tokenizer, r) for r in chosen]
-    keys = [_key(p, r.max_tokens) for p, r in zip(prompts, chosen)]
+    keys = [_key(p, r.max_tokens, r.stop) for p, r in zip(prompts, chosen)]
     kept = full_answers(model)
     missing = [i for i, k in enumerate(keys) if k not in kept]
     pop = config if config is not None and config.skip > 0 else None
@@ -164,7 +192,7 @@ def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: st
         apply_pop(model, pop)
     try:
         answers, logliks = _answer(model, tokenizer, prompts, [r.max_tokens for r in chosen], batch_size,
-                                   prefill_chunk, kept=kept, keys=keys)
+                                   prefill_chunk, kept=kept, keys=keys, stops=[r.stop for r in chosen])
     finally:
         remove_pop(model)
     figures = {}
@@ -179,9 +207,10 @@ def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: st
     if task == REFERENCES and any("correct" not in figures[int(i)] for i in indices):
         raise ConfigError(f"task `{REFERENCES}` scores only requests with an `answer`")
     outcomes = [outcome(figures[int(i)], task) for i in indices]
-    name = {REFERENCES: "reference", LIKELIHOOD: "answer_prob"}.get(task, "unchanged")
-    return PromptRun({task: {name: sum(outcomes) / len(outcomes)}}, {task: [int(i) for i in indices]},
-                     {task: outcomes}, {ITEMS_KEY: figures})
+    metric = {REFERENCES: "reference", LIKELIHOOD: "answer_prob"}.get(task, "unchanged")
+    named = task if name is None else name
+    return PromptRun({named: {metric: sum(outcomes) / len(outcomes)}}, {named: [int(i) for i in indices]},
+                     {named: outcomes}, {ITEMS_KEY: figures})
 
 
 def outcome(row: dict[str, Any], task: str) -> float:
@@ -198,7 +227,7 @@ def unanswered(model: Any, tokenizer: Any, path: str, indices: Sequence[int]) ->
     requests = read_prompts(path)
     kept = full_answers(model)
     return [int(i) for i in indices
-            if _key(encode(tokenizer, requests[i]), requests[i].max_tokens) not in kept]
+            if _key(encode(tokenizer, requests[i]), requests[i].max_tokens, requests[i].stop) not in kept]
 
 
 def _text(tokenizer: Any, request: PromptRequest) -> str:
@@ -227,15 +256,19 @@ def _batches(prompts: list[list[int]], batch_size: int) -> list[list[int]]:
 
 def _answer(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int], batch_size: int,
             prefill_chunk: int | None, *, kept: dict[str, tuple[int, ...]] | None = None,
-            keys: list[str] | None = None) -> tuple[list[tuple[int, ...]], list[tuple[float, float] | None]]:
-    """Greedy answers, batched in order of prompt length (less padding), returned in the order given; with
-    ``kept``, answers missing there are recorded, and each batch's full answers are scored (log-likelihood)
-    in the same rows as its generation (so a POP prefill replays the full model's recorded states)."""
+            keys: list[str] | None = None, stops: Sequence[Sequence[str]] | None = None,
+            ) -> tuple[list[tuple[int, ...]], list[tuple[float, float] | None]]:
+    """Greedy answers, batched in order of prompt length (less padding), returned in the order given, each cut
+    at its ``stops``; with ``kept``, answers missing there are recorded, and each batch's full answers are scored
+    (log-likelihood) in the same rows as its generation (so a POP prefill replays the full model's recorded
+    states)."""
     found: dict[int, tuple[int, ...]] = {}
     logliks: dict[int, tuple[float, float] | None] = {}
     progress.expect(len(prompts))
     for batch in _batches(prompts, batch_size):
         outs = _generate(model, tokenizer, [prompts[i] for i in batch], [limits[i] for i in batch], prefill_chunk)
+        if stops is not None:
+            outs = [_cut(tokenizer, out, stops[i]) for i, out in zip(batch, outs)]
         found.update(zip(batch, outs))
         if kept is not None and keys is not None:
             for i in batch:
@@ -251,7 +284,7 @@ def _answer_into(kept: dict[str, tuple[int, ...]], model: Any, tokenizer: Any, w
                  prompts: list[list[int]], requests: list[PromptRequest], keys: list[str], batch_size: int,
                  prefill_chunk: int | None) -> None:
     answers, _ = _answer(model, tokenizer, [prompts[i] for i in which], [requests[i].max_tokens for i in which],
-                         batch_size, prefill_chunk)
+                         batch_size, prefill_chunk, stops=[requests[i].stop for i in which])
     for i, answer in zip(which, answers):
         kept[keys[i]] = answer
 

@@ -74,6 +74,8 @@ class PromptRequest:
         messages: The chat messages ``((role, content), ...)``, or None for a plain prompt.
         max_tokens: New tokens of the answer.
         answer: The user's reference answer, if any.
+        stop: Stop sequences: the answer ends before the first of them (a task pack's item judged by likelihood,
+            :mod:`poptune.evaluate.judges`, stops where its task does; a prompts file's requests have none).
     """
 
     line: int
@@ -81,6 +83,7 @@ class PromptRequest:
     messages: tuple[tuple[str, str], ...] | None
     max_tokens: int = DEFAULT_MAX_TOKENS
     answer: str | None = None
+    stop: tuple[str, ...] = ()
 
 
 def prompt_hash(text: str) -> str:

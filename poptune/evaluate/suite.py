@@ -28,6 +28,7 @@ from poptune.evaluate.fidelity import (
     measure_fidelity,
     wikitext,
 )
+from poptune.evaluate.judges import LIKELIHOOD_JUDGE, LIKELIHOOD_TASKS, judge_of
 from poptune.evaluate.paired import PairedDrop, paired_drop
 from poptune.evaluate.prompts import LIKELIHOOD, PROMPT_TASKS, REFERENCES
 from poptune.evaluate.synthetic import EMBEDDED, run_synthetic
@@ -65,6 +66,8 @@ PRIMARY_METRIC = {
     "longctx_drop_bpb": "bpb",
     "longctx_coqa_bpb": "bpb",
     "longctx_gsm8k_bpb": "bpb",
+    # A generation task judged by likelihood (poptune.evaluate.judges): the full answer's mean token probability.
+    **dict.fromkeys(LIKELIHOOD_TASKS, "answer_prob"),
 }
 
 #: Metrics where a lower value is better (every other metric: higher is better); their drop is POP minus full.
@@ -248,13 +251,18 @@ class EvalResult:
             drop = self.task_drops.get(task)
             interval = f"{drop.mean:+7.2f} [{drop.lo:+6.2f}, {drop.hi:+6.2f}]" if drop else f"{full - pop:+7.2f}"
             lines.append(f"{task:<20} {metric:<11} {self.items[task]:>5} {full:>7.2f} {pop:>7.2f} {interval:>24}")
+        likelihood = judge_of(list(self.scores)) == LIKELIHOOD_JUDGE
         if self.paired is not None:
             d = self.paired
-            lines.append(f"{'mean (accuracy)':<20} {'':<11} {'':>5} {'':>7} {'':>7} "
+            mean = "mean (likelihood)" if likelihood else "mean (accuracy)"
+            lines.append(f"{mean:<20} {'':<11} {'':>5} {'':>7} {'':>7} "
                          f"{f'{d.mean:+7.2f} [{d.lo:+6.2f}, {d.hi:+6.2f}]':>24}")
         lines.append("drop = full - POP in points (bits per byte: POP - full), paired over the same items, "
                      "95% interval (the score test; bits per byte: a bootstrap); the mean is over the "
                      "higher-is-better tasks")
+        if likelihood:
+            lines.append("judged by likelihood: answer_prob = the mean probability of the full model's greedy answer "
+                         "tokens under each side's prefill; its drop is not an accuracy drop")
         return "\n".join(lines)
 
 
@@ -307,10 +315,24 @@ def _synthetic_scores(model: Any, tokenizer: Any, config: PopConfig | None, task
 
 
 def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec) -> TaskRun:
-    """Scores of one configuration on ``spec``'s tasks, with every item's outcome."""
-    real = [t for t in spec.tasks if t not in EMBEDDED and t not in PROMPT_TASKS]
+    """Scores of one configuration on ``spec``'s tasks, with every item's outcome (a likelihood-judged task's items
+    read as prompt requests, :mod:`poptune.evaluate.judges`; their figures in ``details["likelihood_items"]``)."""
+    real = [t for t in spec.tasks if t not in EMBEDDED and t not in PROMPT_TASKS and t not in LIKELIHOOD_TASKS]
     synthetic = [t for t in spec.tasks if t in EMBEDDED]
     run = TaskRun({}, {}, {})
+    for task in (t for t in spec.tasks if t in LIKELIHOOD_TASKS):
+        from poptune.evaluate.answers import ITEMS_KEY, score_requests
+        from poptune.evaluate.workload import task_requests
+
+        indices = list(spec.samples[task]) if spec.samples is not None else list(range(spec.limit or 20))
+        requests = task_requests(tokenizer, task, indices, data_dir=spec.data_dir,
+                                 synthetic_lengths=spec.synthetic_lengths, seed=spec.seed)
+        found = score_requests(model, tokenizer, config, requests, indices, batch_size=spec.batch_size,
+                               prefill_chunk=spec.prefill_chunk, task=LIKELIHOOD, name=task)
+        run.scores.update(found.scores)
+        run.items.update(found.items)
+        run.outcomes.update(found.outcomes)
+        run.details.setdefault("likelihood_items", {})[task] = found.details[ITEMS_KEY]
     for task in (t for t in PROMPT_TASKS if t in spec.tasks):
         from poptune.evaluate.answers import score_prompts
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
+    "ANSWER_TOKENS",
     "EMBEDDED",
     "MAX_PAIRS",
     "SyntheticItem",
@@ -45,6 +46,9 @@ PASSKEY = "passkey"
 KV_RECALL = "kv_recall"
 #: The synthetic task group that runs without any data (``--tasks embedded``).
 EMBEDDED = (PASSKEY, KV_RECALL)
+
+#: New tokens generated per item (the answer must be the first number among them).
+ANSWER_TOKENS = 8
 
 # LongLoRA's passkey_retrivial.py, after Mohtashami & Jaggi (2023), "Landmark Attention".
 _PASSKEY_TASK = (
@@ -411,7 +415,7 @@ def run_synthetic(
     tokenizer: "PreTrainedTokenizerBase",
     items: Sequence[SyntheticItem],
     *,
-    max_new_tokens: int = 8,
+    max_new_tokens: int = ANSWER_TOKENS,
     batch_size: int = 1,
     prefill_chunk: int | None = None,
 ) -> SyntheticResult:

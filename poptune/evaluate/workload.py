@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from poptune.errors import ConfigError
-from poptune.evaluate.prompts import PROMPT_TASKS, REFERENCES
+from poptune.evaluate.judges import LIKELIHOOD_TASKS, base_task
+from poptune.evaluate.prompts import PROMPT_TASKS, REFERENCES, PromptRequest
 
-__all__ = ["ORDER_SEED", "SYNTHETIC_MAX", "Workload", "build_workload", "check_supply", "supply", "synthetic_pool"]
+__all__ = ["ORDER_SEED", "SYNTHETIC_MAX", "Workload", "build_workload", "check_supply", "supply", "synthetic_pool",
+           "task_requests"]
 
 #: Seed of the fixed item order of real tasks: the same items in the same order for every trial and study.
 ORDER_SEED = 1234
@@ -138,12 +140,43 @@ def _build_pool(tokenizer: Any, task: str, size: int, *, lengths: Sequence[int],
     return items[:size]
 
 
+def task_requests(tokenizer: Any, task: str, indices: Sequence[int], *, data_dir: Path | None,
+                  synthetic_lengths: Sequence[int], seed: int) -> dict[int, PromptRequest]:
+    """A likelihood judge's items (:mod:`poptune.evaluate.judges`): the items ``indices`` of likelihood-judged
+    ``task`` as prompt requests: the item's prompt as the task prompts it (a real task's ``doc_to_text``, a
+    synthetic item's prompt), ``max_tokens`` = the task's generation length (its ``max_gen_toks``; synthetic:
+    :data:`~poptune.evaluate.synthetic.ANSWER_TOKENS`) and ``stop`` = its stop sequences (``until``). ``line`` is
+    the item's index."""
+    from poptune.evaluate.synthetic import ANSWER_TOKENS, EMBEDDED
+
+    base = base_task(task)
+    if task not in LIKELIHOOD_TASKS:
+        raise ConfigError(f"task {task!r} is not likelihood-judged")
+    if base in EMBEDDED:
+        pool = synthetic_pool(tokenizer, base, max(indices) + 1, lengths=synthetic_lengths, seed=seed)
+        return {int(i): PromptRequest(int(i), pool[i].prompt, None, ANSWER_TOKENS) for i in indices}
+    from poptune.evaluate.taskpack import get_task_dict
+
+    if data_dir is None:
+        raise ConfigError("real tasks need a data directory: pass --data-dir or set POPTUNE_DATA")
+    spec = get_task_dict([base], data_dir)["tasks"][base]
+    kwargs = dict(getattr(spec.config, "generation_kwargs", None) or {})
+    max_tokens = int(kwargs.get("max_gen_toks", 256))
+    until = kwargs.get("until") or ()
+    stop = (until,) if isinstance(until, str) else tuple(str(s) for s in until)
+    docs = spec.eval_docs
+    return {int(i): PromptRequest(int(i), str(spec.doc_to_text(docs[int(i)])), None, max_tokens, stop=stop)
+            for i in indices}
+
+
 def supply(task: str, data_dir: Path | None) -> int | None:
     """Items ``task`` can supply: :data:`SYNTHETIC_MAX` for a synthetic task, the documents of a real task's file
-    in ``data_dir`` (its lines), None when not known here (a prompts file; a real task without its file)."""
+    in ``data_dir`` (its lines), None when not known here (a prompts file; a real task without its file). A
+    likelihood-judged task supplies its base task's items."""
     from poptune.evaluate.synthetic import EMBEDDED
     from poptune.evaluate.taskpack import SOURCES
 
+    task = base_task(task)
     if task in EMBEDDED:
         return SYNTHETIC_MAX
     source = SOURCES.get(task)
@@ -174,7 +207,7 @@ def check_supply(tasks: Sequence[str], data_dir: Path | None, counts: dict[str, 
         most = supply(task, data_dir)
         if most is None:
             continue
-        if task in EMBEDDED:
+        if base_task(task) in EMBEDDED:
             if built > most:
                 shown = " + ".join(f"{name} {value}" for name, value in counts.items())
                 raise ConfigError(f"{shown} asks {built} items per task; synthetic task {task} supplies at most "
@@ -231,7 +264,8 @@ def build_workload(
     order: dict[str, list[int]] = {}
     tokens: dict[str, list[int]] = {}
     skipped: dict[str, int] = {}
-    real = [t for t in tasks if t not in EMBEDDED and t not in PROMPT_TASKS]
+    base = {t: base_task(t) for t in tasks}  # a likelihood-judged task has its base task's items, in its order
+    real = list(dict.fromkeys(base[t] for t in tasks if base[t] not in EMBEDDED and t not in PROMPT_TASKS))
     texts_of = _real_prompts(real, data_dir) if real else {}
     for task in tasks:
         if task in PROMPT_TASKS:
@@ -241,16 +275,16 @@ def build_workload(
             tokens[task] = [lengths[i] for i in order[task]]
             skipped[task] = sum(1 for i in candidates if not fits[i])
             continue
-        if task in EMBEDDED:
+        if base[task] in EMBEDDED:
             want = cap or SYNTHETIC_DEFAULT
             for size in (want, 2 * want):  # twice as many only when some do not fit
-                pool = synthetic_pool(tokenizer, task, size, lengths=synthetic_lengths, seed=seed)
+                pool = synthetic_pool(tokenizer, base[task], size, lengths=synthetic_lengths, seed=seed)
                 candidates = list(range(len(pool)))
                 lengths = [int(item.meta["tokens"]) for item in pool]
                 if room is None or sum(n <= room for n in lengths) >= want:
                     break
         else:
-            texts = texts_of[task]
+            texts = texts_of[base[task]]
             want = cap or len(texts)
             candidates = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(texts))]
             lengths = [0] * len(texts)
@@ -326,7 +360,8 @@ def calibration_prompts(
 
     from poptune.evaluate.synthetic import EMBEDDED
 
-    real = [t for t in workload.order if t not in EMBEDDED and t not in PROMPT_TASKS]
+    real = list(dict.fromkeys(base_task(t) for t in workload.order
+                              if base_task(t) not in EMBEDDED and t not in PROMPT_TASKS))
     texts = _real_prompts(real, data_dir) if real else {}
     per_task: list[list[str]] = []
     said = []
@@ -334,17 +369,17 @@ def calibration_prompts(
         if task in PROMPT_TASKS:
             chosen = _spare_requests(tokenizer, prompts_file, set(scored), count)
             where = f"{len(chosen)} requests of the file that are neither searched nor certified"
-        elif task in EMBEDDED:
+        elif base_task(task) in EMBEDDED:
             reach = max(scored, default=-1) + 1
-            pool = synthetic_pool(tokenizer, task, reach + count, lengths=workload.synthetic_lengths,
+            pool = synthetic_pool(tokenizer, base_task(task), reach + count, lengths=workload.synthetic_lengths,
                                   seed=workload.seed)[reach:]
             chosen = [item.prompt for item in pool]
             where = f"pool items {reach}-{reach + count - 1}"
         else:
             taken = set(scored)
-            order = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(texts[task]))]
+            order = [int(i) for i in np.random.default_rng(ORDER_SEED).permutation(len(texts[base_task(task)]))]
             rest = [i for i in order if i not in taken]
-            chosen = [texts[task][i] for i in rest[-count:]]
+            chosen = [texts[base_task(task)][i] for i in rest[-count:]]
             where = f"the last {len(chosen)} of {len(order)} documents of its fixed order (never scored)"
         kept = [t for t in chosen if len(tokenizer(t)["input_ids"]) <= max_tokens]
         per_task.append(kept)

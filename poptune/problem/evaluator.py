@@ -253,14 +253,17 @@ class ConfigEvaluator:
 
     def _full_part(self, missing: dict[str, list[int]]) -> "TaskRun":
         """The full model's run on ``missing``: remembered outcomes read, the rest scored (and remembered)."""
+        from poptune.evaluate.judges import LIKELIHOOD_TASKS
         from poptune.evaluate.prompts import PROMPT_TASKS
         from poptune.evaluate.suite import PRIMARY_METRIC, TaskRun
 
         # Read only where nothing replays the full model's states (a certification, or no state reuse): a search
         # that reuses states runs the full model on its items anyway, and checks them against its stored run.
         answers = self.answers if self._trunk is not None or self.states is None else None
+        # A prompts file's details are per run, and a likelihood judge's POP side needs the full answers generated.
+        local = (*PROMPT_TASKS, *LIKELIHOOD_TASKS)
         known = {t: answers.get(t, v) for t, v in missing.items()
-                 if t not in PROMPT_TASKS} if answers is not None else {}  # a prompts file's details are per run
+                 if t not in local} if answers is not None else {}
         todo = {t: [i for i in v if i not in known.get(t, {})] for t, v in missing.items()}
         todo = {t: v for t, v in todo.items() if v}
         scored = None
@@ -270,7 +273,7 @@ class ConfigEvaluator:
             self._mark_recorded(todo)
             if self.answers is not None:
                 for task in todo:
-                    if task not in PROMPT_TASKS:
+                    if task not in local:
                         self.answers.put(task, dict(zip(scored.items[task], scored.outcomes[task])))
         if not any(known.values()):
             assert scored is not None

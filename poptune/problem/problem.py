@@ -45,7 +45,9 @@ class TuningProblem:
 
     Attributes:
         model: poptune model name.
-        tasks: Accuracy tasks (real lm-eval tasks and/or ``passkey``/``kv_recall``).
+        tasks: Accuracy tasks (real lm-eval tasks and/or ``passkey``/``kv_recall``), or all of them judged by the
+            likelihood of the full model's answer (``longctx_squad:likelihood``, :mod:`poptune.evaluate.judges`):
+            ``max_drop`` then bounds the drop of that likelihood, not accuracy.
         lengths: Prompt lengths of the synthetic tasks' passkey items (the latency objective is timed at the
             lengths of the prompts the workload scores, see :meth:`poptune.evaluate.workload.Workload.latency_points`);
             of an image problem or with ``latency_points=0``, the lengths timed (``target_length``, default the
@@ -138,6 +140,9 @@ class TuningProblem:
         if len(set(PROMPT_TASKS) & set(self.tasks)) > 1:  # one file, one judge: its report and records say one
             raise ConfigError(f"a prompts file is judged one way at a time: give one of {', '.join(PROMPT_TASKS)}, "
                               f"got {list(self.tasks)}")
+        from poptune.evaluate.judges import check_one_judge
+
+        check_one_judge(self.tasks)  # likelihood-judged tasks (``T:likelihood``) never beside accuracy-judged ones
         if not self.lengths or any(not isinstance(n, int) or n < 2 for n in self.lengths):
             raise ConfigError(f"prompt lengths must be integers >= 2, got {list(self.lengths)}")
         if self.target_length is not None and self.target_length not in self.lengths:
@@ -178,6 +183,14 @@ class TuningProblem:
         if synthetic and (self.limit is None or self.limit + max(certify, 0) > SYNTHETIC_MAX):
             raise ConfigError(f"`limit` {self.limit} + `certify_limit` {certify} items per task: synthetic task "
                               f"{synthetic[0]} supplies at most {SYNTHETIC_MAX}")
+
+    @property
+    def judge(self) -> str:
+        """What ``max_drop`` bounds: ``accuracy`` (each task's metric, or a prompts file's judge) or
+        ``likelihood`` (task-pack tasks judged by the full answer's likelihood, :mod:`poptune.evaluate.judges`)."""
+        from poptune.evaluate.judges import judge_of
+
+        return judge_of(self.tasks)
 
     @property
     def target(self) -> int:

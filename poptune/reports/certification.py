@@ -15,11 +15,23 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from poptune.evaluate.judges import ACCURACY, LIKELIHOOD_JUDGE
 from poptune.evaluate.paired import PairedDrop
 from poptune.store.front import FrontRow
 from poptune.tune.certify import ERROR, WITHIN, spent_error
 
-__all__ = ["claim", "verdict_cells", "verdict_line", "cost_lines", "bound_points"]
+__all__ = ["budget_words", "claim", "verdict_cells", "verdict_line", "cost_lines", "bound_points"]
+
+#: What a likelihood judge's points are, said wherever its budget or verdict is (never an accuracy claim).
+LIKELIHOOD_MEANING = ("the paired drop, x100, of the mean probability of the full model's answer tokens under each "
+                      "configuration's prefill; a likelihood verdict, not an accuracy one")
+
+
+def budget_words(budget: float, judge: str = ACCURACY) -> str:
+    """``the budget of 2 points`` (accuracy), or the likelihood budget with its meaning."""
+    if judge == LIKELIHOOD_JUDGE:
+        return f"the likelihood budget of {budget:g} points ({LIKELIHOOD_MEANING})"
+    return f"the budget of {budget:g} points"
 
 
 def _one_sided(record: Mapping[str, Any]) -> float:
@@ -80,12 +92,12 @@ def _speed_source(row: FrontRow, confirmations: Mapping[str, Any] | None) -> str
 
 
 def verdict_line(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None,
-                 confirmations: Mapping[str, Any] | None = None) -> str:
+                 confirmations: Mapping[str, Any] | None = None, judge: str = ACCURACY) -> str:
     """What the certification decided, in one line: the fastest configuration certified within the budget and
     the bound it is certified at, or why none is; ``confirmations`` (the study's confirmed figures by trial)
-    say which timing its speed comes from."""
+    say which timing its speed comes from; ``judge``: what the budget bounds (a likelihood verdict says so)."""
     if budget is None:
-        return "no accuracy budget: nothing to certify"
+        return f"no {judge} budget: nothing to certify"
     if not record:
         return "not certified: the study has no certification on fresh items (a run with trials to measure makes one)"
     entries = _entries(record)
@@ -94,17 +106,18 @@ def verdict_line(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, bud
             speed = f"{row.speedup:.2f}x faster to the first token" + (
                 f" [{row.speedup_lo:.2f}, {row.speedup_hi:.2f}] over {row.pairs} pairs"
                 if row.speedup_lo is not None else "") + f" ({_speed_source(row, confirmations)})"
-            return (f"verdict: {row.label} is certified within the budget of {budget:g} points: "
+            return (f"verdict: {row.label} is certified within {budget_words(budget, judge)}: "
                     f"{claim(entry, record)} on {row.items} fresh items; {speed}" + _attempts(record))
     if not rows:
-        return f"verdict: no configuration faster than the full model was a candidate within {budget:g} points"
+        return (f"verdict: no configuration faster than the full model was a candidate within "
+                f"{budget_words(budget, judge)}")
     hint = "" if any(e.get("cost") for e in entries) else \
         " (a larger --certify or the thorough preset scores more fresh items)"  # a record stored without costs
     parts = []
     for i, row in enumerate(rows):
         said = claim(entries[i], record) if i < len(entries) and row.verdict != "not certified" else ""
         parts.append(f"{row.label}: {row.verdict}" + (f", {said}" if said else ""))
-    return (f"verdict: no configuration is certified within the budget of {budget:g} points; "
+    return (f"verdict: no configuration is certified within {budget_words(budget, judge)}; "
             + "; ".join(parts) + hint + _attempts(record))
 
 
@@ -126,19 +139,20 @@ def _command(runs: Sequence[Mapping[str, Any]], per_task: int) -> str:
 
 
 def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None,
-               runs: Sequence[Mapping[str, Any]]) -> list[str]:
+               runs: Sequence[Mapping[str, Any]], judge: str = ACCURACY) -> list[str]:
     """For each undecided candidate: the items and minutes a verdict within ``budget`` needs here, the command
     that spends them, and the smallest budget the planned items can certify."""
     if budget is None or not record:
         return []
     lines = []
+    kind = "likelihood " if judge == LIKELIHOOD_JUDGE else ""
     for row, entry in zip(rows, _entries(record)):
         cost = entry.get("cost")
         if not cost or not str(row.verdict).startswith("undecided"):
             continue
         planned = PairedDrop.from_dict(entry["drop"]).planned if entry.get("drop") else 0
         lines.append(
-            f"{row.label}: {row.verdict}: a {budget:g}-point verdict needs about {cost['items']:,} items here "
+            f"{row.label}: {row.verdict}: a {budget:g}-point {kind}verdict needs about {cost['items']:,} items here "
             f"(~{cost['minutes']:.0f} min at {cost['seconds_per_item']:.1f} s per item) for "
             f"{100 * cost['power']:.0f}% power if the true drop is 0 and items flip at the "
             f"{100 * cost['flip_rate']:.1f}% rate seen so far: {_command(runs, int(cost['per_task']))}; "

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from poptune import store
 from poptune.engine import PopConfig
+from poptune.evaluate.judges import ACCURACY, LIKELIHOOD_JUDGE, judge_of
 from poptune.files import write_text
 from poptune.kv import registry as kv_registry
 from poptune.objectives.registry import DEFAULT, get, named, weakly_dominates
@@ -36,6 +37,11 @@ __all__ = ["Reference", "StudyReport", "references", "undecided", "front_table",
 
 #: What the embedded tasks are (the real tasks are named by their lm-eval names).
 _TASKS = {"passkey": "synthetic passkey retrieval", "kv_recall": "synthetic key-value recall"}
+
+#: A likelihood-judged study's note beside its front: what its accuracy column and drops are.
+LIKELIHOOD_NOTE = ("judged by likelihood (--judge likelihood): the accuracy column is the mean probability of the full "
+                   "model's answer tokens under each configuration's prefill, and every drop, budget and verdict here "
+                   "is that likelihood's (x100), never the tasks' accuracy")
 
 
 @dataclass(frozen=True)
@@ -134,15 +140,16 @@ def _undecided(trials: list[StoredTrial], budget: float | None) -> list[FrontRow
                    and r.drop_lo <= budget < r.drop_hi), key=lambda r: -r.speedup)
 
 
-def undecided_line(rows: list[FrontRow], budget: float | None) -> str:
-    """One line naming the undecided configurations, or nothing."""
+def undecided_line(rows: list[FrontRow], budget: float | None, judge: str = ACCURACY) -> str:
+    """One line naming the undecided configurations, or nothing (``judge``: what the budget bounds)."""
     if not rows:
         return ""
     named = "; ".join(f"{_label(r)} {r.speedup:.2f}x, drop {r.drop:+.2f} [{r.drop_lo:+.2f}, {r.drop_hi:+.2f}] on "
                       f"{r.items} items" for r in rows[:4])
     more = f"; and {len(rows) - 4} more" if len(rows) > 4 else ""
-    return (f"undecided by the search at its item cap (the drop's interval contains the budget of {budget:g} "
-            f"points): {named}{more}")
+    assert budget is not None  # rows are undecided against a budget
+    return (f"undecided by the search at its item cap (the drop's interval contains "
+            f"{certreport.budget_words(budget, judge)}): {named}{more}")
 
 
 #: The table's columns before and after the study's objectives (one column each, in their order).
@@ -263,7 +270,7 @@ def verdict_line(study: "optuna.Study") -> str:
     """What the certification decided, in one line: the fastest configuration certified within the budget."""
     stored = store.StoredStudy.of(study)
     return certreport.verdict_line(store.certified(study), stored.certification, stored.max_drop,
-                                   stored.confirmations)
+                                   stored.confirmations, judge_of(stored.problem.get("tasks", ())))
 
 
 def order_line(study: "optuna.Study") -> str:
@@ -379,6 +386,11 @@ class StudyReport:
         return self.stored.max_drop
 
     @property
+    def judge(self) -> str:
+        """What the budget bounds: ``accuracy``, or ``likelihood`` (:mod:`poptune.evaluate.judges`)."""
+        return judge_of(self.stored.problem.get("tasks", ()))
+
+    @property
     def reference_ms(self) -> float | None:
         return self.stored.reference_ms
 
@@ -399,12 +411,13 @@ class StudyReport:
     def verdict_line(self) -> str:
         """What the certification decided, in one line."""
         return certreport.verdict_line(self.certified, self.stored.certification, self.budget,
-                                       self.stored.confirmations)
+                                       self.stored.confirmations, self.judge)
 
     def cost_lines(self) -> list[str]:
         """What a verdict on each undecided candidate would cost here
         (:func:`poptune.reports.certification.cost_lines`)."""
-        return certreport.cost_lines(self.certified, self.stored.certification, self.budget, self.stored.runs)
+        return certreport.cost_lines(self.certified, self.stored.certification, self.budget, self.stored.runs,
+                                     self.judge)
 
     def text(self, *, asked: int | None = None) -> str:
         """The command's closing report: what the study holds, the front with the reference rows, the
@@ -417,12 +430,14 @@ class StudyReport:
                          "nothing to measure; `--add N` measures N more")
         lines.append(f"study {self.name}: {len(measured)} measured configurations ({len(self.trials)} completed trials "
                      "with answers from storage and re-measures); search front (not yet a verdict: drops on the items "
-                     "that selected them" + (f"; rows not rejected by the budget of {budget:g} points):"
+                     "that selected them" + (f"; rows not rejected by {certreport.budget_words(budget, self.judge)}):"
                                              if budget is not None else "):"))
+        if self.judge == LIKELIHOOD_JUDGE:
+            lines.append(LIKELIHOOD_NOTE)
         lines.append(front_table(self.front, self.references, reference_ms=self.reference_ms,
                                  accuracy=self.accuracy_column(), objectives=self.stored.objectives))
         lines += self.prompts_lines()
-        line = undecided_line(self.undecided, budget)
+        line = undecided_line(self.undecided, budget, self.judge)
         if line:
             lines.append(line)
         if self.certified:
@@ -474,11 +489,12 @@ class StudyReport:
                  f"- model: {stored.model} (weights {str(stored.weights_fingerprint or '')[:24]}), "
                  f"{stored.num_layers} layers; hardware: {stored.hardware_id}",
                  *self._workload_lines(), *self._kv_lines(),
-                 "- accuracy budget: " + (f"drop's upper bound <= {budget:g} points, certified on fresh items "
+                 f"- {self.judge} budget: " + (f"drop's upper bound <= {budget:g} points, certified on fresh items "
                                           f"(at most {100 * ERROR:g}% error over all the study's certifications; "
                                           "score test over a planned group-sequential design, see "
                                           "docs/statistics.md)"
-                                          if budget is not None else "none"),
+                                          if budget is not None else "none")
+                 + (f"; {LIKELIHOOD_NOTE}" if self.judge == LIKELIHOOD_JUDGE else ""),
                  f"- {len(self.measured)} configurations measured ({len(self.trials)} completed trials with answers "
                  "from storage and re-measures)"]
         for i, run in enumerate(stored.runs, 1):
@@ -500,7 +516,7 @@ class StudyReport:
                               accuracy=self.accuracy_column(), objectives=stored.objectives), "",
                   *([*(("  - " if line.startswith("    ") else "- ") + line.strip() for line in prompts), ""]
                     if (prompts := self.prompts_lines()) else []),
-                  *([f"- {line}", ""] if (line := undecided_line(self.undecided, budget)) else []),
+                  *([f"- {line}", ""] if (line := undecided_line(self.undecided, budget, self.judge)) else []),
                   f"- {_order_line(self.spot_checks)}", "",
                   "## Null checks (full model against itself)", ""]
         for check in stored.null_checks:

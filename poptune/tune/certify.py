@@ -167,19 +167,21 @@ class CertificationPlan:
     def minutes(self) -> float | None:
         return None if self.seconds_per_item is None else self.per_task * self.tasks * self.seconds_per_item / 60
 
-    def line(self, label: str, budget: float) -> str:
-        """``certifying 5/window-64/0 on N fresh items (~M min): ...``: the plan, in one line."""
+    def line(self, label: str, budget: float, judge: str = "accuracy") -> str:
+        """``certifying 5/window-64/0 on N fresh items (~M min): ...``: the plan, in one line (``judge``
+        ``likelihood``: the verdict is the likelihood's, and it says so)."""
         cost = f" (~{self.minutes:.0f} min)" if self.minutes is not None else ""
+        kind = "likelihood " if judge == "likelihood" else ""
         head = f"certifying {label} on {self.per_task * self.tasks:,} fresh items{cost}"
         rate = f"the {100 * self.flip_rate:.1f}% flip rate the search saw"
         if self.per_task >= self.needed:
-            return (f"{head}: {100 * self.power:.0f}% power for a {budget:g}-point verdict if the true drop is 0 and "
-                    f"items flip at {rate}")
+            return (f"{head}: {100 * self.power:.0f}% power for a {budget:g}-point {kind}verdict if the true drop "
+                    f"is 0 and items flip at {rate}")
         why = "all the time budget buys" if self.affordable is not None and self.affordable < self.supply \
             else "all the certification's cap holds"
-        return (f"{head}, {why}: a {budget:g}-point verdict needs about {self.needed * self.tasks:,} if the true drop "
-                f"is 0 and items flip at {rate}; these items certify about {self.smallest_budget:.1f} points as often "
-                f"({100 * self.power:.0f}%)")
+        return (f"{head}, {why}: a {budget:g}-point {kind}verdict needs about {self.needed * self.tasks:,} if the "
+                f"true drop is 0 and items flip at {rate}; these items certify about {self.smallest_budget:.1f} points "
+                f"as often ({100 * self.power:.0f}%)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -272,7 +274,7 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planne
                               "plan": plan.to_dict() if plan is not None else None}
     if plan is not None:
         assert p.max_drop is not None  # a plan is made for a budget
-        progress.note(plan.line(rows[0].label, p.max_drop))
+        progress.note(plan.line(rows[0].label, p.max_drop, p.judge))
     policy = replace(certification_policy(p), start=min(CERTIFY_START, cap), cap=cap)
     with evaluator.sharing([row.config for row in rows]):  # the full model's items score every candidate too
         record["candidates"] = _race_candidates(study, evaluator, rows, fresh, policy, attempt,

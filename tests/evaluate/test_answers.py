@@ -75,13 +75,16 @@ def test_eval_of_the_full_model_under_the_likelihood_judge_drops_exactly_0(tmp_p
 
 
 @pytest.mark.parametrize("command", ["study", "eval"])
-@pytest.mark.parametrize("case", ["no prompts file", "with --tasks"])
+@pytest.mark.parametrize("case", ["a multiple-choice task", "with --tasks"])
 def test_bad_combinations_with_the_likelihood_judge_are_refused_in_one_line(tmp_path, capsys, no_model_load,
-                                                                           command, case):
+                                                                           eval_data, command, case):
     path = _write(tmp_path, [{"prompt": "Hello"}])
     argv = [command, "--model", "tiny-gemma3", "--judge", "likelihood"]
     argv += ["--storage", f"sqlite:///{tmp_path / 's.db'}"] if command == "study" else ["--skip", "1"]
-    argv += ["--prompts", str(path), "--tasks", "embedded"] if case == "with --tasks" else []
+    # without a prompts file the judge takes the tasks' items (tests/evaluate/test_judges.py): not a multiple
+    # choice's, which has no answer to generate
+    argv += ["--prompts", str(path), "--tasks", "embedded"] if case == "with --tasks" else \
+        ["--tasks", "piqa", "--data-dir", str(eval_data)]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error:" in err and ("--judge" in err or "--tasks" in err), err

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BPB_TASKS",
+    "GENERATED_TASKS",
     "GENERATION_TASKS",
     "SOURCES",
     "UNTIL",
@@ -38,6 +39,8 @@ __all__ = [
 GENERATION_TASKS: tuple[str, ...] = (
     "longctx_squad", "longctx_drop", "longctx_coqa", "longctx_gsm8k", "longctx_qasper",
 )
+#: The tasks of :data:`GENERATION_TASKS` whose answer is generated (QASPER's is the likelier of its choices).
+GENERATED_TASKS: tuple[str, ...] = tuple(t for t in GENERATION_TASKS if t != "longctx_qasper")
 #: The gold continuation's bits per byte, one per file with a continuation; the ``longctx_bpb`` group.
 BPB_TASKS: tuple[str, ...] = ("longctx_squad_bpb", "longctx_drop_bpb", "longctx_coqa_bpb", "longctx_gsm8k_bpb")
 

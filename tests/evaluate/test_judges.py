@@ -1,0 +1,148 @@
+"""``--judge likelihood`` on a task pack (issue 56, item 5): a generation task's items read as prompt requests
+and scored as a user's prompts are under the likelihood judge -- the same outcome as the prompts-file path on
+the same prompts; bad combinations refused in one line; every budget and verdict line says it is a likelihood's,
+never accuracy's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from poptune.cli import main
+from poptune.engine import PopConfig
+from poptune.errors import ConfigError
+from poptune.evaluate.answers import _cut, full_answers, score_prompts
+from poptune.evaluate.judges import (
+    LIKELIHOOD_JUDGE,
+    LIKELIHOOD_TASKS,
+    base_task,
+    judge_of,
+    judged_tasks,
+    likelihood_task,
+)
+from poptune.evaluate.prompts import LIKELIHOOD
+from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, EvalSpec, measure_tasks
+from poptune.evaluate.workload import build_workload, task_requests
+
+COQA = likelihood_task("longctx_coqa")  # the fixture's CoQA prompts (~1,000 bytes) fit tiny-llama's context
+
+
+def test_the_judgeable_tasks_are_those_that_generate_an_answer():
+    assert set(LIKELIHOOD_TASKS.values()) == {"longctx_squad", "longctx_drop", "longctx_coqa", "longctx_gsm8k",
+                                              "passkey", "kv_recall"}
+    assert all(PRIMARY_METRIC[t] == "answer_prob" for t in LIKELIHOOD_TASKS) and "answer_prob" not in LOWER_IS_BETTER
+    assert base_task(COQA) == "longctx_coqa" and base_task("piqa") == "piqa"
+    assert judge_of((COQA,)) == LIKELIHOOD_JUDGE and judge_of(("longctx_coqa",)) == "accuracy"
+    assert judged_tasks(("longctx_squad", "longctx_qasper"), defaults=True) == (likelihood_task("longctx_squad"),)
+    for tasks in (("piqa",), ("longctx_qasper",), ("longctx_squad_bpb",)):
+        with pytest.raises(ConfigError, match="generate none"):
+            judged_tasks(tasks)
+
+
+def test_a_problem_is_judged_one_way():
+    from poptune.problem.problem import TuningProblem
+
+    with pytest.raises(ConfigError, match="judged one way"):
+        TuningProblem(model="tiny-llama", tasks=("passkey", likelihood_task("kv_recall")))
+    with pytest.raises(ConfigError, match="cannot be judged by likelihood"):
+        TuningProblem(model="tiny-llama", tasks=("piqa:likelihood",))
+    judged = TuningProblem(model="tiny-llama", tasks=(likelihood_task("passkey"),))
+    assert judged.judge == LIKELIHOOD_JUDGE and TuningProblem(model="tiny-llama").judge == "accuracy"
+
+
+def test_task_pack_items_are_scored_as_prompt_requests(shared, eval_data):
+    model, tokenizer = shared("tiny-llama")
+    full_answers(model).clear()
+    workload = build_workload(tokenizer, (COQA, "longctx_coqa"), data_dir=eval_data, cap=None, max_positions=4096)
+    assert workload.order[COQA] == workload.order["longctx_coqa"] and len(workload.order[COQA]) == 3  # same items
+    requests = task_requests(tokenizer, COQA, workload.order[COQA], data_dir=eval_data, synthetic_lengths=(64,),
+                             seed=0)
+    assert all(r.max_tokens == 50 and r.stop == ("\n\n",) and r.prompt for r in requests.values())
+    first = workload.order[COQA][:1]  # one item: its 50 new tokens are what a tiny model's CPU run costs here
+    spec = EvalSpec(tasks=(COQA,), data_dir=eval_data, fidelity=None, samples={COQA: first})
+    full = measure_tasks(model, tokenizer, PopConfig(skip=0), spec)
+    pop = measure_tasks(model, tokenizer, PopConfig(skip=2), spec)
+    for run in (full, pop):
+        assert run.items == {COQA: first} and set(run.scores[COQA]) == {"answer_prob"}
+        assert all(0.0 <= v <= 1.0 for v in run.outcomes[COQA])
+        assert set(run.details["likelihood_items"][COQA]) == set(first)
+    rows = pop.details["likelihood_items"][COQA]
+    assert all(row["tokens"] > 200 for row in rows.values())  # the long prompts themselves were prefilled
+
+
+def test_its_outcome_equals_the_prompts_file_path(shared, tmp_path):
+    model, tokenizer = shared("tiny-llama")
+    task = likelihood_task("passkey")
+    items = [0, 1]
+    requests = task_requests(tokenizer, task, items, data_dir=None, synthetic_lengths=(256,), seed=0)
+    assert all(not r.stop for r in requests.values())  # the synthetic tasks have no stop sequences
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"prompt": requests[i].prompt, "max_tokens": requests[i].max_tokens}) + "\n"
+                            for i in items), encoding="utf-8")
+    spec = EvalSpec(tasks=(task,), fidelity=None, batch_size=2, synthetic_lengths=(256,), samples={task: items})
+    for config in (PopConfig(skip=0), PopConfig(skip=3)):
+        full_answers(model).clear()
+        judged = measure_tasks(model, tokenizer, config, spec)
+        full_answers(model).clear()
+        filed = score_prompts(model, tokenizer, config, str(path), list(range(len(items))), batch_size=2,
+                              task=LIKELIHOOD)
+        assert judged.outcomes[task] == pytest.approx(filed.outcomes[LIKELIHOOD], abs=1e-6)
+
+
+def test_an_answer_stops_before_its_tasks_stop_sequence(shared):
+    _, tokenizer = shared("tiny-llama")
+    ids = tuple(tokenizer("Paris.\n\nQuestion: next", add_special_tokens=False)["input_ids"])
+    cut = _cut(tokenizer, ids, ("\n\n",))
+    assert tokenizer.decode(list(cut)) == "Paris."
+    assert _cut(tokenizer, ids, ()) == ids and _cut(tokenizer, ids, ("nowhere",)) == ids
+
+
+@pytest.mark.parametrize("command", ["study", "eval"])
+@pytest.mark.parametrize("tasks", ["piqa", "longctx_qasper", "longctx_squad_bpb", "longctx_coqa,piqa"])
+def test_a_task_that_cannot_be_judged_by_likelihood_is_refused_in_one_line(tmp_path, capsys, no_model_load,
+                                                                          eval_data, command, tasks):
+    argv = [command, "--model", "tiny-llama", "--judge", "likelihood", "--tasks", tasks, "--data-dir", str(eval_data)]
+    argv += ["--storage", f"sqlite:///{tmp_path / 's.db'}"] if command == "study" else ["--skip", "1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--judge likelihood" in err and "generate none" in err, err
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_an_answers_judge_still_needs_a_prompts_file(tmp_path, capsys, no_model_load):
+    argv = ["study", "--model", "tiny-llama", "--judge", "answers", "--tasks", "embedded",
+            "--storage", f"sqlite:///{tmp_path / 's.db'}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "goes with `--prompts FILE`" in err, err
+
+
+def test_the_budget_and_verdict_lines_say_likelihood_never_accuracy():
+    from poptune.reports.certification import budget_words, verdict_line
+    from poptune.reports.study import undecided_line
+    from poptune.tune.certify import CertificationPlan
+
+    line = verdict_line([], {"candidates": []}, 2.0, judge=LIKELIHOOD_JUDGE)
+    assert "likelihood budget of 2 points" in line and "not an accuracy one" in line
+    assert verdict_line([], None, None, judge=LIKELIHOOD_JUDGE) == "no likelihood budget: nothing to certify"
+    assert verdict_line([], None, None) == "no accuracy budget: nothing to certify"  # the default is unchanged
+    assert budget_words(2.0) == "the budget of 2 points"
+    assert undecided_line([], 2.0, LIKELIHOOD_JUDGE) == ""
+    plan = CertificationPlan(per_task=64, tasks=1, needed=64, affordable=None, supply=64, flip_rate=0.1,
+                             seconds_per_item=1.0, smallest_budget=2.0)
+    assert "2-point likelihood verdict" in plan.line("3/last/0", 2.0, LIKELIHOOD_JUDGE)
+    assert "2-point verdict" in plan.line("3/last/0", 2.0)
+
+
+def test_a_likelihood_study_runs_and_says_so(tmp_path, capsys):
+    code = main(["study", "--model", "tiny-llama", "--judge", "likelihood", "--tasks", "kv_recall", "--limit", "2",
+                 "--items", "2", "--certify", "2", "--trials", "1", "--kv", "own", "--repeats", "1", "--max-pairs", "2",
+                 "--precision", "0", "--storage", f"sqlite:///{tmp_path}/s.db", "--enqueue", "1/last/0"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "judged by likelihood" in out
+    verdict = next(line for line in out.splitlines() if line.startswith("verdict:"))
+    assert "likelihood budget of 2 points" in verdict and "not an accuracy one" in verdict
+    summary = next(tmp_path.glob("s.*.md")).read_text()
+    assert "`kv_recall:likelihood`" in summary and "- likelihood budget:" in summary
