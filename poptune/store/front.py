@@ -84,8 +84,8 @@ class FrontRow:
         t = trial if isinstance(trial, StoredTrial) else StoredTrial.of(trial)
         target: dict[str, Any] = dict(t.target_row)
         if t.weighted:  # a workload-weighted trial: its combined figures
-            ci = t.speedup_ci or (None, None)
-            target = {"speedup": t.speedup, "speedup_lo": ci[0], "speedup_hi": ci[1], "pairs": t.pairs,
+            ci = t.speedup_ci
+            target = {"speedup": t.speedup, "speedup_lo": ci and ci.lo, "speedup_hi": ci and ci.hi, "pairs": t.pairs,
                       "ideal": t.ideal}
         figures = confirmed or target
         speedup = float(figures.get("speedup", t.speedup))
@@ -98,7 +98,7 @@ class FrontRow:
             values["ttft"] = prefill_ms
         if "accuracy" in values:
             values["accuracy"] = accuracy
-        drop_lo, drop_hi = t.drop_ci or (None, None)
+        drop_lo, drop_hi = t.drop_ci.ends() if t.drop_ci else (None, None)
         return cls(
             trial=t.number,
             skip=t.config.skip,
