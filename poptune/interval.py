@@ -66,18 +66,16 @@ class Interval:
         return cls(float(point), float(lo), float(hi), level)
 
     @classmethod
-    def from_fields(cls, data: Mapping[str, Any], key: str = "", *, point: str | None = None,
-                    level: float = 0.95) -> Interval | None:
-        """An interval from a stored mapping's fields; None when an end is missing or None.
+    def from_fields(cls, data: Mapping[str, Any], key: str = "", *, level: float = 0.95) -> Interval | None:
+        """An interval from a stored mapping's fields; None when the point or an end is missing or None.
 
         ``key`` names ``{key}`` (the point), ``{key}_lo`` and ``{key}_hi`` (``speedup``, ``speedup_lo``,
         ``speedup_hi`` of a timing row); an empty ``key`` reads ``mean``, ``lo``, ``hi`` (a stored paired drop).
-        ``point`` overrides the point's field name.
 
         Example: ``Interval.from_fields({"mean": 1.0, "lo": -0.5, "hi": 2.5})`` is ``Interval(1.0, -0.5, 2.5)``.
         """
         names = (f"{key}_lo", f"{key}_hi") if key else ("lo", "hi")
-        centre = point or key or "mean"
+        centre = key or "mean"
         if data.get(names[0]) is None or data.get(names[1]) is None or data.get(centre) is None:
             return None
         return cls(float(data[centre]), float(data[names[0]]), float(data[names[1]]), level)

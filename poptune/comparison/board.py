@@ -197,9 +197,9 @@ def read_records(folder: str | Path) -> list[dict[str, Any]]:
 def _cells(row: Row, profiles: Sequence[str]) -> list[str]:
     speed = [_times(row.speed[p][k]) if p in row.speed else "1.00x (itself)" if row.method == "full" else ""
              for p in profiles for k in ("ttft", "tpot", "e2e")]
-    lead = (f"{row.lead.mean:+.2f} [{row.lead.lo:+.2f}, {row.lead.hi:+.2f}]" if row.lead is not None else "")
+    lead = row.lead.interval.format("+.2f") if row.lead is not None else ""
     against = f"{row.against}{' (slower: no POP row as fast)' if row.slower else ''}" if row.against else ""
-    drop = f"{row.drop.mean:+.2f} [{row.drop.lo:+.2f}, {row.drop.hi:+.2f}]" if row.method != "full" else ""
+    drop = row.drop.interval.format("+.2f") if row.method != "full" else ""
     return [row.method, row.label, f"{row.accuracy:.2f}", drop, *speed, against, lead, row.verdict]
 
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from poptune.errors import ConfigError
-from poptune.measure.records import PairRecord
 from poptune.interval import Interval
+from poptune.measure.records import PairRecord
 from poptune.measure.stats import MIN_JUDGED, median_ci
 
 __all__ = ["AA_ALPHA", "AA_MARGIN", "AA_PAIRS", "TOLERANCE", "Equivalence", "NullCheck", "aa_figures", "aa_reasons",

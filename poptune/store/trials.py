@@ -143,7 +143,8 @@ class StoredTrial:
         start, end = trial.datetime_start, trial.datetime_complete
         return cls(
             number=trial.number, method=method_of(a), config=PopConfig.from_dict(a["config"]),
-            values=tuple(trial.values), speedup=a["speedup"], speedup_ci=Interval.from_ends(a["speedup"], a.get("speedup_ci")),
+            values=tuple(trial.values), speedup=a["speedup"],
+            speedup_ci=Interval.from_ends(a["speedup"], a.get("speedup_ci")),
             pairs=a.get("pairs"), ideal=a.get("ideal"), ttft_ms=a.get("prefill_ms"), full_ttft_ms=a.get("full_ms"),
             latency=a.get("latency", {}), target_length=a.get("target_length"),
             weighted=bool(a.get("latency_weights")), accuracy=a.get("accuracy", {}),

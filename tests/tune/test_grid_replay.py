@@ -212,7 +212,8 @@ def test_a_stored_grid_study_written_as_csv_reads_back_the_same(tmp_path):
         b = back.table[config]
         assert (b.speedup, b.drop_points, b.objective_accuracy) == pytest.approx(
             (m.speedup, m.drop_points, m.objective_accuracy))
-        assert b.speedup_interval.ends() == pytest.approx(m.speedup_interval.ends()) and b.drop_upper == pytest.approx(m.drop_upper)
+        assert b.speedup_interval.ends() == pytest.approx(m.speedup_interval.ends())
+        assert b.drop_upper == pytest.approx(m.drop_upper)
     stored = Replay.of(study)  # the stored-study route still answers the same
     assert stored.reference_ms == 100.0 and stored.table[TARGET].speedup == pytest.approx(2.30)
 
