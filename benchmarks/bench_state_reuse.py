@@ -39,7 +39,7 @@ from poptune.engine.speculate import generate
 from poptune.evaluate.scoring import score_continuations
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
-from poptune.measure.stats import median_interval
+from poptune.measure.stats import median_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _ratio(plain: list[float], reuse: list[float]) -> tuple[float, float, float, float]:
-    """Median of the per-item ratios reuse/plain, its 95% interval (the timer's seeded bootstrap), the total ratio."""
+    """Median of the per-item ratios reuse/plain, its 95% order-statistic interval, the total ratio."""
     ratios = [r / p for p, r in zip(plain, reuse)]
-    low, high = median_interval(ratios)
+    ci = median_ci(ratios)
+    low, high = ci.lo, ci.hi
     return statistics.median(ratios), low, high, sum(reuse) / sum(plain)
 
 

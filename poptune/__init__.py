@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["PromptRequest", "read_prompts"], "poptune.evaluate.prompts"),
     "changed_interval": "poptune.evaluate.changed",
     **dict.fromkeys(["judged_tasks", "likelihood_task"], "poptune.evaluate.judges"),
+    "Interval": "poptune.interval",
     **dict.fromkeys(["StudySpec", "run_study"], "poptune.tune.study"),
     "TuningProblem": "poptune.problem.problem",
 }
@@ -76,6 +77,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from poptune.evaluate.judges import judged_tasks, likelihood_task
     from poptune.evaluate.prompts import PromptRequest, read_prompts
     from poptune.evaluate.suite import EvalSpec, run_eval
+    from poptune.interval import Interval
     from poptune.kv.maps import KVMaps
     from poptune.kvfit.calibration import CalibrationSpec
     from poptune.kvfit.fit import KVFitSpec

@@ -137,9 +137,10 @@ def _prompt_lines(result: Any, null: dict[str, Any] | None = None) -> list[str]:
     p = figures.get("prompts")
     if p:
         ci = changed_interval(int(p["changed"]), p["items"])
-        lines.append(f"answers unchanged {p['items'] - int(p['changed'])}/{p['items']} = {100 * (1 - ci.share):.1f}% "
+        at_most = changed_interval(int(p["changed"]), p["items"], one_sided=True).hi
+        lines.append(f"answers unchanged {p['items'] - int(p['changed'])}/{p['items']} = {100 * (1 - ci.point):.1f}% "
                      f"[{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}] (exact Clopper-Pearson 95%); changed at most "
-                     f"{100 * ci.upper:.1f}% at 95%; token agreement {100 * p['agreement']:.1f}%; full answer's "
+                     f"{100 * at_most:.1f}% at 95%; token agreement {100 * p['agreement']:.1f}%; full answer's "
                      f"log-lik/token under POP {p['loglik']:.3f} (full {p['full_loglik']:.3f})"
                      + (f", token probability {100 * p['prob']:.1f}% (full {100 * p['full_prob']:.1f}%)"
                         if p.get("prob") is not None and p.get("full_prob") is not None else ""))

@@ -17,8 +17,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from poptune import store
     from poptune.reports import study as report
 
@@ -26,10 +24,10 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(args.out)
     built = report.StudyReport.of(store.read_study(args.storage, args.study))
     rows, refs, certified = built.front, built.references, built.certified
-    data = json.dumps({"study": built.name, "front": [asdict(r) for r in rows],
-                       "references": [{"name": r.name, "status": r.status, "row": asdict(r.row) if r.row else None}
+    data = json.dumps({"study": built.name, "front": [r.to_dict() for r in rows],
+                       "references": [{"name": r.name, "status": r.status, "row": r.row.to_dict() if r.row else None}
                                       for r in refs],
-                       "certified": [asdict(r) for r in certified], "verdict": built.verdict_line()}, indent=2)
+                       "certified": [r.to_dict() for r in certified], "verdict": built.verdict_line()}, indent=2)
     budget = built.budget
     table = (f"study {built.name}: search front"
              + (f" (rows not rejected by the budget of {budget:g} points; not a verdict)" if budget is not None else "")

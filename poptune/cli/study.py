@@ -184,8 +184,8 @@ def trial_line(trial: Any, names: Sequence[str] = objectives.DEFAULT) -> str:
     """One line per finished trial (a :class:`~poptune.store.StoredTrial`): configuration, speedup and drop with
     their intervals, items, the study's objectives beyond those two (``names``: K/V MiB, TPOT ms), reused or not."""
     c, ci, d = trial.config, trial.speedup_ci, trial.drop_ci
-    speed = f"{trial.speedup:.2f}x" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
-    drop = f"{trial.drop_points:+.2f}" + (f" [{d[0]:+.2f}, {d[1]:+.2f}]" if d else "")
+    speed = f"{trial.speedup:.2f}x" + (f" {ci.bracket('.2f')}" if ci else "")
+    drop = f"{trial.drop_points:+.2f}" + (f" {d.bracket('+.2f')}" if d else "")
     how = f"reused from trial {trial.reused_from}" if trial.reused_from is not None else "measured"
     label = kv_registry.source(c.kv).label
     kv = f" {label}" if label else ""

@@ -33,22 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from poptune.errors import ConfigError
+from poptune.interval import Interval
 
 __all__ = ["Row", "lead_of", "read_records", "row_confidence", "rows_of", "verdict_of", "write_methods_board"]
 
 _KIND, _VERSION = "poptune-methods", 1
-
-
-@dataclass(frozen=True)
-class Ratio:
-    """A median ratio (full / method: above 1 the method is faster) with its 95% interval."""
-
-    median: float
-    lo: float
-    hi: float
-
-    def __str__(self) -> str:
-        return f"{self.median:.2f}x [{self.lo:.2f}, {self.hi:.2f}]"
 
 
 @dataclass(frozen=True)
@@ -60,24 +49,27 @@ class Row:
     label: str
     accuracy: float
     drop: Any  # PairedDrop against the full model
-    speed: dict[str, dict[str, Ratio]]  # profile -> ttft / tpot / e2e
+    speed: dict[str, dict[str, Interval]]  # profile -> ttft / tpot / e2e: median ratio full / method, 95% interval
     against: str | None = None  # the POP row it is paired with (baselines)
     slower: bool = False  # no POP row was as fast
     lead: Any = None  # PairedDrop: POP - baseline
     verdict: str = ""
 
 
-def _ratio(values: Sequence[float]) -> Ratio:
-    """The median of per-pair ratios with its order-statistic interval, as a timed pair reports its speedup
-    (:attr:`poptune.measure.records.PairRecord.speedup`)."""
-    from poptune.measure.records import percentile
-    from poptune.measure.stats import median_interval
+def _ratio(values: Sequence[float]) -> Interval:
+    """The median of per-pair ratios (full / method: above 1 the method is faster) with its order-statistic 95%
+    interval, as a timed pair reports its speedup (:attr:`poptune.measure.records.PairRecord.speedup_ci`)."""
+    from poptune.measure.stats import median_ci
 
-    lo, hi = median_interval(list(values))
-    return Ratio(percentile(list(values), 50), lo, hi)
+    return median_ci(list(values))
 
 
-def _speed(entry: Mapping[str, Any], profiles: Sequence[Sequence[int]]) -> dict[str, dict[str, Ratio]]:
+def _times(ratio: Interval) -> str:
+    """``1.42x [1.38, 1.47]``: a ratio as the board prints it."""
+    return ratio.format(".2f", "x")
+
+
+def _speed(entry: Mapping[str, Any], profiles: Sequence[Sequence[int]]) -> dict[str, dict[str, Interval]]:
     out = {}
     for prompt, output in profiles:
         timing = entry.get("timing", {}).get(f"{prompt}+{output}")
@@ -126,11 +118,11 @@ def _mean(outcomes: Mapping[str, Sequence[float]]) -> float:
 
 def _partner(row: Row, pops: Sequence[Row], profile: str) -> tuple[Row, bool]:
     """The slowest POP row at least as fast in prefill as ``row`` (else the fastest, ``True``: slower)."""
-    speed = row.speed[profile]["ttft"].median
-    fast = [p for p in pops if p.speed[profile]["ttft"].median >= speed]
+    speed = row.speed[profile]["ttft"].point
+    fast = [p for p in pops if p.speed[profile]["ttft"].point >= speed]
     if fast:
-        return min(fast, key=lambda p: p.speed[profile]["ttft"].median), False
-    return max(pops, key=lambda p: p.speed[profile]["ttft"].median), True
+        return min(fast, key=lambda p: p.speed[profile]["ttft"].point), False
+    return max(pops, key=lambda p: p.speed[profile]["ttft"].point), True
 
 
 def _timed(record: Mapping[str, Any], timings: Mapping[str, Mapping[str, Any]] | None) -> Mapping[str, Any]:
@@ -203,11 +195,11 @@ def read_records(folder: str | Path) -> list[dict[str, Any]]:
 
 
 def _cells(row: Row, profiles: Sequence[str]) -> list[str]:
-    speed = [str(row.speed[p][k]) if p in row.speed else "1.00x (itself)" if row.method == "full" else ""
+    speed = [_times(row.speed[p][k]) if p in row.speed else "1.00x (itself)" if row.method == "full" else ""
              for p in profiles for k in ("ttft", "tpot", "e2e")]
-    lead = (f"{row.lead.mean:+.2f} [{row.lead.lo:+.2f}, {row.lead.hi:+.2f}]" if row.lead is not None else "")
+    lead = row.lead.interval.format("+.2f") if row.lead is not None else ""
     against = f"{row.against}{' (slower: no POP row as fast)' if row.slower else ''}" if row.against else ""
-    drop = f"{row.drop.mean:+.2f} [{row.drop.lo:+.2f}, {row.drop.hi:+.2f}]" if row.method != "full" else ""
+    drop = row.drop.interval.format("+.2f") if row.method != "full" else ""
     return [row.method, row.label, f"{row.accuracy:.2f}", drop, *speed, against, lead, row.verdict]
 
 
@@ -222,8 +214,9 @@ def _wins(rows: Sequence[Row], profiles: Sequence[str]) -> list[str]:
             partner = pops.get(r.against or "")
             if partner is None or p not in r.speed or p not in partner.speed:
                 continue
-            if r.speed[p]["e2e"].lo > partner.speed[p]["e2e"].hi:
-                faster.append(f"{r.label} ({r.speed[p]['e2e']}, against {partner.label}'s {partner.speed[p]['e2e']}; "
+            if r.speed[p]["e2e"].above(partner.speed[p]["e2e"]):
+                faster.append(f"{r.label} ({_times(r.speed[p]['e2e'])}, against {partner.label}'s "
+                              f"{_times(partner.speed[p]['e2e'])}; "
                               f"POP - baseline {r.lead.mean:+.2f} points)")
         lines.append(f"- {p}: " + ("; ".join(faster) if faster else "no baseline is faster end to end than the POP "
                                    "row it is paired with, beyond both intervals"))
@@ -295,7 +288,7 @@ def _csv(groups: Sequence[tuple[Mapping[str, Any], Sequence[Row]]]) -> str:
         for r in rows:
             for p, s in (r.speed or {"": {}}).items():
                 speed = [f"{getattr(s[k], a):.4f}" if k in s else "" for k in ("ttft", "tpot", "e2e")
-                         for a in ("median", "lo", "hi")]
+                         for a in ("point", "lo", "hi")]
                 lead = [f"{getattr(r.lead, a):.4f}" for a in ("mean", "lo", "hi")] if r.lead else ["", "", ""]
                 writer.writerow([record["workload"], r.method, r.label, f"{ratios[r.name]:.4f}", f"{r.accuracy:.4f}",
                                  f"{r.drop.mean:.4f}", f"{r.drop.lo:.4f}", f"{r.drop.hi:.4f}", p, *speed,
@@ -316,7 +309,7 @@ def _plot(groups: Sequence[tuple[Mapping[str, Any], Sequence[Row]]], path: Path,
             ax = axes[i][j]
             for r in rows:
                 s = r.speed.get(p, {}).get("e2e")
-                x, xerr = (s.median, [[s.median - s.lo], [s.hi - s.median]]) if s else (1.0, None)
+                x, xerr = (s.point, [[s.point - s.lo], [s.hi - s.point]]) if s else (1.0, None)
                 y, yerr = r.accuracy, [[r.drop.hi - r.drop.mean], [r.drop.mean - r.drop.lo]]
                 ax.errorbar([x], [y], xerr=xerr, yerr=yerr if r.method != "full" else None, fmt="o", ms=4,
                             capsize=2, lw=0.7, color=colors.get(r.method, "tab:red"))

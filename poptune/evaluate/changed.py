@@ -18,39 +18,22 @@ this module's interval is what the report prints beside them, exact and valid ov
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from poptune.errors import ConfigError
+from poptune.interval import Interval
 
-__all__ = ["ChangedInterval", "changed_interval"]
-
-
-@dataclass(frozen=True)
-class ChangedInterval:
-    """The share of answers changed (in [0, 1]) with its exact interval.
-
-    Attributes:
-        changed, items: Answers changed, prompts scored.
-        lo, hi: Two-sided Clopper-Pearson ends at ``confidence`` (per look: ``1 - (1 - confidence) / looks``).
-        upper: One-sided upper bound at ``confidence`` (per look likewise): "changed at most ``upper``".
-        confidence, looks: The overall confidence and the planned looks it is spent over.
-    """
-
-    changed: int
-    items: int
-    lo: float
-    hi: float
-    upper: float
-    confidence: float
-    looks: int
-
-    @property
-    def share(self) -> float:
-        return self.changed / self.items
+__all__ = ["changed_interval"]
 
 
-def changed_interval(changed: int, items: int, *, confidence: float = 0.95, looks: int = 1) -> ChangedInterval:
-    """The exact interval of the share changed after ``changed`` of ``items`` (module docstring).
+def changed_interval(changed: int, items: int, *, confidence: float = 0.95, looks: int = 1,
+                     one_sided: bool = False) -> Interval:
+    """The share changed, ``changed / items`` (in [0, 1]), with its exact interval (module docstring).
+
+    Two-sided: the Clopper-Pearson ends at ``confidence``, each look's at ``1 - (1 - confidence) / looks``.
+    ``one_sided``: the interval ``[0, upper]`` instead, ``upper`` the one-sided bound at the same level per look:
+    "changed at most ``upper``". The interval's ``level`` is the overall ``confidence``, over all the looks.
+
+    Example: ``changed_interval(3, 30)`` is ``0.1 [0.0211, 0.2653]``; ``changed_interval(0, 40, one_sided=True).hi``
+    is ``1 - 0.05 ** (1 / 40)`` (the rule of three's exact form).
 
     Raises:
         ConfigError: counts out of range, a confidence outside (0, 1), fewer than one look.
@@ -65,7 +48,8 @@ def changed_interval(changed: int, items: int, *, confidence: float = 0.95, look
         raise ConfigError(f"`looks` must be >= 1, got {looks}")
     alpha = (1 - confidence) / looks
     k, n = changed, items
+    if one_sided:
+        return Interval(k / n, 0.0, 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k)), confidence)
     lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
     hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
-    upper = 1.0 if k == n else float(beta.ppf(1 - alpha, k + 1, n - k))
-    return ChangedInterval(k, n, lo, hi, upper, confidence, looks)
+    return Interval(k / n, lo, hi, confidence)

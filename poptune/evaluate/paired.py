@@ -48,6 +48,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 from poptune.evaluate.groupseq import OBRIEN_FLEMING, hwang_shih_decani
+from poptune.interval import Interval
 
 __all__ = ["PairedDrop", "paired_drop", "SEQUENTIAL", "BETTING", "BOOTSTRAP", "IDENTICAL", "UPPER_SPENDING",
            "LOWER_SPENDING", "restricted_rates"]
@@ -121,6 +122,11 @@ class PairedDrop:
     @property
     def half_width(self) -> float:
         return (self.hi - self.lo) / 2
+
+    @property
+    def interval(self) -> Interval:
+        """The mean drop with its interval at :attr:`confidence` (the stored record keeps ``mean``/``lo``/``hi``)."""
+        return Interval(self.mean, self.lo, self.hi, self.confidence)
 
     def within(self, budget: float) -> bool:
         """Within ``budget`` at 95%: the interval's upper end is at most the budget."""

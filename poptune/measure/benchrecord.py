@@ -135,7 +135,7 @@ class BenchRow:
     @property
     def above_ideal(self) -> bool:
         """Whether the prefill speedup is above the FLOPs ideal by more than its interval (from 3 pairs on)."""
-        return self.prefill.count >= MIN_JUDGED and above_ideal(self.prefill.speedup_ci[0], self.ideal)
+        return self.prefill.count >= MIN_JUDGED and above_ideal(self.prefill.speedup_ci.lo, self.ideal)
 
     def energy_figures(self) -> dict[str, Any]:
         """Joules per prefill of each side (``energy_pop_j``, ``energy_full_j``: the median of its blocks, with
@@ -169,13 +169,13 @@ class BenchRow:
         decode latencies and decode POP/full ratio (identical work: 1 on a quiet machine) with its interval,
         joules per prefill of each side (:meth:`energy_figures`) and the row's telemetry
         (:meth:`telemetry_figures`)."""
-        lo, hi = self.prefill.speedup_ci
+        ci = self.prefill.speedup_ci
         figures: dict[str, Any] = {
             "full_ms": self.prefill.b.p50,
             "pop_ms": self.prefill.a.p50,
             "speedup": self.speedup,
-            "speedup_lo": lo,
-            "speedup_hi": hi,
+            "speedup_lo": ci.lo,
+            "speedup_hi": ci.hi,
             "pairs": self.prefill.count,
             "ideal": self.ideal,
             "above_ideal": self.above_ideal,
@@ -185,8 +185,8 @@ class BenchRow:
             "full_kv_bytes": self.full_kv_bytes,
         }
         if self.decode is not None:
-            dlo, dhi = self.decode.speedup_ci
-            figures.update(decode_speedup=self.decode.speedup, decode_speedup_lo=dlo, decode_speedup_hi=dhi,
+            decode = self.decode.speedup_ci
+            figures.update(decode_speedup=self.decode.speedup, decode_speedup_lo=decode.lo, decode_speedup_hi=decode.hi,
                            decode_pairs=self.decode.count)
         if self.image_tokens is not None:
             figures["image_tokens"] = self.image_tokens
@@ -331,16 +331,15 @@ class BenchResult:
         lines = [header]
         for row in self.rows:
             line = f"{row.image:>9}  {row.image_tokens:>7}  " if images else ""
-            lo, hi = row.prefill.speedup_ci
             line += (
                 f"{row.length:>7}  {row.prefill.b.p50:>9.1f}  {row.prefill.a.p50:>9.1f}  "
-                f"{row.speedup:>6.3f}x [{lo:.3f}, {hi:.3f}]  {row.prefill.count:>5}  {row.ideal:>5.2f}x"
+                f"{row.speedup:>6.3f}x {row.prefill.speedup_ci.bracket('.3f')}  {row.prefill.count:>5}  "
+                f"{row.ideal:>5.2f}x"
                 + (" !" if row.above_ideal else "")
             )
             if row.decode is not None:
-                dlo, dhi = row.decode.speedup_ci
                 line += (f"  {row.decode.b.p50:>8.2f} ms  {row.decode.a.p50:>7.2f} ms  "
-                         f"{row.decode.speedup:>5.3f} [{dlo:.3f}, {dhi:.3f}]")
+                         f"{row.decode.speedup:>5.3f} {row.decode.speedup_ci.bracket('.3f')}")
             if energy:
                 joules = row.energy_figures()
                 line += f"  {_joules(joules['energy_full_j']):>14}  {_joules(joules['energy_pop_j']):>13}"

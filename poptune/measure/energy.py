@@ -257,7 +257,7 @@ def _reading(blocks: list[EnergyBlock], idle: IdleReading | None, confidence: fl
     seconds, joules = sum(b.seconds for b in blocks), sum(b.joules for b in blocks)
     return EnergyReading(
         j_per_call=_median(values), calls=sum(b.calls for b in blocks), seconds=seconds, joules=joules,
-        watts=joules / seconds, j_per_call_lo=per_call.low, j_per_call_hi=per_call.high, coverage=per_call.coverage,
+        watts=joules / seconds, j_per_call_lo=per_call.lo, j_per_call_hi=per_call.hi, coverage=per_call.coverage,
         net_j_per_call=None if net is None else _median(net), idle_w=idle_w, blocks=[asdict(b) for b in blocks])
 
 

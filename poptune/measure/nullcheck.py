@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from poptune.errors import ConfigError
-from poptune.measure.records import PairRecord, percentile
-from poptune.measure.stats import MIN_JUDGED, excludes, median_ci
+from poptune.interval import Interval
+from poptune.measure.records import PairRecord
+from poptune.measure.stats import MIN_JUDGED, median_ci
 
 __all__ = ["AA_ALPHA", "AA_MARGIN", "AA_PAIRS", "TOLERANCE", "Equivalence", "NullCheck", "aa_figures", "aa_reasons",
            "above_ideal", "equivalence", "figures", "noisy_reasons"]
@@ -59,19 +60,15 @@ class Equivalence:
     """A distribution-free TOST of identical work: the median ratio's ``1 - 2 * alpha`` interval against the margin.
 
     Attributes:
-        speedup: Median per-pair ratio.
-        low, high: Its order-statistic interval at ``1 - 2 * alpha``.
+        speedup: Median per-pair ratio with its order-statistic interval at ``1 - 2 * alpha`` and that interval's
+            actual coverage (under ``1 - 2 * alpha`` with too few pairs: never equivalent).
         pairs: Number of pairs.
-        coverage: The interval's actual coverage (under ``1 - 2 * alpha`` with too few pairs: never equivalent).
         margin: Equivalence within ``[1/(1+margin), 1+margin]``.
         alpha: Level of each one-sided test.
     """
 
-    speedup: float
-    low: float
-    high: float
+    speedup: Interval
     pairs: int
-    coverage: float
     margin: float = AA_MARGIN
     alpha: float = AA_ALPHA
 
@@ -84,12 +81,12 @@ class Equivalence:
     def equivalent(self) -> bool:
         """Whether both one-sided tests reject: the interval strictly inside :attr:`bounds`, at its level."""
         lo, hi = self.bounds
-        return self.coverage >= 1.0 - 2.0 * self.alpha and lo < self.low and self.high < hi
+        return self.speedup.meets and self.speedup.above(lo) and self.speedup.below(hi)
 
     def figures(self) -> dict[str, Any]:
         """The headline as a null check stores it (``lo``/``hi``: the test's interval, at ``confidence``)."""
-        return {"speedup": self.speedup, "lo": self.low, "hi": self.high, "pairs": self.pairs,
-                "confidence": 1.0 - 2.0 * self.alpha, "coverage": self.coverage, "margin": self.margin,
+        return {"speedup": self.speedup.point, "lo": self.speedup.lo, "hi": self.speedup.hi, "pairs": self.pairs,
+                "confidence": self.speedup.level, "coverage": self.speedup.coverage, "margin": self.margin,
                 "test": "tost-sign", "equivalent": self.equivalent}
 
 
@@ -105,9 +102,7 @@ def equivalence(ratios: Sequence[float], *, margin: float = AA_MARGIN, alpha: fl
         raise ConfigError(f"`margin` must be > 0, got {margin}")
     if not 0.0 < alpha < 0.5:
         raise ConfigError(f"`alpha` must be in (0, 0.5), got {alpha}")
-    interval = median_ci(ratios, 1.0 - 2.0 * alpha)
-    return Equivalence(speedup=percentile(ratios, 50), low=interval.low, high=interval.high, pairs=interval.n,
-                       coverage=interval.coverage, margin=margin, alpha=alpha)
+    return Equivalence(speedup=median_ci(ratios, 1.0 - 2.0 * alpha), pairs=len(ratios), margin=margin, alpha=alpha)
 
 
 def aa_figures(pair: PairRecord, *, margin: float = AA_MARGIN, alpha: float = AA_ALPHA) -> dict[str, Any]:
@@ -130,8 +125,8 @@ def aa_reasons(label: str, fig: Mapping[str, Any], tolerance: float = TOLERANCE)
 
 def figures(pair: PairRecord) -> dict[str, float | int]:
     """A pair's headline: its speedup, the interval's ends, its number of pairs and the interval's coverage."""
-    lo, hi = pair.speedup_ci
-    return {"speedup": pair.speedup, "lo": lo, "hi": hi, "pairs": pair.count, "coverage": pair.speedup_coverage}
+    ci = pair.speedup_ci
+    return {"speedup": pair.speedup, "lo": ci.lo, "hi": ci.hi, "pairs": pair.count, "coverage": pair.speedup_coverage}
 
 
 def above_ideal(lo: float, ideal: float, tolerance: float = TOLERANCE) -> bool:
@@ -142,7 +137,7 @@ def above_ideal(lo: float, ideal: float, tolerance: float = TOLERANCE) -> bool:
 
 def noisy_reasons(label: str, lo: float, hi: float, tolerance: float = TOLERANCE) -> list[str]:
     """One reason when the identical-work interval ``[lo, hi]`` excludes ``1 +- tolerance``, else none."""
-    if excludes((lo, hi), 1.0, tolerance):
+    if Interval(1.0, lo, hi).excludes(1.0, tolerance):
         return [f"{label} measured [{lo:.3f}, {hi:.3f}], outside 1 +- {tolerance:.0%}"]
     return []
 

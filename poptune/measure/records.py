@@ -5,29 +5,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from poptune.errors import ConfigError
-from poptune.measure.stats import median_ci, median_interval, relative_half_width
+from poptune.interval import Interval
+from poptune.measure.stats import median_ci, percentile
 
 __all__ = ["ORDERS", "LatencyRecord", "PairRecord", "percentile"]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Returns the ``q``-th percentile with linear interpolation (numpy's default method).
-
-    Example: ``percentile([1, 2, 3, 4], 50) == 2.5``; ``percentile([1, 2, 3, 4], 90) == 3.7``.
-    """
-    if not values:
-        raise ConfigError("`values` must hold at least one value, got none")
-    if not 0.0 <= q <= 100.0:
-        raise ConfigError(f"`q` must be in [0, 100], got {q}")
-    ordered = sorted(values)
-    rank = q / 100.0 * (len(ordered) - 1)
-    lo, hi = math.floor(rank), math.ceil(rank)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
 
 
 @dataclass
@@ -161,28 +147,30 @@ class PairRecord:
         return percentile(self.ratios, 50)
 
     @property
-    def speedup_ci(self) -> tuple[float, float]:
-        """The :attr:`confidence` interval of :attr:`speedup`: two order statistics of the ratios (see
-        :func:`poptune.measure.stats.median_interval`; the ratios' range under 6 pairs at 95%)."""
-        return median_interval(self.ratios, confidence=self.confidence)
+    def speedup_ci(self) -> Interval:
+        """:attr:`speedup` with its :attr:`confidence` interval: two order statistics of the ratios (see
+        :func:`poptune.measure.stats.median_ci`; the ratios' range under 6 pairs at 95%) and its exact coverage."""
+        return median_ci(self.ratios, self.confidence)
 
     @property
     def speedup_coverage(self) -> float:
         """The actual coverage of :attr:`speedup_ci` (below :attr:`confidence` with too few pairs)."""
-        return median_ci(self.ratios, self.confidence).coverage
+        coverage = self.speedup_ci.coverage
+        assert coverage is not None  # median_ci always states it
+        return coverage
 
     @property
     def half_width(self) -> float:
         """Half the interval's width relative to the speedup (0.02 = +-2%)."""
-        return relative_half_width(self.speedup_ci, self.speedup)
+        return self.speedup_ci.relative_half_width()
 
     def to_dict(self) -> dict[str, Any]:
         """Returns both records, the pair order and times, plus the derived ratios, speedup, interval and its
         coverage."""
-        lo, hi = self.speedup_ci
+        ci = self.speedup_ci
         return {"a": self.a.to_dict(), "b": self.b.to_dict(), "order": list(self.order),
                 "offsets_s": list(self.offsets_s), "started": self.started, "ratios": self.ratios,
-                "speedup": self.speedup, "speedup_lo": lo, "speedup_hi": hi, "pairs": self.count,
+                "speedup": self.speedup, "speedup_lo": ci.lo, "speedup_hi": ci.hi, "pairs": self.count,
                 "confidence": self.confidence, "coverage": self.speedup_coverage, "seed": self.seed}
 
     @classmethod

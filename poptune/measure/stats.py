@@ -12,7 +12,7 @@ Worked examples (Conover's table of the binomial with ``p = 1/2``): ten pairs gi
 coverage 0.9785; six give ``[x_(1), x_(6)]``, the whole range, with 0.9688. Fewer than :func:`pairs_for`
 pairs (:data:`MIN_PAIRS_95` = 6 at 95%) cannot reach the confidence at all: the interval is then the range of
 the ratios and its coverage, ``1 - 2 * 0.5**n`` (0.9375 for five pairs, 0.75 for three), is less than claimed;
-:func:`median_ci` says so (:attr:`MedianInterval.meets`). The coverage is exact for continuous ratios and at
+:func:`median_ci` says so (:attr:`~poptune.interval.Interval.meets`). The coverage is exact for continuous ratios and at
 least as stated with ties (the interval is closed). Nothing is random: one set of ratios gives one interval.
 """
 
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 from poptune.errors import ConfigError
+from poptune.interval import Interval
 
-__all__ = ["MIN_JUDGED", "MIN_PAIRS_95", "MedianInterval", "median_ci", "median_interval", "median_interval_coverage",
-           "median_rank", "pairs_for", "relative_half_width", "excludes"]
+__all__ = ["MIN_JUDGED", "MIN_PAIRS_95", "median_ci", "median_interval_coverage", "median_rank", "pairs_for",
+           "percentile"]
 
 #: Fewest pairs for a 95% interval of the median that reaches its confidence (``1 - 2 * 0.5**6 = 0.969``).
 MIN_PAIRS_95 = 6
@@ -69,7 +69,7 @@ def median_rank(n: int, confidence: float = 0.95) -> int:
 
 
 def median_interval_coverage(n: int, confidence: float = 0.95) -> float:
-    """The actual coverage of :func:`median_interval` over ``n`` values asked for ``confidence``.
+    """The actual coverage of :func:`median_ci` over ``n`` values asked for ``confidence``.
 
     Example: ``median_interval_coverage(10) == 0.978515625``; ``median_interval_coverage(5) == 0.9375`` (< 0.95).
     """
@@ -86,39 +86,28 @@ def pairs_for(confidence: float = 0.95) -> int:
     return n
 
 
-@dataclass(frozen=True)
-class MedianInterval:
-    """An order-statistic interval of the median and what it covers.
+def percentile(values: Sequence[float], q: float) -> float:
+    """Returns the ``q``-th percentile with linear interpolation (numpy's default method).
 
-    Attributes:
-        low, high: The interval's ends, ``x_(k)`` and ``x_(n-k+1)``.
-        ranks: ``(k, n-k+1)``, 1-based ranks in the sorted values.
-        n: Number of values.
-        confidence: The level asked for.
-        coverage: The level it has, exactly (>= ``confidence`` unless there were too few values).
+    Example: ``percentile([1, 2, 3, 4], 50) == 2.5``; ``percentile([1, 2, 3, 4], 90) == 3.7``.
     """
-
-    low: float
-    high: float
-    ranks: tuple[int, int]
-    n: int
-    confidence: float
-    coverage: float
-
-    @property
-    def meets(self) -> bool:
-        """Whether the interval reaches its confidence (False under :func:`pairs_for` values)."""
-        return self.coverage >= self.confidence
-
-    def as_tuple(self) -> tuple[float, float]:
-        """``(low, high)``."""
-        return self.low, self.high
+    if not values:
+        raise ConfigError("`values` must hold at least one value, got none")
+    if not 0.0 <= q <= 100.0:
+        raise ConfigError(f"`q` must be in [0, 100], got {q}")
+    ordered = sorted(values)
+    rank = q / 100.0 * (len(ordered) - 1)
+    lo, hi = math.floor(rank), math.ceil(rank)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
 
 
-def median_ci(values: Sequence[float], confidence: float = 0.95) -> MedianInterval:
+def median_ci(values: Sequence[float], confidence: float = 0.95) -> Interval:
     """The distribution-free ``confidence`` interval of the median of ``values`` with its actual coverage.
 
-    Example: ``median_ci([float(i) for i in range(1, 11)])`` is ``[2.0, 9.0]`` with coverage 0.9785.
+    The point is the median (:func:`percentile` at 50); the ends are ``x_(k)`` and ``x_(n-k+1)`` with ``k``
+    :func:`median_rank`; :attr:`~poptune.interval.Interval.coverage` is the exact coverage (below ``confidence``
+    under :func:`pairs_for` values: :attr:`~poptune.interval.Interval.meets` is then False).
+    Example: ``median_ci([float(i) for i in range(1, 11)])`` is ``5.5 [2.0, 9.0]`` with coverage 0.9785.
 
     Raises:
         ConfigError: no values, or ``confidence`` outside (0, 1).
@@ -129,27 +118,4 @@ def median_ci(values: Sequence[float], confidence: float = 0.95) -> MedianInterv
     ordered = sorted(float(v) for v in values)
     n = len(ordered)
     k = median_rank(n, confidence)
-    return MedianInterval(low=ordered[k - 1], high=ordered[n - k], ranks=(k, n - k + 1), n=n,
-                          confidence=float(confidence), coverage=_coverage(n, k))
-
-
-def median_interval(ratios: Sequence[float], *, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
-    """The ``confidence`` interval of the median of ``ratios``: ``median_ci(ratios, confidence).as_tuple()``.
-
-    ``seed`` is accepted for the callers of the bootstrap this replaced and ignored: the interval is exact.
-    Example: ``median_interval([1.0] * 8) == (1.0, 1.0)``; ratios 1..10 give ``(2.0, 9.0)``.
-
-    Raises:
-        ConfigError: no ratios, or ``confidence`` outside (0, 1).
-    """
-    return median_ci(ratios, confidence).as_tuple()
-
-
-def relative_half_width(interval: tuple[float, float], centre: float) -> float:
-    """Half the interval's width over ``centre`` (0.02 = +-2%); infinite for a centre of 0."""
-    return (interval[1] - interval[0]) / 2 / centre if centre > 0 else float("inf")
-
-
-def excludes(interval: tuple[float, float], value: float, tolerance: float) -> bool:
-    """Whether ``interval`` lies wholly outside ``value * (1 +- tolerance)`` (a difference beyond tolerance)."""
-    return interval[0] > value * (1 + tolerance) or interval[1] < value * (1 - tolerance)
+    return Interval(percentile(ordered, 50), ordered[k - 1], ordered[n - k], float(confidence), _coverage(n, k))

@@ -28,7 +28,7 @@ from poptune import progress
 from poptune.device import resolve_device
 from poptune.errors import ConfigError
 from poptune.measure.records import ORDERS, LatencyRecord, PairRecord, percentile
-from poptune.measure.stats import median_interval, pairs_for, relative_half_width
+from poptune.measure.stats import median_ci, pairs_for
 
 __all__ = [
     "ORDERS",
@@ -208,10 +208,8 @@ def _precise(timed: list[list[float]], policy: RepeatPolicy) -> bool:
     """Whether the interval of the median (per-pair ratio, or latency of one function) is narrow enough."""
     first, *second = timed
     samples = [b / a for a, b in zip(first, second[0])] if second else first
-    centre = percentile(samples, 50)
-    interval = median_interval(samples, confidence=policy.confidence, seed=policy.seed)
     assert policy.precision is not None  # asked only while chasing a precision
-    return relative_half_width(interval, centre) <= policy.precision
+    return median_ci(samples, policy.confidence).relative_half_width() <= policy.precision
 
 
 @dataclass

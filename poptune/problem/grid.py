@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from poptune.engine import KV_SOURCES, PopConfig
 from poptune.errors import ConfigError, InputError
+from poptune.interval import Interval
 from poptune.kv import registry as kv_registry
 from poptune.problem.problem import TuningProblem
 from poptune.problem.space import all_configs
@@ -92,8 +93,8 @@ def _row(m: Measurement, study: dict[str, Any]) -> dict[str, str]:
     c = m.config
     return {
         "skip": str(c.skip), "boundary": c.boundary, "offset": str(c.offset), "kv": c.kv,
-        "speedup": _number(m.speedup), "speedup_lo": _number(interval[0] if interval else None),
-        "speedup_hi": _number(interval[1] if interval else None), "ideal": _number(info["ideal"]),
+        "speedup": _number(m.speedup), "speedup_lo": _number(interval.lo if interval else None),
+        "speedup_hi": _number(interval.hi if interval else None), "ideal": _number(info["ideal"]),
         "drop": _number(m.drop_points), "drop_lo": _number(drop.get("lo")), "drop_hi": _number(drop.get("hi")),
         "accuracy": _number(m.objective_accuracy), "items": str(sum(m.items.values())) if m.items else "",
         "pairs": str(info["pairs"] or ""), "ttft_ms": _number(m.prefill_ms), "full_ttft_ms": _number(m.full_ms),
@@ -155,13 +156,13 @@ def _float(row: dict[str, str], key: str, where: str, *, optional: bool = False)
     return value
 
 
-def _interval(row: dict[str, str], key: str, where: str) -> tuple[float, float] | None:
+def _interval(row: dict[str, str], key: str, point: float, where: str) -> Interval | None:
     lo, hi = _float(row, f"{key}_lo", where, optional=True), _float(row, f"{key}_hi", where, optional=True)
     if (lo is None) != (hi is None):
         raise InputError(f"{where}: `{key}_lo` and `{key}_hi` must be given together")
     if lo is not None and hi is not None and lo > hi:
         raise InputError(f"{where}: `{key}_lo` {lo} is above `{key}_hi` {hi}")
-    return None if lo is None or hi is None else (lo, hi)
+    return None if lo is None or hi is None else Interval(point, lo, hi)
 
 
 def _measurement(row: dict[str, str], where: str) -> Measurement:
@@ -174,21 +175,23 @@ def _measurement(row: dict[str, str], where: str) -> Measurement:
     speedup = _float(row, "speedup", where)
     if speedup is None or speedup <= 0:
         raise InputError(f"{where}: `speedup` must be > 0, got {row['speedup']!r}")
-    ci, drop_ci = _interval(row, "speedup", where), _interval(row, "drop", where)
-    drop, accuracy = _float(row, "drop", where), _float(row, "accuracy", where)
+    ci = _interval(row, "speedup", speedup, where)
+    drop = _float(row, "drop", where)
+    drop_ci = _interval(row, "drop", drop, where)
+    accuracy = _float(row, "accuracy", where)
     full_ms = _float(row, "full_ttft_ms", where, optional=True) or 1.0
     items = int(_float(row, "items", where, optional=True) or 0)
     latency = {"pop_ms": full_ms / speedup, "full_ms": full_ms, "speedup": speedup,
                "ideal": _float(row, "ideal", where, optional=True) or speedup,
                "pairs": _float(row, "pairs", where, optional=True)}
     if ci is not None:
-        latency.update(speedup_lo=ci[0], speedup_hi=ci[1])
+        latency.update(speedup_lo=ci.lo, speedup_hi=ci.hi)
     target = int(_float(row, "target_length", where, optional=True) or 0)
     reference = accuracy + drop / 100
     return Measurement(
         config=config, latency={target: latency}, target_length=target, accuracy={WORKLOAD: accuracy},
         full_accuracy={WORKLOAD: reference}, items={WORKLOAD: items} if items else {},
-        drop=None if drop_ci is None else {"mean": drop, "lo": drop_ci[0], "hi": drop_ci[1], "items": items},
+        drop=None if drop_ci is None else {"mean": drop, "lo": drop_ci.lo, "hi": drop_ci.hi, "items": items},
         reference_accuracy=None if drop_ci is None else reference,
         hardware={"hardware_id": row.get("hardware", "")},
         versions=dict(part.strip().split(" ", 1) for part in row.get("versions", "").split(";") if " " in part.strip()),
@@ -253,11 +256,11 @@ def noise_rng(seed: int, config: PopConfig) -> "np.random.Generator":
     return np.random.default_rng([seed, zlib.crc32(repr(config).encode())])
 
 
-def _drawn(value: float, interval: tuple[float, float] | None, z: float) -> float:
+def _drawn(value: float, interval: Interval | None, z: float) -> float:
     """``value`` moved by ``z`` sigmas: sigma is the half-width on that side over 1.96, clipped to the interval."""
     if interval is None:
         return value
-    lo, hi = min(interval[0], value), max(interval[1], value)
+    lo, hi = min(interval.lo, value), max(interval.hi, value)
     z = max(-Z95, min(Z95, z))
     return value + z * ((hi - value) if z >= 0 else (value - lo)) / Z95
 
@@ -272,7 +275,7 @@ def draw(m: Measurement, rng: "np.random.Generator") -> Measurement:
     move with the drop, so a budget judged on the drop's upper bound sees the noise too.
     """
     speedup, drop = m.speedup, m.drop_points
-    drop_ci = (float(m.drop["lo"]), float(m.drop["hi"])) if m.drop is not None else None
+    drop_ci = Interval(drop, float(m.drop["lo"]), float(m.drop["hi"])) if m.drop is not None else None
     z_speed, z_drop = rng.standard_normal(2)
     factor = _drawn(speedup, m.speedup_interval, float(z_speed)) / speedup
     new_drop = _drawn(drop, drop_ci, float(z_drop))
@@ -286,5 +289,5 @@ def draw(m: Measurement, rng: "np.random.Generator") -> Measurement:
     moved = new_drop - drop
     shifted = None
     if m.drop is not None and drop_ci is not None:  # both or neither
-        shifted = dict(m.drop, mean=new_drop, lo=drop_ci[0] + moved, hi=drop_ci[1] + moved)
+        shifted = dict(m.drop, mean=new_drop, lo=drop_ci.lo + moved, hi=drop_ci.hi + moved)
     return replace(m, latency=latency, accuracy={t: a - moved / 100 for t, a in m.accuracy.items()}, drop=shifted)

@@ -104,8 +104,8 @@ def verdict_line(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, bud
     for row, entry in zip(rows, entries):
         if row.verdict == WITHIN:
             speed = f"{row.speedup:.2f}x faster to the first token" + (
-                f" [{row.speedup_lo:.2f}, {row.speedup_hi:.2f}] over {row.pairs} pairs"
-                if row.speedup_lo is not None else "") + f" ({_speed_source(row, confirmations)})"
+                f" {row.speedup_ci.bracket('.2f')} over {row.pairs} pairs"
+                if row.speedup_ci is not None else "") + f" ({_speed_source(row, confirmations)})"
             return (f"verdict: {row.label} is certified within {budget_words(budget, judge)}: "
                     f"{claim(entry, record)} on {row.items} fresh items; {speed}" + _attempts(record))
     if not rows:
@@ -172,7 +172,7 @@ def bound_points(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, ful
         if not entry.get("drop") or row.verdict == "not certified":
             continue
         drop = PairedDrop.from_dict(entry["drop"])
-        speed = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None and row.speedup_hi is not None else None
+        speed = row.speedup_ci.ends() if row.speedup_ci is not None else None
         points[f"{row.label}: {row.verdict}, drop <= {drop.hi:.2f}"] = PlotPoint(
             row.speedup, full_accuracy - drop.hi, "", speed, (full_accuracy - drop.hi, full_accuracy - drop.lo))
     return points

@@ -45,7 +45,7 @@ def best_within_budget(study: Any, max_drop: float | None) -> Any:
 
     def within(rows: list[Any]) -> list[Any]:
         return [r for r in rows if r.method == "pop"
-                and (max_drop is None or (r.drop if r.drop_hi is None else r.drop_hi) <= max_drop)]
+                and (max_drop is None or (r.drop if r.drop_ci is None else r.drop_ci.hi) <= max_drop)]
 
     rows = within([r for r in store.certified(study) if r.verdict != "not certified"])
     if not rows:  # nothing certified within this budget: the search's front, said so in the export's `verdict`
@@ -84,14 +84,14 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
         "objectives": {
             "prefill_ms": row.prefill_ms,
             "speedup": row.speedup,
-            "speedup_lo": row.speedup_lo,
-            "speedup_hi": row.speedup_hi,
+            "speedup_lo": row.speedup_ci.lo if row.speedup_ci else None,
+            "speedup_hi": row.speedup_ci.hi if row.speedup_ci else None,
             "pairs": row.pairs,
             "ideal": row.ideal,
             "confirmed": row.confirmed,
             "accuracy": row.accuracy,
             "drop_points": row.drop,
-            "drop_ci": [row.drop_lo, row.drop_hi] if row.drop_hi is not None else None,
+            "drop_ci": list(row.drop_ci.ends()) if row.drop_ci is not None else None,
             "items": row.items,
             "max_drop": max_drop,
             "verdict": row.verdict or "not certified: its drop was measured on the search's items, which selected it",

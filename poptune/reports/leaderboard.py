@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from poptune import store
 from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
+from poptune.interval import Interval
 from poptune.kv import registry as kv_registry
 from poptune.objectives.registry import DEFAULT, get, named
 from poptune.store.trials import StoredTrial
@@ -55,19 +56,18 @@ class Entry:
     accuracy_mean: float
     drop: float
     note: str = ""
-    interval: dict[int, tuple[float, float]] = field(default_factory=dict)
+    interval: dict[int, Interval] = field(default_factory=dict)  # the speedup with its 95% interval, by length
     noisy: bool = False
     energy: tuple[float | None, float | None] = (None, None)  # joules per prefill at the target length: POP, full
     energy_reason: str | None = "not measured (a trial stored before energy blocks)"
-    drop_interval: tuple[float, float] | None = None
+    drop_interval: Interval | None = None
     items: int | None = None
     values: dict[str, float] = field(default_factory=dict)  # the study's objectives by name, as stored
 
     @property
     def drop_cell(self) -> str:
         """The drop with its paired 95% interval where stored."""
-        lo_hi = f" [{self.drop_interval[0]:+.2f}, {self.drop_interval[1]:+.2f}]" if self.drop_interval else ""
-        return f"{self.drop:+.2f}{lo_hi}"
+        return f"{self.drop:+.2f}" + (f" {self.drop_interval.bracket('+.2f')}" if self.drop_interval else "")
 
 
 def _entry(trial: StoredTrial, num_layers: int, note: str = "", confirmed: dict[str, Any] | None = None,
@@ -100,7 +100,7 @@ def _entry(trial: StoredTrial, num_layers: int, note: str = "", confirmed: dict[
         decode_speedup=row.get("decode_speedup") or (full_decode / decode if full_decode and decode else None),
         accuracy=dict(trial.accuracy), accuracy_mean=float(trial.accuracy_mean), drop=float(trial.drop_points),
         note=note,
-        interval={k: (v["speedup_lo"], v["speedup_hi"]) for k, v in latency.items() if v.get("speedup_lo") is not None},
+        interval={k: ci for k, v in latency.items() if (ci := Interval.from_fields(v, "speedup")) is not None},
         noisy=trial.noisy,
         energy=(row.get("energy_pop_j"), row.get("energy_full_j")),
         energy_reason=row["energy_reason"] if "energy_pop_j" in row else Entry.energy_reason,
@@ -151,7 +151,7 @@ def _flag(entry: Entry, length: int, target: int) -> str:
     if length in entry.interval:
         from poptune.measure.nullcheck import above_ideal
 
-        return _IMPLAUSIBLE if above_ideal(entry.interval[length][0], entry.ideal) else ""
+        return _IMPLAUSIBLE if above_ideal(entry.interval[length].lo, entry.ideal) else ""
     return _IMPLAUSIBLE if entry.speedup[length] > (1 + _SLACK) * entry.ideal else ""
 
 
@@ -159,8 +159,7 @@ def _speedup_cell(entry: Entry, length: int, target: int) -> str:
     """``1.234x [1.210, 1.251]`` (the 95% interval where the trial has one)."""
     cell = f"{entry.speedup[length]:.3f}x"
     if length in entry.interval:
-        lo, hi = entry.interval[length]
-        cell += f" [{lo:.3f}, {hi:.3f}]"
+        cell += f" {entry.interval[length].bracket('.3f')}"
     return cell + _flag(entry, length, target)
 
 
@@ -240,7 +239,7 @@ def _tables(study: "optuna.Study", rows: list[Entry], command: str, plot: str) -
                         + [round(e.values[o.name], 6) if o.name in e.values else "" for o in extra]
                         + [round(100 * e.accuracy[t], 4) for t in tasks]
                         + [round(100 * e.accuracy_mean, 4), round(e.drop, 4)]
-                        + ([round(v, 4) for v in e.drop_interval] if e.drop_interval else ["", ""])
+                        + ([round(v, 4) for v in e.drop_interval.ends()] if e.drop_interval else ["", ""])
                         + [e.items or "", _joules(e.energy), csv_versus, e.trial])
     if any(_flag(e, target, target) for e in rows):
         md += ["", f"{_IMPLAUSIBLE} measured speedup more than {_SLACK:.0%} above the FLOPs ideal: the machine was "

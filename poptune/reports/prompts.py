@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from poptune.evaluate.changed import ChangedInterval
     from poptune.problem.problem import TuningProblem
     from poptune.store.attributes import StoredStudy
     from poptune.store.front import FrontRow
@@ -40,13 +39,14 @@ def _looks(stored: "StoredStudy", *, certified: bool) -> int:
     return len(rounds(policy.start, policy.cap, policy.growth))
 
 
-def _unchanged(changed: int, n: int, looks: int) -> tuple[str, "ChangedInterval"]:
-    """``"k/n = x% [lo, hi]"``: the answers unchanged, their share and its exact interval (and the interval)."""
+def _unchanged(changed: int, n: int, looks: int) -> tuple[str, float]:
+    """``"k/n = x% [lo, hi]"``: the answers unchanged, their share and its exact interval; and the one-sided
+    upper bound of the share changed ("changed at most")."""
     from poptune.evaluate.changed import changed_interval
 
     ci = changed_interval(changed, n, looks=looks)
-    text = f"{n - changed}/{n} = {100 * (1 - ci.share):.1f}% [{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}]"
-    return text, ci
+    text = f"{n - changed}/{n} = {100 * (1 - ci.point):.1f}% [{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}]"
+    return text, changed_interval(changed, n, looks=looks, one_sided=True).hi
 
 
 def accuracy_column(stored: "StoredStudy", *, certified: bool = False) -> AccuracyColumn | None:
@@ -109,8 +109,8 @@ def prompts_lines(stored: "StoredStudy", trials: Sequence["StoredTrial"], rows: 
             continue
         if not n:
             continue
-        text, ci = _unchanged(int(round(figures.get("changed", n * (1 - row.accuracy)))), n, looks)
-        line = f"  {row.label}: unchanged {text}; changed at most {100 * ci.upper:.1f}% at 95%"
+        text, at_most = _unchanged(int(round(figures.get("changed", n * (1 - row.accuracy)))), n, looks)
+        line = f"  {row.label}: unchanged {text}; changed at most {100 * at_most:.1f}% at 95%"
         if figures.get("agreement") is not None:
             line += f"; token agreement {100 * figures['agreement']:.1f}%"
         if figures.get("median_divergence") is not None:
@@ -156,9 +156,9 @@ def null_line(null: dict[str, Any]) -> str:
     under a harmless change, unchanged with their exact 95% interval (one look: measured once), and the paired
     drop of its mean answer-token probability, the noise floor of ``--judge likelihood``."""
     n = int(null["items"])
-    text, ci = _unchanged(int(round(null["changed"])), n, 1)
+    text, at_most = _unchanged(int(round(null["changed"])), n, 1)
     line = (f"null reference (the full model again: {null.get('perturbation', 'perturbed')}): unchanged {text}; "
-            f"changed at most {100 * ci.upper:.1f}% at 95%")
+            f"changed at most {100 * at_most:.1f}% at 95%")
     if null.get("agreement") is not None:
         line += f"; token agreement {100 * null['agreement']:.1f}%"
     if null.get("median_divergence") is not None:

@@ -20,6 +20,7 @@ from poptune import store
 from poptune.engine import PopConfig
 from poptune.evaluate.judges import ACCURACY, LIKELIHOOD_JUDGE, judge_of
 from poptune.files import write_text
+from poptune.interval import Interval
 from poptune.kv import registry as kv_registry
 from poptune.objectives.registry import DEFAULT, get, named, weakly_dominates
 from poptune.reports import certification as certreport
@@ -69,6 +70,11 @@ def default_folder(storage: str | None) -> Path:
     return Path("studies")
 
 
+def _bracket(ci: Interval | None, spec: str) -> str:
+    """`` [lo, hi]`` of an interval where there is one, else nothing."""
+    return f" {ci.bracket(spec)}" if ci is not None else ""
+
+
 def _label(row: FrontRow) -> str:
     return row.label
 
@@ -114,7 +120,7 @@ def _status(row: FrontRow, trial: StoredTrial, confirmed: dict[str, Any] | None,
         return "on the front"
     reasons = []
     if not row.feasible and budget is not None:  # the search rejects on the lower end (poptune.tune.objective)
-        lower = row.drop_lo if row.drop_lo is not None else row.drop
+        lower = row.drop_ci.lo if row.drop_ci is not None else row.drop
         reasons.append(f"drop's 95% lower bound {lower:+.2f} > budget {budget:.2f} points")
     if (confirmed or {}).get("above_ideal") or (confirmed is None and trial.noisy):
         reasons.append("a null check failed on its timing (noisy)")
@@ -136,15 +142,15 @@ def _undecided(trials: list[StoredTrial], budget: float | None) -> list[FrontRow
     if budget is None:
         return []
     rows = [FrontRow.from_trial(t) for t in trials if t.measured and t.drop_ci]
-    return sorted((r for r in rows if r.skip and r.speedup > 1 and r.drop_lo is not None and r.drop_hi is not None
-                   and r.drop_lo <= budget < r.drop_hi), key=lambda r: -r.speedup)
+    return sorted((r for r in rows if r.skip and r.speedup > 1 and r.drop_ci is not None
+                   and r.drop_ci.lo <= budget < r.drop_ci.hi), key=lambda r: -r.speedup)
 
 
 def undecided_line(rows: list[FrontRow], budget: float | None, judge: str = ACCURACY) -> str:
     """One line naming the undecided configurations, or nothing (``judge``: what the budget bounds)."""
     if not rows:
         return ""
-    named = "; ".join(f"{_label(r)} {r.speedup:.2f}x, drop {r.drop:+.2f} [{r.drop_lo:+.2f}, {r.drop_hi:+.2f}] on "
+    named = "; ".join(f"{_label(r)} {r.speedup:.2f}x, drop {r.drop:+.2f}{_bracket(r.drop_ci, '+.2f')} on "
                       f"{r.items} items" for r in rows[:4])
     more = f"; and {len(rows) - 4} more" if len(rows) > 4 else ""
     assert budget is not None  # rows are undecided against a budget
@@ -177,8 +183,8 @@ def _value(row: FrontRow, name: str) -> float | None:
 
 
 def _cells(row: FrontRow, accuracy: AccuracyColumn | None = None, objectives: tuple[str, ...] = DEFAULT) -> list[str]:
-    interval = f" [{row.speedup_lo:.3f}, {row.speedup_hi:.3f}]" if row.speedup_lo is not None else ""
-    drop = f"{row.drop:+.2f}" + (f" [{row.drop_lo:+.2f}, {row.drop_hi:+.2f}]" if row.drop_hi is not None else "")
+    interval = _bracket(row.speedup_ci, ".3f")
+    drop = f"{row.drop:+.2f}" + _bracket(row.drop_ci, "+.2f")
 
     def ms(v: float | None) -> str:
         return f"{v:.1f}" if v is not None else ""
@@ -304,11 +310,10 @@ def _plot_point(row: FrontRow, objectives: tuple[str, ...] = DEFAULT) -> Any:
     from poptune.plots import PlotPoint
 
     drop_range = None
-    if row.drop_lo is not None and row.drop_hi is not None:  # accuracy = reference - drop: the ends swap
+    if row.drop_ci is not None:  # accuracy = reference - drop: the ends swap
         base = 100 * row.accuracy + row.drop
-        drop_range = (base - row.drop_hi, base - row.drop_lo)
-    speed_range = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None and row.speedup_hi is not None \
-        else None
+        drop_range = (base - row.drop_ci.hi, base - row.drop_ci.lo)
+    speed_range = row.speedup_ci.ends() if row.speedup_ci is not None else None
     extra = [f"{get(n).label} {get(n).cell(row.values[n])}" for n in objectives if n not in DEFAULT and n in row.values]
     return PlotPoint(row.speedup, 100 * row.accuracy, ", ".join([_label(row), *extra]), speed_range, drop_range)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from poptune.errors import ConfigError
+from poptune.interval import Interval
 
 __all__ = ["TunerSpec", "default_name", "summary_line", "tuner_table"]
 
@@ -123,8 +124,8 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
     return replay, where, spec
 
 
-def _cell(i: Any) -> str:
-    return f"{i.mean:.3f} [{i.lo:.3f}, {i.hi:.3f}]"
+def _cell(i: Interval) -> str:
+    return i.format(".3f")
 
 
 def _verdicts(rows: list[Any], checkpoints: Sequence[int]) -> list[str]:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig
+from poptune.interval import Interval
 from poptune.kv import registry as kv_registry
 from poptune.objectives.registry import DEFAULT, dominates, named
 from poptune.store.attributes import StoredStudy
@@ -31,7 +32,8 @@ def pareto(trials: list["optuna.trial.FrozenTrial"], objectives: Sequence[str] =
 class FrontRow:
     """One Pareto-optimal configuration as stored (its confirmed figures where the study has them).
 
-    ``speedup_lo``/``speedup_hi``: the 95% interval of the speedup (None for trials stored before intervals);
+    ``speedup_ci``: the speedup with its 95% interval (None for trials stored before intervals); ``drop_ci``: the
+    drop with its paired 95% interval (None where not measured);
     ``pairs``: how many pairs it rests on; ``confirmed``: the figures come from the confirmation pass.
     ``prefill_ms`` is the latency objective (the study's reference full-model TTFT over the speedup);
     ``ttft_ms`` and ``full_ttft_ms`` are the raw p50 times to first token of the configuration and of its
@@ -50,11 +52,9 @@ class FrontRow:
     accuracy: float
     drop: float
     feasible: bool
-    drop_lo: float | None = None
-    drop_hi: float | None = None
+    drop_ci: Interval | None = None
     items: int | None = None
-    speedup_lo: float | None = None
-    speedup_hi: float | None = None
+    speedup_ci: Interval | None = None
     pairs: int | None = None
     ideal: float | None = None
     confirmed: bool = False
@@ -63,6 +63,18 @@ class FrontRow:
     kv: str = kv_registry.DEFAULT
     verdict: str | None = None
     values: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as ``poptune pareto --out`` writes it: every field, each interval as its ends under the names
+        of the written format (``drop_lo``/``drop_hi``, ``speedup_lo``/``speedup_hi``; None where there is none)."""
+        out: dict[str, Any] = {}
+        for key, value in asdict(replace(self, drop_ci=None, speedup_ci=None)).items():
+            if key in ("drop_ci", "speedup_ci"):
+                ci: Interval | None = getattr(self, key)
+                out[f"{key[:-3]}_lo"], out[f"{key[:-3]}_hi"] = ci.ends() if ci is not None else (None, None)
+            else:
+                out[key] = value
+        return out
 
     @property
     def config(self) -> PopConfig:
@@ -84,8 +96,8 @@ class FrontRow:
         t = trial if isinstance(trial, StoredTrial) else StoredTrial.of(trial)
         target: dict[str, Any] = dict(t.target_row)
         if t.weighted:  # a workload-weighted trial: its combined figures
-            ci = t.speedup_ci or (None, None)
-            target = {"speedup": t.speedup, "speedup_lo": ci[0], "speedup_hi": ci[1], "pairs": t.pairs,
+            ci = t.speedup_ci
+            target = {"speedup": t.speedup, "speedup_lo": ci and ci.lo, "speedup_hi": ci and ci.hi, "pairs": t.pairs,
                       "ideal": t.ideal}
         figures = confirmed or target
         speedup = float(figures.get("speedup", t.speedup))
@@ -98,7 +110,6 @@ class FrontRow:
             values["ttft"] = prefill_ms
         if "accuracy" in values:
             values["accuracy"] = accuracy
-        drop_lo, drop_hi = t.drop_ci or (None, None)
         return cls(
             trial=t.number,
             skip=t.config.skip,
@@ -110,11 +121,9 @@ class FrontRow:
             accuracy=accuracy,
             drop=t.drop_points,
             feasible=t.feasible,
-            drop_lo=drop_lo,
-            drop_hi=drop_hi,
+            drop_ci=t.drop_ci,
             items=t.items,
-            speedup_lo=figures.get("speedup_lo"),
-            speedup_hi=figures.get("speedup_hi"),
+            speedup_ci=Interval.from_ends(speedup, (figures.get("speedup_lo"), figures.get("speedup_hi"))),
             pairs=figures.get("pairs"),
             ideal=figures.get("ideal", target.get("ideal")),
             confirmed=bool(confirmed),
@@ -183,7 +192,8 @@ def certified(study: "optuna.Study") -> list[FrontRow]:
         if drop is not None:  # accuracy: on the fresh items (older records: the search's reference minus their drop)
             accuracy = float(entry["accuracy"]) if entry.get("accuracy") is not None else \
                 row.accuracy + (row.drop - float(drop["mean"])) / 100
-            row = replace(row, drop=float(drop["mean"]), drop_lo=float(drop["lo"]), drop_hi=float(drop["hi"]),
+            row = replace(row, drop=float(drop["mean"]),
+                          drop_ci=Interval(float(drop["mean"]), float(drop["lo"]), float(drop["hi"])),
                           items=int(entry["items"]), accuracy=accuracy)
         rows.append(replace(row, verdict=str(entry["verdict"])))
     return rows

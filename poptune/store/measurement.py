@@ -13,6 +13,7 @@ from typing import Any
 
 from poptune.engine import PopConfig
 from poptune.errors import MeasurementError
+from poptune.interval import Interval
 
 __all__ = ["POP", "Measurement", "method_of", "weighted_ratio"]
 
@@ -115,11 +116,11 @@ class Measurement:
         return self._combine("speedup")
 
     @property
-    def speedup_interval(self) -> tuple[float, float] | None:
-        """The speedup's 95% interval from the per-length intervals (ends combined as if fully correlated:
+    def speedup_interval(self) -> Interval | None:
+        """The speedup with its 95% interval from the per-length intervals (ends combined as if fully correlated:
         conservative), or None where a length has none."""
         try:
-            return self._combine("speedup_lo"), self._combine("speedup_hi")
+            return Interval(self.speedup, self._combine("speedup_lo"), self._combine("speedup_hi"))
         except (KeyError, TypeError):
             return None
 
@@ -176,7 +177,7 @@ class Measurement:
             "prefill_ms": self.prefill_ms,
             "full_ms": self.full_ms,
             "speedup": self.speedup,
-            "speedup_ci": list(interval) if interval else None,
+            "speedup_ci": list(interval.ends()) if interval else None,
             "ideal": self._combine("ideal"),
             "pairs": min(int(row.get("pairs") or 0) for row in self.latency.values()) or None,
             "latency": {str(k): v for k, v in self.latency.items()},

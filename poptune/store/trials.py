@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig
+from poptune.interval import Interval
 from poptune.objectives.ttft import latency_objective
 from poptune.store.attributes import StoredStudy
 from poptune.store.measurement import POP, Measurement, method_of
@@ -78,13 +79,6 @@ def completed(study: "optuna.Study", method: str | None = POP) -> list["optuna.t
     return [t for t in trials if method_of(t.user_attrs) == method]
 
 
-def _pair(ends: Any) -> tuple[Any, Any] | None:
-    if not ends:
-        return None
-    lo, hi = ends
-    return lo, hi
-
-
 @dataclass(frozen=True)
 class StoredTrial:
     """What one completed trial measured, as stored (see :class:`~poptune.store.measurement.Measurement`).
@@ -96,14 +90,14 @@ class StoredTrial:
         values: The study's objectives, in the order of its names
         (:attr:`~poptune.store.attributes.StoredStudy.objectives`;
             read them by name: :func:`poptune.objectives.registry.named`).
-        speedup: The paired TTFT speedup over the workload; ``speedup_ci`` its 95% interval where measured.
+        speedup: The paired TTFT speedup over the workload; ``speedup_ci`` it with its 95% interval where measured.
         pairs: The fewest timing pairs of a prompt length; ``ideal``: the speedup of skipped FLOPs alone.
         ttft_ms: The configuration's expected p50 TTFT over the workload; ``full_ttft_ms``: its paired full model's.
         latency: Per prompt length (a string, as stored), the timing row (see ``Measurement.latency``).
         target_length: The prompt length of the objective; ``weighted``: whether the objective combines the
             workload's lengths by weight (then ``speedup`` and its interval are the combined figures).
         accuracy: Per task, on the items scored; ``accuracy_mean`` their mean; ``full_accuracy`` the full model's.
-        drop_points: The mean accuracy drop in points; ``drop_ci`` its paired 95% interval where measured.
+        drop_points: The mean accuracy drop in points; ``drop_ci`` it with its paired 95% interval where measured.
         items: Items scored over all tasks (None where not stored).
         feasible: Within the study's accuracy budget; ``noisy``: a null check failed when it was measured.
         reused_from: The trial whose answer it copies from storage; ``remeasure_of``: the noisy trial it
@@ -118,7 +112,7 @@ class StoredTrial:
     config: PopConfig
     values: tuple[float, ...]
     speedup: float
-    speedup_ci: tuple[float, float] | None
+    speedup_ci: Interval | None
     pairs: int | None
     ideal: float | None
     ttft_ms: float | None
@@ -130,7 +124,7 @@ class StoredTrial:
     accuracy_mean: float
     full_accuracy: Mapping[str, float]
     drop_points: float
-    drop_ci: tuple[float, float] | None
+    drop_ci: Interval | None
     items: int | None
     feasible: bool
     noisy: bool
@@ -149,13 +143,14 @@ class StoredTrial:
         start, end = trial.datetime_start, trial.datetime_complete
         return cls(
             number=trial.number, method=method_of(a), config=PopConfig.from_dict(a["config"]),
-            values=tuple(trial.values), speedup=a["speedup"], speedup_ci=_pair(a.get("speedup_ci")),
+            values=tuple(trial.values), speedup=a["speedup"],
+            speedup_ci=Interval.from_ends(a["speedup"], a.get("speedup_ci")),
             pairs=a.get("pairs"), ideal=a.get("ideal"), ttft_ms=a.get("prefill_ms"), full_ttft_ms=a.get("full_ms"),
             latency=a.get("latency", {}), target_length=a.get("target_length"),
             weighted=bool(a.get("latency_weights")), accuracy=a.get("accuracy", {}),
             # ignore: every measurement stores accuracy_mean; .get leaves a record without one readable
             accuracy_mean=a.get("accuracy_mean"), full_accuracy=a.get("full_accuracy", {}),  # type: ignore[arg-type]
-            drop_points=a["drop_points"], drop_ci=(drop.get("lo"), drop.get("hi")) if drop else None,
+            drop_points=a["drop_points"], drop_ci=Interval.from_fields(drop) if drop else None,
             items=sum(items.values()) if items else None, feasible=bool(a.get("feasible", True)),
             noisy=bool(a.get("noisy")), reused_from=a.get("reused_from"), remeasure_of=a.get("remeasure_of"),
             details=a.get("details", {}), provenance=a.get("provenance"),

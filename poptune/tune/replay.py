@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from poptune import store
 from poptune.errors import ConfigError
+from poptune.interval import Interval
 from poptune.objectives import registry as objectives
 from poptune.objectives.base import References
 from poptune.problem.replay import Replay, covers_grid
@@ -35,7 +36,7 @@ from poptune.tune.samplers import make_sampler
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["CHECKPOINTS", "HV_SHARE", "TUNER_SAMPLERS", "Interval", "TunerRow", "hypervolume", "implied_held",
+__all__ = ["CHECKPOINTS", "HV_SHARE", "TUNER_SAMPLERS", "TunerRow", "hypervolume", "implied_held",
            "mean_interval", "tuner_efficiency"]
 
 CHECKPOINTS = (8, 16, 32)
@@ -60,22 +61,9 @@ def hypervolume(points: list[tuple[float, float]], reference: tuple[float, float
     return volume
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A mean over seeds with its 95% interval."""
-
-    mean: float
-    lo: float
-    hi: float
-
-    def above(self, other: "Interval") -> bool:
-        """Whether this interval lies wholly above ``other``'s."""
-        return self.lo > other.hi
-
-
 def mean_interval(values: list[float], *, seed: int = 0) -> Interval:
-    """The mean of ``values`` and its 95% interval: a seeded percentile bootstrap (:func:`scipy.stats.bootstrap`);
-    with fewer than 3 values, or all equal, their range."""
+    """The mean of ``values`` (the point) and its 95% interval: a seeded percentile bootstrap
+    (:func:`scipy.stats.bootstrap`); with fewer than 3 values, or all equal, their range."""
     mean = statistics.fmean(values)
     if len(values) < 3 or min(values) == max(values):
         return Interval(mean, min(values), max(values))

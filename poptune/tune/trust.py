@@ -230,8 +230,8 @@ def _confirm(evaluator: "ConfigEvaluator", configs: dict[int, PopConfig], rounds
     figures = {}
     for number, config in configs.items():
         merged = {n: _merge(timed[number][n]) for n in weights}
-        latency = {n: {"full_ms": pair.b.p50, "speedup": pair.speedup, "speedup_lo": pair.speedup_ci[0],
-                       "speedup_hi": pair.speedup_ci[1], "ideal": ideal[number][n]} for n, pair in merged.items()}
+        latency = {n: {"full_ms": pair.b.p50, "speedup": pair.speedup, "speedup_lo": pair.speedup_ci.lo,
+                       "speedup_hi": pair.speedup_ci.hi, "ideal": ideal[number][n]} for n, pair in merged.items()}
         lo, hi = (weighted_ratio(latency, weights, key) for key in ("speedup_lo", "speedup_hi"))
         best = weighted_ratio(latency, weights, "ideal")
         figures[str(number)] = {"config": config.to_dict(), "speedup": weighted_ratio(latency, weights),

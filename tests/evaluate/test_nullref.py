@@ -69,7 +69,7 @@ def test_the_null_line_reads_like_a_front_row_with_its_exact_interval():
                       "median_divergence": 11, "prob_drop": {"mean": 0.12, "lo": -3.0, "hi": 3.4}})
     ci = changed_interval(2, 17)  # measured once: one look
     assert f"unchanged 15/17 = 88.2% [{100 * (1 - ci.hi):.1f}, {100 * (1 - ci.lo):.1f}]" in line
-    assert f"changed at most {100 * ci.upper:.1f}% at 95%" in line
+    assert f"changed at most {100 * changed_interval(2, 17, one_sided=True).hi:.1f}% at 95%" in line
     assert "each prompt alone" in line and "probability drop +0.12 [-3.00, +3.40] pts" in line
 
 

@@ -132,11 +132,12 @@ def test_answers_are_scored_against_the_full_models(tmp_path, shared):
 
 
 def test_clopper_pearson_matches_the_known_values():
-    ci = changed_interval(0, 40)
-    assert ci.lo == 0.0 and ci.upper == pytest.approx(1 - 0.05 ** (1 / 40), rel=1e-9)  # the rule of three's exact form
-    ci = changed_interval(3, 30)
+    ci, upper = changed_interval(0, 40), changed_interval(0, 40, one_sided=True)
+    assert ci.lo == upper.lo == 0.0 and upper.hi == pytest.approx(1 - 0.05 ** (1 / 40), rel=1e-9)  # rule of three
+    ci, upper = changed_interval(3, 30), changed_interval(3, 30, one_sided=True)
     assert ci.lo == pytest.approx(0.02112, abs=1e-4) and ci.hi == pytest.approx(0.26528, abs=1e-4)
-    assert changed_interval(3, 30, looks=3).upper > ci.upper
+    assert ci.point == upper.point == 0.1 and ci.level == upper.level == 0.95 and upper.hi < ci.hi
+    assert changed_interval(3, 30, looks=3, one_sided=True).hi > upper.hi
     with pytest.raises(ConfigError):
         changed_interval(5, 4)
 
@@ -153,8 +154,8 @@ def test_the_bound_misses_the_true_share_at_most_5_percent_over_racing_looks():
         for _ in range(races):
             changed = np.cumsum(rng.random(looks[-1]) < p)
             counts = [(int(changed[n - 1]), n) for n in looks]
-            missed += any(changed_interval(k, n, looks=len(looks)).upper < p for k, n in counts)
-            missed_uncorrected += any(changed_interval(k, n).upper < p for k, n in counts)
+            missed += any(changed_interval(k, n, looks=len(looks), one_sided=True).hi < p for k, n in counts)
+            missed_uncorrected += any(changed_interval(k, n, one_sided=True).hi < p for k, n in counts)
         assert missed / races <= 0.05 + 0.01, (p, missed / races)  # 0.01: 3 standard errors of 4000 races
         if p == 0.2:
             assert missed_uncorrected / races > missed / races  # the looks do cost coverage

@@ -13,7 +13,6 @@ from poptune.measure.nullcheck import AA_ALPHA, AA_MARGIN, AA_PAIRS, equivalence
 from poptune.measure.stats import (
     MIN_PAIRS_95,
     median_ci,
-    median_interval,
     median_interval_coverage,
     median_rank,
     pairs_for,
@@ -39,9 +38,9 @@ def _slack(p: float) -> float:
 def test_ranks_and_coverage_match_the_published_table(n: int, ranks: tuple[int, int], coverage: float) -> None:
     values = [float(i) for i in range(1, n + 1)]  # x_(i) = i
     ci = median_ci(values)
-    assert ci.ranks == ranks and (ci.low, ci.high) == (float(ranks[0]), float(ranks[1]))
-    assert ci.coverage == pytest.approx(coverage, abs=5e-5) and ci.meets
-    assert median_interval(values) == (float(ranks[0]), float(ranks[1]))
+    assert median_rank(n) == ranks[0] and ci.ends() == (float(ranks[0]), float(ranks[1]))
+    assert ci.coverage == pytest.approx(coverage, abs=5e-5) and ci.meets and ci.level == 0.95
+    assert ci.point == (n + 1) / 2 and ci.contains(ci.point)  # the median of 1..n
     assert median_interval_coverage(n) == ci.coverage
     # One rank further in falls below 95%: the largest k is taken.
     assert 1 - 2 * sum(math.comb(n, j) for j in range(ranks[0] + 1)) / 2**n < 0.95
@@ -59,7 +58,7 @@ def test_fewest_pairs_for_a_confidence() -> None:
 def test_fewer_pairs_give_the_range_with_their_lower_coverage_stated(n: int) -> None:
     values = [1.0 + 0.1 * ((7 * i) % n) for i in range(n)]
     ci = median_ci(values)
-    assert (ci.low, ci.high) == (min(values), max(values)) and ci.ranks == (1, n)
+    assert ci.ends() == (min(values), max(values)) and median_rank(n) == 1
     assert ci.coverage == pytest.approx(max(0.0, 1 - 2 * 0.5**n)) and ci.coverage < 0.95 and not ci.meets
 
 
@@ -81,7 +80,7 @@ def test_the_interval_covers_the_true_median_at_least_as_often_as_it_states(draw
     hits = 0
     for row in samples:
         ci = median_ci(row.tolist())
-        hits += ci.low <= median <= ci.high
+        hits += ci.contains(median)
     stated = median_interval_coverage(n)
     rate = hits / REPLICATES
     assert stated >= 0.95
@@ -122,8 +121,8 @@ def _pass_rate(bias: float, sd: float, seed: int, heavy: bool = False) -> float:
 def test_aa_test_design_is_sixteen_pairs_within_five_percent_at_five_percent_a_side() -> None:
     assert (AA_PAIRS, AA_MARGIN, AA_ALPHA) == (16, 0.05, 0.05)
     eq = equivalence([1.0 + 0.001 * i for i in range(AA_PAIRS)])
-    assert eq.coverage == pytest.approx(0.9232, abs=1e-4) and eq.coverage >= 1 - 2 * AA_ALPHA
-    assert (eq.low, eq.high) == (1.004, 1.011)  # x_(5) and x_(12)
+    assert eq.speedup.coverage == pytest.approx(0.9232, abs=1e-4) and eq.speedup.meets
+    assert eq.speedup.level == 1 - 2 * AA_ALPHA and eq.speedup.ends() == (1.004, 1.011)  # x_(5) and x_(12)
     assert eq.bounds == pytest.approx((1 / 1.05, 1.05)) and eq.equivalent
 
 

@@ -274,16 +274,17 @@ def test_interval_of_a_pair_brackets_its_speedup_and_narrows_with_pairs() -> Non
     def pair_of(ratios: list[float]) -> PairRecord:
         return PairRecord(a=LatencyRecord([10.0] * len(ratios)), b=LatencyRecord([10.0 * r for r in ratios]))
 
-    lo, hi = pair_of(few).speedup_ci
-    assert lo <= pair_of(few).speedup <= hi
-    mlo, mhi = pair_of(many).speedup_ci
-    assert mhi - mlo < hi - lo
-    assert mlo < 1.5 < mhi
-    assert pair_of(many).speedup_ci == (mlo, mhi)  # seeded: the same samples give the same interval
-    assert pair_of([2.0, 3.0]).speedup_ci == (2.0, 3.0)  # under 6 pairs: the range, with less coverage
-    assert pair_of([2.0, 3.0]).speedup_coverage == 0.5 and pair_of(few).speedup_coverage >= 0.95
+    ci = pair_of(few).speedup_ci
+    assert ci.contains(pair_of(few).speedup) and ci.point == pair_of(few).speedup
+    narrow = pair_of(many).speedup_ci
+    assert narrow.width < ci.width
+    assert narrow.contains(1.5)
+    assert pair_of(many).speedup_ci == narrow  # exact: the same samples give the same interval
+    assert pair_of([2.0, 3.0]).speedup_ci.ends() == (2.0, 3.0)  # under 6 pairs: the range, with less coverage
+    assert pair_of([2.0, 3.0]).speedup_coverage == 0.5 and not pair_of([2.0, 3.0]).speedup_ci.meets
+    assert pair_of(few).speedup_coverage >= 0.95
     data = pair_of(few).to_dict()
-    assert (data["speedup_lo"], data["speedup_hi"], data["pairs"]) == (lo, hi, 8)
+    assert (data["speedup_lo"], data["speedup_hi"], data["pairs"]) == (ci.lo, ci.hi, 8)
 
 
 def _noisy_pair(policy: RepeatPolicy, spread: float) -> PairRecord:

@@ -42,7 +42,8 @@ def test_candidates_are_certified_on_fresh_items_only(problem, tmp_path, monkeyp
     full = study.user_attrs["full_run"]["items"]["passkey"]
     assert len(full) == 12 and full[4:] == list(range(4, 12))
     (row,) = store.certified(study)
-    assert row.label == "1/last/0" and row.items == 8 and row.verdict != WITHIN and row.drop_hi == entry["drop"]["hi"]
+    assert row.label == "1/last/0" and row.items == 8 and row.verdict != WITHIN
+    assert row.drop_ci is not None and row.drop_ci.hi == entry["drop"]["hi"]
     # its accuracy is its own on the fresh items (nothing flipped: the full model's there), never the search's
     # reference minus the fresh drop (which could fall below 0 where the two item sets differ)
     fresh_full = study.user_attrs["full_run"]["outcomes"]["passkey"][4:]

@@ -35,7 +35,7 @@ def test_the_fixture_is_a_full_grid_read_as_recorded():
     assert (grid.model, grid.num_layers, grid.max_drop, grid.reference_ms) == ("tiny-fixture", 3, 2.0, 100.0)
     assert set(grid.measurements) == set(all_configs(3))
     m = grid.measurements[TARGET]
-    assert m.speedup == pytest.approx(2.30) and m.speedup_interval == pytest.approx((2.21, 2.39))
+    assert m.speedup == pytest.approx(2.30) and m.speedup_interval.ends() == pytest.approx((2.21, 2.39))
     assert m.drop_points == pytest.approx(1.0) and m.drop_upper == pytest.approx(1.9)
     assert m.objective_accuracy == pytest.approx(0.59) and m.items == {"workload": 128}
     assert grid.measurements[PopConfig(1, "window-64", 1)].noisy
@@ -64,7 +64,7 @@ def test_noise_is_seeded_drawn_within_the_interval_and_order_free():
     assert _figures(replay.noisy(None), configs) == _figures(replay, configs)
     for c, (speedup, drop, accuracy) in first.items():
         m = replay.table[c]
-        assert m.speedup_interval[0] <= speedup <= m.speedup_interval[1]
+        assert m.speedup_interval.contains(speedup)
         assert float(m.drop["lo"]) <= drop <= float(m.drop["hi"])
         assert accuracy == pytest.approx(m.objective_accuracy - (drop - m.drop_points) / 100)
     assert any(first[c][0] != replay.table[c].speedup for c in configs)
@@ -73,8 +73,7 @@ def test_noise_is_seeded_drawn_within_the_interval_and_order_free():
 def test_a_draw_keeps_the_interval_width_and_a_figure_without_interval():
     m = Replay.from_csv(FIXTURE).table[TARGET]
     drawn = draw(m, np.random.default_rng(0))
-    lo, hi = drawn.speedup_interval
-    assert hi - lo == pytest.approx((2.39 - 2.21) * drawn.speedup / m.speedup)
+    assert drawn.speedup_interval.width == pytest.approx((2.39 - 2.21) * drawn.speedup / m.speedup)
     assert drawn.drop_upper - drawn.drop_points == pytest.approx(m.drop_upper - m.drop_points)
     plain = Measurement(config=PopConfig(1), target_length=16, accuracy={"t": 0.5}, full_accuracy={"t": 0.5},
                         latency={16: {"pop_ms": 1.0, "full_ms": 1.5, "speedup": 1.5, "ideal": 1.6}})
@@ -117,9 +116,9 @@ def test_the_tuner_table_on_the_fixture_is_reproducible():
     for r in rows:
         assert r.seeds == 3 and set(r.best_mean) == set(r.hv) == set(r.hit_counts) == {8, 16, 32}
         for n in (8, 16, 32):
-            assert 1.0 <= r.best_mean[n].lo <= r.best_mean[n].mean <= r.best_mean[n].hi <= 2.30 + 1e-9
+            assert 1.0 <= r.best_mean[n].lo <= r.best_mean[n].point <= r.best_mean[n].hi <= 2.30 + 1e-9
             assert 0 <= r.hit_counts[n] <= 3
-        assert r.best_mean[32].mean >= r.best_mean[8].mean and r.hv[32].mean >= r.hv[8].mean
+        assert r.best_mean[32].point >= r.best_mean[8].point and r.hv[32].point >= r.hv[8].point
         assert r.to_share is None or 1 <= r.to_share <= r.horizon == 32
     assert by["grid"].hit_counts[16] == 3 and by["grid"].best[16] == pytest.approx(2.30)  # 16 trials: the whole grid
     assert by["grid"].reached == 3
@@ -213,7 +212,8 @@ def test_a_stored_grid_study_written_as_csv_reads_back_the_same(tmp_path):
         b = back.table[config]
         assert (b.speedup, b.drop_points, b.objective_accuracy) == pytest.approx(
             (m.speedup, m.drop_points, m.objective_accuracy))
-        assert b.speedup_interval == pytest.approx(m.speedup_interval) and b.drop_upper == pytest.approx(m.drop_upper)
+        assert b.speedup_interval.ends() == pytest.approx(m.speedup_interval.ends())
+        assert b.drop_upper == pytest.approx(m.drop_upper)
     stored = Replay.of(study)  # the stored-study route still answers the same
     assert stored.reference_ms == 100.0 and stored.table[TARGET].speedup == pytest.approx(2.30)
 

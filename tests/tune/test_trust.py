@@ -67,7 +67,7 @@ def test_noisy_middle_trials_are_marked_remeasured_and_kept_off_the_front(proble
         assert again and not again[-1].user_attrs["noisy"] and again[-1].params == t.params
     front = store.front(study)
     assert front and all(r.confirmed for r in front)
-    assert all(r.speedup_lo <= r.ideal for r in front)
+    assert all(r.speedup_ci.lo <= r.ideal for r in front)
     assert not {r.trial for r in front} & {t.number for t in noisy}
     checks = study.user_attrs["null_checks"]
     assert [c["when"] for c in checks] == ["start", "end"] and not any(c["noisy"] for c in checks)
