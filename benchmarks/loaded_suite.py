@@ -1,7 +1,7 @@
 """The test suite on an idle and on a loaded machine: wall time and verdict of each run (issue 50).
 
-Runs the README's test command (``python -m pytest -n 2 --dist loadfile``, from the repository root) ``--idle`` times as it is, then
-``--loaded`` times with ``--hogs`` CPU-bound processes running beside it (each one a busy loop, as much CPU as
+Runs the README's test command (``python -m pytest -n 2 --dist loadfile``, from the repository root) ``--idle``
+times as it is, then ``--loaded`` times with ``--hogs`` CPU-bound processes running beside it (each one a busy loop, as much CPU as
 the suite itself wants on a 2-core machine), and stops them after each run, whatever happened. Prints one line
 per run as it ends and a Markdown table at the end; exits 1 if any run failed.
 
