@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from poptune.engine import PopConfig
 from poptune.errors import ConfigError, MeasurementError
 from poptune.objectives import registry
-from poptune.objectives.base import References
+from poptune.objectives.base import DIRECTIONS, References
 from poptune.store.measurement import Measurement
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,11 +28,11 @@ def _measurement(**row) -> Measurement:
 def test_each_objective_is_read_from_the_measurement_against_the_references():
     m = _measurement(decode_full_ms_per_token=10.0, decode_pop_ms_per_token=8.0, decode_speedup=1.2,
                      kv_bytes=3 * 2 ** 20, full_kv_bytes=4 * 2 ** 20)
-    refs = References(ttft_ms=90.0, tpot_ms=9.0)
+    refs = References({"ttft": 90.0, "tpot": 9.0})
     values = registry.values_of(("ttft", "accuracy", "tpot", "kv_bytes"), m, refs)
     assert values == pytest.approx((90.0 / 1.25, 0.75, 9.0 / 1.2, 3 * 2 ** 20))
     # Without a TPOT reference (a study stored before it), the measurement's own paired full model.
-    assert registry.get("tpot").read(m, References(ttft_ms=90.0)) == pytest.approx(10.0 / 1.2)
+    assert registry.get("tpot").read(m, References({"ttft": 90.0})) == pytest.approx(10.0 / 1.2)
     assert registry.directions(("ttft", "accuracy", "kv_bytes")) == ["minimize", "maximize", "minimize"]
     assert registry.metric_names(("ttft", "tpot", "kv_bytes"), "512") == ["prefill_ms@512", "tpot_ms@512",
                                                                          "kv_bytes@512"]
@@ -38,9 +40,60 @@ def test_each_objective_is_read_from_the_measurement_against_the_references():
 
 def test_an_objective_the_measurement_cannot_give_is_an_error_not_a_number():
     with pytest.raises(MeasurementError, match="no decode pairs"):
-        registry.get("tpot").read(_measurement(), References(ttft_ms=1.0))
+        registry.get("tpot").read(_measurement(), References({"ttft": 1.0}))
     with pytest.raises(MeasurementError, match="no K/V cache size"):
-        registry.get("kv_bytes").read(_measurement(), References(ttft_ms=1.0))
+        registry.get("kv_bytes").read(_measurement(), References({"ttft": 1.0}))
+
+
+def test_an_objective_says_what_it_asks_of_the_problem():
+    problem = types.SimpleNamespace(decode_tokens=0, device="cpu")
+    with pytest.raises(ConfigError, match="objective `tpot` times decode steps: `decode_tokens` must be >= 1"):
+        registry.check_problem(("ttft", "tpot"), problem)
+    registry.check_problem(("ttft", "accuracy", "kv_bytes"), problem)
+    registry.check_problem(("ttft", "tpot"), types.SimpleNamespace(decode_tokens=4, device="cpu"))
+
+
+def test_references_are_keyed_by_objective_and_come_from_a_measurement_once():
+    m = _measurement(decode_full_ms_per_token=10.0, decode_pop_ms_per_token=8.0)
+    assert registry.new_references(References(), m) == {"ttft": pytest.approx(100.0), "tpot": 10.0}
+    assert registry.new_references(References({"ttft": 90.0}), m) == {"tpot": 10.0}  # each written once
+    assert registry.new_references(References({"ttft": 90.0}), _measurement()) == {}  # no decode timed: none
+    refs = References({"ttft": 90.0})
+    assert refs.get("tpot") is None and dict(refs) == {"ttft": 90.0} and len(refs) == 1 and "ttft" in refs
+    assert registry.get("kv_bytes").reference is None and registry.get("kv_bytes").reference_attr == \
+        "reference_kv_bytes"
+    # the names studies stored before references were keyed by objective
+    assert (registry.get("ttft").reference_attr, registry.get("tpot").reference_attr) == (
+        "reference_prefill_ms", "reference_tpot_ms")
+
+
+@pytest.mark.parametrize("name", list(registry.OBJECTIVES))
+def test_every_objective_keeps_the_contract(name):
+    """What every registered objective owes the study, the report and the command line (Optuna runs its sampler
+    tests over every sampler the same way): its fields, a requirement said in words, a reference and a reading
+    that are figures or nothing -- where a measurement cannot give it, a MeasurementError, never another error."""
+    from poptune.problem.problem import TuningProblem
+
+    o = registry.get(name)
+    assert o.name == name and o.direction in DIRECTIONS and o.label and o.about and "\n" not in o.about
+    assert o.metric.format(target="512") and isinstance(o.cell(1.5), str)
+    assert o.reference_attr.startswith("reference_")
+    for problem in (TuningProblem(), TuningProblem(decode_tokens=0, device="cuda")):
+        reason = o.requires(problem)
+        assert reason is None or (isinstance(reason, str) and reason and "\n" not in reason)
+    rich = _measurement(decode_full_ms_per_token=10.0, decode_pop_ms_per_token=8.0, decode_speedup=1.2,
+                        kv_bytes=3 * 2 ** 20, full_kv_bytes=4 * 2 ** 20)
+    for m in (_measurement(), rich):
+        if o.reference is not None:
+            reference = o.reference(m)
+            assert reference is None or math.isfinite(reference)
+        for refs in (References(), References({n: 1.0 for n in registry.OBJECTIVES})):
+            try:
+                value = o.read(m, refs)
+            except MeasurementError as e:
+                assert name in str(e)
+                continue
+            assert isinstance(value, float) and math.isfinite(value)
 
 
 def test_names_are_checked_in_one_line():
