@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 import types
@@ -141,3 +142,66 @@ def test_the_scan_finds_what_it_looks_for():
         assert POSITIONAL.search(line), line
     for line in ("e.values[o.name]", "named(objectives, t.values)", "directions=objectives.directions(names)"):
         assert not POSITIONAL.search(line), line
+
+
+def _reads_an_objective(node: ast.Constant, parents: dict[ast.AST, ast.AST]) -> bool:
+    """Whether the string ``node`` names an objective where objectives are read: compared (``n == "accuracy"``,
+    ``"tpot" in objectives``, ``{"ttft", "accuracy"} <= set(...)``), given as a study's ``objectives=``, or a key
+    into values (``values["ttft"]``, ``named(...).get("accuracy")``, ``{"ttft": ...}.get(name)``). A record's
+    key (``{"accuracy": ...}``, ``entry["accuracy"]``), a CSV column or another command's figure (the comparison
+    board's ``ttft`` ratio) is no objective."""
+    parent = parents.get(node)
+    if isinstance(parent, ast.Dict) and any(k is node for k in parent.keys):  # a dict literal read at once by name
+        outer = parents.get(parent)
+        return isinstance(outer, ast.Subscript) or (isinstance(outer, ast.Attribute) and outer.attr == "get")
+    literal: ast.AST = node
+    if isinstance(parent, (ast.Set, ast.Tuple, ast.List)):
+        literal, parent = parent, parents.get(parent)
+    if isinstance(parent, ast.Compare):
+        return True
+    if isinstance(parent, ast.keyword):
+        return "objective" in (parent.arg or "")
+    if isinstance(parent, ast.Subscript) and parent.slice is literal:
+        target = parent.value
+    elif (isinstance(parent, ast.Call) and parent.args and parent.args[0] is literal
+          and isinstance(parent.func, ast.Attribute) and parent.func.attr in ("get", "pop", "setdefault")):
+        target = parent.func.value
+    else:
+        return False
+    return bool(re.search(r"values|objectives|named\(", ast.unparse(target)))
+
+
+def objective_names_in(source: str) -> list[int]:
+    """The lines of ``source`` that name a registered objective where objectives are read."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    return sorted({node.lineno for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                   and node.value in registry.OBJECTIVES and _reads_an_objective(node, parents)})
+
+
+def test_no_objective_is_named_outside_the_registry_floor():
+    found = []
+    for path in sorted((ROOT / "poptune").rglob("*.py")):
+        if path.is_relative_to(ROOT / "poptune" / "objectives"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        found += [f"{path.relative_to(ROOT)}:{n}: {lines[n - 1].strip()}" for n in objective_names_in(text)]
+    assert not found, ("objectives named by string outside poptune/objectives (give the objective the hook it "
+                       "needs, or use its module's constant):\n" + "\n".join(found))
+
+
+def test_the_name_scan_finds_what_it_looks_for():
+    for line in ('if "tpot" in self.objectives and self.decode_tokens < 1: pass',
+                 'if not {"ttft", "accuracy"} <= set(objectives): pass',
+                 'x = values["ttft"]', 'x = values.get("ttft", 1.0)', 'values["accuracy"] = accuracy',
+                 'x = named(objectives, t.values).get("accuracy", t.objective_accuracy)',
+                 'x = [a if n == "accuracy" else b for n in objectives]',
+                 'x = {"ttft": row.prefill_ms, "accuracy": row.accuracy}.get(name, row.values.get(name))',
+                 'p = TuningProblem(objectives=("ttft", "kv_bytes"))'):
+        assert objective_names_in(line) == [1], line
+    for line in ('x = {"accuracy": self.accuracy, "items": 3}', 'x = _float(row, "accuracy", where)',
+                 'x = row.speed[profile]["ttft"].median', 'x = [k for k in ("ttft", "tpot", "e2e")]',
+                 'x = entry["accuracy"] if entry.get("accuracy") is not None else 0',
+                 'x = progress.phase("accuracy", unit="round")', 'x = values[TTFT.name]'):
+        assert objective_names_in(line) == [], line
