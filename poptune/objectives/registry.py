@@ -38,6 +38,7 @@ OBJECTIVES: dict[str, Objective] = _registered((
     "accuracy:ACCURACY",
     "tpot:TPOT",
     "kv_bytes:KV_BYTES",
+    "energy:ENERGY",
 ))
 
 #: A study's objectives unless it says otherwise (and those of every study stored before objectives had names).
