@@ -1,9 +1,9 @@
 """The test suite on an idle and on a loaded machine: wall time and verdict of each run (issue 50).
 
 Runs the README's test command (``python -m pytest -n 2 --dist loadfile``, from the repository root) ``--idle``
-times as it is, then ``--loaded`` times with ``--hogs`` CPU-bound processes running beside it (each one a busy loop, as much CPU as
-the suite itself wants on a 2-core machine), and stops them after each run, whatever happened. Prints one line
-per run as it ends and a Markdown table at the end; exits 1 if any run failed.
+times as it is, then ``--loaded`` times with ``--hogs`` CPU-bound processes running beside it (each one a busy
+loop, as much CPU as the suite itself wants on a 2-core machine), and stops them after each run, whatever
+happened. Prints one line per run as it ends and a Markdown table at the end; exits 1 if any run failed.
 
     .venv/bin/python benchmarks/loaded_suite.py                      # 1 idle run, 3 loaded runs, 2 hogs
     .venv/bin/python benchmarks/loaded_suite.py --idle 0 --loaded 1 -- tests/tune -x   # pytest's arguments after --

@@ -1,11 +1,12 @@
 """poptune: benchmark and auto-tuning suite for Prefill-Only Pruning (POP) of LLMs and VLMs.
 
-The public API is what this module exports (:data:`__all__`): the POP engine, model loading, the baselines,
-the errors, and the product's jobs -- :func:`run_bench` (POP's speed against the full model),
-:func:`run_eval` (its accuracy), :func:`run_study` (the search for the best configuration) and :func:`compare`
-(POP against the baselines on the same items, rebuilt into a leaderboard by :func:`write_methods_board`). Every name is
-imported on first use (module ``__getattr__``), so ``import poptune`` and ``poptune --help`` load neither torch
-nor optuna. Inside the package, code imports the defining module, never these names (``tests/test_layers.py``).
+The public API is what this module exports (:data:`__all__`): the POP engine, model loading, the baselines, a
+study objective's contract (:class:`Objective`, :class:`References`), the errors, and the product's jobs --
+:func:`run_bench` (POP's speed against the full model), :func:`run_eval` (its accuracy), :func:`run_study` (the
+search for the best configuration) and :func:`compare` (POP against the baselines on the same items, rebuilt into
+a leaderboard by :func:`write_methods_board`). Every name is imported on first use (module ``__getattr__``), so
+``import poptune`` and ``poptune --help`` load neither torch nor optuna. Inside the package, code imports the
+defining module, never these names (``tests/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "KVFitSpec": "poptune.kvfit.fit",
     "prepare_kv": "poptune.kvfit.prepare",
     "KVMaps": "poptune.kv.maps",
+    **dict.fromkeys(["Objective", "References"], "poptune.objectives.base"),
     **dict.fromkeys(["ConfigError", "DataError", "DeviceError", "InputError", "MeasurementError",
                      "ModelNotFoundError", "PoptuneError", "StorageError", "UnsupportedModelError"], "poptune.errors"),
     "load_config": "poptune.reports.export",
@@ -93,6 +95,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         resolve_model,
         synthetic_image,
     )
+    from poptune.objectives.base import Objective, References
     from poptune.problem.problem import TuningProblem
     from poptune.reports.export import load_config
     from poptune.tune.study import StudySpec, run_study

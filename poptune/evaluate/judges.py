@@ -24,11 +24,11 @@ from poptune.errors import ConfigError
 from poptune.evaluate.synthetic import EMBEDDED
 from poptune.evaluate.tasks.longctx import GENERATED_TASKS
 
-__all__ = ["ACCURACY", "JUDGEABLE", "LIKELIHOOD_JUDGE", "LIKELIHOOD_TASKS", "SUFFIX", "base_task", "check_one_judge",
-           "judge_of", "judged_tasks", "likelihood_task"]
+__all__ = ["ACCURACY_JUDGE", "JUDGEABLE", "LIKELIHOOD_JUDGE", "LIKELIHOOD_TASKS", "SUFFIX", "base_task",
+           "check_one_judge", "judge_of", "judged_tasks", "likelihood_task"]
 
 #: The default judge of a task pack: each task's own metric (its accuracy).
-ACCURACY = "accuracy"
+ACCURACY_JUDGE = "accuracy"
 
 #: ``--judge`` value that makes a task pack's drop the drop of the full answer's likelihood.
 LIKELIHOOD_JUDGE = "likelihood"
@@ -56,7 +56,7 @@ def base_task(task: str) -> str:
 
 def judge_of(tasks: Sequence[str]) -> str:
     """``likelihood`` when ``tasks`` are likelihood-judged task-pack tasks, else ``accuracy``."""
-    return LIKELIHOOD_JUDGE if tasks and all(t in LIKELIHOOD_TASKS for t in tasks) else ACCURACY
+    return LIKELIHOOD_JUDGE if tasks and all(t in LIKELIHOOD_TASKS for t in tasks) else ACCURACY_JUDGE
 
 
 def judged_tasks(tasks: Sequence[str], *, defaults: bool = False) -> tuple[str, ...]:

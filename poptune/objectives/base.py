@@ -1,14 +1,16 @@
-"""An objective of a study: its name, which way it is better, how it is read from a measurement, and its column.
+"""An objective of a study: its name, which way it is better, what it asks of the problem, how it is read from a
+measurement against the study's reference, and its column.
 
 An objective reads a :class:`~poptune.store.measurement.Measurement` (any object with its attributes: this
 floor sits below the store) against the study's :class:`References`, the full model's figures that make a
-ratio measured side by side into a figure comparable across trials however busy the machine was.
+ratio measured side by side into a figure comparable across trials however busy the machine was. Everything an
+objective needs beyond that is a hook of :class:`Objective`, so that adding one touches no other module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from poptune.errors import MeasurementError
@@ -21,22 +23,41 @@ Direction = Literal["minimize", "maximize"]
 
 
 @dataclass(frozen=True)
-class References:
-    """A study's reference figures of the full model, each written once by its first measurement.
+class References(Mapping[str, float]):
+    """A study's reference figures of the full model by objective name, each written once by the first measurement
+    that gives it (:attr:`Objective.reference`).
+
+    A mapping: ``references.get("tpot")`` is None where the study has no such reference (a study stored before it,
+    an objective without one); the objective then reads a measurement against its own paired full model.
 
     Attributes:
-        ttft_ms: The reference time to first token (ms), the latency objective's numerator.
-        tpot_ms: The reference time per output token at the target length (ms); None: a study stored before it
-            (a measurement is then read against its own paired full model).
+        figures: The reference figure of each objective that has one, by the objective's name.
     """
 
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
+    figures: Mapping[str, float] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> float:
+        return self.figures[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.figures)
+
+    def __len__(self) -> int:
+        return len(self.figures)
+
+
+def _no_requirement(problem: Any) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
 class Objective:
-    """One objective of a study.
+    """One objective of a study: the whole contract an objective module fills in.
+
+    Example: ``tpot`` times decode steps, so it requires ``decode_tokens >= 1`` of the problem
+    (``requires``), its reference is the first measurement's full-model time per output token (``reference``,
+    stored as the study attribute ``reference_tpot_ms``) and a trial's value is that reference over the trial's
+    paired decode speedup (``read``).
 
     Attributes:
         name: What ``--objectives`` calls it.
@@ -44,9 +65,16 @@ class Objective:
         label: Its column's title in the report and the leaderboard.
         unit: The unit of its value (``""``: a share).
         metric: Optuna's metric name; ``{target}`` is the study's target (``512``, ``image-640x480``).
-        read: Its value of a measurement, given the study's references.
+        read: Its value of a measurement, given the study's references (raises
+            :class:`~poptune.errors.MeasurementError` where the measurement cannot give it).
         cell: Its value as the report's cell.
         about: What it is, in one line (``poptune study --help``, the docs).
+        requires: Why a tuning problem (:class:`~poptune.problem.problem.TuningProblem`) cannot give it, in a few
+            words (``"times decode steps: `decode_tokens` must be >= 1"``), or None where it can.
+        reference: The study's reference figure a measurement gives (its paired full model's), or None where the
+            measurement has none; None for an objective read without a reference.
+        reference_attr: The study attribute its reference is stored under (default ``reference_<name>``; the
+            first objectives keep the names studies stored before references had objective names).
     """
 
     name: str
@@ -57,10 +85,15 @@ class Objective:
     read: Callable[[Any, References], float]
     cell: Callable[[float], str]
     about: str
+    requires: Callable[[Any], str | None] = _no_requirement
+    reference: Callable[[Any], float | None] | None = None
+    reference_attr: str = ""
 
     def __post_init__(self) -> None:
         if self.direction not in DIRECTIONS:
             raise ValueError(f"objective {self.name!r}: direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        if not self.reference_attr:
+            object.__setattr__(self, "reference_attr", f"reference_{self.name}")
 
     def better(self, a: float, b: float) -> bool:
         """Whether ``a`` is at least as good as ``b`` on this objective."""

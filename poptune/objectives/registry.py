@@ -8,26 +8,38 @@ one Pareto dominance every front uses (:func:`dominates`). Nowhere else is an ob
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import import_module
 from typing import Any
 
 from poptune.errors import ConfigError
-from poptune.objectives.accuracy import ACCURACY
 from poptune.objectives.base import Direction, Objective, References
-from poptune.objectives.kv_bytes import KV_BYTES
-from poptune.objectives.tpot import TPOT
-from poptune.objectives.ttft import TTFT
 
-__all__ = ["DEFAULT", "OBJECTIVES", "check", "directions", "dominates", "get", "metric_names", "named", "parse",
-           "values_of", "weakly_dominates"]
+__all__ = ["DEFAULT", "OBJECTIVES", "check", "check_problem", "directions", "dominates", "get", "metric_names",
+           "named", "new_references", "parse", "values_of", "weakly_dominates"]
 
-#: Every objective by name: adding one is a module of this package and a line here.
-OBJECTIVES: dict[str, Objective] = {o.name: o for o in (
-    TTFT,
-    ACCURACY,
-    TPOT,
-    KV_BYTES,
-)}
+
+def _registered(entries: Iterable[str]) -> dict[str, Objective]:
+    """The objectives of ``entries`` (``module:NAME``, a module of this package and its :class:`Objective`) by
+    name, in their order."""
+    found: dict[str, Objective] = {}
+    for entry in entries:
+        module, _, attr = entry.partition(":")
+        objective = getattr(import_module(f"{__package__}.{module}"), attr)
+        assert isinstance(objective, Objective) and objective.name not in found, entry
+        found[objective.name] = objective
+    return found
+
+
+#: Every objective by name, in the order ``--objectives`` lists them: adding one is a module of this package and
+#: a line here.
+OBJECTIVES: dict[str, Objective] = _registered((
+    "ttft:TTFT",
+    "accuracy:ACCURACY",
+    "tpot:TPOT",
+    "kv_bytes:KV_BYTES",
+    "energy:ENERGY",
+))
 
 #: A study's objectives unless it says otherwise (and those of every study stored before objectives had names).
 DEFAULT: tuple[str, ...] = ("ttft", "accuracy")
@@ -58,6 +70,33 @@ def check(names: Sequence[str]) -> tuple[str, ...]:
         raise ConfigError(f"a study needs two or more distinct objectives of {', '.join(OBJECTIVES)}, got "
                           f"{', '.join(names) or 'none'}")
     return names
+
+
+def check_problem(names: Sequence[str], problem: Any) -> None:
+    """Whether ``problem`` (a :class:`~poptune.problem.problem.TuningProblem`) can give each objective of
+    ``names`` (:attr:`~poptune.objectives.base.Objective.requires`).
+
+    Raises:
+        ConfigError: the first objective it cannot give, and why (in one line).
+    """
+    for name in names:
+        reason = get(name).requires(problem)
+        if reason is not None:
+            raise ConfigError(f"objective `{name}` {reason}")
+
+
+def new_references(references: Mapping[str, float], measurement: Any) -> dict[str, float]:
+    """The reference figures ``measurement`` gives (its paired full model's) that ``references`` lacks, by
+    objective name: what a study writes once, from its first measurement that has each
+    (:attr:`~poptune.objectives.base.Objective.reference`). Every registered objective's, so that a figure of any
+    of them can be read against the study's reference, not only its objectives' values."""
+    found: dict[str, float] = {}
+    for o in OBJECTIVES.values():
+        if o.reference is not None and references.get(o.name) is None:
+            value = o.reference(measurement)
+            if value is not None:
+                found[o.name] = float(value)
+    return found
 
 
 def parse(text: str) -> tuple[str, ...]:

@@ -24,15 +24,27 @@ def _read(measurement: Any, references: References) -> float:
     speedup = row.get("decode_speedup") or (full / pop if full and pop else None)
     if not speedup:
         raise MeasurementError("objective tpot: no decode pairs were timed (decode_tokens 0?)")
-    reference = references.tpot_ms if references.tpot_ms is not None else full
+    reference = references.get(NAME, full)
     if reference is None:
         raise MeasurementError("objective tpot: no full-model time per output token to read the speedup against")
     return float(reference) / float(speedup)
 
 
+def _reference(measurement: Any) -> float | None:
+    value = measurement.latency.get(measurement.target_length, {}).get("decode_full_ms_per_token")
+    return None if value is None else float(value)
+
+
+def _requires(problem: Any) -> str | None:
+    return None if problem.decode_tokens >= 1 else "times decode steps: `decode_tokens` must be >= 1"
+
+
+NAME = "tpot"
+
 TPOT = Objective(
-    name="tpot", direction="minimize", label="TPOT ms", unit="ms", metric="tpot_ms@{target}", read=_read,
+    name=NAME, direction="minimize", label="TPOT ms", unit="ms", metric="tpot_ms@{target}", read=_read,
     cell=lambda v: f"{v:.2f}",
     about="time per output token at the target context: the reference full-model TPOT over the paired decode "
           "speedup (ms)",
+    requires=_requires, reference=_reference, reference_attr="reference_tpot_ms",
 )

@@ -24,12 +24,19 @@ def latency_objective(reference_ms: float, speedup: float) -> float:
 
 
 def _read(measurement: Any, references: References) -> float:
-    reference = references.ttft_ms if references.ttft_ms is not None else measurement.full_ms
-    return latency_objective(reference, measurement.speedup)
+    reference = references.get(NAME)
+    return latency_objective(reference if reference is not None else measurement.full_ms, measurement.speedup)
 
+
+def _reference(measurement: Any) -> float | None:
+    return float(measurement.full_ms)
+
+
+NAME = "ttft"
 
 TTFT = Objective(
-    name="ttft", direction="minimize", label="objective ms", unit="ms", metric="prefill_ms@{target}", read=_read,
+    name=NAME, direction="minimize", label="objective ms", unit="ms", metric="prefill_ms@{target}", read=_read,
     cell=lambda v: f"{v:.1f}",
     about="time to first token: the study's reference full-model TTFT over the paired speedup (ms)",
+    reference=_reference, reference_attr="reference_prefill_ms",
 )

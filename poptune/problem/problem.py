@@ -12,6 +12,7 @@ from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 from poptune.objectives.registry import DEFAULT as DEFAULT_OBJECTIVES
 from poptune.objectives.registry import check as check_objectives
+from poptune.objectives.registry import check_problem
 from poptune.problem.presets import STANDARD
 from poptune.store.measurement import Measurement
 
@@ -91,7 +92,8 @@ class TuningProblem:
         store_prompts: Store the prompts' text with the study too (default: only their hashes and lengths).
         objectives: The study's objectives by name (:mod:`poptune.objectives.registry`), in the order of its
             trials' values: ``("ttft", "accuracy")`` by default (every study stored before they had names), or
-            any two or more of ``ttft``, ``accuracy``, ``tpot`` (needs ``decode_tokens``) and ``kv_bytes``.
+            any two or more of the registry's, each given what it requires of the problem
+            (:attr:`~poptune.objectives.base.Objective.requires`: ``tpot`` needs ``decode_tokens``).
         prompts_sha256: The SHA-256 of the prompts file's bytes (:func:`poptune.evaluate.prompts.prompts_sha256`):
             a resumed study compares it, not the file's path (None: a study stored before it, compared by path).
     """
@@ -169,9 +171,7 @@ class TuningProblem:
             raise ConfigError(f"`precision` must be in (0, 1), got {self.precision}")
         if not self.max_seconds > 0:
             raise ConfigError(f"`max_seconds` must be > 0, got {self.max_seconds}")
-        check_objectives(self.objectives)
-        if "tpot" in self.objectives and self.decode_tokens < 1:
-            raise ConfigError("objective `tpot` times decode steps: `decode_tokens` must be >= 1")
+        check_problem(check_objectives(self.objectives), self)
 
     def _check_synthetic_supply(self) -> None:
         """A synthetic task's items are built up front: a cap beyond what its generator gives is refused."""

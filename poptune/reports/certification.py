@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from poptune.evaluate.judges import ACCURACY, LIKELIHOOD_JUDGE
+from poptune.evaluate.judges import ACCURACY_JUDGE, LIKELIHOOD_JUDGE
 from poptune.evaluate.paired import PairedDrop
 from poptune.store.front import FrontRow
 from poptune.tune.certify import ERROR, WITHIN, spent_error
@@ -27,7 +27,7 @@ LIKELIHOOD_MEANING = ("the paired drop, x100, of the mean probability of the ful
                       "configuration's prefill; a likelihood verdict, not an accuracy one")
 
 
-def budget_words(budget: float, judge: str = ACCURACY) -> str:
+def budget_words(budget: float, judge: str = ACCURACY_JUDGE) -> str:
     """``the budget of 2 points`` (accuracy), or the likelihood budget with its meaning."""
     if judge == LIKELIHOOD_JUDGE:
         return f"the likelihood budget of {budget:g} points ({LIKELIHOOD_MEANING})"
@@ -92,7 +92,7 @@ def _speed_source(row: FrontRow, confirmations: Mapping[str, Any] | None) -> str
 
 
 def verdict_line(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None,
-                 confirmations: Mapping[str, Any] | None = None, judge: str = ACCURACY) -> str:
+                 confirmations: Mapping[str, Any] | None = None, judge: str = ACCURACY_JUDGE) -> str:
     """What the certification decided, in one line: the fastest configuration certified within the budget and
     the bound it is certified at, or why none is; ``confirmations`` (the study's confirmed figures by trial)
     say which timing its speed comes from; ``judge``: what the budget bounds (a likelihood verdict says so)."""
@@ -139,7 +139,7 @@ def _command(runs: Sequence[Mapping[str, Any]], per_task: int) -> str:
 
 
 def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None,
-               runs: Sequence[Mapping[str, Any]], judge: str = ACCURACY) -> list[str]:
+               runs: Sequence[Mapping[str, Any]], judge: str = ACCURACY_JUDGE) -> list[str]:
     """For each undecided candidate: the items and minutes a verdict within ``budget`` needs here, the command
     that spends them, and the smallest budget the planned items can certify."""
     if budget is None or not record:

@@ -99,7 +99,8 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "latency": trial.latency,
             "accuracy_per_task": trial.accuracy,
             "full_accuracy_per_task": trial.full_accuracy,
-            "study_objectives": dict(row.values),  # every objective of the study by name (kv_bytes, tpot, ...)
+            # every objective of the study by name (kv_bytes, tpot, ...; the row gives others too)
+            "study_objectives": {n: row.values[n] for n in stored.objectives if n in row.values},
         },
         "provenance": {
             "storage": store.public_url(storage),

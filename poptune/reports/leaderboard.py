@@ -30,6 +30,7 @@ from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
 from poptune.interval import Interval
 from poptune.kv import registry as kv_registry
+from poptune.objectives.accuracy import ACCURACY
 from poptune.objectives.registry import DEFAULT, get, named
 from poptune.store.trials import StoredTrial
 
@@ -263,7 +264,7 @@ def _plot(study: "optuna.Study", rows: list[Entry], path: Path) -> Path:
 
     target = _target(study, sorted(rows[0].speedup) if rows else [])
     objectives = store.StoredStudy.of(study).objectives
-    points = [(t.speedup, 100 * named(objectives, t.values).get("accuracy", t.objective_accuracy), "")
+    points = [(t.speedup, 100 * named(objectives, t.values).get(ACCURACY.name, t.objective_accuracy), "")
               for t in map(StoredTrial.of, store.completed(study))]
     front = [(e.speedup[target], 100 * e.accuracy_mean, e.label.replace(", offset ", "/o").replace("skip ", ""))
              for e in rows if "front" in e.note]

@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from poptune.objectives.accuracy import ACCURACY
+
 if TYPE_CHECKING:
     from poptune.problem.problem import TuningProblem
     from poptune.store.attributes import StoredStudy
@@ -21,11 +23,13 @@ __all__ = ["AccuracyColumn", "accuracy_column", "null_line", "prompts_lines"]
 
 @dataclass(frozen=True)
 class AccuracyColumn:
-    """A table's accuracy column where accuracy is not a task score: its title, each row's cell, and a note."""
+    """A table's accuracy column where accuracy is not a task score: its title, each row's cell, and a note, in
+    place of the column of ``objective``."""
 
     title: str
     cell: Callable[["FrontRow"], str]
     note: str
+    objective: str = ACCURACY.name
 
 
 def _looks(stored: "StoredStudy", *, certified: bool) -> int:

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from poptune import store
 from poptune.engine import PopConfig
-from poptune.evaluate.judges import ACCURACY, LIKELIHOOD_JUDGE, judge_of
+from poptune.evaluate.judges import ACCURACY_JUDGE, LIKELIHOOD_JUDGE, judge_of
 from poptune.files import write_text
 from poptune.interval import Interval
 from poptune.kv import registry as kv_registry
+from poptune.objectives.accuracy import ACCURACY
+from poptune.objectives.base import References
 from poptune.objectives.registry import DEFAULT, get, named, weakly_dominates
 from poptune.reports import certification as certreport
 from poptune.reports.naming import owner_line, report_paths
@@ -95,11 +97,11 @@ def references(study: "optuna.Study", front: list[FrontRow] | None = None) -> li
     stored = store.StoredStudy.of(study)
     front = store.front(study) if front is None else front
     trials = [StoredTrial.of(t) for t in store.completed(study)]
-    return _references(trials, stored.confirmations, paper_default(stored.num_layers), stored.reference_ms, front,
+    return _references(trials, stored.confirmations, paper_default(stored.num_layers), stored.references, front,
                        stored.max_drop, stored.objectives)
 
 
-def _references(trials: list[StoredTrial], confirmed: dict[str, Any], paper: PopConfig, reference_ms: float | None,
+def _references(trials: list[StoredTrial], confirmed: dict[str, Any], paper: PopConfig, references: References,
                 front: list[FrontRow], budget: float | None, objectives: tuple[str, ...] = DEFAULT
                 ) -> list[Reference]:
     out = []
@@ -109,7 +111,7 @@ def _references(trials: list[StoredTrial], confirmed: dict[str, Any], paper: Pop
             out.append(Reference(name, config, None, "not measured in this study"))
             continue
         mine = confirmed.get(str(trial.number))
-        row = FrontRow.from_trial(trial, mine, reference_ms, objectives)
+        row = FrontRow.from_trial(trial, mine, references, objectives)
         out.append(Reference(name, config, row, _status(row, trial, mine, front, budget, objectives)))
     return out
 
@@ -146,7 +148,7 @@ def _undecided(trials: list[StoredTrial], budget: float | None) -> list[FrontRow
                    and r.drop_ci.lo <= budget < r.drop_ci.hi), key=lambda r: -r.speedup)
 
 
-def undecided_line(rows: list[FrontRow], budget: float | None, judge: str = ACCURACY) -> str:
+def undecided_line(rows: list[FrontRow], budget: float | None, judge: str = ACCURACY_JUDGE) -> str:
     """One line naming the undecided configurations, or nothing (``judge``: what the budget bounds)."""
     if not rows:
         return ""
@@ -172,14 +174,9 @@ def _columns(accuracy: AccuracyColumn | None, objectives: tuple[str, ...] = DEFA
              confidence: float = 0.95) -> tuple[str, ...]:
     """The table's header; the drop's column says the level its intervals hold at (issue 58: a certification's
     are at 97.5%, 98.75%, ..., never labelled 95%)."""
-    labels = tuple(accuracy.title if n == "accuracy" and accuracy is not None else get(n).label for n in objectives)
+    labels = tuple(accuracy.title if accuracy is not None and n == accuracy.objective else get(n).label
+                   for n in objectives)
     return _HEAD + labels + (f"drop [{level(confidence)}% CI]", *_TAIL[1:])
-
-
-def _value(row: FrontRow, name: str) -> float | None:
-    """A row's objective ``name``: its TTFT and accuracy as the row says them (confirmed, certified), any other
-    as its trial stored it."""
-    return {"ttft": row.prefill_ms, "accuracy": row.accuracy}.get(name, row.values.get(name))
 
 
 def _cells(row: FrontRow, accuracy: AccuracyColumn | None = None, objectives: tuple[str, ...] = DEFAULT) -> list[str]:
@@ -189,8 +186,8 @@ def _cells(row: FrontRow, accuracy: AccuracyColumn | None = None, objectives: tu
     def ms(v: float | None) -> str:
         return f"{v:.1f}" if v is not None else ""
 
-    values = [accuracy.cell(row) if n == "accuracy" and accuracy is not None else
-              get(n).cell(v) if (v := _value(row, n)) is not None else "" for n in objectives]
+    values = [accuracy.cell(row) if accuracy is not None and n == accuracy.objective else
+              get(n).cell(v) if (v := row.values.get(n)) is not None else "" for n in objectives]
     return [str(row.trial), _label(row), f"{row.speedup:.3f}x{interval}{'*' if row.confirmed else ''}",
             str(row.pairs or ""), f"{row.ideal:.2f}x" if row.ideal is not None else "", ms(row.ttft_ms),
             ms(row.full_ttft_ms), *values, drop, str(row.items or "")]
@@ -286,11 +283,11 @@ def order_line(study: "optuna.Study") -> str:
 
 
 def _spot_checks(study: "optuna.Study", trials: list["optuna.trial.FrozenTrial"]) -> list[Any]:
-    from poptune.tune.structured import spot_checks
+    from poptune.tune.structured import reads, spot_checks
 
     stored = store.StoredStudy.of(study)
     num_layers = stored.num_layers if stored.recorded else 0
-    if not {"ttft", "accuracy"} <= set(stored.objectives):
+    if not reads(stored.objectives):
         return []  # the order's verdicts are read on TTFT and accuracy
     return spot_checks(trials, num_layers, stored.max_drop, stored.kv, stored.objectives)
 
@@ -378,7 +375,7 @@ class StudyReport:
         trials = [StoredTrial.of(t) for t in completed]
         budget = stored.max_drop
         front = store.front(study)
-        refs = _references(trials, stored.confirmations, paper_default(stored.num_layers), stored.reference_ms, front,
+        refs = _references(trials, stored.confirmations, paper_default(stored.num_layers), stored.references, front,
                            budget, stored.objectives)
         return cls(name=study.study_name, stored=stored, trials=trials,
                    baselines=[t for t in map(StoredTrial.of, store.completed(study, method=None)) if not t.is_pop],
@@ -537,7 +534,7 @@ class StudyReport:
         from poptune.plots import pareto_plot
 
         objectives = self.stored.objectives
-        points = [(t.speedup, 100 * named(objectives, t.values).get("accuracy", t.objective_accuracy), "")
+        points = [(t.speedup, 100 * named(objectives, t.values).get(ACCURACY.name, t.objective_accuracy), "")
                   for t in self.trials]
         marked = {r.name if r.row.skip == 0 else f"{r.name} ({_label(r.row)})": replace(_plot_point(r.row), label="")
                   for r in self.references if r.row is not None}  # named in the legend, not labelled beside the point

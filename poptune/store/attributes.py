@@ -16,8 +16,10 @@ newer poptune keeps its attributes as they were):
   ``full_accuracy`` without ``full_run`` (no per-item outcomes) is the full model's reference as it stands.
 
 Read with their defaults, no schema change: a ``problem`` without ``objectives`` (stored before they had names)
-has TTFT and accuracy, in that order; a study without ``reference_tpot_ms`` reads each TPOT against its own
-paired full model.
+has TTFT and accuracy, in that order; a study without an objective's reference (``reference_tpot_ms``, stored
+before it) reads each of its trials against its own paired full model. References are stored under their
+objective's attribute (:attr:`~poptune.objectives.base.Objective.reference_attr`: the names studies stored
+before references were keyed by objective, ``reference_prefill_ms`` and ``reference_tpot_ms``, stay theirs).
 
 Elsewhere, on purpose: a trial's keys and their defaults live in :mod:`poptune.store.trials`; a configuration's
 stored form (``kv`` written only when not ``own``, so that one stored before calibrated K/V reads the same) in
@@ -32,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 from poptune.objectives.base import References
-from poptune.objectives.registry import DEFAULT
+from poptune.objectives.registry import DEFAULT, OBJECTIVES
+from poptune.objectives.registry import get as get_objective
 
 if TYPE_CHECKING:
     import optuna
@@ -210,25 +213,21 @@ class StoredStudy:
 
     @property
     def reference_ms(self) -> float | None:
-        """The reference full-model TTFT in ms (None before the first measurement)."""
+        """The reference full-model TTFT in ms (None before the first measurement): the ``ttft`` objective's
+        reference (:attr:`references`), which every speed figure of the study's rows is read against."""
         return self._get("reference_prefill_ms")
-
-    def set_reference_ms(self, value: float) -> None:
-        self.study.set_user_attr("reference_prefill_ms", value)
-
-    @property
-    def reference_tpot_ms(self) -> float | None:
-        """The reference full-model time per output token at the target length in ms (None before the first
-        measurement, in a study stored before it, or where decode is not timed)."""
-        return self._get("reference_tpot_ms")
-
-    def set_reference_tpot_ms(self, value: float) -> None:
-        self.study.set_user_attr("reference_tpot_ms", value)
 
     @property
     def references(self) -> References:
-        """The reference figures the study's objectives are read against."""
-        return References(ttft_ms=self.reference_ms, tpot_ms=self.reference_tpot_ms)
+        """The reference figures the study's objectives are read against, by objective name (each stored under
+        its objective's :attr:`~poptune.objectives.base.Objective.reference_attr`)."""
+        attrs = self.attrs()  # read once
+        return References({o.name: float(attrs[o.reference_attr]) for o in OBJECTIVES.values()
+                           if o.reference is not None and attrs.get(o.reference_attr) is not None})
+
+    def set_reference(self, name: str, value: float) -> None:
+        """Record the study's reference figure of objective ``name`` (once: its first measurement's)."""
+        self.study.set_user_attr(get_objective(name).reference_attr, value)
 
     @property
     def full_accuracy(self) -> dict[str, float] | None:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig
+from poptune.errors import MeasurementError
 from poptune.interval import Interval
 from poptune.kv import registry as kv_registry
-from poptune.objectives.registry import DEFAULT, dominates, named
+from poptune.objectives.accuracy import ACCURACY
+from poptune.objectives.base import References
+from poptune.objectives.registry import DEFAULT, OBJECTIVES, dominates, named
+from poptune.objectives.ttft import TTFT
 from poptune.store.attributes import StoredStudy
-from poptune.store.trials import StoredTrial, completed, confirmations, latency_objective, reference_ms
+from poptune.store.measurement import Measurement
+from poptune.store.trials import StoredTrial, completed, confirmations
 
 if TYPE_CHECKING:
     import optuna
@@ -28,6 +33,46 @@ def pareto(trials: list["optuna.trial.FrozenTrial"], objectives: Sequence[str] =
             if not any(dominates(other, mine, objectives) for other in values if other)]
 
 
+class _Revised:
+    """A stored measurement with some of its figures given anew (the row's speedup, a confirmation's, a
+    certification's accuracy): what the objectives read for a row. Every other attribute is the measurement's."""
+
+    def __init__(self, measurement: Measurement | StoredTrial, figures: Mapping[str, Any]) -> None:
+        self._measurement, self._figures = measurement, dict(figures)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._figures:
+            return self._figures[name]
+        return getattr(self._measurement, name)
+
+
+def _values(trial: StoredTrial, objectives: Sequence[str], references: References, row: Mapping[str, Any],
+            revised: Mapping[str, Any]) -> dict[str, float]:
+    """A row's figure on every objective, by name.
+
+    The study's ``objectives`` keep the values the trial returned (what its front was decided on); every other
+    objective is read from the trial's measurement against the study's ``references``, its speedup the row's
+    (``row``: the target length's, or the workload's combined figure). Where a confirmation or a certification
+    measured a figure anew (``revised``: the measurement's attributes it gives, ``speedup``,
+    ``objective_accuracy``), each objective whose reading it changes is read again with it.
+    """
+    values = named(objectives, trial.values)
+    measured: Measurement | StoredTrial
+    try:
+        measured = trial.measurement()
+    except (KeyError, TypeError, ValueError, MeasurementError):  # stored without a whole measurement: its record
+        measured = trial
+    before, after = _Revised(measured, row), _Revised(measured, {**row, **revised})
+    for objective in OBJECTIVES.values():
+        try:
+            old, new = objective.read(before, references), objective.read(after, references)
+        except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError, MeasurementError):  # not given
+            continue
+        if objective.name not in values or new != old:
+            values[objective.name] = new
+    return values
+
+
 @dataclass(frozen=True)
 class FrontRow:
     """One Pareto-optimal configuration as stored (its confirmed figures where the study has them).
@@ -35,11 +80,10 @@ class FrontRow:
     ``speedup_ci``: the speedup with its 95% interval (None for trials stored before intervals); ``drop_ci``: the
     drop with its paired 95% interval (None where not measured);
     ``pairs``: how many pairs it rests on; ``confirmed``: the figures come from the confirmation pass.
-    ``prefill_ms`` is the latency objective (the study's reference full-model TTFT over the speedup);
     ``ttft_ms`` and ``full_ttft_ms`` are the raw p50 times to first token of the configuration and of its
     paired full model as the trial measured them (expected over the workload's prompt lengths). ``values``: the
-    study's objectives by name (:mod:`poptune.objectives.registry`; TTFT and accuracy as ``prefill_ms`` and
-    ``accuracy`` say them), what the front is decided on.
+    row's figure on every objective it gives, by name (:mod:`poptune.objectives.registry`), the study's
+    objectives' what the front is decided on; :attr:`prefill_ms` and :attr:`accuracy` read two of them.
     """
 
     trial: int
@@ -47,9 +91,7 @@ class FrontRow:
     boundary: str
     offset: int
     method: str
-    prefill_ms: float | None
     speedup: float
-    accuracy: float
     drop: float
     feasible: bool
     drop_ci: Interval | None = None
@@ -77,6 +119,17 @@ class FrontRow:
         return out
 
     @property
+    def prefill_ms(self) -> float | None:
+        """The latency objective's figure (the study's reference full-model TTFT over the speedup; None where the
+        row has none)."""
+        return self.values.get(TTFT.name)
+
+    @property
+    def accuracy(self) -> float:
+        """The accuracy objective's figure (the full model's on the reference items minus the paired drop)."""
+        return self.values[ACCURACY.name]
+
+    @property
     def config(self) -> PopConfig:
         """The POP configuration of the row."""
         return PopConfig(skip=self.skip, boundary=self.boundary, offset=self.offset, kv=self.kv)
@@ -90,9 +143,11 @@ class FrontRow:
 
     @classmethod
     def from_trial(cls, trial: "optuna.trial.FrozenTrial | StoredTrial", confirmed: dict[str, Any] | None = None,
-                   reference_ms: float | None = None, objectives: Sequence[str] = DEFAULT) -> "FrontRow":
-        """The row of ``trial`` in a study of ``objectives``; with ``confirmed`` figures (and the study's reference
-        latency) those instead."""
+                   references: References | None = None, objectives: Sequence[str] = DEFAULT, *,
+                   revised: Mapping[str, Any] | None = None) -> "FrontRow":
+        """The row of ``trial`` in a study of ``objectives`` read against its ``references``; with ``confirmed``
+        figures those instead; ``revised``: more of its measurement's figures given anew (a certification's
+        ``objective_accuracy``)."""
         t = trial if isinstance(trial, StoredTrial) else StoredTrial.of(trial)
         target: dict[str, Any] = dict(t.target_row)
         if t.weighted:  # a workload-weighted trial: its combined figures
@@ -101,24 +156,17 @@ class FrontRow:
                       "ideal": t.ideal}
         figures = confirmed or target
         speedup = float(figures.get("speedup", t.speedup))
-        values = named(objectives, t.values)
-        prefill_ms = values.get("ttft", latency_objective(reference_ms, speedup) if reference_ms else t.ttft_ms)
-        if confirmed and reference_ms:
-            prefill_ms = latency_objective(reference_ms, speedup)
-        accuracy = values.get("accuracy", t.objective_accuracy)
-        if "ttft" in values and prefill_ms is not None:  # not None: read from values, or computed
-            values["ttft"] = prefill_ms
-        if "accuracy" in values:
-            values["accuracy"] = accuracy
+        anew = {"speedup": speedup} if confirmed else {}
+        row = {"speedup": float(target.get("speedup", t.speedup))}
+        values = _values(t, objectives, references if references is not None else References(), row,
+                         {**anew, **(revised or {})})
         return cls(
             trial=t.number,
             skip=t.config.skip,
             boundary=t.config.boundary,
             offset=t.config.offset,
             method=t.method,
-            prefill_ms=prefill_ms,
             speedup=speedup,
-            accuracy=accuracy,
             drop=t.drop_points,
             feasible=t.feasible,
             drop_ci=t.drop_ci,
@@ -150,8 +198,8 @@ def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
     configuration measured by several trials counts once: its confirmed trial, else its first trusted one.
     """
     figures = confirmations(study) if confirmed else {}
-    reference = reference_ms(study)
-    objectives = StoredStudy.of(study).objectives
+    stored = StoredStudy.of(study)
+    objectives, references = stored.objectives, stored.references
     rows: dict[tuple, FrontRow] = {}
     for trial in map(StoredTrial.of, completed(study)):
         if not trial.feasible or trial.reused_from is not None:
@@ -159,7 +207,7 @@ def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
         mine = figures.get(str(trial.number))
         if not trusted(trial, mine):
             continue
-        row = FrontRow.from_trial(trial, mine, reference, objectives)
+        row = FrontRow.from_trial(trial, mine, references, objectives)
         key = (row.method, row.skip, row.boundary, row.offset, row.kv)
         if key not in rows or (row.confirmed and not rows[key].confirmed):
             rows[key] = row
@@ -183,17 +231,19 @@ def certified(study: "optuna.Study") -> list[FrontRow]:
     stored = StoredStudy.of(study)
     record = stored.certification or {}
     figures = confirmations(study)
-    reference = reference_ms(study)
+    references = stored.references
     rows = []
     for entry in record.get("candidates", []):
         trial = StoredTrial.of(study.trials[int(entry["trial"])])
-        row = FrontRow.from_trial(trial, figures.get(str(trial.number)), reference, stored.objectives)
+        row = FrontRow.from_trial(trial, figures.get(str(trial.number)), references, stored.objectives)
         drop = entry.get("drop")
         if drop is not None:  # accuracy: on the fresh items (older records: the search's reference minus their drop)
             accuracy = float(entry["accuracy"]) if entry.get("accuracy") is not None else \
                 row.accuracy + (row.drop - float(drop["mean"])) / 100
+            certified = FrontRow.from_trial(trial, figures.get(str(trial.number)), references, stored.objectives,
+                                            revised={"objective_accuracy": accuracy})
             row = replace(row, drop=float(drop["mean"]),
                           drop_ci=Interval(float(drop["mean"]), float(drop["lo"]), float(drop["hi"])),
-                          items=int(entry["items"]), accuracy=accuracy)
+                          items=int(entry["items"]), values=certified.values)
         rows.append(replace(row, verdict=str(entry["verdict"])))
     return rows

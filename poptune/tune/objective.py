@@ -20,7 +20,7 @@ from poptune.engine import PopConfig
 from poptune.errors import MeasurementError
 from poptune.kv import registry as kv_registry
 from poptune.objectives.base import References
-from poptune.objectives.registry import values_of
+from poptune.objectives.registry import new_references, values_of
 from poptune.problem.evaluator import ConfigEvaluator
 from poptune.problem.problem import TuningProblem
 from poptune.problem.space import config_of_trial, distributions_of, params_of, suggest_config
@@ -126,16 +126,13 @@ def _references(study: "optuna.Study", number: int, measurement: Measurement, nu
 
 
 def settle_reference(study: "optuna.Study", measurement: Measurement) -> References:
-    """The study's reference full-model figures (:class:`~poptune.objectives.base.References`); where it has none
-    yet, ``measurement``'s paired full model's, written as the study's (a study's first measurement, or the first
-    baseline of a study of baselines only): its TTFT always, its time per output token at the target length in a
-    study with the ``tpot`` objective."""
+    """The study's reference full-model figures (:class:`~poptune.objectives.base.References`); each one it has
+    not yet, ``measurement``'s paired full model's where it gives one, written as the study's (a study's first
+    measurement, or the first baseline of a study of baselines only:
+    :func:`poptune.objectives.registry.new_references`)."""
     stored = store.StoredStudy.of(study)
-    if stored.reference_ms is None:
-        stored.set_reference_ms(measurement.full_ms)
-    tpot = measurement.latency.get(measurement.target_length, {}).get("decode_full_ms_per_token")
-    if stored.reference_tpot_ms is None and tpot is not None and "tpot" in stored.objectives:
-        stored.set_reference_tpot_ms(float(tpot))
+    for name, value in new_references(stored.references, measurement).items():
+        stored.set_reference(name, value)
     return stored.references
 
 

@@ -28,6 +28,7 @@ from poptune.errors import ConfigError
 from poptune.interval import Interval
 from poptune.objectives import registry as objectives
 from poptune.objectives.base import References
+from poptune.objectives.ttft import TTFT
 from poptune.problem.replay import Replay, covers_grid
 from poptune.problem.space import all_configs, suggest_config
 from poptune.store.measurement import Measurement
@@ -118,7 +119,7 @@ def _replayed(replay: Replay, sampler: str, seed: int, trials: int, max_drop: fl
     ideal = {c: float(m.info()["ideal"]) for c, m in replay.table.items()}
     study = optuna.create_study(directions=objectives.directions(objectives.DEFAULT), sampler=make_sampler(
         sampler, seed, replay.num_layers, replay.kv, max_drop=max_drop, ideal=ideal))
-    references = References(ttft_ms=reference_ms)
+    references = References({TTFT.name: reference_ms})
     history = []
 
     def objective(trial: optuna.Trial) -> tuple[float, ...]:

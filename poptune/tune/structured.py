@@ -59,7 +59,9 @@ import optuna
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
+from poptune.objectives.accuracy import ACCURACY
 from poptune.objectives.registry import DEFAULT, named
+from poptune.objectives.ttft import TTFT
 from poptune.problem.space import OWN, all_configs, config_of_trial, params_of
 from poptune.store.measurement import Measurement
 from poptune.store.trials import is_pop
@@ -161,12 +163,21 @@ def _within(trial: "optuna.trial.FrozenTrial", budget: float | None) -> float | 
     return None
 
 
+#: The objectives the order of POP's space is read on: TTFT and accuracy (a study's others are only measured).
+READS = (TTFT.name, ACCURACY.name)
+
+
+def reads(objectives: Sequence[str]) -> bool:
+    """Whether a study of ``objectives`` has those the order is read on (:data:`READS`)."""
+    return set(READS) <= set(objectives)
+
+
 def observations(trials: Sequence["optuna.trial.FrozenTrial"], num_layers: int, max_drop: float | None = None,
                  objectives: Sequence[str] = DEFAULT) -> dict[PopConfig, Observation]:
     """Each configuration's first completed trial, read as an :class:`Observation` (its TTFT and accuracy
     objectives by name among the study's ``objectives``)."""
-    if not {"ttft", "accuracy"} <= set(objectives):
-        raise ConfigError(f"the structured sampler reads the ttft and accuracy objectives, the study has "
+    if not reads(objectives):
+        raise ConfigError(f"the structured sampler reads the {' and '.join(READS)} objectives, the study has "
                           f"{', '.join(objectives)}")
     budget = max_drop if max_drop is not None else _budget(trials)
     seen: dict[PopConfig, Observation] = {}
@@ -176,7 +187,8 @@ def observations(trials: Sequence["optuna.trial.FrozenTrial"], num_layers: int, 
             continue  # a baseline's trial is not a point of the space
         config = config_of_trial(t, num_layers)
         if config is not None and config not in seen:
-            seen[config] = Observation(config, t.number, values["ttft"], values["accuracy"], _within(t, budget))
+            latency, accuracy = (values[name] for name in READS)
+            seen[config] = Observation(config, t.number, latency, accuracy, _within(t, budget))
     return seen
 
 

@@ -169,7 +169,9 @@ class StudySpec:
             raise ConfigError(f"`heartbeat_s` must be a positive integer, got {self.heartbeat_s!r}")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"`sampler` must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
-        if self.sampler == "structured" and not {"ttft", "accuracy"} <= set(self.problem.objectives):
+        from poptune.tune.structured import reads  # imports optuna: on use, not when this module is imported
+
+        if self.sampler == "structured" and not reads(self.problem.objectives):
             raise ConfigError("the structured sampler searches by TTFT and accuracy: give both in --objectives (any "
                               "others beside them), or another --sampler (tpe, nsga2, random, grid)")
         store.check_study_name(self.study)

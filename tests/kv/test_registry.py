@@ -71,8 +71,8 @@ def test_labels_and_tags_come_from_the_source(shared):
     from poptune.evaluate.lm import PopLM
     from poptune.store.front import FrontRow
 
-    row = FrontRow(trial=0, skip=6, boundary="last", offset=0, method="pop", prefill_ms=1.0, speedup=1.2,
-                   accuracy=0.5, drop=0.1, feasible=True, kv="anchor")
+    row = FrontRow(trial=0, skip=6, boundary="last", offset=0, method="pop", speedup=1.2,
+                   drop=0.1, feasible=True, kv="anchor", values={"ttft": 1.0, "accuracy": 0.5})
     assert row.label == "6/last/0/anchor" and row.config == PopConfig(6, kv="anchor")
     assert FrontRow(**{**row.__dict__, "kv": "calibrated"}).label == "6/last/0/calibrated"
     model, tok = shared("tiny-llama")

@@ -47,6 +47,18 @@ def test_an_old_study_without_a_schema_version_reads_as_it_did():
     assert stored.timed_length == 16  # no `target_length` stored: the problem's first length
     assert stored.runs == [] and stored.null_checks == [] and stored.confirmations == {}
     assert stored.certification is None and stored.full_run is None and stored.full_accuracy == {"piqa": 0.75}
+    assert dict(stored.references) == {"ttft": 10.0}  # keyed by objective, read from the attribute stored before
+
+
+def test_references_are_keyed_by_objective_and_stored_under_the_names_older_studies_used():
+    study = _old_study()
+    study.set_user_attr("reference_tpot_ms", 2.5)  # a study of the tpot objective, stored before the keying
+    stored = StoredStudy.of(study)
+    assert dict(stored.references) == {"ttft": 10.0, "tpot": 2.5}
+    stored.set_reference("tpot", 3.0)  # written under the name studies have always used
+    assert study.user_attrs["reference_tpot_ms"] == 3.0 and StoredStudy.of(study).references["tpot"] == 3.0
+    study.set_user_attr("reference_accuracy", 0.5)  # not a reference: accuracy is read without one
+    assert "accuracy" not in StoredStudy.of(study).references
 
 
 def test_a_new_study_records_the_schema_version_and_reads_back_what_it_wrote():

@@ -186,7 +186,7 @@ def _old_study(url: str) -> None:
         info = m.info()
         for key in ("null_check", "noisy", "provenance"):
             info.pop(key)  # not written then
-        values, info, _ = _outcome(m, info, problem, References(ttft_ms=100.0))
+        values, info, _ = _outcome(m, info, problem, References({"ttft": 100.0}))
         study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, values=list(values),
                                                   user_attrs=info))
 
