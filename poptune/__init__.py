@@ -21,10 +21,10 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["PROFILES", "Profile", "compare", "methods_for"], "poptune.comparison.measure"),
     "write_methods_board": "poptune.comparison.board",
     "cache_dir": "poptune.cache",
-    **dict.fromkeys(["BOUNDARIES", "KV_SOURCES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "attach_kv_maps",
-                     "detach_kv_maps", "get_pop_config", "remove_pop", "stage"], "poptune.engine"),
+    **dict.fromkeys(["BOUNDARIES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "get_pop_config", "remove_pop",
+                     "stage"], "poptune.engine"),
     "KVFitSpec": "poptune.kvfit.fit",
-    "prepare_kv": "poptune.kvfit.prepare",
+    **dict.fromkeys(["attach_kv_maps", "detach_kv_maps", "prepare_kv"], "poptune.kvfit.prepare"),
     "KVMaps": "poptune.kv.maps",
     **dict.fromkeys(["Objective", "References"], "poptune.objectives.base"),
     **dict.fromkeys(["ConfigError", "DataError", "DeviceError", "InputError", "MeasurementError",
@@ -52,13 +52,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from poptune.comparison.measure import PROFILES, Profile, compare, methods_for
     from poptune.engine import (
         BOUNDARIES,
-        KV_SOURCES,
         STAGES,
         PopConfig,
         PopHandle,
         apply_pop,
-        attach_kv_maps,
-        detach_kv_maps,
         get_pop_config,
         remove_pop,
         stage,
@@ -83,7 +80,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
     from poptune.kv.maps import KVMaps
     from poptune.kvfit.calibration import CalibrationSpec
     from poptune.kvfit.fit import KVFitSpec
-    from poptune.kvfit.prepare import prepare_kv
+    from poptune.kvfit.prepare import attach_kv_maps, detach_kv_maps, prepare_kv
     from poptune.measure.bench import BenchSpec, run_bench
     from poptune.models import (
         ImageSize,

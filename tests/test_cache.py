@@ -9,10 +9,10 @@ import tempfile
 import pytest
 
 from poptune import PopConfig, cache
-from poptune.engine import decoder_of, detach_kv_maps
-from poptune.kv.maps import kv_maps_of
+from poptune.engine import decoder_of
+from poptune.kv import calibrated
 from poptune.kvfit.fit import KVFitSpec
-from poptune.kvfit.prepare import prepare_kv
+from poptune.kvfit.prepare import detach_kv_maps, prepare_kv
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_calibrated_maps_with_an_unwritable_cache(shared, eval_data, monkeypatch
     with caplog.at_level(logging.WARNING, logger="poptune.cache"):
         maps = prepare_kv(model, tok, config, fingerprint="test-weights", spec=spec)
         again = prepare_kv(model, tok, config, fingerprint="test-weights", spec=spec)
-    assert again is kv_maps_of(decoder_of(model))[(3, 6)]  # attached, and not fitted twice
+    assert again is calibrated.SOURCE.held(decoder_of(model))[(3, 6)]  # attached, and not fitted twice
     assert len(caplog.records) == 1
     if kept == "fallback":
         assert maps.path is not None and maps.path.is_relative_to(temp) and maps.path.is_file()

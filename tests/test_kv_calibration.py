@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from poptune import ConfigError, DataError, PopConfig, apply_pop, load_model
-from poptune.engine import attach_kv_maps, decoder_of, detach_kv_maps
+from poptune.engine import decoder_of
 from poptune.engine.segments import generate, prefill_prompt
 from poptune.kv.maps import KVMaps, file_sha256
 from poptune.kvfit.calibration import calibration
 from poptune.kvfit.fit import KVFitSpec, KVFitter
-from poptune.kvfit.prepare import prepare_kv
+from poptune.kvfit.prepare import attach_kv_maps, detach_kv_maps, prepare_kv
 from poptune.measure.prompts import prompt_batch
 from poptune.models.configs import tiny_names
 

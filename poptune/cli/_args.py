@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from poptune.device import DTYPES
-from poptune.engine import BOUNDARIES, KV_SOURCES, PopConfig
+from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
 from poptune.files import write_text
 from poptune.kv import registry as kv_registry
@@ -82,7 +82,7 @@ def add_pop(parser: argparse.ArgumentParser, *, skip_required: bool = True) -> N
     group.add_argument("--skip", type=count, required=skip_required, help="layers skipped in prefill")
     group.add_argument("--boundary", default="last", help=f"one of {', '.join(BOUNDARIES)} (default: last)")
     group.add_argument("--offset", type=count, default=0, help="final layers kept even in prefill (default: 0)")
-    group.add_argument("--kv", choices=KV_SOURCES, default=kv_registry.DEFAULT,
+    group.add_argument("--kv", choices=kv_registry.NAMES, default=kv_registry.DEFAULT,
                        help="the skipped layers' K/V for the pruned tokens: " + _kv_help())
 
 
@@ -375,9 +375,7 @@ def config_list(text: str | None, option: str) -> tuple[PopConfig, ...]:
             raise ConfigError(f"`{option}` takes SKIP/BOUNDARY/OFFSET items (or SKIP/BOUNDARY/OFFSET/KV), got "
                               f"{part!r}") from e
         kv = fields[3] if len(fields) == 4 else kv_registry.DEFAULT
-        if kv not in KV_SOURCES:
-            raise ConfigError(f"`{option}` item {part!r}: its K/V source must be one of {', '.join(KV_SOURCES)}, "
-                              f"got {kv!r}")
+        kv_registry.source(kv, what=f"`{option}` item {part!r}: its K/V source")
         configs.append(PopConfig(skip=skip, boundary=boundary, offset=offset, kv=kv))
     return tuple(configs)
 

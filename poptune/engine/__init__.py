@@ -66,26 +66,20 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, InputError, UnsupportedModelError
-from ..kv import maps as kvmaps
 from ..kv import registry
-from ..kv.maps import KVMaps
 from ..kv.source import Segment
 from ..patching import Patch
-from .block import compacted, mask_layout, skipping
+from .block import cache_context, mask_layout, skipping
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["BOUNDARIES", "KV_SOURCES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config",
-           "decoder_of", "stage", "attach_kv_maps", "detach_kv_maps"]
+__all__ = ["BOUNDARIES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config", "decoder_of",
+           "stage"]
 
 #: The boundary rules the tuner searches; ``window-<W>`` for any positive W is accepted too.
 BOUNDARIES: tuple[str, ...] = ("none", "last", "window-4", "window-16", "window-64")
-
-#: Where the pruned tokens' K/V in the skipped block come from, by name (:mod:`poptune.kv.registry`): the layers'
-#: own projections (the paper), projections fitted to the full model's, the first token's and the boundary's only.
-KV_SOURCES: tuple[str, ...] = registry.NAMES
 
 _WINDOW = re.compile(r"^window-([1-9][0-9]*)$")
 
@@ -116,11 +110,9 @@ class PopConfig:
             ``[L - offset - skip, L - offset)``; the paper's case is 0.
         layers: An explicit set of skipped layers instead of a final block (for baselines that choose layers by
             a metric, e.g. ShortGPT's prefill-only variant); ``skip`` must equal its size and ``offset`` be 0.
-        kv: Where the pruned tokens' K/V come from, a source of :data:`KV_SOURCES` (:mod:`poptune.kv`): by default
-            the skipped layers' own projections (the paper); ``calibrated``: projections fitted to the full
-            model's K/V (the model must hold the block's maps, see :func:`attach_kv_maps`; ``skip >= 1`` and a
-            final block); ``anchor``: only the first prompt token's and the boundary's K/V are kept in the
-            skipped layers (``skip >= 1``).
+        kv: Where the pruned tokens' K/V come from, the name of a source of :mod:`poptune.kv.registry`
+            (``registry.NAMES``; each source's module says what it needs): by default the skipped layers' own
+            projections (the paper).
     """
 
     skip: int
@@ -278,14 +270,14 @@ def apply_pop(model: "nn.Module", config: PopConfig) -> PopHandle:
     Raises:
         UnsupportedModelError: the architecture or its attention implementation is not one the engine knows.
         ConfigError: the configuration does not fit the model's depth, or its K/V source cannot run on the model
-            as it is (calibrated K/V the model holds no maps for).
+            as it is (:meth:`poptune.kv.source.KVSource.ready`).
     """
     if not isinstance(config, PopConfig):
         raise ConfigError(f"apply_pop needs a PopConfig, got {type(config).__name__}")
     decoder = decoder_of(model)
     skipped = config.skipped_layers(len(decoder.layers))
     layout = mask_layout(decoder.config)  # an attention implementation POP cannot mask: refused before any change
-    registry.source(config.kv).ready(decoder, config, skipped, layout)  # calibrated K/V without maps: refused too
+    registry.source(config.kv).ready(decoder, config, skipped, layout)  # a source the model is not ready for: too
     state = getattr(model, _STATE_ATTR, None)
     previous = state.config if state is not None else None
     if state is None:
@@ -304,24 +296,6 @@ def remove_pop(model: "nn.Module") -> None:
         return
     state.patch.undo()
     delattr(model, _STATE_ATTR)
-
-
-def attach_kv_maps(model: "nn.Module", maps: KVMaps) -> None:
-    """Give ``model`` the fitted K/V maps of one block, used by calibrated K/V (:mod:`poptune.kv.calibrated`) on that
-    block.
-
-    A model holds maps for any number of blocks (one per ``(skip, offset)``); attaching maps of a block it
-    already holds replaces them.
-
-    Raises:
-        ConfigError: maps that do not fit the model's layers (another architecture or size).
-    """
-    kvmaps.attach_to(decoder_of(model), maps)
-
-
-def detach_kv_maps(model: "nn.Module") -> None:
-    """Drop every K/V map ``model`` holds."""
-    kvmaps.detach_from(decoder_of(model))
 
 
 def get_pop_config(model: "nn.Module") -> PopConfig | None:
@@ -381,9 +355,9 @@ def _pop_forward(
     # Prefix states (see poptune.engine.prefix) are whole prompts from position 0: segments over a cache never use them.
     prefix = getattr(decoder, "_poptune_prefix_states", None) if past == 0 else None
     if state.config.skip == 0 or kind == "decode" or pruned <= 0:
-        # Decode, or a segment inside the boundary window: the unmodified model (a compact cache's masks gathered).
+        # Decode, or a segment inside the boundary window: the unmodified model (over the cache as its source says).
         recording = prefix.recording(decoder, inputs) if prefix is not None and n > 1 else contextlib.nullcontext()
-        with recording, compacted(decoder, cache):
+        with recording, cache_context(decoder, cache):
             return inner(cache=cache, use_cache=use_cache, **inputs)
 
     from transformers import DynamicCache
@@ -400,7 +374,8 @@ def _pop_forward(
     source.ready(decoder, state.config, state.skipped, layout)
     segment = Segment(pruned, None if pads == 0 else attention_mask, n, pads)
     write = source.writer(decoder, state.config, state.skipped, segment)
-    with skipping(decoder, state.skipped, pruned, layout, write), compacted(decoder, cache, state.skipped), replaying:
+    attending = cache_context(decoder, cache, state.skipped)  # over a cache its source marked, outside the block
+    with skipping(decoder, state.skipped, pruned, layout, write), attending, replaying:
         out = inner(cache=cache, use_cache=True, **inputs)
     # Only positions that ran at full depth yield logits: (B, N, C) -> (B, N - P, C); with boundary "none", the
     # prompt's last (pruned) position, which predicts the first token; a chunk, none.

@@ -16,9 +16,10 @@ their exact shape. The masks of the eager and SDPA kernels are 4-D (queries x ke
 key-padding masks (the kernel aligns causality bottom-right itself); other attention implementations are
 refused by name.
 
-A layer whose cache is compact (it keeps some of the tokens it has seen, :mod:`poptune.kv.compact`: the anchor
-source's skipped layers) attends with the model's mask gathered at the tokens it keeps, in the block and in every
-later forward (:func:`compacted`).
+A source whose writes leave a cache that plain attention cannot read marks it (:meth:`KVSource.mark
+<poptune.kv.source.KVSource.mark>`); the engine then asks that source for the boundary tokens' mask
+(:meth:`~poptune.kv.source.KVSource.boundary_mask`) and enters its context around every later forward over the cache
+(:func:`cache_context`). The engine knows no source's cache: it asks the source that marked it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UnsupportedModelError
-from ..kv.source import COMPACT_FLAG
+from ..kv.source import source_of
 from ..patching import Patch
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
     from ..kv.source import Write
 
-__all__ = ["compacted", "mask_layout", "skipping"]
+__all__ = ["cache_context", "mask_layout", "skipping"]
 
 
 def mask_layout(config: Any) -> str:
@@ -106,9 +107,13 @@ def _skipped_layer_forward(layer: Any, inner: Any, pruned: int, layout: str, wri
         position_ids = kwargs.pop("position_ids", None)
         if isinstance(position_ids, torch.Tensor):
             kwargs["position_ids"] = position_ids[..., pruned:]
+        sliced = partial(_boundary_mask, attention_mask, cache, layer, (pruned, n), mask_offset, layout, cos.device)
+        shaped_by = source_of(cache)  # the source that left the cache in its own shape, if one did
+        mask = sliced() if shaped_by is None else shaped_by.boundary_mask(
+            layer, cache, attention_mask, (pruned, n), mask_offset, cos.device, sliced)
         boundary = inner(
             hidden_states[:, pruned:],  # (B, W, C)
-            attention_mask=_boundary_mask(attention_mask, cache, layer, (pruned, n), mask_offset, layout, cos.device),
+            attention_mask=mask,
             position_embeddings=(cos[:, pruned:], sin[:, pruned:]),
             cache=cache,
             **kwargs,
@@ -126,7 +131,8 @@ def _boundary_mask(mask: Any, cache: Any, layer: Any, queries: tuple[int, int], 
     ``mask`` is the model's for the whole segment: (B, 1, N, KV) with its first column at absolute key position
     ``mask_offset`` (4-D), or (B, KV) aligned on the last key (2-D). The boundary needs the rows ``[start, stop)``
     and the columns the cache holds now: all keys for full attention, the last ``window - 1`` earlier ones and the
-    boundary for a sliding-window layer, the columns kept for a compact layer. Without a mask (SDPA's causal
+    boundary for a sliding-window layer (a source whose cache holds other columns says its own mask,
+    :meth:`~poptune.kv.source.KVSource.boundary_mask`). Without a mask (SDPA's causal
     shortcut: no padding) one query may see every key; a window of several queries needs an explicit
     bottom-right-aligned causal mask (a flash kernel aligns it so itself).
     """
@@ -134,13 +140,6 @@ def _boundary_mask(mask: Any, cache: Any, layer: Any, queries: tuple[int, int], 
 
     start, stop = queries
     width = stop - start
-    from ..kv.compact import CompactLayer, compact_mask
-
-    held = cache.layers[layer.self_attn.layer_idx]
-    if isinstance(held, CompactLayer):
-        assert held.columns is not None  # a compacted layer the block wrote to
-        return compact_mask(mask, held, queries, mask_offset, batch=held.columns.shape[0], device=device,
-                            window=getattr(layer.self_attn, "sliding_window", None))
     kv_length, kv_offset = cache.get_mask_sizes(width, layer.self_attn.layer_idx)
     if layout == "2d":
         return mask[:, -kv_length:] if isinstance(mask, torch.Tensor) else None  # (B, KV)
@@ -161,43 +160,17 @@ def _boundary_mask(mask: Any, cache: Any, layer: Any, queries: tuple[int, int], 
 
 
 @contextlib.contextmanager
-def compacted(decoder: Any, cache: Any, exclude: Sequence[int] = ()) -> Iterator[None]:
-    """Within, the layers whose cache is compact (:mod:`poptune.kv.compact`), but ``exclude``, attend with the
-    model's masks gathered at the tokens they keep. Nothing to do (and no cost) for a cache without one.
+def cache_context(decoder: Any, cache: Any, exclude: Sequence[int] = ()) -> Iterator[None]:
+    """Within, ``decoder``'s layers but ``exclude`` attend over ``cache`` as the K/V source that marked it says
+    (:meth:`~poptune.kv.source.KVSource.cache_context`); nothing to do (and no cost but one attribute lookup) for a
+    cache no source marked.
 
     Raises:
-        UnsupportedModelError: a compact cache under flash attention (2-D masks cannot be gathered).
+        UnsupportedModelError: a cache its source cannot have read under the model's attention implementation.
     """
-    if cache is None or not getattr(cache, COMPACT_FLAG, False):
+    shaped_by = source_of(cache)
+    if shaped_by is None:
         yield
         return
-    from ..kv.compact import CompactLayer
-
-    if mask_layout(decoder.config) != "4d":
-        raise UnsupportedModelError("a cache that dropped tokens needs eager or sdpa attention (4-D masks)")
-    patches: list[Patch] = []
-    try:
-        for i, held in enumerate(cache.layers):
-            if isinstance(held, CompactLayer) and i not in exclude:
-                layer = decoder.layers[i]
-                patches.append(Patch(layer, partial(_compact_layer_forward, layer)))
+    with shaped_by.cache_context(decoder, cache, mask_layout(decoder.config), exclude):
         yield
-    finally:
-        for patch in reversed(patches):
-            patch.undo()
-
-
-def _compact_layer_forward(layer: Any, inner: Any) -> Any:
-    """A layer whose cache is compact: its own forward, with the mask of its type gathered at the kept tokens."""
-
-    def forward(hidden_states: "torch.Tensor", *args: Any, attention_mask: Any = None, cache: Any = None,
-                **kwargs: Any) -> Any:
-        from ..kv.compact import compact_mask
-
-        index, (batch, n) = layer.self_attn.layer_idx, hidden_states.shape[:2]
-        _, offset = cache.get_mask_sizes(n, index)
-        mask = compact_mask(attention_mask, cache.layers[index], (0, n), offset, batch=batch,
-                            device=hidden_states.device, window=getattr(layer.self_attn, "sliding_window", None))
-        return inner(hidden_states, *args, attention_mask=mask, cache=cache, **kwargs)
-
-    return forward

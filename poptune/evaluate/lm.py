@@ -79,7 +79,7 @@ class PopLM(HFLM):
         skip, boundary, offset: The :class:`~poptune.engine.PopConfig`; ``skip=0`` is the full model.
         layers: An explicit set of skipped layers (a tuple, or ``"3-5-9"`` from ``--model_args``) instead of the
             final block; ``skip`` then defaults to its size.
-        kv: The K/V source (:data:`poptune.engine.KV_SOURCES`). With a model name the model is prepared for it
+        kv: The K/V source (a name of :mod:`poptune.kv.registry`). With a model name the model is prepared for it
             as a study prepares it (:func:`poptune.prepare_kv`: calibrated K/V's maps are read from the poptune
             cache or fitted there first, on WikiText-2 validation text from ``$POPTUNE_DATA``, else text sampled
             from the model); a loaded model must be prepared already (hold the maps).

@@ -1,8 +1,8 @@
 """K/V sources: where the pruned tokens' K/V in POP's skipped block come from (the contract and its sources).
 
 - ``source``: the contract (:class:`~poptune.kv.source.KVSource`): a source's name and label, which
-  configurations it runs, how a skipped layer writes the pruned tokens' K/V, how a model is prepared for it,
-  what an exported configuration carries;
+  configurations it runs, how a skipped layer writes the pruned tokens' K/V, how the model attends over what it
+  wrote (the hooks the engine calls), how a model is prepared for it, what an exported configuration carries;
 - ``registry``: the sources by name, the one list (a new source: one module here and one line there);
 - ``own`` (the paper's, the default), ``calibrated`` (fitted maps), ``anchor`` (the first token and the boundary
   only): the sources;

@@ -25,11 +25,13 @@ skipped layers, which costs accuracy: ``docs/kv-sources.md`` has the measurement
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from poptune.errors import ConfigError, UnsupportedModelError
 from poptune.kv import project
-from poptune.kv.source import KVSource, Segment, Write
+from poptune.kv.source import Decoder, KVSource, Segment, SkipPlan, Write
 
 __all__ = ["SOURCE", "AnchorKV"]
 
@@ -41,11 +43,11 @@ class AnchorKV(KVSource):
     help = ("only the first prompt token's and the boundary window's (SPEED's shallow prefill, untrained): the "
             "skipped layers' cache holds 1 + W prompt tokens")
 
-    def check(self, config: Any) -> None:
+    def check(self, config: SkipPlan) -> None:
         if config.skip == 0:
             raise ConfigError(f"`kv='{self.name}'` needs skip >= 1")
 
-    def ready(self, decoder: Any, config: Any, skipped: Any, layout: str) -> None:
+    def ready(self, decoder: Decoder, config: SkipPlan, skipped: Sequence[int], layout: str) -> None:
         if layout != "4d":
             raise UnsupportedModelError(f"`kv='{self.name}'` needs eager or sdpa attention (4-D masks): a flash "
                                         "kernel's sliding window counts key indices, which a compact cache changes")
@@ -53,8 +55,34 @@ class AnchorKV(KVSource):
     def kept(self, pruned: int) -> int:
         return min(pruned, 1)
 
-    def writer(self, decoder: Any, config: Any, skipped: Any, segment: Segment) -> Write:
+    def writer(self, decoder: Decoder, config: SkipPlan, skipped: Sequence[int], segment: Segment) -> Write:
         return functools.partial(_write_anchor, segment=segment)
+
+    def boundary_mask(self, layer: Any, cache: Any, mask: Any, queries: tuple[int, int], mask_offset: int,
+                      device: Any, sliced: Callable[[], Any]) -> Any:
+        """The model's mask gathered at the columns the layer's compact cache keeps (the anchor, the boundary)."""
+        from poptune.kv.compact import CompactLayer, compact_mask
+
+        held = cache.layers[layer.self_attn.layer_idx]
+        if not isinstance(held, CompactLayer):
+            return sliced()
+        assert held.columns is not None  # a compacted layer the block wrote to
+        return compact_mask(mask, held, queries, mask_offset, batch=held.columns.shape[0], device=device,
+                            window=getattr(layer.self_attn, "sliding_window", None))
+
+    def cache_context(self, decoder: Decoder, cache: Any, layout: str, exclude: Sequence[int] = ()
+                      ) -> AbstractContextManager[None]:
+        """The compact layers but ``exclude`` attend with the model's masks gathered at the tokens they keep
+        (:func:`poptune.kv.compact.gathering`).
+
+        Raises:
+            UnsupportedModelError: under flash attention (2-D masks cannot be gathered).
+        """
+        from poptune.kv.compact import gathering
+
+        if layout != "4d":
+            raise UnsupportedModelError("a cache that dropped tokens needs eager or sdpa attention (4-D masks)")
+        return gathering(decoder, cache, exclude)
 
 
 SOURCE = AnchorKV()
@@ -67,6 +95,7 @@ def _write_anchor(layer: Any, hidden_states: Any, position_embeddings: Any, cach
     from poptune.kv.compact import compact_layer
 
     held = compact_layer(cache, layer.self_attn.layer_idx)
+    SOURCE.mark(cache)  # every later forward over the cache gathers its masks (AnchorKV.cache_context)
     batch, pruned = hidden_states.shape[:2]
     if held.get_seq_length() == 0 and pruned:
         first = segment.first

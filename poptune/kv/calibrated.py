@@ -5,22 +5,30 @@ Each skipped layer after the block's first writes the pruned tokens' K/V through
 :mod:`poptune.kvfit.fit`), attached to the model; a configuration without its block's maps attached is refused.
 One skipped layer has no map (the block-entry state is its true input), so calibrated K/V differ from the
 layers' own from two skipped layers on. Preparing a model loads the block's maps from the maps folder, else fits
-them there (once per weights, block and calibration); an exported configuration carries its maps file.
+them there (once per weights, block and calibration); an exported configuration carries its maps file. The
+source holds the maps a decoder carries (:meth:`CalibratedKV.attach`, :meth:`~CalibratedKV.detach`,
+:meth:`~CalibratedKV.held`; users call :func:`poptune.attach_kv_maps` with the model).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poptune import progress
 from poptune.errors import ConfigError
 from poptune.kv import project
-from poptune.kv.maps import KVMaps, attach_to, keep, kv_maps_of, maps_file, maps_paths, read_cached
-from poptune.kv.source import KVSource, Preparation, Segment, Write, block_of
+from poptune.kv.maps import KVMaps, keep, maps_file, maps_paths, read_cached
+from poptune.kv.source import Decoder, KVSource, Preparation, Segment, SkipPlan, Write, block_of
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["SOURCE", "CalibratedKV"]
+
+#: Where a decoder holds its maps, by block.
+_ATTR = "_poptune_kv_maps"
 
 
 class CalibratedKV(KVSource):
@@ -34,14 +42,14 @@ class CalibratedKV(KVSource):
     export_key = "kv_maps"
     export_suffix = ".kv.safetensors"
 
-    def check(self, config: Any) -> None:
+    def check(self, config: SkipPlan) -> None:
         if config.skip == 0 or config.layers is not None:
             raise ConfigError(f"`kv='{self.name}'` needs skip >= 1 and a final block (no `layers`)")
 
-    def ready(self, decoder: Any, config: Any, skipped: Any, layout: str) -> None:
+    def ready(self, decoder: Decoder, config: SkipPlan, skipped: Sequence[int], layout: str) -> None:
         self._maps(decoder, config, skipped)
 
-    def writer(self, decoder: Any, config: Any, skipped: Any, segment: Segment) -> Write:
+    def writer(self, decoder: Decoder, config: SkipPlan, skipped: Sequence[int], segment: Segment) -> Write:
         maps = self._maps(decoder, config, skipped)
 
         def write(layer: Any, hidden_states: Any, position_embeddings: Any, cache: Any) -> None:
@@ -50,11 +58,41 @@ class CalibratedKV(KVSource):
 
         return write
 
+    def attach(self, decoder: Decoder, maps: KVMaps) -> None:
+        """Give ``decoder`` the maps of one block (replacing any it held for that block), on its device and dtype.
+
+        A decoder holds maps for any number of blocks (one per ``(skip, offset)``).
+
+        Raises:
+            ConfigError: maps that do not fit the decoder's layers (another architecture or size).
+        """
+        maps.check_fits(decoder)
+        reference = decoder.layers[maps.start].self_attn.k_proj.weight
+        moved = {layer: (k.to(reference.device, reference.dtype), v.to(reference.device, reference.dtype))
+                 for layer, (k, v) in maps.weights.items()}
+        held: dict[tuple[int, int], KVMaps] = dict(self.held(decoder))
+        sinks = {layer: (k.to(reference.device, reference.dtype), v.to(reference.device, reference.dtype))
+                 for layer, (k, v) in maps.sinks.items()}
+        held[maps.block] = KVMaps(maps.start, maps.stop, moved, maps.fingerprint, dict(maps.meta), maps.path, sinks,
+                                  maps.sink_norm)
+        setattr(decoder, _ATTR, held)
+
+    def detach(self, decoder: Decoder, block: tuple[int, int] | None = None) -> None:
+        """Drop every map ``decoder`` holds (only those of ``block`` when given)."""
+        if block is not None:
+            setattr(decoder, _ATTR, {b: m for b, m in self.held(decoder).items() if b != block})
+        elif hasattr(decoder, _ATTR):
+            delattr(decoder, _ATTR)
+
     @staticmethod
-    def _maps(decoder: Any, config: Any, skipped: Any) -> KVMaps:
+    def held(decoder: Decoder) -> Mapping[tuple[int, int], KVMaps]:
+        """The maps ``decoder`` holds, by block."""
+        return getattr(decoder, _ATTR, {})
+
+    def _maps(self, decoder: Decoder, config: SkipPlan, skipped: Sequence[int]) -> KVMaps:
         """The maps of ``config``'s block, or :class:`ConfigError` if the decoder holds none."""
         block = (min(skipped), max(skipped) + 1)
-        maps = kv_maps_of(decoder).get(block)
+        maps = self.held(decoder).get(block)
         if maps is None:
             raise ConfigError(
                 f"{config} needs fitted K/V maps of layers [{block[0]}, {block[1]}): fit or load them with "
@@ -62,7 +100,7 @@ class CalibratedKV(KVSource):
             )
         return maps
 
-    def prepare(self, model: Any, tokenizer: Any, config: Any, preparation: Preparation) -> KVMaps:
+    def prepare(self, model: "nn.Module", tokenizer: Any, config: SkipPlan, preparation: Preparation) -> KVMaps:
         """Attach the maps of ``config``'s block: held already, read from the maps folder, else fitted (and kept
         there, :func:`poptune.kv.maps.keep`). Returns them.
 
@@ -76,7 +114,7 @@ class CalibratedKV(KVSource):
         fitter = preparation.fitter()
         relative = maps_file(fingerprint, block, fitter.cache_tag())
         paths = maps_paths(relative, preparation.cache_dir)
-        held = kv_maps_of(decoder).get(block)
+        held = self.held(decoder).get(block)
         if held is not None and held.fingerprint == fingerprint and (
                 held.path in paths or held.path is None and held.meta.get("cache_file") == relative.as_posix()):
             return held  # attached already (a trial's timing and its scoring need the same maps)
@@ -85,11 +123,11 @@ class CalibratedKV(KVSource):
             if maps is None:
                 maps = fitter.fit(*block)
                 keep(maps, relative, preparation.cache_dir)
-        attach_to(decoder, maps)
+        self.attach(decoder, maps)
         return maps
 
-    def details(self, prepared: Any) -> dict[str, Any]:
-        return {} if prepared is None else {self.export_key: prepared.describe()}
+    def details(self, prepared: object | None) -> dict[str, Any]:
+        return {self.export_key: prepared.describe()} if isinstance(prepared, KVMaps) else {}
 
     def report_lines(self, details: Sequence[Mapping[str, Any]]) -> list[str]:
         """Which text the study's maps were fitted on, and per block what the fit's held-out check decided."""
@@ -115,10 +153,10 @@ class CalibratedKV(KVSource):
                          + "; ".join(checks[block] for block in sorted(checks)))
         return lines
 
-    def load_export(self, model: Any, decoder: Any, carried: dict[str, Any], folder: Path, *,
+    def load_export(self, model: "nn.Module", decoder: Decoder, carried: dict[str, Any], folder: Path, *,
                     fingerprint: str | None) -> None:
         maps = KVMaps.load(folder / carried["file"], fingerprint=fingerprint, sha256=carried["sha256"])
-        attach_to(decoder, maps)
+        self.attach(decoder, maps)
 
 
 SOURCE = CalibratedKV()

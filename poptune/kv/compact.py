@@ -9,8 +9,10 @@ cache is compact attends with the model's mask gathered at those columns (:func:
 sliding windows and bidirectional image blocks keep their exact shape over the keys kept, and its attention
 reads fewer keys: the memory and the decode work of the dropped tokens are really gone.
 
-The engine gathers the masks (:func:`poptune.engine.block.compacted`) while POP is applied to the model. Decoded by a
-model without POP, a compact cache fails on the mask's shape wherever the model passes a mask: never silently.
+The anchor source (:mod:`poptune.kv.anchor`) marks a cache it made compact, and the engine then gathers the masks
+(:func:`gathering`, through :meth:`poptune.kv.source.KVSource.cache_context`) in every forward over it, POP's or the
+plain model's (:func:`poptune.engine.block.cache_context`). Decoded by a model outside that context, a compact
+cache fails on the mask's shape wherever the model passes a mask: never silently.
 
 This module imports torch and transformers: import it inside functions (``import poptune`` loads neither).
 """
@@ -18,16 +20,18 @@ This module imports torch and transformers: import it inside functions (``import
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
 from poptune.errors import UnsupportedModelError
-from poptune.kv.source import COMPACT_FLAG
+from poptune.patching import Patch
 
-__all__ = ["CompactLayer", "compact_layer", "compact_mask", "is_compact"]
+__all__ = ["CompactLayer", "compact_layer", "compact_mask", "gathering", "is_compact"]
 
 
 class CompactLayer(DynamicLayer):
@@ -195,13 +199,42 @@ def compact_layer(cache: Any, index: int) -> CompactLayer:
     held = layers[index]
     if not isinstance(held, CompactLayer):
         held = layers[index] = CompactLayer.of(held)
-        setattr(cache, COMPACT_FLAG, True)
     return held
 
 
 def is_compact(cache: Any) -> bool:
     """Whether any layer of ``cache`` is compact."""
-    return bool(getattr(cache, COMPACT_FLAG, False))
+    return any(isinstance(layer, CompactLayer) for layer in getattr(cache, "layers", ()))
+
+
+@contextlib.contextmanager
+def gathering(decoder: Any, cache: Any, exclude: Sequence[int] = ()) -> Iterator[None]:
+    """Within, the layers of ``decoder`` whose cache in ``cache`` is compact, but ``exclude``, attend with the
+    model's masks gathered at the tokens they keep (4-D masks only: the caller checks the layout)."""
+    patches: list[Patch] = []
+    try:
+        for i, held in enumerate(cache.layers):
+            if isinstance(held, CompactLayer) and i not in exclude:
+                layer = decoder.layers[i]
+                patches.append(Patch(layer, partial(_compact_layer_forward, layer)))
+        yield
+    finally:
+        for patch in reversed(patches):
+            patch.undo()
+
+
+def _compact_layer_forward(layer: Any, inner: Any) -> Any:
+    """A layer whose cache is compact: its own forward, with the mask of its type gathered at the kept tokens."""
+
+    def forward(hidden_states: torch.Tensor, *args: Any, attention_mask: Any = None, cache: Any = None,
+                **kwargs: Any) -> Any:
+        index, (batch, n) = layer.self_attn.layer_idx, hidden_states.shape[:2]
+        _, offset = cache.get_mask_sizes(n, index)
+        mask = compact_mask(attention_mask, cache.layers[index], (0, n), offset, batch=batch,
+                            device=hidden_states.device, window=getattr(layer.self_attn, "sliding_window", None))
+        return inner(hidden_states, *args, attention_mask=mask, cache=cache, **kwargs)
+
+    return forward
 
 
 def compact_mask(mask: Any, held: CompactLayer, queries: tuple[int, int], mask_offset: int, *, batch: int,

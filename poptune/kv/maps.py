@@ -17,8 +17,8 @@ later turns right.
 
 Maps are fitted by :mod:`poptune.kvfit.fit`, stored as one safetensors file per (model weights, block) with how
 they were fitted (kept under :func:`kv_maps_dir`), and attached to a loaded model with
-:func:`poptune.engine.attach_kv_maps`; the calibrated source (:mod:`poptune.kv.calibrated`) then uses the maps
-of its block::
+:func:`poptune.attach_kv_maps` (the calibrated source holds them, :mod:`poptune.kv.calibrated`), which then uses
+the maps of its block::
 
     attach_kv_maps(model, KVMaps.load(path, fingerprint=weights_fingerprint("gemma-3")))
     with apply_pop(model, PopConfig(skip=6, kv="calibrated")):
@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,10 +41,7 @@ from poptune.errors import ConfigError, DataError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["KVMaps", "LayerMaps", "attach_to", "detach_from", "kv_maps_of", "file_sha256", "kv_maps_dir", "maps_file",
-           "keep", "maps_paths", "read_cached"]
-
-_ATTR = "_poptune_kv_maps"
+__all__ = ["KVMaps", "LayerMaps", "file_sha256", "kv_maps_dir", "maps_file", "keep", "maps_paths", "read_cached"]
 
 #: What a maps file's metadata must hold (strings; safetensors metadata is str -> str).
 _REQUIRED = ("format", "fingerprint", "start", "stop")
@@ -221,36 +217,6 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def attach_to(decoder: Any, maps: KVMaps) -> None:
-    """Give ``decoder`` the maps of one block (replacing any it held for that block), on its device and dtype.
-
-    Users call :func:`poptune.engine.attach_kv_maps` with the model.
-    """
-    maps.check_fits(decoder)
-    reference = decoder.layers[maps.start].self_attn.k_proj.weight
-    moved = {layer: (k.to(reference.device, reference.dtype), v.to(reference.device, reference.dtype))
-             for layer, (k, v) in maps.weights.items()}
-    held: dict[tuple[int, int], KVMaps] = dict(kv_maps_of(decoder))
-    sinks = {layer: (k.to(reference.device, reference.dtype), v.to(reference.device, reference.dtype))
-             for layer, (k, v) in maps.sinks.items()}
-    held[maps.block] = KVMaps(maps.start, maps.stop, moved, maps.fingerprint, dict(maps.meta), maps.path, sinks,
-                              maps.sink_norm)
-    setattr(decoder, _ATTR, held)
-
-
-def detach_from(decoder: Any, block: tuple[int, int] | None = None) -> None:
-    """Drop every map ``decoder`` holds (only those of ``block`` when given)."""
-    if block is not None:
-        setattr(decoder, _ATTR, {b: m for b, m in kv_maps_of(decoder).items() if b != block})
-    elif hasattr(decoder, _ATTR):
-        delattr(decoder, _ATTR)
-
-
-def kv_maps_of(decoder: Any) -> Mapping[tuple[int, int], KVMaps]:
-    """The maps a decoder holds, by block."""
-    return getattr(decoder, _ATTR, {})
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -6,10 +6,11 @@ applied to the hidden state entering the block (:mod:`poptune.kv.project`); its 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from poptune.kv import project
-from poptune.kv.source import KVSource, Segment, Write
+from poptune.kv.source import Decoder, KVSource, Segment, SkipPlan, Write
 
 __all__ = ["SOURCE", "OwnKV"]
 
@@ -18,7 +19,7 @@ class OwnKV(KVSource):
     name = "own"
     help = "their own projections of the block-entry state (the paper; the default)"
 
-    def writer(self, decoder: Any, config: Any, skipped: Any, segment: Segment) -> Write:
+    def writer(self, decoder: Decoder, config: SkipPlan, skipped: Sequence[int], segment: Segment) -> Write:
         def write(layer: Any, hidden_states: Any, position_embeddings: Any, cache: Any) -> None:
             project.write_prompt_kv(layer, hidden_states, position_embeddings, cache)
 

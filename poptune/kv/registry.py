@@ -1,8 +1,10 @@
 """The K/V sources by name: the one place that lists them (a new source is one module and one line here).
 
 Everything that needs a source -- ``PopConfig`` validating ``kv``, the engine writing the pruned tokens' K/V,
-the search space, ``--kv``, exports, labels in reports -- asks :func:`source` or reads :data:`NAMES`; a test
-(``tests/kv/test_registry_homes.py``) finds no source named anywhere else in the package.
+the search space, ``--kv``, exports, labels in reports -- asks :func:`source` (which also checks a name: the one
+check) or reads :data:`NAMES`, the one list of names (no other module keeps its own copy); a test
+(``tests/kv/test_registry_homes.py``) finds no source named, and no source's behaviour, anywhere else in the package,
+and one contract test (``tests/kv/test_contract.py``) runs over every source listed here.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ DEFAULT: str = NAMES[0]
 _BY_NAME = {s.name: s for s in SOURCES}
 
 
-def source(name: str) -> KVSource:
-    """The source called ``name``, or :class:`ConfigError` naming them all."""
+def source(name: str, *, what: str = "`kv`") -> KVSource:
+    """The source called ``name``, or :class:`ConfigError` naming them all (``what``: what held the name, for the
+    message)."""
     found = _BY_NAME.get(name) if isinstance(name, str) else None
     if found is None:
-        raise ConfigError(f"`kv` must be one of {', '.join(NAMES)}, got {name!r}")
+        raise ConfigError(f"{what} must be one of {', '.join(NAMES)}, got {name!r}")
     return found
 
 

@@ -42,10 +42,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from poptune.engine import PopConfig, attach_kv_maps, decoder_of
+from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError, DataError
 from poptune.kv import calibrated as calibrated_source
-from poptune.kv.maps import KVMaps, detach_from, kv_maps_of
+from poptune.kv.maps import KVMaps
 from poptune.kv.registry import DEFAULT
 from poptune.kvfit.calibration import (
     GENERATED,
@@ -309,15 +309,16 @@ class KVFitter:
             return None
         own = PopConfig(maps.stop - maps.start, "last", offset=layers - maps.stop, kv=DEFAULT)
         calibrated = PopConfig(own.skip, "last", offset=own.offset, kv=calibrated_source.SOURCE.name)
-        previous = kv_maps_of(decoder_of(self.model)).get(maps.block)
-        attach_kv_maps(self.model, maps)
+        decoder, holder = decoder_of(self.model), calibrated_source.SOURCE
+        previous = holder.held(decoder).get(maps.block)
+        holder.attach(decoder, maps)
         try:
             nll_own, nll_fit = window_differences(self.model, own, calibrated, held, self.spec.continuation,
                                                   self.spec.points)
         finally:
-            detach_from(decoder_of(self.model), maps.block)
+            holder.detach(decoder, maps.block)
             if previous is not None:
-                attach_kv_maps(self.model, previous)
+                holder.attach(decoder, previous)
         check = keep_maps([c - o for c, o in zip(nll_fit, nll_own)], self.spec.alpha)
         return {**check, "continuation": self.spec.continuation, "points": self.spec.points,
                 "own_nll": sum(nll_own) / len(nll_own), "calibrated_nll": sum(nll_fit) / len(nll_fit)}

@@ -5,7 +5,8 @@
 for calibrated K/V, read from the maps folder or fitted there first. It sits a floor above the engine because
 fitting runs the engine (the fit's check prefills with POP); the source gets the fitter through its
 :class:`~poptune.kv.source.Preparation`, made only if it fits. :func:`kv_details` says what a measurement stores
-about what was prepared.
+about what was prepared. :func:`attach_kv_maps` and :func:`detach_kv_maps` hand a model's decoder to the calibrated
+source, which holds the maps (:class:`poptune.kv.calibrated.CalibratedKV`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig, decoder_of
+from poptune.kv import calibrated
+from poptune.kv.maps import KVMaps
 from poptune.kv.registry import source
 from poptune.kv.source import Preparation
 from poptune.kvfit.fit import KVFitSpec, KVFitter
@@ -22,7 +25,7 @@ from poptune.kvfit.fit import KVFitSpec, KVFitter
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["kv_details", "prepare_kv"]
+__all__ = ["attach_kv_maps", "detach_kv_maps", "kv_details", "prepare_kv"]
 
 
 def prepare_kv(model: "nn.Module", tokenizer: Any, config: PopConfig, *, fingerprint: str | None = None,
@@ -59,3 +62,21 @@ def kv_details(config: PopConfig, prepared: Any) -> dict[str, Any]:
     """What a measurement of ``config`` stores about what :func:`prepare_kv` returned for it (calibrated K/V:
     its maps, ``{"kv_maps": ...}``; nothing for the others)."""
     return source(config.kv).details(prepared)
+
+
+def attach_kv_maps(model: "nn.Module", maps: KVMaps) -> None:
+    """Give ``model`` the fitted K/V maps of one block, which calibrated K/V (:mod:`poptune.kv.calibrated`) uses on
+    that block.
+
+    A model holds maps for any number of blocks (one per ``(skip, offset)``); attaching maps of a block it
+    already holds replaces them.
+
+    Raises:
+        ConfigError: maps that do not fit the model's layers (another architecture or size).
+    """
+    calibrated.SOURCE.attach(decoder_of(model), maps)
+
+
+def detach_kv_maps(model: "nn.Module") -> None:
+    """Drop every K/V map ``model`` holds."""
+    calibrated.SOURCE.detach(decoder_of(model))

@@ -65,18 +65,17 @@ def decode(model: Any, output: Any, prompt: Mapping[str, torch.Tensor], steps: i
     """``steps`` greedy decode forwards of the unmodified model from the cache of a prefill ``output``.
 
     ``prompt`` is what was prefilled (its attention mask grows by one per step; an image prompt sets
-    Qwen3-VL's decode positions, see :func:`poptune.models.vision.decode_position_ids`). A cache whose layers
-    keep only some tokens (anchor K/V, :mod:`poptune.kv.compact`) is decoded with its masks gathered
-    (:func:`poptune.engine.block.compacted`; nothing for any other cache).
+    Qwen3-VL's decode positions, see :func:`poptune.models.vision.decode_position_ids`). The cache is decoded as
+    the K/V source that wrote it says (:func:`poptune.engine.block.cache_context`; nothing for a plain cache).
     """
     from poptune.engine import decoder_of
-    from poptune.engine.block import compacted
+    from poptune.engine.block import cache_context
     from poptune.models.vision import decode_position_ids
 
     cache = output.cache
     token = output.logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
     mask = prompt["attention_mask"]
-    with compacted(decoder_of(model), cache):
+    with cache_context(decoder_of(model), cache):
         for _ in range(steps):
             mask = torch.cat([mask, torch.ones_like(token)], dim=1)  # (B, past + 1)
             positions = decode_position_ids(model, dict(prompt), mask)

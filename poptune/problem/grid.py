@@ -7,7 +7,7 @@ configuration in the order of :func:`~poptune.problem.space.all_configs` (``skip
 ``boundary`` and ``offset`` mean nothing):
 
 - ``skip``, ``boundary``, ``offset``, ``kv``: the configuration (``kv``: the skipped block's K/V source,
-  :data:`~poptune.engine.KV_SOURCES`).
+  :data:`poptune.kv.registry.NAMES`).
 - ``speedup``, ``speedup_lo``, ``speedup_hi``: the paired expected time-to-first-token speedup over the workload
   and its 95% interval; ``ideal``: the speedup of the skipped FLOPs alone; ``pairs``: timing pairs (fewest over
   the timed prompt lengths).
@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from poptune.engine import KV_SOURCES, PopConfig
+from poptune.engine import PopConfig
 from poptune.errors import ConfigError, InputError
 from poptune.interval import Interval
 from poptune.kv import registry as kv_registry
@@ -228,7 +228,7 @@ def read_grid(path: str | Path) -> GridTable:
     rows = _open_rows(path)
     first = f"{path}, row 2"
     num_layers = int(_float(rows[0], "num_layers", first) or 0)
-    space = set(all_configs(num_layers, KV_SOURCES)) if num_layers >= 1 else set()
+    space = set(all_configs(num_layers, kv_registry.NAMES)) if num_layers >= 1 else set()
     measurements: dict[PopConfig, Measurement] = {}
     for number, row in enumerate(rows, start=2):  # row 1 is the header
         where = f"{path}, row {number}"

@@ -19,7 +19,7 @@ from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 from poptune.problem.grid import draw, noise_rng, read_grid
 from poptune.problem.problem import TuningProblem
-from poptune.problem.space import SOURCES, all_configs
+from poptune.problem.space import all_configs
 from poptune.store.measurement import Measurement
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class Replay:
     @property
     def kv(self) -> tuple[str, ...]:
         """The K/V sources of the replayed space: calibrated too where the table holds such configurations."""
-        return tuple(k for k in SOURCES if kv_registry.is_default(k) or any(c.kv == k for c in self.table))
+        return tuple(k for k in kv_registry.NAMES if kv_registry.is_default(k) or any(c.kv == k for c in self.table))
 
     def noisy(self, seed: int | None) -> "Replay":
         """This replay answering with noise drawn under ``seed`` (None: the recorded figures)."""

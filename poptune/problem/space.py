@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from poptune.engine import BOUNDARIES, KV_SOURCES, PopConfig
+from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 from poptune.store.trials import stored_config
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from gymnasium import spaces
 
 __all__ = [
-    "MAX_OFFSET", "OWN", "SOURCES", "action_of", "action_space", "all_configs", "check_enqueue", "config_from_action",
+    "MAX_OFFSET", "OWN", "action_of", "action_space", "all_configs", "check_enqueue", "config_from_action",
     "config_of_trial", "distributions_of", "paper_default", "params_of", "suggest_config",
 ]
 
@@ -49,9 +49,6 @@ MAX_OFFSET = 2
 
 #: The K/V sources of the paper's space (the default source alone).
 OWN = (kv_registry.DEFAULT,)
-
-#: The K/V sources a space may search: the one place they are taken from.
-SOURCES: tuple[str, ...] = tuple(KV_SOURCES)
 
 
 def paper_default(num_layers: int) -> PopConfig:
@@ -135,7 +132,8 @@ def config_of_trial(trial: "optuna.trial.FrozenTrial", num_layers: int) -> PopCo
         return PopConfig(skip=0)
     if {"skip", "boundary", "offset"} - set(params):
         return None
-    return config_from_action(params, num_layers, SOURCES)  # a trial still measuring, or an old study's (skip clipped)
+    # A trial still measuring, or an old study's (skip clipped).
+    return config_from_action(params, num_layers, kv_registry.NAMES)
 
 
 def check_enqueue(configs: Sequence[PopConfig], num_layers: int, kv: tuple[str, ...] = OWN) -> None:

@@ -180,7 +180,7 @@ def test_calibrated_kv_from_model_args_fits_then_reads_the_maps(eval_data, monke
     """Issue 33, case 8: `--model_args ...,kv=calibrated` was refused with a pointer to the Python API; now the maps
     are read from the cache or fitted there first, as a study does."""
     from poptune.engine import decoder_of
-    from poptune.kv.maps import kv_maps_of
+    from poptune.kv import calibrated
     from poptune.kvfit.fit import KVFitter
 
     monkeypatch.setenv("POPTUNE_DATA", str(eval_data))
@@ -189,11 +189,11 @@ def test_calibrated_kv_from_model_args_fits_then_reads_the_maps(eval_data, monke
     with tempfile.TemporaryDirectory() as folder:
         monkeypatch.setenv("POPTUNE_KV_MAPS", folder)
         lm = PopLM.create_from_arg_string("pretrained=tiny-llama,skip=3,kv=calibrated", {"device": "cpu"})
-        maps = kv_maps_of(decoder_of(lm.model))[(3, 6)]
+        maps = calibrated.SOURCE.held(decoder_of(lm.model))[(3, 6)]
         assert lm.pop_config.kv == "calibrated" and maps.path is not None and maps.path.is_file()
         monkeypatch.setattr(KVFitter, "fit", lambda *a: pytest.fail("fitted again instead of read from the cache"))
         again = PopLM.create_from_arg_string("pretrained=tiny-llama,skip=3,kv=calibrated", {"device": "cpu"})
-        assert kv_maps_of(decoder_of(again.model))[(3, 6)].path == maps.path
+        assert calibrated.SOURCE.held(decoder_of(again.model))[(3, 6)].path == maps.path
         scores = again.loglikelihood(_requests(), disable_tqdm=True)
         assert len(scores) == len(_requests())
 
