@@ -6,6 +6,11 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under `pytest -n N` each worker (and the processes it starts) gets one OpenMP thread, set before torch is
+    # imported: N workers of torch's default threads each on a few cores spin against each other, and the tiny
+    # models' short ops took several times longer (a 2-core machine, 2 workers).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import stat
 import subprocess
