@@ -172,7 +172,7 @@ def score_requests(model: Any, tokenizer: Any, config: PopConfig | None,
                    batch_size: int = 8, prefill_chunk: int | None = None, task: str = PROMPTS,
                    name: str | None = None) -> PromptRun:
     """Task ``task`` (as :func:`score_prompts`) scored on ``requests[i]`` for ``i`` in ``indices``: a prompts
-    file's requests, or a task pack's items read as requests (:func:`poptune.evaluate.judges.task_requests`);
+    file's requests, or a task pack's items read as requests (:func:`poptune.evaluate.workload.task_requests`);
     the run's scores, items and outcomes are named ``name`` (default ``task``).
 
     With ``config`` None or ``skip=0`` the model as it is answers; answers missing from :func:`full_answers`
