@@ -21,6 +21,9 @@ scored against it, per prompt:
   (case and surrounding space ignored), for the drop on the references. Task
   :data:`~poptune.evaluate.prompts.REFERENCES` (the requests with a reference) makes it the item's outcome, the
   full model's and POP's alike: a study's budget is then a drop on the references.
+- ``correct`` and ``full_correct``, for a task pack's item judged by likelihood (a request with a ``grade``): the
+  task's own metric of this configuration's answer and of the full model's (SQuAD's exact match, a synthetic
+  task's number), so the items that flipped under the accuracy judge are known beside the likelihood's outcome.
 
 Answers end at the request's ``max_tokens`` or the end-of-sequence token, whichever comes first (and before the
 first of its ``stop`` sequences, where it has some: a task pack's item, :mod:`poptune.evaluate.judges`).
@@ -200,7 +203,10 @@ def score_requests(model: Any, tokenizer: Any, config: PopConfig | None,
         row = {**_figures(answer, kept[key]), "loglik": scored[0] if scored else None,
                "prob": scored[1] if scored else None, "hash": prompt_hash(_text(tokenizer, request)),
                "tokens": len(ids)}
-        if request.answer is not None:
+        if request.grade is not None:  # a task pack's item: its task's own metric, of both answers
+            row["correct"] = float(request.grade(tokenizer.decode(list(answer), skip_special_tokens=True)))
+            row["full_correct"] = float(request.grade(tokenizer.decode(list(kept[key]), skip_special_tokens=True)))
+        elif request.answer is not None:
             row["correct"] = float(contains_answer(tokenizer.decode(list(answer), skip_special_tokens=True),
                                                    request.answer))
         figures[int(index)] = row

@@ -22,8 +22,8 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,9 @@ class PromptRequest:
         answer: The user's reference answer, if any.
         stop: Stop sequences: the answer ends before the first of them (a task pack's item judged by likelihood,
             :mod:`poptune.evaluate.judges`, stops where its task does; a prompts file's requests have none).
+        grade: The task's own metric of a generated answer's text, in [0, 1] (a task pack's item judged by
+            likelihood: its accuracy, recorded beside the likelihood so that the study can say what an accuracy
+            verdict on the same items would cost); None for a prompts file's requests.
     """
 
     line: int
@@ -84,6 +87,7 @@ class PromptRequest:
     max_tokens: int = DEFAULT_MAX_TOKENS
     answer: str | None = None
     stop: tuple[str, ...] = ()
+    grade: Callable[[str], float] | None = field(default=None, compare=False, repr=False)
 
 
 def prompt_hash(text: str) -> str:

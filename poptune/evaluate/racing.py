@@ -44,7 +44,7 @@ from poptune import progress
 from poptune.errors import ConfigError
 from poptune.evaluate.answers import ITEMS_KEY
 from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
-from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, TaskRun, drop_of
+from poptune.evaluate.suite import LIKELIHOOD_ITEMS, LOWER_IS_BETTER, PRIMARY_METRIC, TaskRun, drop_of
 from poptune.evaluate.workload import Workload, rounds
 
 __all__ = ["RacingPolicy", "RaceResult", "VerdictCost", "race", "extend_run", "planned_looks", "verdict_cost",
@@ -104,6 +104,9 @@ def extend_run(run: TaskRun | None, more: TaskRun) -> TaskRun:
     merged = TaskRun({}, {}, {}, {**run.details, **more.details})
     if ITEMS_KEY in run.details and ITEMS_KEY in more.details:  # per-item prompt figures: every round's kept
         merged.details[ITEMS_KEY] = {**run.details[ITEMS_KEY], **more.details[ITEMS_KEY]}
+    if LIKELIHOOD_ITEMS in run.details and LIKELIHOOD_ITEMS in more.details:  # the same, per likelihood task
+        before, after = run.details[LIKELIHOOD_ITEMS], more.details[LIKELIHOOD_ITEMS]
+        merged.details[LIKELIHOOD_ITEMS] = {t: {**before.get(t, {}), **after.get(t, {})} for t in {*before, *after}}
     for task in run.items:
         n, m = len(run.items[task]), len(more.items.get(task, []))
         merged.items[task] = run.items[task] + more.items.get(task, [])

@@ -28,14 +28,15 @@ from poptune.evaluate.fidelity import (
     measure_fidelity,
     wikitext,
 )
-from poptune.evaluate.judges import LIKELIHOOD_JUDGE, LIKELIHOOD_TASKS, judge_of
+from poptune.evaluate.judges import LIKELIHOOD_JUDGE, LIKELIHOOD_TASKS, base_task, judge_of
 from poptune.evaluate.paired import PairedDrop, paired_drop
 from poptune.evaluate.prompts import LIKELIHOOD, PROMPT_TASKS, REFERENCES
 from poptune.evaluate.synthetic import EMBEDDED, run_synthetic
 from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
 
 __all__ = [
-    "EMBEDDED", "LOWER_IS_BETTER", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "TaskRun", "drop_of", "item_indices",
+    "EMBEDDED", "LIKELIHOOD_ITEMS", "LOWER_IS_BETTER", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "TaskRun",
+    "drop_of", "item_indices",
     "measure_tasks", "primary", "run_eval", "resolve_tasks",
 ]
 
@@ -69,6 +70,10 @@ PRIMARY_METRIC = {
     # A generation task judged by likelihood (poptune.evaluate.judges): the full answer's mean token probability.
     **dict.fromkeys(LIKELIHOOD_TASKS, "answer_prob"),
 }
+
+#: Key of a run's per-item figures of its likelihood-judged tasks in ``TaskRun.details`` (task -> item -> figures:
+#: :func:`poptune.evaluate.answers.score_requests`).
+LIKELIHOOD_ITEMS = "likelihood_items"
 
 #: Metrics where a lower value is better (every other metric: higher is better); their drop is POP minus full.
 LOWER_IS_BETTER = frozenset({"bpb"})
@@ -316,7 +321,7 @@ def _synthetic_scores(model: Any, tokenizer: Any, config: PopConfig | None, task
 
 def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec) -> TaskRun:
     """Scores of one configuration on ``spec``'s tasks, with every item's outcome (a likelihood-judged task's items
-    read as prompt requests, :mod:`poptune.evaluate.judges`; their figures in ``details["likelihood_items"]``)."""
+    read as prompt requests, :mod:`poptune.evaluate.judges`; their figures in ``details[LIKELIHOOD_ITEMS]``)."""
     real = [t for t in spec.tasks if t not in EMBEDDED and t not in PROMPT_TASKS and t not in LIKELIHOOD_TASKS]
     synthetic = [t for t in spec.tasks if t in EMBEDDED]
     run = TaskRun({}, {}, {})
@@ -326,13 +331,14 @@ def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec)
 
         indices = list(spec.samples[task]) if spec.samples is not None else list(range(spec.limit or 20))
         requests = task_requests(tokenizer, task, indices, data_dir=spec.data_dir,
-                                 synthetic_lengths=spec.synthetic_lengths, seed=spec.seed)
+                                 synthetic_lengths=spec.synthetic_lengths, seed=spec.seed,
+                                 metric=PRIMARY_METRIC[base_task(task)])
         found = score_requests(model, tokenizer, config, requests, indices, batch_size=spec.batch_size,
                                prefill_chunk=spec.prefill_chunk, task=LIKELIHOOD, name=task)
         run.scores.update(found.scores)
         run.items.update(found.items)
         run.outcomes.update(found.outcomes)
-        run.details.setdefault("likelihood_items", {})[task] = found.details[ITEMS_KEY]
+        run.details.setdefault(LIKELIHOOD_ITEMS, {})[task] = found.details[ITEMS_KEY]
     for task in (t for t in PROMPT_TASKS if t in spec.tasks):
         from poptune.evaluate.answers import score_prompts
 

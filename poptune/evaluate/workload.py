@@ -18,6 +18,7 @@ order and counted in :attr:`Workload.skipped`, never truncated.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import weakref
@@ -141,20 +142,23 @@ def _build_pool(tokenizer: Any, task: str, size: int, *, lengths: Sequence[int],
 
 
 def task_requests(tokenizer: Any, task: str, indices: Sequence[int], *, data_dir: Path | None,
-                  synthetic_lengths: Sequence[int], seed: int) -> dict[int, PromptRequest]:
+                  synthetic_lengths: Sequence[int], seed: int, metric: str | None = None) -> dict[int, PromptRequest]:
     """A likelihood judge's items (:mod:`poptune.evaluate.judges`): the items ``indices`` of likelihood-judged
     ``task`` as prompt requests: the item's prompt as the task prompts it (a real task's ``doc_to_text``, a
     synthetic item's prompt), ``max_tokens`` = the task's generation length (its ``max_gen_toks``; synthetic:
     :data:`~poptune.evaluate.synthetic.ANSWER_TOKENS`) and ``stop`` = its stop sequences (``until``). ``line`` is
-    the item's index."""
-    from poptune.evaluate.synthetic import ANSWER_TOKENS, EMBEDDED
+    the item's index; ``grade`` its task's own metric of a generated text (the accuracy judge's, recorded beside
+    the likelihood: :func:`poptune.evaluate.answers.score_requests`): a synthetic item's number, a real task's
+    ``metric`` of its ``process_results`` (None: real items are not graded)."""
+    from poptune.evaluate.synthetic import ANSWER_TOKENS, EMBEDDED, is_correct
 
     base = base_task(task)
     if task not in LIKELIHOOD_TASKS:
         raise ConfigError(f"task {task!r} is not likelihood-judged")
     if base in EMBEDDED:
         pool = synthetic_pool(tokenizer, base, max(indices) + 1, lengths=synthetic_lengths, seed=seed)
-        return {int(i): PromptRequest(int(i), pool[i].prompt, None, ANSWER_TOKENS) for i in indices}
+        return {int(i): PromptRequest(int(i), pool[i].prompt, None, ANSWER_TOKENS,
+                                      grade=functools.partial(_graded, is_correct, pool[i].answer)) for i in indices}
     from poptune.evaluate.taskpack import get_task_dict
 
     if data_dir is None:
@@ -165,8 +169,21 @@ def task_requests(tokenizer: Any, task: str, indices: Sequence[int], *, data_dir
     until = kwargs.get("until") or ()
     stop = (until,) if isinstance(until, str) else tuple(str(s) for s in until)
     docs = spec.eval_docs
-    return {int(i): PromptRequest(int(i), str(spec.doc_to_text(docs[int(i)])), None, max_tokens, stop=stop)
+    return {int(i): PromptRequest(int(i), str(spec.doc_to_text(docs[int(i)])), None, max_tokens, stop=stop,
+                                  grade=None if metric is None else functools.partial(_task_metric, spec,
+                                                                                      docs[int(i)], metric))
             for i in indices}
+
+
+def _graded(check: Any, answer: str, text: str) -> float:
+    """A synthetic item's accuracy of ``text``: ``check(text, answer)`` as 0 or 1."""
+    return float(check(text, answer))
+
+
+def _task_metric(spec: Any, doc: Any, metric: str, text: str) -> float:
+    """A task pack item's own metric of a generated ``text``: the task's ``process_results``, as lm-eval scores
+    its generation."""
+    return float(spec.process_results(doc, [text])[metric])
 
 
 def supply(task: str, data_dir: Path | None) -> int | None:

@@ -141,12 +141,14 @@ def _command(runs: Sequence[Mapping[str, Any]], per_task: int) -> str:
 def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None,
                runs: Sequence[Mapping[str, Any]], judge: str = ACCURACY_JUDGE) -> list[str]:
     """For each undecided candidate: the items and minutes a verdict within ``budget`` needs here, the command
-    that spends them, and the smallest budget the planned items can certify."""
+    that spends them, and the smallest budget the planned items can certify; under the likelihood judge, for each
+    raced candidate, what an accuracy verdict on the same tasks would cost."""
     if budget is None or not record:
         return []
     lines = []
     kind = "likelihood " if judge == LIKELIHOOD_JUDGE else ""
     for row, entry in zip(rows, _entries(record)):
+        lines += _accuracy_cost_line(row, entry, budget)
         cost = entry.get("cost")
         if not cost or not str(row.verdict).startswith("undecided"):
             continue
@@ -159,6 +161,20 @@ def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budge
             f"the smallest budget the {planned:,} planned items certify as often at this flip rate: about "
             f"{cost['smallest_budget']:.1f} points")
     return lines
+
+
+def _accuracy_cost_line(row: FrontRow, entry: Mapping[str, Any], budget: float) -> list[str]:
+    """Beside a likelihood verdict: what an accuracy verdict on the same tasks would cost, from the share of the
+    candidate's fresh items whose grade by the tasks' own metric changed
+    (:func:`poptune.tune.certify.accuracy_cost`)."""
+    cost = entry.get("accuracy_cost")
+    if not cost:
+        return []
+    return [f"{row.label}: beside its likelihood verdict, an accuracy verdict (the tasks' own metric) within "
+            f"{budget:g} points needs about {cost['items']:,} items here (~{cost['minutes']:.0f} min at "
+            f"{cost['seconds_per_item']:.1f} s per item) for {100 * cost['power']:.0f}% power if the true drop is 0: "
+            f"{cost['flipped']} of its {cost['graded']:,} fresh items changed grade "
+            f"({100 * cost['flip_rate']:.1f}% with one added)"]
 
 
 def bound_points(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, full_accuracy: float) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
+from poptune.evaluate.judges import LIKELIHOOD_JUDGE
 from poptune.store.front import FrontRow
 from poptune.store.front import candidates as front_candidates
 from poptune.tune.objective import store_full_run
@@ -55,9 +56,9 @@ if TYPE_CHECKING:
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
 
-__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "attempt_error",
-           "attempt_items", "candidates", "certification_policy", "certify_front", "plan_certification", "spent_error",
-           "verdict_of", "wants_certification"]
+__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "accuracy_cost",
+           "attempt_error", "attempt_items", "candidates", "certification_policy", "certify_front",
+           "plan_certification", "spent_error", "verdict_of", "wants_certification"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
@@ -171,7 +172,7 @@ class CertificationPlan:
         """``certifying 5/window-64/0 on N fresh items (~M min): ...``: the plan, in one line (``judge``
         ``likelihood``: the verdict is the likelihood's, and it says so)."""
         cost = f" (~{self.minutes:.0f} min)" if self.minutes is not None else ""
-        kind = "likelihood " if judge == "likelihood" else ""
+        kind = "likelihood " if judge == LIKELIHOOD_JUDGE else ""
         head = f"certifying {label} on {self.per_task * self.tasks:,} fresh items{cost}"
         rate = f"the {100 * self.flip_rate:.1f}% flip rate the search saw"
         if self.per_task >= self.needed:
@@ -247,6 +248,36 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
             "smallest_budget": cost.smallest_budget, "power": cost.power}
 
 
+def accuracy_cost(run: Any, seconds: float, problem: "TuningProblem", confidence: float) -> dict[str, Any] | None:
+    """Under the likelihood judge, what an accuracy verdict on the same tasks would cost: the candidate's fresh
+    items each carry its answer's and the full model's grade by the task's own metric
+    (:func:`poptune.evaluate.answers.score_requests`), so the share whose grade changed is the accuracy judge's flip
+    rate on these very items; the items a verdict within the budget needs at it (80% power, true drop 0, as
+    :func:`_cost`) and their minutes at the seconds per item this certification spent (an accuracy item costs the
+    same generation, without the teacher-forced scoring). None without graded items or a budget."""
+    from poptune.evaluate.paired import PairedDrop
+    from poptune.evaluate.racing import verdict_cost
+    from poptune.evaluate.suite import LIKELIHOOD_ITEMS
+
+    rows = (run.details.get(LIKELIHOOD_ITEMS) if run is not None else None) or {}
+    items: dict[str, int] = {}
+    flipped: dict[str, int] = {}
+    for task, figures in rows.items():
+        graded = [f for f in figures.values() if "correct" in f and "full_correct" in f]
+        if graded:
+            items[task] = len(graded)
+            flipped[task] = sum(f["correct"] != f["full_correct"] for f in graded)
+    if not items or not problem.max_drop:
+        return None
+    seen = PairedDrop(0.0, 0.0, 0.0, items, flipped)  # counts only
+    cost = verdict_cost(seen, problem.max_drop, planned=problem.certify_limit,
+                        start=min(CERTIFY_START, problem.certify_limit), confidence=confidence)
+    per_item = seconds / max(seen.total, 1)
+    return {"graded": seen.total, "flipped": sum(flipped.values()), "flip_rate": cost.flip_rate,
+            "items": cost.items, "seconds_per_item": per_item, "minutes": cost.items * per_item / 60,
+            "power": cost.power}
+
+
 def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planned: bool = False,
                   deadline: float | None = None) -> dict[str, Any]:
     """Certify the front's candidates on fresh items and store the verdicts (module docstring); returns them.
@@ -309,6 +340,8 @@ def _race_candidates(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: 
                          accuracy=sum(scores.values()) / len(scores) if scores else None,
                          seconds=round(seconds, 1),
                          cost=_cost(searched, result.drop, seconds, p, _confidence(attempt + 1, len(rows)), used))
+            if p.judge == LIKELIHOOD_JUDGE:  # beside a likelihood verdict, what an accuracy one would cost
+                entry["accuracy_cost"] = accuracy_cost(result.run, seconds, p, confidence)
             certified = entry["verdict"] == WITHIN
         entries.append(entry)
     return entries

@@ -69,6 +69,66 @@ def test_task_pack_items_are_scored_as_prompt_requests(shared, eval_data):
         assert set(run.details["likelihood_items"][COQA]) == set(first)
     rows = pop.details["likelihood_items"][COQA]
     assert all(row["tokens"] > 200 for row in rows.values())  # the long prompts themselves were prefilled
+    # beside the likelihood, each answer's grade by the task's own metric (F1), POP's and the full model's
+    for run in (full, pop):
+        assert all(0.0 <= row["correct"] <= 1.0 and 0.0 <= row["full_correct"] <= 1.0
+                   for row in run.details["likelihood_items"][COQA].values())
+    assert all(row["correct"] == row["full_correct"] for row in full.details["likelihood_items"][COQA].values())
+
+
+def test_an_item_is_graded_by_its_tasks_own_metric(shared, eval_data):
+    from poptune.evaluate.synthetic import is_correct
+    from poptune.evaluate.taskpack import get_task_dict
+
+    _, tokenizer = shared("tiny-llama")
+    index = 0
+    request = task_requests(tokenizer, COQA, [index], data_dir=eval_data, synthetic_lengths=(64,), seed=0,
+                            metric=PRIMARY_METRIC["longctx_coqa"])[index]
+    assert PRIMARY_METRIC["longctx_coqa"] == "f1"  # what an accuracy study of the task reads
+    task = get_task_dict(["longctx_coqa"], eval_data)["tasks"]["longctx_coqa"]
+    gold = task.doc_to_target(task.eval_docs[index])
+    gold = gold[0] if isinstance(gold, list) else gold
+    assert request.grade is not None and request.grade(str(gold)) == 1.0 and request.grade("zzzz qqqq") == 0.0
+    passkey = task_requests(tokenizer, likelihood_task("passkey"), [3], data_dir=None, synthetic_lengths=(256,),
+                            seed=0)[3]
+    from poptune.evaluate.workload import synthetic_pool
+
+    answer = synthetic_pool(tokenizer, "passkey", 4, lengths=(256,), seed=0)[3].answer
+    assert passkey.grade is not None and passkey.grade(f" {answer}. Done") == float(is_correct(f" {answer}", answer))
+    assert passkey.grade(" 0") == 0.0 and passkey.grade(f" {answer}") == 1.0
+
+
+def test_rounds_keep_every_items_likelihood_figures():
+    from poptune.evaluate.racing import extend_run
+    from poptune.evaluate.suite import LIKELIHOOD_ITEMS, TaskRun
+
+    first = TaskRun({COQA: {"answer_prob": 0.5}}, {COQA: [0]}, {COQA: [0.5]}, {LIKELIHOOD_ITEMS: {COQA: {0: {"x": 1}}}})
+    more = TaskRun({COQA: {"answer_prob": 0.7}}, {COQA: [1]}, {COQA: [0.7]}, {LIKELIHOOD_ITEMS: {COQA: {1: {"x": 2}}}})
+    assert extend_run(first, more).details[LIKELIHOOD_ITEMS] == {COQA: {0: {"x": 1}, 1: {"x": 2}}}
+
+
+def test_beside_a_likelihood_verdict_the_accuracy_verdicts_cost_is_said():
+    from poptune.evaluate.suite import LIKELIHOOD_ITEMS, TaskRun
+    from poptune.problem.problem import TuningProblem
+    from poptune.reports.certification import cost_lines
+    from poptune.store.front import FrontRow
+    from poptune.tune.certify import accuracy_cost
+
+    problem = TuningProblem(model="tiny-llama", tasks=(likelihood_task("passkey"),), certify_limit=64)
+    rows = {i: {"correct": float(i % 10 == 0), "full_correct": 0.0} for i in range(100)}  # 10 of 100 changed grade
+    run = TaskRun({}, {}, {}, {LIKELIHOOD_ITEMS: {likelihood_task("passkey"): rows}})
+    cost = accuracy_cost(run, 200.0, problem, 0.95)
+    assert cost is not None and cost["graded"] == 100 and cost["flipped"] == 10
+    assert cost["flip_rate"] == pytest.approx(11 / 102) and cost["seconds_per_item"] == pytest.approx(2.0)
+    fewer = accuracy_cost(TaskRun({}, {}, {}, {LIKELIHOOD_ITEMS: {likelihood_task("passkey"): {
+        i: {"correct": 0.0, "full_correct": 0.0} for i in range(100)}}}), 200.0, problem, 0.95)
+    assert fewer is not None and fewer["items"] < cost["items"]  # fewer flips, fewer items needed
+    assert accuracy_cost(TaskRun({}, {}, {}, {}), 1.0, problem, 0.95) is None  # nothing graded: nothing said
+    row = FrontRow(trial=1, skip=2, boundary="last", offset=0, method="pop", speedup=1.1, drop=0.0, feasible=True,
+                   verdict="certified within")
+    line, = cost_lines([row], {"candidates": [{"accuracy_cost": cost}]}, 2.0, [], judge=LIKELIHOOD_JUDGE)
+    assert "beside its likelihood verdict, an accuracy verdict" in line and f"about {cost['items']:,} items" in line
+    assert "10 of its 100 fresh items changed grade" in line
 
 
 def test_its_outcome_equals_the_prompts_file_path(shared, tmp_path):
@@ -135,14 +195,22 @@ def test_the_budget_and_verdict_lines_say_likelihood_never_accuracy():
     assert "2-point verdict" in plan.line("3/last/0", 2.0)
 
 
-def test_a_likelihood_study_runs_and_says_so(tmp_path, capsys):
+def test_a_likelihood_study_runs_and_says_so(tmp_path, capsys, monkeypatch):
+    from poptune import store
+    from poptune.store.front import FrontRow
+
+    # The front of a tiny model is decided by timing noise: the paper's rule is the candidate, whatever it timed.
+    monkeypatch.setattr("poptune.tune.certify.candidates", lambda study, *args: [
+        FrontRow.from_trial(t) for t in store.completed(study) if t.user_attrs["config"]["skip"] > 0][:1])
     code = main(["study", "--model", "tiny-llama", "--judge", "likelihood", "--tasks", "kv_recall", "--limit", "2",
-                 "--items", "2", "--certify", "2", "--trials", "1", "--kv", "own", "--repeats", "1", "--max-pairs", "2",
-                 "--precision", "0", "--storage", f"sqlite:///{tmp_path}/s.db", "--enqueue", "1/last/0"])
+                 "--items", "2", "--certify", "2", "--trials", "2", "--kv", "own", "--repeats", "1", "--max-pairs", "2",
+                 "--precision", "0", "--storage", f"sqlite:///{tmp_path}/s.db"])
     out = capsys.readouterr().out
     assert code == 0
     assert "judged by likelihood" in out
     verdict = next(line for line in out.splitlines() if line.startswith("verdict:"))
     assert "likelihood budget of 2 points" in verdict and "not an accuracy one" in verdict
+    # beside the likelihood verdict of the candidate raced on fresh items, what an accuracy verdict would cost
+    assert "2/last/0: beside its likelihood verdict, an accuracy verdict (the tasks' own metric)" in out, out
     summary = next(tmp_path.glob("s.*.md")).read_text()
     assert "`kv_recall:likelihood`" in summary and "- likelihood budget:" in summary
