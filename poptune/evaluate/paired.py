@@ -90,6 +90,9 @@ class PairedDrop:
         losses: Items the configuration got worse than the full model, per task.
         looks: Items per task at each look taken, the last being these items.
         planned: Items in all that the design planned for its last look.
+        moved: The sum of the items' absolute differences, per task: ``flipped`` for an outcome of 0 or 1, less for
+            a continuous one (a likelihood judge's probabilities); the score test's variance rests on it
+            (:meth:`flip_mass`). Empty in drops stored before it (``flipped`` stands in).
     """
 
     mean: float
@@ -102,6 +105,7 @@ class PairedDrop:
     losses: dict[str, int] = field(default_factory=dict)
     looks: tuple[dict[str, int], ...] = ()
     planned: int = 0
+    moved: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -118,6 +122,14 @@ class PairedDrop:
     def flip_rate(self) -> float:
         """The share of items whose outcome changed, all tasks together."""
         return sum(self.flipped.values()) / max(self.total, 1)
+
+    @property
+    def flip_mass(self) -> float:
+        """How much the items' outcomes moved in all, every task: the sum of the absolute differences
+        (:attr:`moved`), which is the number of flipped items for outcomes of 0 or 1. What the score test's
+        variance -- and so a verdict's cost -- rests on: a continuous outcome whose every item moves a little
+        costs what its few equivalent flips cost, never what a flip on every item would."""
+        return sum(self.moved.values()) if self.moved else float(sum(self.flipped.values()))
 
     @property
     def half_width(self) -> float:
@@ -149,7 +161,8 @@ class PairedDrop:
                    method=str(data.get("method", BOOTSTRAP)), confidence=float(data.get("confidence", 0.95)),
                    losses={k: int(v) for k, v in data.get("losses", {}).items()},
                    looks=tuple({k: int(v) for k, v in look.items()} for look in data.get("looks", ())),
-                   planned=int(data.get("planned", 0)))
+                   planned=int(data.get("planned", 0)),
+                   moved={k: float(v) for k, v in data.get("moved", {}).items()})
 
     @classmethod
     def identical(cls, items: Mapping[str, int]) -> "PairedDrop":
@@ -202,7 +215,7 @@ def paired_drop(
     if not 0 < confidence < 1:
         raise ConfigError(f"`confidence` must be in (0, 1), got {confidence}")
     diffs: dict[str, Any] = {}
-    flipped, losses = {}, {}
+    flipped, losses, moved = {}, {}, {}
     for task in full:
         a = np.asarray(full[task], dtype=np.float64)
         b = np.asarray(other[task], dtype=np.float64)
@@ -213,6 +226,7 @@ def paired_drop(
         diffs[task] = d
         flipped[task] = int(np.count_nonzero(np.abs(d) > 1e-12))
         losses[task] = int(np.count_nonzero(d > 1e-12))
+        moved[task] = round(float(np.abs(d).sum()), 6)
     mean = scale * float(np.mean([d.mean() for d in diffs.values()]))
     items = {task: len(d) for task, d in diffs.items()}
     total = sum(items.values())
@@ -225,9 +239,10 @@ def paired_drop(
             raise ConfigError(f"the looks {list(seen)} must end at the items scored ({items}) and never exceed "
                               "them, with a planned size >= 1")
         lo, hi = _sequential(diffs, seen, plan, (1 - confidence) / 2)
-        return PairedDrop(mean, scale * lo, scale * hi, items, flipped, SEQUENTIAL, confidence, losses, seen, plan)
+        return PairedDrop(mean, scale * lo, scale * hi, items, flipped, SEQUENTIAL, confidence, losses, seen, plan,
+                          moved)
     lo, hi = _bootstrap([scale * d for d in diffs.values()], mean, confidence, seed)
-    return PairedDrop(mean, lo, hi, items, flipped, BOOTSTRAP, confidence, losses)
+    return PairedDrop(mean, lo, hi, items, flipped, BOOTSTRAP, confidence, losses, moved=moved)
 
 
 def restricted_rates(gains: float, losses: float, n: float, drop: float) -> tuple[float, float]:

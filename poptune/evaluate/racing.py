@@ -246,7 +246,9 @@ class VerdictCost:
     """What a verdict within a budget would cost a race that loses nothing, at the flip rate seen so far.
 
     Attributes:
-        flip_rate: The share of items assumed to flip (seen so far, one flip added so that none seen is not 0).
+        flip_rate: The share of items assumed to flip (seen so far, one flip added so that none seen is not 0);
+            for a continuous outcome, the mean absolute difference per item (:attr:`PairedDrop.flip_mass`), which
+            sizes the score test as that many flips would (a bounded difference varies at most as much).
         per_task: Items per task the race's cap must allow for the verdict with probability ``power``.
         tasks: The race's tasks.
         budget: The budget the items are for (points).
@@ -304,7 +306,7 @@ def verdict_cost(drop: PairedDrop, budget: float, *, planned: int, start: int, g
     if budget <= 0:
         raise ConfigError(f"a verdict's cost needs a positive budget, got {budget:g} points")
     tasks = max(len(drop.items), 1)
-    flips = (sum(drop.flipped.values()) + 1) / (drop.total + 2)
+    flips = (drop.flip_mass + 1) / (drop.total + 2)  # a continuous outcome's mass of movement, not its count
     alpha = (1 - confidence) / 2
     per_task = max(start, 1)
     for _ in range(4):  # the design's looks depend on the cap it is sized for

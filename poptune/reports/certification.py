@@ -153,13 +153,14 @@ def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budge
         if not cost or not str(row.verdict).startswith("undecided"):
             continue
         planned = PairedDrop.from_dict(entry["drop"]).planned if entry.get("drop") else 0
+        rate = f"items flip at the {100 * cost['flip_rate']:.1f}% rate seen so far" if not kind else \
+            f"items move by the {100 * cost['flip_rate']:.1f} points on average seen so far"
         lines.append(
             f"{row.label}: {row.verdict}: a {budget:g}-point {kind}verdict needs about {cost['items']:,} items here "
             f"(~{cost['minutes']:.0f} min at {cost['seconds_per_item']:.1f} s per item) for "
-            f"{100 * cost['power']:.0f}% power if the true drop is 0 and items flip at the "
-            f"{100 * cost['flip_rate']:.1f}% rate seen so far: {_command(runs, int(cost['per_task']))}; "
-            f"the smallest budget the {planned:,} planned items certify as often at this flip rate: about "
-            f"{cost['smallest_budget']:.1f} points")
+            f"{100 * cost['power']:.0f}% power if the true drop is 0 and {rate}: "
+            f"{_command(runs, int(cost['per_task']))}; the smallest budget the {planned:,} planned items certify as "
+            f"often at this {'' if kind else 'flip '}rate: about {cost['smallest_budget']:.1f} points")
     return lines
 
 

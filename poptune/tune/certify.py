@@ -148,7 +148,8 @@ class CertificationPlan:
             true drop 0 (:func:`poptune.evaluate.racing.verdict_cost`).
         affordable: Items per task the time left buys (None: no clock, or no cost per item measured yet).
         supply: Items per task the problem holds for certification (its cap).
-        flip_rate: The share of the candidate's search items that flipped (one added, so none is not 0).
+        flip_rate: The share of the candidate's search items that flipped (one added, so none is not 0); under
+            the likelihood judge, the mean absolute change of an item's outcome (:attr:`PairedDrop.flip_mass`).
         seconds_per_item: What an item costs the full model and the candidate together (None: not measured).
         smallest_budget: The smallest budget ``per_task`` items certify with probability ``power`` at that rate.
         power: The probability the sizes are for.
@@ -174,14 +175,15 @@ class CertificationPlan:
         cost = f" (~{self.minutes:.0f} min)" if self.minutes is not None else ""
         kind = "likelihood " if judge == LIKELIHOOD_JUDGE else ""
         head = f"certifying {label} on {self.per_task * self.tasks:,} fresh items{cost}"
-        rate = f"the {100 * self.flip_rate:.1f}% flip rate the search saw"
+        rate = f"items flip at the {100 * self.flip_rate:.1f}% flip rate the search saw" if not kind else \
+            f"items move by the {100 * self.flip_rate:.1f} points on average the search saw"
         if self.per_task >= self.needed:
             return (f"{head}: {100 * self.power:.0f}% power for a {budget:g}-point {kind}verdict if the true drop "
-                    f"is 0 and items flip at {rate}")
+                    f"is 0 and {rate}")
         why = "all the time budget buys" if self.affordable is not None and self.affordable < self.supply \
             else "all the certification's cap holds"
         return (f"{head}, {why}: a {budget:g}-point {kind}verdict needs about {self.needed * self.tasks:,} if the "
-                f"true drop is 0 and items flip at {rate}; these items certify about {self.smallest_budget:.1f} points "
+                f"true drop is 0 and {rate}; these items certify about {self.smallest_budget:.1f} points "
                 f"as often ({100 * self.power:.0f}%)")
 
     def to_dict(self) -> dict[str, Any]:
@@ -206,7 +208,7 @@ def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows
     tasks = {t: 0 for t in p.tasks}
     stored = study.trials[rows[0].trial].user_attrs.get("drop")
     seen = PairedDrop.from_dict(stored) if stored else PairedDrop(0.0, 0.0, 0.0, tasks, dict(tasks))
-    seen = PairedDrop(0.0, 0.0, 0.0, seen.items or tasks, seen.flipped or dict(tasks))  # counts only
+    seen = PairedDrop(0.0, 0.0, 0.0, seen.items or tasks, seen.flipped or dict(tasks), moved=dict(seen.moved))
     supply = p.certify_limit if supply is None else supply
     start = min(CERTIFY_START, supply)
     cost = verdict_cost(seen, p.max_drop, planned=supply, start=start, confidence=confidence)
@@ -220,6 +222,11 @@ def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows
                             confidence=confidence).smallest_budget
     return CertificationPlan(per_task, cost.tasks, cost.per_task, affordable, supply, cost.flip_rate, per_item,
                              smallest, cost.power)
+
+
+def _moved(drop: Any, task: str) -> float:
+    """How much ``drop``'s items of ``task`` moved (its flips where it was stored without the figure)."""
+    return float(drop.moved[task]) if task in drop.moved else float(drop.flipped.get(task, 0))
 
 
 def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "TuningProblem",
@@ -239,7 +246,8 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
     before = PairedDrop.from_dict(searched) if searched else None
     items = {t: n + (before.items.get(t, 0) if before else 0) for t, n in drop.items.items()}
     flipped = {t: n + (before.flipped.get(t, 0) if before else 0) for t, n in drop.flipped.items()}
-    seen = PairedDrop(0.0, 0.0, 0.0, items, flipped)  # counts only: the flip rate over every item it was scored on
+    moved = {t: _moved(drop, t) + (_moved(before, t) if before else 0.0) for t in drop.items}
+    seen = PairedDrop(0.0, 0.0, 0.0, items, flipped, moved=moved)  # counts only: the rate over every item scored
     cost = verdict_cost(seen, problem.max_drop, planned=problem.certify_limit,
                         start=min(CERTIFY_START, problem.certify_limit), confidence=confidence)
     per_item = seconds / max(drop.total, 1)
@@ -262,14 +270,16 @@ def accuracy_cost(run: Any, seconds: float, problem: "TuningProblem", confidence
     rows = (run.details.get(LIKELIHOOD_ITEMS) if run is not None else None) or {}
     items: dict[str, int] = {}
     flipped: dict[str, int] = {}
+    moved: dict[str, float] = {}
     for task, figures in rows.items():
         graded = [f for f in figures.values() if "correct" in f and "full_correct" in f]
         if graded:
             items[task] = len(graded)
             flipped[task] = sum(f["correct"] != f["full_correct"] for f in graded)
+            moved[task] = sum(abs(f["correct"] - f["full_correct"]) for f in graded)  # F1 moves by parts
     if not items or not problem.max_drop:
         return None
-    seen = PairedDrop(0.0, 0.0, 0.0, items, flipped)  # counts only
+    seen = PairedDrop(0.0, 0.0, 0.0, items, flipped, moved=moved)  # counts only
     cost = verdict_cost(seen, problem.max_drop, planned=problem.certify_limit,
                         start=min(CERTIFY_START, problem.certify_limit), confidence=confidence)
     per_item = seconds / max(seen.total, 1)

@@ -92,3 +92,21 @@ def test_round_trip_and_refusals():
         paired_drop({"t": [1.0, 0.0]}, {"t": [1.0]})
     with pytest.raises(ConfigError, match="same tasks"):
         paired_drop({"t": [1.0]}, {"u": [1.0]})
+
+
+def test_a_continuous_outcomes_cost_rests_on_how_much_it_moved_not_how_many_items_moved():
+    from poptune.evaluate.racing import verdict_cost
+
+    full = {"t": [0.60] * 200}
+    slight = paired_drop(full, {"t": [0.59, 0.61] * 100})  # every item moves, by a hundredth
+    assert slight.flipped == {"t": 200} and slight.moved == {"t": pytest.approx(2.0)}
+    assert slight.flip_mass == pytest.approx(2.0)
+    binary = paired_drop({"t": [1.0] * 200}, {"t": [0.0, 1.0] * 100})
+    assert binary.flip_mass == binary.flipped["t"] == 100  # 0/1 outcomes: the mass is the count of flips
+    few = verdict_cost(slight, 2.0, planned=256, start=32)
+    assert few.flip_rate == pytest.approx(3 / 202) and few.per_task < verdict_cost(binary, 2.0, planned=256,
+                                                                                   start=32).per_task
+    again = PairedDrop.from_dict(slight.to_dict())
+    assert again == slight and again.flip_mass == pytest.approx(2.0)
+    old = {k: v for k, v in slight.to_dict().items() if k != "moved"}  # stored before the figure: its flips
+    assert PairedDrop.from_dict(old).flip_mass == 200
