@@ -50,9 +50,10 @@ merged image+text sequence, and:
   unchanged), so deeper skipped layers write their K/V from ``x + deepstack``. In the 8B model the injections
   follow layers 0-2, so only ``skip >= 34`` of 36 reaches them.
 
-The package (floor 2): this module is the engine (``PopConfig``, :func:`apply_pop`); ``block``: the skipped
-block's forward and masks; ``segments``: prompts fed in segments (chunked prefill, turns); ``prefix``:
-prefix-state reuse; ``speculate``: greedy POP generation verified in rounds.
+The package (floor 2; ``docs/architecture.md``): this module is the engine (``PopConfig``, :func:`apply_pop`),
+re-exported by the package; ``block``: the skipped block's forward and masks; ``segments``: prompts fed in
+segments (chunked prefill, turns); ``prefix``: prefix-state reuse; ``speculate``: greedy POP generation verified in
+rounds.
 """
 
 from __future__ import annotations
@@ -65,11 +66,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, InputError, UnsupportedModelError
-from ..kv import registry
-from ..kv.source import Segment
-from ..patching import Patch
-from .block import cache_context, mask_layout, skipping
+from poptune.engine.block import cache_context, mask_layout, skipping
+from poptune.errors import ConfigError, InputError, UnsupportedModelError
+from poptune.kv import registry
+from poptune.kv.source import Segment
+from poptune.patching import Patch
 
 if TYPE_CHECKING:
     import torch
