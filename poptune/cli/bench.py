@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._args import (
+from poptune.cli._args import (
     BENCH_LENGTHS,
     add_model,
     add_output,

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ._args import (
+from poptune.cli._args import (
     add_model,
     add_output,
     add_pop,

@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from poptune.cli._args import add_model, add_pop, add_prefill_chunk, count, pop_config, prefill_chunk, prepare_kv
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
-
-from ._args import add_model, add_pop, add_prefill_chunk, count, pop_config, prefill_chunk, prepare_kv
 
 #: Below this many prompt tokens the output says why little or no speedup shows.
 SHORT_PROMPT = 256

@@ -14,8 +14,8 @@ import sys
 import time
 from typing import Any
 
-from ._args import add_model, add_preset, add_problem, add_storage, problem
-from ._checks import finite
+from poptune.cli._args import add_model, add_preset, add_problem, add_storage, problem
+from poptune.cli._checks import finite
 
 
 def register(sub: Any) -> None:
@@ -37,8 +37,7 @@ def register(sub: Any) -> None:
 
 def _progress(total: int) -> Any:
     from poptune import store
-
-    from .study import trial_line
+    from poptune.cli.study import trial_line
 
     started = time.monotonic()
 

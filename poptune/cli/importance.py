@@ -8,10 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from poptune.cli._args import add_model, count, finite, seed, write_text
 from poptune.errors import ConfigError
 from poptune.files import check_writable_folder, safe_name
-
-from ._args import add_model, count, finite, seed, write_text
 
 _PAPER_RATIO = 1 / 3  # the paper skips the last third of the layers in prefill
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ._args import add_output, add_storage, check_output_path, emit
+from poptune.cli._args import add_output, add_storage, check_output_path, emit
 
 
 def register(sub: Any) -> None:

@@ -7,13 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from poptune.baselines.methods import METHODS
-from poptune.errors import ConfigError
-from poptune.kv import registry as kv_registry
-from poptune.objectives import registry as objectives
-from poptune.store.studies import HEARTBEAT_S
-from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS
-
-from ._args import (
+from poptune.cli._args import (
     add_calibration,
     add_model,
     add_preset,
@@ -28,8 +22,13 @@ from ._args import (
     preset_of,
     ratio_list,
 )
-from ._args import problem as problem_of
-from ._bars import Bars
+from poptune.cli._args import problem as problem_of
+from poptune.cli._bars import Bars
+from poptune.errors import ConfigError
+from poptune.kv import registry as kv_registry
+from poptune.objectives import registry as objectives
+from poptune.store.studies import HEARTBEAT_S
+from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS
 
 
 def register(sub: Any) -> None:
