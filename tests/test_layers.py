@@ -29,7 +29,7 @@ RANKS: tuple[tuple[int, str], ...] = (
     (1, "poptune.models"),
     (2, "poptune.kv"), (2, "poptune.engine"),
     (3, "poptune.measure"), (3, "poptune.evaluate"), (3, "poptune.kvfit"),
-    (4, "poptune.importance"), (4, "poptune.baselines"), (4, "poptune.objectives"),
+    (4, "poptune.baselines"), (4, "poptune.objectives"),
     (5, "poptune.store"),
     (6, "poptune.problem"),
     (7, "poptune.tune"), (7, "poptune.env"),

@@ -1,4 +1,6 @@
-"""Structured-pruning baselines measured like POP: layer removal by several metrics, and Wanda sparsity."""
+"""Structured-pruning baselines measured like POP: layer removal by several metrics, and Wanda sparsity; and
+:mod:`~poptune.baselines.importance`, POP's own analysis of which layers matter for prefill and for decode
+(imported by what needs it, not re-exported here)."""
 
 from poptune.baselines.methods import (
     DEPTH_METHODS,

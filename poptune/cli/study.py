@@ -107,7 +107,7 @@ def _ratios(text: str | None) -> tuple[float, ...] | None:
 def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
     if not args.init_from_importance:
         return ()
-    from poptune.importance import load_importance, propose_block
+    from poptune.baselines.importance import load_importance, propose_block
     from poptune.models import resolve_model
     from poptune.models.registry import layer_count
 
