@@ -18,7 +18,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from poptune import store
-    from poptune.reports import study as report
+    from poptune.reports import study_report as report
 
     if args.out:
         check_output_path(args.out)

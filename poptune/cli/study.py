@@ -227,8 +227,8 @@ def _studies(spec: Any, target: Any) -> list[Any]:
 
 def _report(study: Any, spec: Any, *, complete_already: bool) -> None:
     """The study's closing report: what it holds, the front with the reference rows, the null checks, and the
-    summary and plot written beside its storage (:class:`poptune.reports.study.StudyReport`, read once)."""
-    from poptune.reports.study import StudyReport, default_folder
+    summary and plot written beside its storage (:class:`poptune.reports.study_report.StudyReport`, read once)."""
+    from poptune.reports.study_report import StudyReport, default_folder
 
     built = StudyReport.of(study)
     print(built.text(asked=spec.trials if complete_already else None))

@@ -11,7 +11,7 @@ import torch
 import poptune.engine.pop as engine
 from poptune import PopConfig, load_model
 from poptune.measure.prefill import prefill
-from poptune.measure.prompts import prompt_batch
+from poptune.measure.timing_prompts import prompt_batch
 from poptune.measure.windows import window_sizes_on_device
 
 

@@ -21,8 +21,8 @@ from poptune.problem.grid import COLUMNS, draw, read_grid, write_grid
 from poptune.problem.replay import Replay
 from poptune.problem.space import all_configs
 from poptune.reports.gridtable import write
+from poptune.tune.efficiency import tuner_efficiency
 from poptune.tune.gridstudy import grid_storage
-from poptune.tune.replay import tuner_efficiency
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -209,7 +209,7 @@ def test_a_failed_closing_aa_check_retimes_the_certified_candidates_and_says_so(
     # a last A/A check follows, and the verdict line names the figures it reports.
     from dataclasses import replace
 
-    from poptune.reports.study import StudyReport
+    from poptune.reports.study_report import StudyReport
 
     aa_calls = []
 
