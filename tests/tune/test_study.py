@@ -16,7 +16,8 @@ import pytest
 from poptune import ConfigError, PopConfig, store
 from poptune.cli import main
 from poptune.env import TuningProblem
-from poptune.problem.space import paper_default, params_of
+from poptune.problem.space import paper_default
+from poptune.tune.params import params_of
 from poptune.tune.study import StudySpec, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
