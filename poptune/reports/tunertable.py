@@ -6,8 +6,8 @@ Two sources of the grid (:class:`TunerSpec`):
   :data:`poptune.tune.efficiency.TUNER_SAMPLERS` (TPE, NSGA-II, random, the grid in a seeded order, Optuna's GP
   sampler, the structure-aware sampler of :mod:`poptune.tune.structured`), 20 seeds, the file's accuracy budget,
   64 trials to look for 95% of the hypervolume.
-- ``storage`` (``build`` first runs a grid study for real into it): a stored grid study (TPE, NSGA-II and
-  random, 10 seeds, budget 1.0 points).
+- ``storage`` (``build`` first runs a grid study for real into it: :func:`poptune.tune.gridstudy.replay_grid`): a
+  stored grid study (TPE, NSGA-II and random, 10 seeds, budget 1.0 points).
 
 Then :func:`poptune.tune.efficiency.tuner_efficiency`: per sampler and seed an in-memory Optuna study asks, the
 replay answers (``noise``: drawn from each figure's recorded 95% interval, one draw per seed and configuration),
@@ -77,23 +77,6 @@ class TunerSpec:
                 raise ConfigError(f"`{name}` must be >= 1, got {value}")
 
 
-def _build(spec: TunerSpec) -> None:
-    from poptune.engine import BOUNDARIES
-    from poptune.evaluate.taskpack import data_dir
-    from poptune.problem.evaluator import ConfigEvaluator
-    from poptune.problem.problem import TuningProblem
-    from poptune.problem.space import MAX_OFFSET
-    from poptune.tune.study import StudySpec, run_study
-
-    directory = data_dir()
-    problem = TuningProblem(model=spec.model, tasks=spec.tasks, limit=spec.limit,
-                            data_dir=str(directory) if directory else None, lengths=spec.lengths, repeats=2,
-                            decode_tokens=0, max_drop=spec.max_drop)
-    evaluator = ConfigEvaluator(problem)
-    raw = evaluator.num_layers * len(BOUNDARIES) * (MAX_OFFSET + 1)  # room enough: the grid sampler stops the study
-    run_study(StudySpec(problem=problem, trials=raw + 8, sampler="grid", storage=spec.storage), evaluator=evaluator)
-
-
 def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
     """The replay, its provenance lines, and ``spec`` with the route's defaults filled in."""
     from poptune import store
@@ -102,6 +85,7 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
     from poptune.problem.replay import Replay
     from poptune.store.attributes import StoredStudy
     from poptune.tune.efficiency import TUNER_SAMPLERS
+    from poptune.tune.gridstudy import replay_grid
 
     if spec.grid:
         replay = Replay.from_csv(spec.grid)
@@ -114,7 +98,8 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
         spec = replace(spec, storage=spec.storage or "sqlite:///studies/grid.db")
         if spec.build:
             spec = replace(spec, max_drop=1.0 if spec.max_drop is None else spec.max_drop)
-            _build(spec)
+            replay_grid(spec.storage, model=spec.model, tasks=spec.tasks, limit=spec.limit, lengths=spec.lengths,
+                        max_drop=spec.max_drop)
         study = store.load_study(store.open_reader(spec.storage), None)  # the storage, opened once
         replay = Replay.of(study)
         defaults = dict(samplers=("tpe", "nsga2", "random"), seeds=10, horizon=32, max_drop=1.0)
