@@ -219,7 +219,7 @@ def _commands_and_cite(study: Any, csv_path: Path, command: str, s: dict[str, An
         *_runs(runs, spans, attrs.null_checks), "",
         f"This table was written by `{command}`.", "",
         "## Replay it", "",
-        f"`Replay.from_csv('{csv_path.name}')` (`poptune.tune.efficiency`), `gymnasium.make('poptune/POP-Replay-v0', "
+        f"`Replay.from_csv('{csv_path.name}')` (`poptune.problem.replay`), `gymnasium.make('poptune/POP-Replay-v0', "
         f"grid='{csv_path.name}', noise=True)`, and `poptune tuners --grid {csv_path.name} --noise` "
         "read this file directly. With noise, a speedup or drop is drawn normal around its recorded value with "
         "sigma = half-width / 1.96 on each side, clipped to the recorded 95% interval (seeded).", "",
