@@ -87,7 +87,7 @@ def main() -> None:
     model, tokenizer = load_model(args.model)
     states = None
     if not args.no_reuse:
-        from poptune.measure.prompts import prompt_batch
+        from poptune.measure.timing_prompts import prompt_batch
 
         states = PrefixStates(max_bytes=int(args.max_state_gib * 2**30))
         verify(model, prompt_batch(tokenizer, 1024, 1)["input_ids"], PopConfig(6), PrefixStates())

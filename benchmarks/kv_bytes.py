@@ -19,7 +19,7 @@ import torch
 from poptune.engine import PopConfig, apply_pop
 from poptune.kvfit.prepare import prepare_kv
 from poptune.measure.prefill import cache_bytes
-from poptune.measure.prompts import prompt_batch
+from poptune.measure.timing_prompts import prompt_batch
 from poptune.models import load_model
 from poptune.models.registry import weights_fingerprint
 

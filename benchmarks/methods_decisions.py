@@ -1,7 +1,7 @@
 """Benchmark: the methods board's error and power by seeded simulation, at the sizes of the committed tables.
 
 Drives the board's own interval and verdict (:func:`poptune.comparison.board.lead_of`,
-:func:`~poptune.comparison.board.verdict_of`) through :mod:`poptune.comparison.decisions`:
+:func:`~poptune.comparison.board.verdict_of`) through :mod:`poptune.comparison.board_decisions`:
 
 - **error**: tables of R rows with no true lead, the share with any verdict (Bonferroni: at most 5%);
 - **power**: one row with a true lead of POP, at the per-row confidence of its table, the share decided
@@ -37,7 +37,7 @@ def _share(rates, share: float) -> str:
 
 
 def _rows(args: argparse.Namespace) -> list[str]:
-    from poptune.comparison.decisions import row_power, table_error
+    from poptune.comparison.board_decisions import row_power, table_error
     from poptune.evaluate.decisions import Scenario
 
     lines = []
@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- command: `python benchmarks/methods_decisions.py {shlex.join(sys.argv[1:])}`".rstrip(),
         f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; wall time {seconds:.0f} s on {hardware}",
         "- what: the board's own interval (score test, POP - baseline at 1 - 0.05/R per row) and verdict on seeded "
-        "simulated paired outcomes (poptune/comparison/decisions.py); a table with no true lead errs when any of its "
-        "rows gets a verdict (at most 5% by Bonferroni); a row with a true lead is decided the true way with the "
+        "simulated paired outcomes (poptune/comparison/board_decisions.py); a table with no true lead errs when any of "
+        "its rows gets a verdict (at most 5% by Bonferroni); a row with a true lead is decided the true way with the "
         "power shown", "",
         "| table | items | truth | decided the true way (power) | decided the wrong way | tables |",
         "|---|---|---|---|---|---|",

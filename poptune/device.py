@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError, DeviceError
+from poptune.errors import ConfigError, DeviceError
 
 if TYPE_CHECKING:
     import torch

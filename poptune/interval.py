@@ -5,7 +5,7 @@ seeds and its bootstrap interval.
 :class:`Interval` holds the point estimate, the two ends and the confidence level asked for (and, where the
 method knows it exactly, the coverage it has). It computes nothing statistical itself: the methods live beside
 their data (:mod:`poptune.measure.stats`, :mod:`poptune.evaluate.changed`, :mod:`poptune.evaluate.paired`,
-:func:`poptune.tune.replay.mean_interval`). Stored formats keep their own field names (``speedup_lo`` /
+:func:`poptune.tune.efficiency.mean_interval`). Stored formats keep their own field names (``speedup_lo`` /
 ``speedup_hi``, ``{"mean", "lo", "hi"}``, ``[lo, hi]``); :meth:`Interval.from_fields` and
 :meth:`Interval.from_ends` read them back.
 

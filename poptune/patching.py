@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .errors import PoptuneError
+from poptune.errors import PoptuneError
 
 if TYPE_CHECKING:
     from torch import nn

@@ -1,19 +1,23 @@
-"""The house's rules, checked on the source: imports point down, no cycles, modules and functions stay small.
+"""The house's rules, checked on the source: one import rule, no cycles, modules and functions stay small, every
+module named in ``docs/architecture.md``.
 
 Every module of the package is parsed with :mod:`ast` (nothing is imported). Each gets the rank of its floor
-(:data:`RANKS`, lowest first; ``docs/architecture.md`` describes the floors); a module may import modules of its
-own rank or lower only, not a sibling package of its floor (:data:`SIBLINGS`), and never the package root's
-names (the root sits above everything and imports lazily). The import graph -- module-level and
-function-level (lazy) imports alike, ``TYPE_CHECKING`` ones too -- has no cycle, between modules or between
-packages. ``from pkg import name`` counts as an import of ``pkg.name`` when that is a module, else of ``pkg``
-itself; importing a submodule is not counted as importing its parent package's ``__init__`` (Python runs it,
-but it is the submodule the code uses). Sizes count code lines only: no docstrings, comments or blank lines.
+(:data:`RANKS`, lowest first; ``docs/architecture.md`` describes the floors). **The import rule**, one for every
+import of the package's own code, module-level or in a function (lazy), ``TYPE_CHECKING`` ones too: it is written
+absolute (``from poptune.measure.bench import run_bench``, never a relative ``from .bench import``), and it points
+down -- to a module of its own rank or lower, not a sibling package of its floor (:data:`SIBLINGS`), never the
+package root's names (the root sits above everything and imports lazily). The import graph has no cycle, between
+modules or between packages. ``from pkg import name`` counts as an import of ``pkg.name`` when that is a module,
+else of ``pkg`` itself; importing a submodule is not counted as importing its parent package's ``__init__``
+(Python runs it, but it is the submodule the code uses). Sizes count code lines only: no docstrings, comments or
+blank lines.
 """
 
 from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +33,7 @@ RANKS: tuple[tuple[int, str], ...] = (
     (1, "poptune.models"),
     (2, "poptune.kv"), (2, "poptune.engine"),
     (3, "poptune.measure"), (3, "poptune.evaluate"), (3, "poptune.kvfit"),
-    (4, "poptune.importance"), (4, "poptune.baselines"), (4, "poptune.objectives"),
+    (4, "poptune.baselines"), (4, "poptune.objectives"),
     (5, "poptune.store"),
     (6, "poptune.problem"),
     (7, "poptune.tune"), (7, "poptune.env"),
@@ -52,6 +56,7 @@ class Import:
     importer: str
     target: str
     line: int
+    relative: bool = False
 
 
 def _module_name(path: Path) -> str:
@@ -89,7 +94,8 @@ def _imports(name: str, path: Path) -> list[Import]:
             targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in MODULES else module for a in node.names]
         else:
             continue
-        found += [Import(name, t, node.lineno) for t in dict.fromkeys(targets)
+        relative = isinstance(node, ast.ImportFrom) and node.level > 0
+        found += [Import(name, t, node.lineno, relative) for t in dict.fromkeys(targets)
                   if t == PACKAGE or t.startswith(PACKAGE + ".")]
     return found
 
@@ -115,11 +121,14 @@ def test_every_module_has_a_rank():
     assert not missing, f"modules without a floor in tests/test_layers.py RANKS (add them): {missing}"
 
 
-def test_imports_point_down():
+def test_the_import_rule():
+    # Absolute, and down the floors (see the module's docstring): one rule, each breach named by what it breaks.
     bad = []
     for importer, imports in _graph().items():
         for imp in imports:
-            if imp.target == PACKAGE:
+            if imp.relative:
+                problem = f"a relative import (write it absolute: from {imp.target} import ...)"
+            elif imp.target == PACKAGE:
                 problem = "imports names from the package root (import the defining module instead)"
             elif imp.target not in MODULES:
                 problem = "imports a module that does not exist"
@@ -130,7 +139,14 @@ def test_imports_point_down():
             else:
                 continue
             bad.append(f"{MODULES[importer].relative_to(ROOT)}:{imp.line}: {importer} -> {imp.target}: {problem}")
-    assert not bad, "imports must point down (see docs/architecture.md):\n" + "\n".join(bad)
+    assert not bad, "imports must be absolute and point down (see docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_the_import_rule_sees_relative_imports(tmp_path):
+    path = tmp_path / "bench.py"
+    path.write_text("from .timer import measure\nfrom poptune.measure import timer\n", encoding="utf-8")
+    assert [(i.target, i.relative) for i in _imports("poptune.measure.bench", path)] == [
+        ("poptune.measure.timer", True), ("poptune.measure.timer", False)]
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -220,7 +236,7 @@ def test_the_environments_do_not_import_the_tuner():
 
 
 def test_no_module_imports_the_package_root_names():
-    # Covered by test_imports_point_down; kept apart so the failure names the rule.
+    # Covered by test_the_import_rule; kept apart so the failure names the rule.
     bad = [f"{MODULES[i.importer].relative_to(ROOT)}:{i.line}" for imports in _graph().values()
            for i in imports if i.target == PACKAGE]
     assert not bad, "`from poptune import <name>` inside the package (import the defining module):\n" + "\n".join(bad)
@@ -280,3 +296,17 @@ def test_code_lines_rule():
               'def f(x):\n    """Doc."""\n    # note\n    return (x +\n            1)\n')
     assert sorted(code_lines(source)) == [5, 8, 11, 12]
 
+
+# --------------------------------------------------------------------------------------------------------------
+# The map: docs/architecture.md names every module of the package by its path, and no module that is gone
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def test_the_architecture_names_every_module():
+    named = set(re.findall(r"`(poptune/[\w/]+\.py)`", ARCHITECTURE.read_text(encoding="utf-8")))
+    files = {path.relative_to(ROOT).as_posix() for path in MODULES.values()}
+    missing, gone = sorted(files - named), sorted(named - files)
+    assert not missing, "modules docs/architecture.md does not name (add a line `poptune/....py`: its role):\n" + \
+        "\n".join(missing)
+    assert not gone, "docs/architecture.md names modules that do not exist (moved or removed?):\n" + "\n".join(gone)

@@ -7,7 +7,7 @@ import torch
 
 from poptune import PopConfig, PoptuneError, apply_pop, load_model, remove_pop
 from poptune.engine import decoder_of
-from poptune.measure.prompts import prompt_batch
+from poptune.measure.timing_prompts import prompt_batch
 from poptune.patching import Patch
 
 CONFIG = PopConfig(skip=3, boundary="window-4")

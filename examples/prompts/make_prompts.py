@@ -3,7 +3,7 @@
     python examples/prompts/make_prompts.py        # from the repository root; rewrites support.jsonl
 
 Deterministic: the same file every run. Sources: tests/data fixtures (ARC, BoolQ, PIQA, WikiText-2) and the
-public-domain chapter of *Pride and Prejudice* in poptune/measure/prompts.py.
+public-domain chapter of *Pride and Prejudice* in poptune/measure/timing_prompts.py.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def austen() -> list[dict]:
     import sys
 
     sys.path.insert(0, str(ROOT))
-    from poptune.measure.prompts import demo_prompt
+    from poptune.measure.timing_prompts import demo_prompt
 
     base = demo_prompt().rsplit("Question:", 1)[0]
     questions = ("Who is Mr. Bingley?", "How many daughters do the Bennets have?",

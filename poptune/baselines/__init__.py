@@ -1,6 +1,8 @@
-"""Structured-pruning baselines measured like POP: layer removal by several metrics, and Wanda sparsity."""
+"""Structured-pruning baselines measured like POP: layer removal by several metrics, and Wanda sparsity; and
+:mod:`~poptune.baselines.importance`, POP's own analysis of which layers matter for prefill and for decode
+(imported by what needs it, not re-exported here)."""
 
-from .methods import (
+from poptune.baselines.methods import (
     DEPTH_METHODS,
     METHODS,
     WANDA_SPARSITY,
@@ -12,8 +14,8 @@ from .methods import (
     sleb_order,
     wanda_weights,
 )
-from .scores import angular_distances, block_influence, wanda_prune
-from .surgery import LayerRemoval, SparseWeights
+from poptune.baselines.scores import angular_distances, block_influence, wanda_prune
+from poptune.baselines.surgery import LayerRemoval, SparseWeights
 
 __all__ = [
     "DEPTH_METHODS", "METHODS", "WANDA_SPARSITY", "Baseline", "LayerRemoval", "SparseWeights", "angular_distances",

@@ -12,9 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from poptune.errors import PoptuneError
-
-from . import (
+from poptune.cli import (
     baseline,
     bench,
     compare,
@@ -30,7 +28,8 @@ from . import (
     study,
     tuners,
 )
-from ._checks import check_args
+from poptune.cli._checks import check_args
+from poptune.errors import PoptuneError
 
 __all__ = ["main"]
 

@@ -7,6 +7,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from poptune.cli._checks import BENCH_LENGTHS, budget, count, finite, int_list, positive  # noqa: F401  (shared with the commands)
 from poptune.device import DTYPES
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
@@ -14,8 +15,6 @@ from poptune.files import write_text
 from poptune.kv import registry as kv_registry
 from poptune.problem.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
 from poptune.problem.problem import DEFAULT_MAX_DROP, STUDY_TASKS, TuningProblem
-
-from ._checks import BENCH_LENGTHS, budget, count, finite, int_list, positive  # noqa: F401  (shared with the commands)
 
 
 def default_of(cls: type, name: str) -> Any:

@@ -7,8 +7,7 @@ import json
 from typing import Any
 
 from poptune.baselines.methods import METHODS, WANDA_SPARSITY
-
-from ._args import (
+from poptune.cli._args import (
     add_calibration,
     add_model,
     add_output,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._args import (
+from poptune.cli._args import (
     BENCH_LENGTHS,
     add_model,
     add_output,
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     chunked = f", prefill in chunks of {spec.prefill_chunk} tokens" if spec.prefill_chunk else ""
     print(f"{args.model} [{config}] on {hw.hardware_id} ({result.dtype}, batch {spec.batch_size}{chunked})")
     if images:
-        from poptune.measure.prompts import IMAGE_QUESTION
+        from poptune.measure.timing_prompts import IMAGE_QUESTION
 
         print(f"prompt: one image of each size, then {IMAGE_QUESTION!r}; length = all prompt tokens")
     print(result.table())

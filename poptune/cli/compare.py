@@ -12,11 +12,18 @@ import sys
 from typing import Any
 
 from poptune.baselines.methods import METHODS
+from poptune.cli._args import (
+    add_calibration,
+    add_model,
+    calibration_spec,
+    check_output_path,
+    config_list,
+    positive,
+    ratio_list,
+)
+from poptune.cli._checks import non_negative
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
-
-from ._args import add_calibration, add_model, calibration_spec, check_output_path, config_list, positive, ratio_list
-from ._checks import non_negative
 
 #: POP's rows unless ``--pop`` says otherwise: the paper's rule (a third), the study's candidates on the
 #: long-prompt pack and the embedded tasks, and half the layers.

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ._args import (
+from poptune.cli._args import (
     add_model,
     add_output,
     add_pop,
@@ -145,7 +145,7 @@ def _prompt_lines(result: Any, null: dict[str, Any] | None = None) -> list[str]:
                      + (f", token probability {100 * p['prob']:.1f}% (full {100 * p['full_prob']:.1f}%)"
                         if p.get("prob") is not None and p.get("full_prob") is not None else ""))
     if null:
-        from poptune.reports.prompts import null_line
+        from poptune.reports.prompts_lines import null_line
 
         lines.append(null_line(null))
     ref = figures.get("reference")

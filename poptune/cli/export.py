@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ._args import add_storage, budget
+from poptune.cli._args import add_storage, budget
 
 
 def register(sub: Any) -> None:

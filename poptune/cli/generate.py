@@ -1,6 +1,6 @@
 """``poptune generate``: a demo of one configuration: its greedy text and time to first token beside the full model's.
 
-Without ``--prompt`` the prompt is :func:`poptune.measure.prompts.demo_prompt` (about 1,000 Gemma-3 tokens), long
+Without ``--prompt`` the prompt is :func:`poptune.measure.timing_prompts.demo_prompt` (about 1,000 Gemma-3 tokens), long
 enough for prefill, which POP shortens, to dominate the time to first token. Each ``--follow-up`` is a later turn
 of the conversation: its text is appended after the model's answer and prefilled on top of the conversation's
 cache -- with POP, as a prompt -- and answered; each model carries on its own conversation.
@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from poptune.cli._args import add_model, add_pop, add_prefill_chunk, count, pop_config, prefill_chunk, prepare_kv
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
-
-from ._args import add_model, add_pop, add_prefill_chunk, count, pop_config, prefill_chunk, prepare_kv
 
 #: Below this many prompt tokens the output says why little or no speedup shows.
 SHORT_PROMPT = 256
@@ -63,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     from poptune.engine import decoder_of
     from poptune.measure.prefill import time_prefill_pair
-    from poptune.measure.prompts import demo_prompt
+    from poptune.measure.timing_prompts import demo_prompt
     from poptune.models import load_model
 
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)

@@ -14,9 +14,8 @@ import argparse
 import os
 from typing import Any
 
+from poptune.cli._checks import finite
 from poptune.errors import ConfigError
-
-from ._checks import finite
 
 
 def register(sub: Any) -> None:

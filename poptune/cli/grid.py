@@ -2,7 +2,8 @@
 
 The grid is a study with the ``grid`` sampler on ``poptune study``'s workload (its own options and defaults:
 with a data directory the long-prompt pack, else the embedded synthetic tasks), stored by default in a journal
-file beside the table, so that the same command continues where it stopped (:mod:`poptune.reports.gridtable`).
+file beside the table, so that the same command continues where it stopped (:mod:`poptune.tune.gridstudy`), then
+written as a table and its README (:mod:`poptune.reports.gridtable`).
 ``--table-only`` writes the table and its README from what is stored, measuring nothing. docs/grid.md.
 """
 
@@ -14,8 +15,8 @@ import sys
 import time
 from typing import Any
 
-from ._args import add_model, add_preset, add_problem, add_storage, problem
-from ._checks import finite
+from poptune.cli._args import add_model, add_preset, add_problem, add_storage, problem
+from poptune.cli._checks import finite
 
 
 def register(sub: Any) -> None:
@@ -37,8 +38,7 @@ def register(sub: Any) -> None:
 
 def _progress(total: int) -> Any:
     from poptune import store
-
-    from .study import trial_line
+    from poptune.cli.study import trial_line
 
     started = time.monotonic()
 
@@ -57,7 +57,8 @@ def _progress(total: int) -> Any:
 def run(args: argparse.Namespace) -> int:
     from poptune import store
     from poptune.errors import ConfigError
-    from poptune.reports.gridtable import GridSpec, build_grid, storage_of
+    from poptune.reports.gridtable import write
+    from poptune.tune.gridstudy import GridSpec, grid_study, storage_of
     from poptune.tune.interrupt import exit_code, interruptible
 
     if args.timeout is not None and args.timeout <= 0:  # before anything is made in --out (its raw/ folder)
@@ -77,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with interruptible():
-            csv_path, md_path = build_grid(spec, "poptune " + shlex.join(args.argv), callbacks=[finished],
-                                           announce=announce)
+            study = grid_study(spec, callbacks=[finished], announce=announce)
+            csv_path, md_path = write(study, spec.out, "poptune " + shlex.join(args.argv), storage)
     except KeyboardInterrupt as e:
         print(f"poptune grid: interrupted; the measured trials are stored in {store.public_url(storage)}: run the "
               "same command to continue", file=sys.stderr)

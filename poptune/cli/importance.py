@@ -8,10 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from poptune.cli._args import add_model, count, finite, seed, write_text
 from poptune.errors import ConfigError
 from poptune.files import check_writable_folder, safe_name
-
-from ._args import add_model, count, finite, seed, write_text
 
 _PAPER_RATIO = 1 / 3  # the paper skips the last third of the layers in prefill
 
@@ -49,7 +48,7 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from poptune.importance import ImportanceSpec
+    from poptune.baselines.importance import ImportanceSpec
     from poptune.kvfit.calibration import calibration_file
 
     spec = ImportanceSpec(samples=args.samples, prompt_tokens=args.length, new_tokens=args.new_tokens,
@@ -64,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from poptune.importance import compute_importance, importance_plot, propose_block
+    from poptune.baselines.importance import compute_importance, importance_plot, propose_block
     from poptune.models import load_model, resolve_model
 
     name = resolve_model(args.model).name

@@ -6,7 +6,7 @@ import argparse
 import shlex
 from typing import Any
 
-from ._args import add_storage, positive
+from poptune.cli._args import add_storage, positive
 
 
 def register(sub: Any) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from ._args import add_output, add_storage, check_output_path, emit
+from poptune.cli._args import add_output, add_storage, check_output_path, emit
 
 
 def register(sub: Any) -> None:
@@ -18,7 +18,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from poptune import store
-    from poptune.reports import study as report
+    from poptune.reports import study_report as report
 
     if args.out:
         check_output_path(args.out)

@@ -7,13 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from poptune.baselines.methods import METHODS
-from poptune.errors import ConfigError
-from poptune.kv import registry as kv_registry
-from poptune.objectives import registry as objectives
-from poptune.store.studies import HEARTBEAT_S
-from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS
-
-from ._args import (
+from poptune.cli._args import (
     add_calibration,
     add_model,
     add_preset,
@@ -28,8 +22,13 @@ from ._args import (
     preset_of,
     ratio_list,
 )
-from ._args import problem as problem_of
-from ._bars import Bars
+from poptune.cli._args import problem as problem_of
+from poptune.cli._bars import Bars
+from poptune.errors import ConfigError
+from poptune.kv import registry as kv_registry
+from poptune.objectives import registry as objectives
+from poptune.store.studies import HEARTBEAT_S
+from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS
 
 
 def register(sub: Any) -> None:
@@ -108,7 +107,7 @@ def _ratios(text: str | None) -> tuple[float, ...] | None:
 def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
     if not args.init_from_importance:
         return ()
-    from poptune.importance import load_importance, propose_block
+    from poptune.baselines.importance import load_importance, propose_block
     from poptune.models import resolve_model
     from poptune.models.registry import layer_count
 
@@ -228,8 +227,8 @@ def _studies(spec: Any, target: Any) -> list[Any]:
 
 def _report(study: Any, spec: Any, *, complete_already: bool) -> None:
     """The study's closing report: what it holds, the front with the reference rows, the null checks, and the
-    summary and plot written beside its storage (:class:`poptune.reports.study.StudyReport`, read once)."""
-    from poptune.reports.study import StudyReport, default_folder
+    summary and plot written beside its storage (:class:`poptune.reports.study_report.StudyReport`, read once)."""
+    from poptune.reports.study_report import StudyReport, default_folder
 
     built = StudyReport.of(study)
     print(built.text(asked=spec.trials if complete_already else None))

@@ -12,10 +12,9 @@ import argparse
 import shlex
 from typing import Any
 
+from poptune.cli._args import default_of
+from poptune.cli._checks import finite, int_list, positive
 from poptune.reports.tunertable import TunerSpec
-
-from ._args import default_of
-from ._checks import finite, int_list, positive
 
 
 def register(sub: Any) -> None:

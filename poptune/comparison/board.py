@@ -174,7 +174,7 @@ def rows_of(record: Mapping[str, Any], timings: Mapping[str, Any] | None = None)
 
 def read_records(folder: str | Path) -> list[dict[str, Any]]:
     """Every methods comparison record (``methods-*.json``) in ``folder``, sorted by file name."""
-    from .schema import check_record
+    from poptune.comparison.schema import check_record
 
     paths = sorted(Path(folder).glob("methods-*.json"))
     records = []
@@ -247,7 +247,7 @@ def _section(record: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
 
 def _costs(record: Mapping[str, Any], rows: Sequence[Row], confidence: float) -> list[str]:
     """What each undecided verdict would cost (:mod:`poptune.comparison.cost`): a plan, not a claim."""
-    from .cost import MAX_ITEMS, decision_cost
+    from poptune.comparison.cost import MAX_ITEMS, decision_cost
 
     pops = {r.label: r.name for r in rows if r.method == "pop"}
     lines = []

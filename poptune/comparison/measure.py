@@ -98,8 +98,8 @@ def _timing(evaluator: "ConfigEvaluator", row: Method, profile: Profile, pairs: 
     import torch
 
     from poptune.measure.prefill import decode, prefill
-    from poptune.measure.prompts import prompt_batch
     from poptune.measure.timer import RepeatPolicy, Staged, Timer, measure_pair
+    from poptune.measure.timing_prompts import prompt_batch
 
     model = evaluator.model
     inputs = prompt_batch(evaluator.tokenizer, profile.prompt, 1, device=model.device)

@@ -29,14 +29,14 @@ from collections.abc import Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UnsupportedModelError
-from ..kv.source import source_of
-from ..patching import Patch
+from poptune.errors import UnsupportedModelError
+from poptune.kv.source import source_of
+from poptune.patching import Patch
 
 if TYPE_CHECKING:
     import torch
 
-    from ..kv.source import Write
+    from poptune.kv.source import Write
 
 __all__ = ["cache_context", "mask_layout", "skipping"]
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from poptune.engine import stage
-
-from ..models.vision import vision_family
+from poptune.engine.pop import stage
+from poptune.models.vision import vision_family
 
 if TYPE_CHECKING:
     import torch

@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig, apply_pop
-
-from .greedy import Steps, decode_logits, eos_ids, replayable
-from .prefix import attached_states
-from .segments import generate as plain_generate
+from poptune.engine.greedy import Steps, decode_logits, eos_ids, replayable
+from poptune.engine.prefix import attached_states
+from poptune.engine.segments import generate as plain_generate
 
 if TYPE_CHECKING:
     import torch

@@ -75,7 +75,7 @@ def _prompt_keys(ids: "torch.Tensor", mask: "torch.Tensor | None") -> list[bytes
 
 def attached_states(model: "nn.Module") -> "PrefixStates | None":
     """The states attached to ``model`` (:meth:`PrefixStates.attached`), or None."""
-    from poptune.engine import decoder_of
+    from poptune.engine.pop import decoder_of
 
     return getattr(decoder_of(model), _ATTR, None)
 
@@ -107,7 +107,7 @@ class PrefixStates:
     @contextlib.contextmanager
     def attached(self, model: "nn.Module") -> Iterator["PrefixStates"]:
         """Record plain prefills and replay POP prefills of ``model`` while the block runs."""
-        from poptune.engine import decoder_of
+        from poptune.engine.pop import decoder_of
         from poptune.patching import attribute
 
         with attribute(decoder_of(model), _ATTR, self):
@@ -264,7 +264,7 @@ def verify(model: "nn.Module", input_ids: "torch.Tensor", config: Any, states: P
     """
     import torch
 
-    from poptune.engine import PopConfig, apply_pop
+    from poptune.engine.pop import PopConfig, apply_pop
 
     with torch.inference_mode():
         with states.attached(model), apply_pop(model, PopConfig(skip=0)):

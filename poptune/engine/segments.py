@@ -24,9 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from poptune.engine import get_pop_config, stage
-
-from ..errors import ConfigError, InputError
+from poptune.engine.pop import get_pop_config, stage
+from poptune.errors import ConfigError, InputError
 
 __all__ = ["chunk_bounds", "prefill_prompt", "generate"]
 

@@ -38,15 +38,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from poptune.engine import get_pop_config
-
-from .greedy import Steps, decode_logits, eos_ids, replayable
-from .segments import generate as plain_generate
+from poptune.engine.greedy import Steps, decode_logits, eos_ids, replayable
+from poptune.engine.pop import get_pop_config
+from poptune.engine.segments import generate as plain_generate
 
 if TYPE_CHECKING:
     import torch
 
-    from .prefix import PrefixStates
+    from poptune.engine.prefix import PrefixStates
 
 __all__ = ["generate"]
 

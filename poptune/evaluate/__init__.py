@@ -38,14 +38,14 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from .fidelity import FidelityResult, FidelitySpec, measure_fidelity
-    from .image_fidelity import measure_image_fidelity
-    from .judges import LIKELIHOOD_TASKS, judged_tasks, likelihood_task
-    from .lm import PopLM
-    from .paired import PairedDrop, paired_drop
-    from .racing import RaceResult, RacingPolicy, race
-    from .scoring import score_continuations
-    from .suite import (
+    from poptune.evaluate.fidelity import FidelityResult, FidelitySpec, measure_fidelity
+    from poptune.evaluate.image_fidelity import measure_image_fidelity
+    from poptune.evaluate.judges import LIKELIHOOD_TASKS, judged_tasks, likelihood_task
+    from poptune.evaluate.lm import PopLM
+    from poptune.evaluate.paired import PairedDrop, paired_drop
+    from poptune.evaluate.racing import RaceResult, RacingPolicy, race
+    from poptune.evaluate.scoring import score_continuations
+    from poptune.evaluate.suite import (
         EMBEDDED,
         LOWER_IS_BETTER,
         PRIMARY_METRIC,
@@ -57,9 +57,9 @@ if TYPE_CHECKING:
         resolve_tasks,
         run_eval,
     )
-    from .synthetic import SyntheticItem, SyntheticResult, kv_recall_items, passkey_items, run_synthetic
-    from .taskpack import GROUPS, SHORT_TASKS, TASKS, check_data, get_task_dict
-    from .workload import Workload, build_workload
+    from poptune.evaluate.synthetic import SyntheticItem, SyntheticResult, kv_recall_items, passkey_items, run_synthetic
+    from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, check_data, get_task_dict
+    from poptune.evaluate.workload import Workload, build_workload
 
 
 def __getattr__(name: str) -> Any:

@@ -19,7 +19,7 @@ from poptune.gpucheck.plan import Case, Plan
 from poptune.gpucheck.profile import launch_bound, profile_call
 from poptune.measure.bench import BenchResult, BenchRow, BenchSpec, run_bench
 from poptune.measure.prefill import prefill
-from poptune.measure.prompts import image_prompt_batch, prompt_batch
+from poptune.measure.timing_prompts import image_prompt_batch, prompt_batch
 from poptune.measure.windows import window_sizes_on_device
 from poptune.models.vision import kept_rope_state
 

@@ -1,7 +1,7 @@
 """Real weights: POP's likelihood scores on the GPU equal the CPU's, item by item, within 1e-3 (float32).
 
 The items are (context, continuation) pairs cut at evenly spaced offsets of the first chapter of *Pride and
-Prejudice* (:func:`poptune.measure.prompts.demo_prompt`, public domain, in the package): no data directory
+Prejudice* (:func:`poptune.measure.timing_prompts.demo_prompt`, public domain, in the package): no data directory
 needed. Each item's score is lm-eval's log-likelihood of the continuation after a POP prefill of the context
 (:func:`poptune.evaluate.scoring.score_continuations`).
 """
@@ -17,7 +17,7 @@ from poptune.errors import ModelNotFoundError
 from poptune.evaluate.fidelity import FidelitySpec, fidelity_pairs
 from poptune.evaluate.scoring import score_continuations
 from poptune.gpucheck.plan import Plan
-from poptune.measure.prompts import demo_prompt
+from poptune.measure.timing_prompts import demo_prompt
 from poptune.models import load_model
 
 __all__ = ["SCORE_TOLERANCE", "compare_scores"]

@@ -4,7 +4,7 @@ Text: windows of WikiText-2 (``wikitext-2/test.txt`` in the data directory, else
 a BOS token, or -- without a data directory -- text the model itself samples after BOS with a seeded generator
 (:func:`calibration_text`). The baselines draw window offsets from a seeded generator (:func:`calibration`,
 amount, seed and source recorded with every baseline built from it); the importance analysis
-(:mod:`poptune.importance`) spaces them evenly.
+(:mod:`poptune.baselines.importance`) spaces them evenly.
 
 On that text: the residual stream at every layer boundary, the mean next-token NLL, and continuations sampled
 from the model at temperature 1.

@@ -15,7 +15,7 @@ otherwise, or with fewer than
 paper's POP exactly. **Error rate**: where the maps are not better on the text the windows are drawn from, the
 check keeps them with probability at most ``alpha``: exactly ``alpha`` at a true difference of 0 for normal
 window values, less for symmetric heavy-tailed ones (both measured by a seeded simulation in
-``tests/test_kvcheck.py``). The test assumes the windows independent and alike; a study that fits several
+``tests/kvfit/test_check.py``). The test assumes the windows independent and alike; a study that fits several
 blocks makes one such decision per block, each at ``alpha``. Maps that are better but not shown so (few
 windows, a small gain) are ``undecided`` and the block keeps its layers' own: how often better maps are kept
 (the power) grows with the windows and the gain.

@@ -34,10 +34,10 @@ from poptune.measure.hardware import fingerprint
 from poptune.measure.nullcheck import AA_PAIRS, NullCheck, aa_figures, figures
 from poptune.measure.nvml import NvmlDevice
 from poptune.measure.prefill import cache_bytes, decode, prefill
-from poptune.measure.prompts import image_prompt_batch, prompt_batch
 from poptune.measure.provenance import load_average, now, provenance, versions
 from poptune.measure.telemetry import Sampler, Telemetry, nvml_device
 from poptune.measure.timer import LatencyRecord, PairRecord, Staged, Timer, measure_pair
+from poptune.measure.timing_prompts import image_prompt_batch, prompt_batch
 from poptune.measure.windows import window_sizes_on_device
 from poptune.models.vision import ImageSize, encoder_patches, image_token_counts, kept_rope_state, require_vision
 from poptune.transform import Transform, applied

@@ -1,7 +1,7 @@
 """Model loading: registered names (resolved once: :class:`ResolvedModel`), the embedded Gemma-3-270M, tiny random
 configs, image prompts for VLMs."""
 
-from .registry import (
+from poptune.models.registry import (
                        ModelSpec,
                        load_model,
                        load_tokenizer,
@@ -10,8 +10,15 @@ from .registry import (
                        resolve_model,
                        weights_fingerprint,
 )
-from .resolved import ResolvedModel
-from .vision import ImageSize, image_prompt, image_token_counts, parse_image_sizes, synthetic_image, vision_family
+from poptune.models.resolved import ResolvedModel
+from poptune.models.vision import (
+                       ImageSize,
+                       image_prompt,
+                       image_token_counts,
+                       parse_image_sizes,
+                       synthetic_image,
+                       vision_family,
+)
 
 __all__ = [
     "ImageSize",

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..device import resolve_device, resolve_dtype
-from ..errors import ConfigError, ModelNotFoundError
-from . import configs
+from poptune.device import resolve_device, resolve_dtype
+from poptune.errors import ConfigError, ModelNotFoundError
+from poptune.models import configs
 
 if TYPE_CHECKING:
     import torch
@@ -181,7 +181,7 @@ def load_tokenizer(name: str, weights: str = "pretrained") -> Any:
         return _tiny_tokenizer()
     try:
         if spec.source == "embedded":
-            from .embedded import built_model_dir
+            from poptune.models.embedded import built_model_dir
 
             directory = built_model_dir()
             return _load_tokenizer(str(directory), spec) if directory is not None else None
@@ -233,7 +233,7 @@ def weights_fingerprint(name: str, weights: str = "pretrained") -> str:
 
 def _pretrained_dir(spec: ModelSpec) -> str:
     if spec.source == "embedded":
-        from .embedded import embedded_model_dir
+        from poptune.models.embedded import embedded_model_dir
 
         return str(embedded_model_dir())
     if spec.source == "local":
@@ -309,7 +309,7 @@ _ZERO_INIT_INPUTS = ("mm_input_projection_weight",)
 
 
 def _tiny_tokenizer() -> Any:
-    from .tokenizer import byte_tokenizer
+    from poptune.models.tokenizer import byte_tokenizer
 
     return byte_tokenizer()
 
@@ -321,7 +321,7 @@ def _tokenizer_for_random(spec: ModelSpec) -> Any:
     build the embedded checkpoint (about 100 s of CPU before anything reaches the GPU).
     """
     if spec.name.startswith("gemma-3"):
-        from .embedded import built_model_dir
+        from poptune.models.embedded import built_model_dir
 
         directory = built_model_dir()
         if directory is not None:

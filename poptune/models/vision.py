@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from poptune.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
@@ -112,8 +112,8 @@ def check_takes_images(name: str) -> None:
 
     Hub and local models whose config poptune does not hold are checked by :func:`require_vision` once loaded.
     """
-    from . import configs
-    from .registry import resolve_model
+    from poptune.models import configs
+    from poptune.models.registry import resolve_model
 
     spec = resolve_model(name)
     config = configs.tiny_config(spec.name) or configs.full_config(spec.name)

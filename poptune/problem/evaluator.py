@@ -138,7 +138,7 @@ class ConfigEvaluator:
         if self.problem.image is None:
             return self.problem.target
         if self._image_length is None:
-            from poptune.measure.prompts import image_prompt_batch
+            from poptune.measure.timing_prompts import image_prompt_batch
             from poptune.models.vision import ImageSize, kept_rope_state
 
             with kept_rope_state(self.model):
@@ -204,7 +204,7 @@ class ConfigEvaluator:
         :class:`~poptune.errors.MeasurementError` (reuse stays off) when it exceeds the tolerance.
         """
         from poptune.engine.prefix import PrefixStates, verify
-        from poptune.measure.prompts import prompt_batch
+        from poptune.measure.timing_prompts import prompt_batch
 
         length = max(n for n, _ in self.latency_points())
         ids = prompt_batch(self.tokenizer, length, 1, device=self.model.device)["input_ids"]

@@ -1,7 +1,7 @@
 """A measured grid as a small CSV table: every configuration of a study, one row each, readable without Optuna.
 
 :func:`write_grid` writes what a stored (grid) study measured, :func:`read_grid` reads it back as
-:class:`~poptune.store.measurement.Measurement` records, so that the replay (:mod:`poptune.tune.replay`) and its
+:class:`~poptune.store.measurement.Measurement` records, so that the replay (:mod:`poptune.problem.replay`) and its
 Gymnasium environment answer configurations from the file alone. Columns (:data:`COLUMNS`), one row per
 configuration in the order of :func:`~poptune.problem.space.all_configs` (``skip`` 0 is the full model; its
 ``boundary`` and ``offset`` mean nothing):

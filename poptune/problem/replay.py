@@ -4,7 +4,7 @@ A :class:`Replay` answers configurations from what was measured: a stored study 
 file (:meth:`Replay.from_csv`, see :mod:`poptune.problem.grid`), exactly as recorded or, with a noise seed, drawn
 from each figure's recorded 95% interval (:func:`poptune.problem.grid.draw`: one draw per seed and
 configuration, so a configuration asked again gets the same answer, as a study answers it from storage). The
-replay environment (:mod:`poptune.env`) and the tuner table (:mod:`poptune.tune.replay`) both read it.
+replay environment (:mod:`poptune.env`) and the tuner table (:mod:`poptune.tune.efficiency`) both read it.
 """
 
 from __future__ import annotations

@@ -1,28 +1,23 @@
-"""POP's configuration space, defined once: the search space of a study, the environment's action space, the
-enqueue checks, and what a trial's parameters name.
+"""POP's configuration space, defined once: the points a study searches, the environment's action space, the
+enqueue checks.
 
 A space is a model's ``num_layers`` and the K/V sources it searches (``kv``). Its points:
 
 - ``skip`` in [0, L-1]; ``skip = 0`` is the full model and has no other parameter;
 - for ``skip > 0``, ``offset`` in [0, min(:data:`MAX_OFFSET`, L-1-skip)] (final layers kept, the block
-  ``[L-offset-skip, L-offset)`` always fits) and ``boundary`` in :data:`~poptune.engine.BOUNDARIES`;
-- where the space's K/V sources differ at that skip (:func:`poptune.kv.registry.distinct_at`: calibrated K/V of
-  one skipped layer are its own), the K/V source: ``kv`` where every source of the space differs, else a
-  parameter named by the sources that do (``kv_own_anchor`` at skip 1 of ``own,calibrated,anchor``: Optuna keeps
-  one set of choices per parameter); with one source there, that one.
+  ``[L-offset-skip, L-offset)`` always fits: :func:`max_offset_at`) and ``boundary`` in
+  :data:`~poptune.engine.BOUNDARIES`;
+- the K/V sources of the space that differ at that skip (:func:`sources_at`, from
+  :func:`poptune.kv.registry.distinct_at`: calibrated K/V of one skipped layer are its own), each once.
 
-So no two points name one configuration and no parameter is clipped. Every view of the space is made here from
-these ranges: :func:`all_configs` (the enumeration: the grid, the structured sampler, the replay's coverage),
-:func:`suggest_config`, :func:`params_of` and :func:`distributions_of` (Optuna's view: what a trial asks and
-stores), :func:`action_space` and :func:`config_from_action` (the Gymnasium environment's view, ``kv`` included),
-:func:`check_enqueue` (a configuration to measure first must be a point of the space), and
-:func:`config_of_trial` (what a stored trial measured). A configuration's own validity (a block the model has, a
-known boundary and K/V source) is :meth:`~poptune.engine.PopConfig.check`'s, which every view defers to.
-Studies made before the one-to-one space (``skip``, ``boundary`` and ``offset`` on every trial, ``skip``
-clipped) stay readable: a trial's configuration is read from its ``config`` user attribute, what was measured.
+So no two points name one configuration. Every view of the space is made from these ranges: :func:`all_configs`
+(the enumeration: the grid, the structured sampler, the replay's coverage), :func:`action_space` and
+:func:`config_from_action` (the Gymnasium environment's view, ``kv`` included), :func:`check_enqueue` (a
+configuration to measure first must be a point of the space), and Optuna's view -- what a trial asks and stores --
+in the tuner's floor (:mod:`poptune.tune.params`). A configuration's own validity (a block the model has, a known
+boundary and K/V source) is :meth:`~poptune.engine.PopConfig.check`'s, which every view defers to.
 
-Nothing here imports Optuna or Gymnasium at module level: Optuna's distributions and Gymnasium's spaces are built
-inside the functions that return them.
+Nothing here imports Optuna; Gymnasium's spaces are built inside the function that returns them.
 """
 
 from __future__ import annotations
@@ -33,15 +28,13 @@ from typing import TYPE_CHECKING, Any
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
-from poptune.store.trials import stored_config
 
 if TYPE_CHECKING:
-    import optuna
     from gymnasium import spaces
 
 __all__ = [
     "MAX_OFFSET", "OWN", "action_of", "action_space", "all_configs", "check_enqueue", "config_from_action",
-    "config_of_trial", "distributions_of", "paper_default", "params_of", "suggest_config",
+    "max_offset_at", "paper_default", "sources_at",
 ]
 
 #: The search space's largest offset (final layers kept in prefill).
@@ -56,21 +49,14 @@ def paper_default(num_layers: int) -> PopConfig:
     return PopConfig(skip=round(num_layers / 3), boundary="last")
 
 
-def _max_offset(skip: int, num_layers: int) -> int:
+def max_offset_at(skip: int, num_layers: int) -> int:
+    """The largest offset of the points at ``skip`` (the block always fits)."""
     return min(MAX_OFFSET, num_layers - 1 - skip)
 
 
-def _sources(skip: int, kv: tuple[str, ...]) -> tuple[str, ...]:
+def sources_at(skip: int, kv: tuple[str, ...]) -> tuple[str, ...]:
     """The K/V sources of the points at ``skip``: those of ``kv`` that differ there, each once (the registry's)."""
     return kv_registry.distinct_at(skip, kv)
-
-
-def _kv_param(skip: int, kv: tuple[str, ...]) -> str | None:
-    """The trial parameter naming the K/V source at ``skip`` (None: one source there, no parameter)."""
-    sources = _sources(skip, kv)
-    if len(sources) < 2:
-        return None
-    return "kv" if sources == tuple(kv) else "_".join(("kv", *sources))
 
 
 def all_configs(num_layers: int, kv: tuple[str, ...] = OWN) -> list[PopConfig]:
@@ -78,62 +64,10 @@ def all_configs(num_layers: int, kv: tuple[str, ...] = OWN) -> list[PopConfig]:
     K/V source; with ``own`` and ``calibrated``, twice as many for every skip from 2)."""
     configs = [PopConfig(skip=0)]
     for skip in range(1, num_layers):
-        sources = _sources(skip, kv)
-        for offset in range(_max_offset(skip, num_layers) + 1):
+        sources = sources_at(skip, kv)
+        for offset in range(max_offset_at(skip, num_layers) + 1):
             configs += [PopConfig(skip=skip, boundary=b, offset=offset, kv=k) for b in BOUNDARIES for k in sources]
     return configs
-
-
-def suggest_config(trial: "optuna.Trial", num_layers: int, kv: tuple[str, ...] = OWN) -> PopConfig:
-    """Ask ``trial`` for a point of the space and return its configuration (the parameters equal it)."""
-    skip = trial.suggest_int("skip", 0, num_layers - 1)
-    if skip == 0:
-        return PopConfig(skip=0)
-    offset = trial.suggest_int("offset", 0, _max_offset(skip, num_layers))
-    boundary = trial.suggest_categorical("boundary", list(BOUNDARIES))
-    param, sources = _kv_param(skip, kv), _sources(skip, kv)
-    source = trial.suggest_categorical(param, list(sources)) if param else sources[0]
-    return PopConfig(skip=skip, boundary=boundary, offset=offset, kv=source)
-
-
-def params_of(config: PopConfig, kv: tuple[str, ...] = OWN) -> dict[str, Any]:
-    """The trial parameters of ``config`` (for ``enqueue_trial`` and ``create_trial``) in a space of ``kv``."""
-    if config.skip == 0:
-        return {"skip": 0}
-    params = {"skip": config.skip, "offset": config.offset, "boundary": config.boundary}
-    param = _kv_param(config.skip, kv)
-    if param:
-        params[param] = config.kv
-    return params
-
-
-def distributions_of(config: PopConfig, num_layers: int, kv: tuple[str, ...] = OWN) -> dict[str, Any]:
-    """The distributions of :func:`params_of` as :func:`suggest_config` asks them."""
-    from optuna.distributions import CategoricalDistribution, IntDistribution
-
-    space: dict[str, Any] = {"skip": IntDistribution(0, num_layers - 1)}
-    if config.skip:
-        space["offset"] = IntDistribution(0, _max_offset(config.skip, num_layers))
-        space["boundary"] = CategoricalDistribution(list(BOUNDARIES))
-    param = _kv_param(config.skip, kv)
-    if param:
-        space[param] = CategoricalDistribution(list(_sources(config.skip, kv)))
-    return space
-
-
-def config_of_trial(trial: "optuna.trial.FrozenTrial", num_layers: int) -> PopConfig | None:
-    """What ``trial`` measured (its ``config`` attribute), else what its parameters name; None when its
-    parameters are not all written yet (or it is not a POP trial)."""
-    stored = stored_config(trial)
-    if stored is not None:
-        return stored
-    params = {"kv" if name.startswith("kv_") else name: value for name, value in trial.params.items()}
-    if params.get("skip") == 0:
-        return PopConfig(skip=0)
-    if {"skip", "boundary", "offset"} - set(params):
-        return None
-    # A trial still measuring, or an old study's (skip clipped).
-    return config_from_action(params, num_layers, kv_registry.NAMES)
 
 
 def check_enqueue(configs: Sequence[PopConfig], num_layers: int, kv: tuple[str, ...] = OWN) -> None:

@@ -1,18 +1,16 @@
 """The grid benchmark's files: every configuration's figures as a small CSV table, and the README beside it.
 
-:func:`build_grid` is the whole job behind ``poptune grid``: run (or continue) the grid study
-(:mod:`poptune.tune.gridstudy`), or with ``table_only`` read it as stored, measuring nothing; then write
-``<out>/grid-<model>-<hardware>.csv`` (:mod:`poptune.problem.grid`) and ``grid-<model>-<hardware>.md`` beside it
-(:func:`readme`): how it was measured, its progress (a partial grid is marked so), the commands, the wall time,
-how to cite. By default the grid's journal file lies beside them (:func:`storage_of`), the raw record of the
-table. docs/grid.md says how to read it.
+A grid study (measured, continued or read as stored by :func:`poptune.tune.gridstudy.grid_study`, the job behind
+``poptune grid``) is written here: :func:`write` puts ``<out>/grid-<model>-<hardware>.csv``
+(:mod:`poptune.problem.grid`) and ``grid-<model>-<hardware>.md`` beside it (:func:`readme`): how it was measured, its
+progress (a partial grid is marked so), the commands, the wall time, how to cite. By default the grid's journal file
+lies beside them (:func:`poptune.tune.gridstudy.storage_of`), the raw record of the table. docs/grid.md says how to
+read it. Nothing here measures.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,71 +21,7 @@ from poptune.store.attributes import StoredStudy
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["GridSpec", "build_grid", "readme", "storage_of", "write"]
-
-
-@dataclass(frozen=True)
-class GridSpec:
-    """One grid to build.
-
-    Attributes:
-        problem: The workload every configuration is measured on (a study's, ``poptune study``'s defaults).
-        out: The folder of the table and its README (default: ``leaderboards`` of the current directory).
-        storage: Where the grid study is stored (default: a journal file in ``out``, :func:`storage_of`).
-        study: The grid study's name (default: ``<model>@<hardware-id>``).
-        timeout: Stop starting trials after this many seconds (resume later).
-        confirm: Run the A/A checks, re-time noisy trials and confirm the front (``--no-confirm``: not).
-        table_only: Write the table and README from the stored grid, measuring nothing.
-    """
-
-    problem: TuningProblem
-    out: str | Path = "leaderboards"
-    storage: str | None = None
-    study: str | None = None
-    timeout: float | None = None
-    confirm: bool = True
-    table_only: bool = False
-
-
-def storage_of(spec: GridSpec) -> str:
-    """``spec.storage``, else the grid's journal file beside its table (one per model and hardware id)."""
-    from poptune.tune.gridstudy import grid_storage
-
-    return spec.storage or grid_storage(spec.problem.model, spec.problem.device, spec.out)
-
-
-def build_grid(spec: GridSpec, command: str, *, callbacks: Sequence[Callable[..., None]] = (),
-               announce: Callable[[int, int], None] | None = None) -> tuple[Path, Path]:
-    """Measure (or continue, or with ``table_only`` read) the grid of ``spec``, then write its table and README.
-
-    Args:
-        spec: The grid.
-        command: The command line that made it, for the README.
-        callbacks: Optuna trial callbacks while measuring (progress lines).
-        announce: Told ``(configurations, layers)`` before the first trial.
-
-    Returns:
-        The table's and the README's paths.
-
-    Raises:
-        ConfigError: ``out`` not a writable folder, a storage that cannot be used; with ``table_only``, no such
-            grid stored, or one made with other settings.
-    """
-    from poptune import store
-    from poptune.files import check_writable_folder
-    from poptune.tune.gridstudy import measure_grid, stored_grid
-
-    check_writable_folder(spec.out)
-    if spec.storage is None and not spec.table_only:  # the default journal's folder, <out>/raw/
-        (Path(spec.out) / "raw").mkdir(exist_ok=True)
-    storage = storage_of(spec)
-    store.check_storage(storage)
-    if spec.table_only:
-        study = stored_grid(spec.problem, storage, spec.study)
-    else:
-        study = measure_grid(spec.problem, storage, study=spec.study, timeout=spec.timeout, confirm=spec.confirm,
-                             callbacks=callbacks, announce=announce)
-    return write(study, spec.out, command, storage)
+__all__ = ["readme", "write"]
 
 
 def _seconds(iso_from: str | None, iso_to: str | None) -> float:
@@ -285,7 +219,7 @@ def _commands_and_cite(study: Any, csv_path: Path, command: str, s: dict[str, An
         *_runs(runs, spans, attrs.null_checks), "",
         f"This table was written by `{command}`.", "",
         "## Replay it", "",
-        f"`Replay.from_csv('{csv_path.name}')` (`poptune.tune.replay`), `gymnasium.make('poptune/POP-Replay-v0', "
+        f"`Replay.from_csv('{csv_path.name}')` (`poptune.problem.replay`), `gymnasium.make('poptune/POP-Replay-v0', "
         f"grid='{csv_path.name}', noise=True)`, and `poptune tuners --grid {csv_path.name} --noise` "
         "read this file directly. With noise, a speedup or drop is drawn normal around its recorded value with "
         "sigma = half-width / 1.96 on each side, clipped to the recorded 95% interval (seeded).", "",

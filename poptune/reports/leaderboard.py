@@ -285,7 +285,7 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
     import optuna
 
     from poptune.problem.replay import Replay, covers_grid
-    from poptune.tune.replay import CHECKPOINTS, tuner_efficiency
+    from poptune.tune.efficiency import CHECKPOINTS, tuner_efficiency
 
     out = Path(out_dir)
     if not out.is_dir():

@@ -3,19 +3,19 @@
 Two sources of the grid (:class:`TunerSpec`):
 
 - ``grid``: a grid file (CSV, written by ``poptune grid``; no database). Defaults: every sampler of
-  :data:`poptune.tune.replay.TUNER_SAMPLERS` (TPE, NSGA-II, random, the grid in a seeded order, Optuna's GP
+  :data:`poptune.tune.efficiency.TUNER_SAMPLERS` (TPE, NSGA-II, random, the grid in a seeded order, Optuna's GP
   sampler, the structure-aware sampler of :mod:`poptune.tune.structured`), 20 seeds, the file's accuracy budget,
   64 trials to look for 95% of the hypervolume.
-- ``storage`` (``build`` first runs a grid study for real into it): a stored grid study (TPE, NSGA-II and
-  random, 10 seeds, budget 1.0 points).
+- ``storage`` (``build`` first runs a grid study for real into it: :func:`poptune.tune.gridstudy.replay_grid`): a
+  stored grid study (TPE, NSGA-II and random, 10 seeds, budget 1.0 points).
 
-Then :func:`poptune.tune.replay.tuner_efficiency`: per sampler and seed an in-memory Optuna study asks, the
+Then :func:`poptune.tune.efficiency.tuner_efficiency`: per sampler and seed an in-memory Optuna study asks, the
 replay answers (``noise``: drawn from each figure's recorded 95% interval, one draw per seed and configuration),
 and the asked configurations are scored by their recorded figures: the best within-budget speedup, the hit rate
 and the hypervolume after 8, 16 and 32 trials (means over seeds with 95% bootstrap intervals), and the trials
 needed to reach 95% of the grid's hypervolume. For a grid file it also counts where the grid breaks the order the
 structure-aware sampler assumes (:func:`poptune.tune.structured.order_violations`) and how many of the verdicts
-that sampler implies after 16 trials the recorded figures bear out (:func:`poptune.tune.replay.implied_held`).
+that sampler implies after 16 trials the recorded figures bear out (:func:`poptune.tune.efficiency.implied_held`).
 :func:`tuner_table` writes it all as Markdown (default: ``leaderboards/tuner-replay-<model>-<hardware>.md``).
 """
 
@@ -77,23 +77,6 @@ class TunerSpec:
                 raise ConfigError(f"`{name}` must be >= 1, got {value}")
 
 
-def _build(spec: TunerSpec) -> None:
-    from poptune.engine import BOUNDARIES
-    from poptune.evaluate.taskpack import data_dir
-    from poptune.problem.evaluator import ConfigEvaluator
-    from poptune.problem.problem import TuningProblem
-    from poptune.problem.space import MAX_OFFSET
-    from poptune.tune.study import StudySpec, run_study
-
-    directory = data_dir()
-    problem = TuningProblem(model=spec.model, tasks=spec.tasks, limit=spec.limit,
-                            data_dir=str(directory) if directory else None, lengths=spec.lengths, repeats=2,
-                            decode_tokens=0, max_drop=spec.max_drop)
-    evaluator = ConfigEvaluator(problem)
-    raw = evaluator.num_layers * len(BOUNDARIES) * (MAX_OFFSET + 1)  # room enough: the grid sampler stops the study
-    run_study(StudySpec(problem=problem, trials=raw + 8, sampler="grid", storage=spec.storage), evaluator=evaluator)
-
-
 def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
     """The replay, its provenance lines, and ``spec`` with the route's defaults filled in."""
     from poptune import store
@@ -101,7 +84,8 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
     from poptune.problem.problem import DEFAULT_MAX_DROP
     from poptune.problem.replay import Replay
     from poptune.store.attributes import StoredStudy
-    from poptune.tune.replay import TUNER_SAMPLERS
+    from poptune.tune.efficiency import TUNER_SAMPLERS
+    from poptune.tune.gridstudy import replay_grid
 
     if spec.grid:
         replay = Replay.from_csv(spec.grid)
@@ -114,7 +98,8 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
         spec = replace(spec, storage=spec.storage or "sqlite:///studies/grid.db")
         if spec.build:
             spec = replace(spec, max_drop=1.0 if spec.max_drop is None else spec.max_drop)
-            _build(spec)
+            replay_grid(spec.storage, model=spec.model, tasks=spec.tasks, limit=spec.limit, lengths=spec.lengths,
+                        max_drop=spec.max_drop)
         study = store.load_study(store.open_reader(spec.storage), None)  # the storage, opened once
         replay = Replay.of(study)
         defaults = dict(samplers=("tpe", "nsga2", "random"), seeds=10, horizon=32, max_drop=1.0)
@@ -157,7 +142,7 @@ def _hits(hits: int, seeds: int) -> str:
 
 def _order(replay: Any, spec: TunerSpec) -> list[str]:
     """Where the grid breaks the order, and how many implied verdicts held."""
-    from poptune.tune.replay import implied_held
+    from poptune.tune.efficiency import implied_held
     from poptune.tune.structured import order_violations
 
     assert spec.max_drop is not None and spec.seeds is not None  # filled in by _source
@@ -180,7 +165,7 @@ def _order(replay: Any, spec: TunerSpec) -> list[str]:
 
 def _markdown(replay: Any, rows: list[Any], spec: TunerSpec, where: list[str], seconds: float, command: str) -> str:
     from poptune.measure.provenance import now, provenance_block
-    from poptune.tune.replay import CHECKPOINTS, HV_SHARE
+    from poptune.tune.efficiency import CHECKPOINTS, HV_SHARE
 
     assert spec.samplers is not None  # filled in by _source
 
@@ -254,7 +239,7 @@ def tuner_table(spec: TunerSpec, command: str) -> tuple[Path, list[Any]]:
         command: The command line that made it, for the table's provenance.
 
     Returns:
-        The Markdown file written, and one row per sampler (:func:`poptune.tune.replay.tuner_efficiency`).
+        The Markdown file written, and one row per sampler (:func:`poptune.tune.efficiency.tuner_efficiency`).
 
     Raises:
         InputError: a missing or malformed grid file, or one that does not cover the search space.
@@ -263,7 +248,7 @@ def tuner_table(spec: TunerSpec, command: str) -> tuple[Path, list[Any]]:
     import optuna
 
     from poptune.files import check_writable_file, write_text
-    from poptune.tune.replay import tuner_efficiency
+    from poptune.tune.efficiency import tuner_efficiency
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

@@ -8,7 +8,7 @@ the configuration space, the evaluator); what it optimises, the study's objectiv
 - :mod:`~poptune.tune.samplers`, :mod:`~poptune.tune.structured`: samplers by name, the structure-aware one.
 - :mod:`~poptune.tune.trust`, :mod:`~poptune.tune.certify`, :mod:`~poptune.tune.interrupt`: what a study
   relies on: trustworthy latencies, verdicts on fresh items, clean interruption.
-- :mod:`~poptune.tune.replay`: how fast each sampler finds good configurations on a replayed grid study.
+- :mod:`~poptune.tune.efficiency`: how fast each sampler finds good configurations on a replayed grid study.
 
 Importing this package imports none of its modules; import the one you need.
 """

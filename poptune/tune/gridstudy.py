@@ -6,12 +6,14 @@ in an Optuna journal file beside its table (:func:`grid_storage`), small enough 
 command continues where it stopped on any machine of the same hardware id (an interrupted trial is measured
 again; a complete grid returns at once). One process per grid: it times the A/A checks, re-times noisy trials and
 confirms the front as a study on SQLite does. A stored grid is found again without loading the model
-(:func:`stored_grid`). Its table and README are :mod:`poptune.reports.gridtable`'s.
+(:func:`stored_grid`). :class:`GridSpec` and :func:`grid_study` are the job behind ``poptune grid`` (the grid of a
+spec measured, continued or read as stored); its table and README are :mod:`poptune.reports.gridtable`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +25,8 @@ if TYPE_CHECKING:
 
     from poptune.problem.problem import TuningProblem
 
-__all__ = ["grid_name", "grid_storage", "measure_grid", "stored_grid"]
+__all__ = ["GridSpec", "grid_name", "grid_storage", "grid_study", "measure_grid", "replay_grid", "storage_of",
+           "stored_grid"]
 
 
 def grid_storage(model: str, device: str, folder: str | Path) -> str:
@@ -119,3 +122,78 @@ def measure_grid(problem: TuningProblem, storage: str, *, study: str | None = No
     if announce is not None:
         announce(total, num_layers)
     return run_study(spec, evaluator=evaluator, callbacks=list(callbacks))
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """One grid to build.
+
+    Attributes:
+        problem: The workload every configuration is measured on (a study's, ``poptune study``'s defaults).
+        out: The folder of the table and its README (default: ``leaderboards`` of the current directory).
+        storage: Where the grid study is stored (default: a journal file in ``out``, :func:`storage_of`).
+        study: The grid study's name (default: ``<model>@<hardware-id>``).
+        timeout: Stop starting trials after this many seconds (resume later).
+        confirm: Run the A/A checks, re-time noisy trials and confirm the front (``--no-confirm``: not).
+        table_only: Write the table and README from the stored grid, measuring nothing.
+    """
+
+    problem: TuningProblem
+    out: str | Path = "leaderboards"
+    storage: str | None = None
+    study: str | None = None
+    timeout: float | None = None
+    confirm: bool = True
+    table_only: bool = False
+
+
+def storage_of(spec: GridSpec) -> str:
+    """``spec.storage``, else the grid's journal file beside its table (one per model and hardware id)."""
+    return spec.storage or grid_storage(spec.problem.model, spec.problem.device, spec.out)
+
+
+def grid_study(spec: GridSpec, *, callbacks: Sequence[Callable[..., None]] = (),
+               announce: Callable[[int, int], None] | None = None) -> optuna.Study:
+    """Measure (or continue, or with ``table_only`` read) the grid of ``spec``; returns the study, whose table and
+    README :func:`poptune.reports.gridtable.write` writes (with :func:`storage_of`).
+
+    Args:
+        spec: The grid.
+        callbacks: Optuna trial callbacks while measuring (progress lines).
+        announce: Told ``(configurations, layers)`` before the first trial.
+
+    Raises:
+        ConfigError: ``out`` not a writable folder, a storage that cannot be used; with ``table_only``, no such
+            grid stored, or one made with other settings.
+    """
+    from poptune import store
+    from poptune.files import check_writable_folder
+
+    check_writable_folder(spec.out)
+    if spec.storage is None and not spec.table_only:  # the default journal's folder, <out>/raw/
+        (Path(spec.out) / "raw").mkdir(exist_ok=True)
+    storage = storage_of(spec)
+    store.check_storage(storage)
+    if spec.table_only:
+        return stored_grid(spec.problem, storage, spec.study)
+    return measure_grid(spec.problem, storage, study=spec.study, timeout=spec.timeout, confirm=spec.confirm,
+                        callbacks=callbacks, announce=announce)
+
+
+def replay_grid(storage: str | None, *, model: str, tasks: tuple[str, ...], limit: int, lengths: tuple[int, ...],
+                max_drop: float | None) -> None:
+    """Measure a grid study for real into ``storage`` to replay (the tuner table's ``--build``): every configuration
+    of ``model`` on ``tasks`` (``limit`` items each) at ``lengths``, two repeats, no decode, the grid sampler."""
+    from poptune.engine import BOUNDARIES
+    from poptune.evaluate.taskpack import data_dir
+    from poptune.problem.evaluator import ConfigEvaluator
+    from poptune.problem.problem import TuningProblem
+    from poptune.problem.space import MAX_OFFSET
+    from poptune.tune.study import StudySpec, run_study
+
+    directory = data_dir()
+    problem = TuningProblem(model=model, tasks=tasks, limit=limit, data_dir=str(directory) if directory else None,
+                            lengths=lengths, repeats=2, decode_tokens=0, max_drop=max_drop)
+    evaluator = ConfigEvaluator(problem)
+    raw = evaluator.num_layers * len(BOUNDARIES) * (MAX_OFFSET + 1)  # room enough: the grid sampler stops the study
+    run_study(StudySpec(problem=problem, trials=raw + 8, sampler="grid", storage=storage), evaluator=evaluator)

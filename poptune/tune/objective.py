@@ -23,10 +23,10 @@ from poptune.objectives.base import References
 from poptune.objectives.registry import new_references, values_of
 from poptune.problem.evaluator import ConfigEvaluator
 from poptune.problem.problem import TuningProblem
-from poptune.problem.space import config_of_trial, distributions_of, params_of, suggest_config
 from poptune.store.measurement import Measurement
 from poptune.store.trials import StoredTrial, fail_reason, is_pop, measures, stored_config
 from poptune.tune.interrupt import INTERRUPTED
+from poptune.tune.params import config_of_trial, distributions_of, params_of, suggest_config
 
 if TYPE_CHECKING:
     import optuna

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig
-from poptune.problem.space import OWN, all_configs, config_of_trial, params_of
+from poptune.problem.space import OWN, all_configs
+from poptune.tune.params import config_of_trial, params_of
 
 if TYPE_CHECKING:
     import optuna

@@ -62,9 +62,10 @@ from poptune.kv import registry as kv_registry
 from poptune.objectives.accuracy import ACCURACY
 from poptune.objectives.registry import DEFAULT, named
 from poptune.objectives.ttft import TTFT
-from poptune.problem.space import OWN, all_configs, config_of_trial, params_of
+from poptune.problem.space import OWN, all_configs
 from poptune.store.measurement import Measurement
 from poptune.store.trials import is_pop
+from poptune.tune.params import config_of_trial, params_of
 
 if TYPE_CHECKING:
     import numpy as np
@@ -323,7 +324,7 @@ def _hypervolume(points: Sequence[tuple[float, float]], reference: tuple[float, 
 class StructuredSampler(optuna.samplers.BaseSampler):
     """An Optuna sampler over POP's space that searches it by its order (see the module for the method).
 
-    Usable by any Optuna study whose objective asks :func:`~poptune.problem.space.suggest_config` and returns
+    Usable by any Optuna study whose objective asks :func:`~poptune.tune.params.suggest_config` and returns
     its ``objectives`` (:mod:`poptune.objectives.registry`; TTFT and accuracy among them, the others are not
     searched for); seeded, so a study is reproducible. Example::
 

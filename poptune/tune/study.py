@@ -64,13 +64,14 @@ from poptune.objectives import registry as objectives
 from poptune.problem.evaluator import ConfigEvaluator
 from poptune.problem.presets import STANDARD
 from poptune.problem.problem import TuningProblem
-from poptune.problem.space import all_configs, check_enqueue, paper_default, params_of
+from poptune.problem.space import all_configs, check_enqueue, paper_default
 from poptune.store.trials import is_answer
 from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
 from poptune.tune.certify import candidates, certify_front, wants_certification
 from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
+from poptune.tune.params import params_of
 from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS, make_sampler
 
 if TYPE_CHECKING:

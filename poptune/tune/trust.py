@@ -28,10 +28,10 @@ from poptune import progress, store
 from poptune.engine import PopConfig
 from poptune.measure.nullcheck import AA_PAIRS, aa_figures, aa_reasons, above_ideal
 from poptune.measure.provenance import now
-from poptune.problem.space import config_of_trial
 from poptune.store.front import candidates
 from poptune.store.trials import StoredTrial
 from poptune.tune.objective import add_finished_trial, outcome
+from poptune.tune.params import config_of_trial
 
 if TYPE_CHECKING:
     import optuna

@@ -8,7 +8,7 @@ import pytest
 from poptune import load_model
 from poptune.cli import main
 from poptune.cli.generate import SHORT_NOTE, SHORT_PROMPT
-from poptune.measure.prompts import demo_prompt
+from poptune.measure.timing_prompts import demo_prompt
 
 
 def _run(capsys, *argv):

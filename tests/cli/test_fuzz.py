@@ -256,7 +256,7 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers(-(10**20), 10**20) |
 def _valid_files() -> dict[str, object]:
     import json
 
-    from poptune.importance import ImportanceResult, ImportanceSpec
+    from poptune.baselines.importance import ImportanceResult, ImportanceSpec
     from poptune.reports.export import FORMAT
 
     root = Path(__file__).resolve().parents[2]

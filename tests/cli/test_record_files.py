@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from poptune.baselines.importance import ImportanceResult, ImportanceSpec
 from poptune.cli import main
-from poptune.importance import ImportanceResult, ImportanceSpec
 from poptune.reports.export import FORMAT
 
 ROOT = Path(__file__).resolve().parents[2]

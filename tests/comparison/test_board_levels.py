@@ -17,8 +17,8 @@ def test_a_bits_per_byte_task_gets_its_lead_in_the_metrics_direction():
 def test_the_planned_size_is_the_tests_own_and_reaches_its_power():
     import numpy as np
 
+    from poptune.comparison.board_decisions import row_power
     from poptune.comparison.cost import items_to_decide
-    from poptune.comparison.decisions import row_power
     from poptune.evaluate.decisions import Scenario
 
     scenario, rows = Scenario(0.04, 0.12), 4

@@ -180,7 +180,7 @@ def test_an_answers_judge_still_needs_a_prompts_file(tmp_path, capsys, no_model_
 
 def test_the_budget_and_verdict_lines_say_likelihood_never_accuracy():
     from poptune.reports.certification import budget_words, verdict_line
-    from poptune.reports.study import undecided_line
+    from poptune.reports.study_report import undecided_line
     from poptune.tune.certify import CertificationPlan
 
     line = verdict_line([], {"candidates": []}, 2.0, judge=LIKELIHOOD_JUDGE)

@@ -63,7 +63,7 @@ def test_the_null_needs_the_full_answers_kept(tmp_path, shared):
 
 
 def test_the_null_line_reads_like_a_front_row_with_its_exact_interval():
-    from poptune.reports.prompts import null_line
+    from poptune.reports.prompts_lines import null_line
 
     line = null_line({"perturbation": "each prompt alone", "items": 17, "changed": 2, "agreement": 0.93,
                       "median_divergence": 11, "prob_drop": {"mean": 0.12, "lo": -3.0, "hi": 3.4}})

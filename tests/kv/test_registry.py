@@ -8,7 +8,8 @@ import pytest
 from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.kv import registry
-from poptune.problem.space import all_configs, config_of_trial, distributions_of, params_of, suggest_config
+from poptune.problem.space import all_configs
+from poptune.tune.params import config_of_trial, distributions_of, params_of, suggest_config
 
 ALL = ("own", "calibrated", "anchor")
 

@@ -9,7 +9,7 @@ from poptune import ConfigError, PopConfig, load_model
 from poptune.measure import RepeatPolicy
 from poptune.measure.bench import BenchResult, BenchRow, BenchSpec, run_bench
 from poptune.measure.nullcheck import AA_PAIRS
-from poptune.measure.prompts import prompt_batch
+from poptune.measure.timing_prompts import prompt_batch
 
 FAST = RepeatPolicy(warmup=0, min_repeats=2, min_seconds=0.0)
 

@@ -14,8 +14,8 @@ from poptune import PopConfig, load_model
 from poptune.measure import Sampler, Timer, energy_per_call, nvml_device
 from poptune.measure.bench import BenchSpec, run_bench
 from poptune.measure.prefill import prefill
-from poptune.measure.prompts import prompt_batch
 from poptune.measure.timer import RepeatPolicy
+from poptune.measure.timing_prompts import prompt_batch
 
 pytestmark = [
     pytest.mark.cuda,

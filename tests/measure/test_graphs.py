@@ -15,7 +15,7 @@ from poptune import PopConfig, load_model
 from poptune.measure.flops import assumption, prefill_flops
 from poptune.measure.graphs import capture, graph_inputs, mask_materialised
 from poptune.measure.prefill import prefill
-from poptune.measure.prompts import prompt_batch
+from poptune.measure.timing_prompts import prompt_batch
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import poptune.engine as engine
+import poptune.engine.pop as engine
 from poptune import PopConfig, load_model
 from poptune.measure.prefill import prefill
-from poptune.measure.prompts import prompt_batch
+from poptune.measure.timing_prompts import prompt_batch
 from poptune.measure.windows import window_sizes_on_device
 
 

@@ -21,8 +21,8 @@ from poptune.problem.grid import COLUMNS, draw, read_grid, write_grid
 from poptune.problem.replay import Replay
 from poptune.problem.space import all_configs
 from poptune.reports.gridtable import write
+from poptune.tune.efficiency import tuner_efficiency
 from poptune.tune.gridstudy import grid_storage
-from poptune.tune.replay import tuner_efficiency
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -265,7 +265,7 @@ def test_the_grid_command_writes_a_stored_grid_without_measuring(tmp_path, capsy
 
 
 def test_the_grid_is_stored_by_default_in_a_journal_beside_its_table(tmp_path):
-    from poptune.reports.gridtable import GridSpec, storage_of
+    from poptune.tune.gridstudy import GridSpec, storage_of
 
     url = grid_storage("tiny-llama", "cpu", tmp_path)
     assert url.startswith("journal:") and url.endswith(".journal")

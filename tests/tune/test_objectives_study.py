@@ -10,7 +10,7 @@ import pytest
 from poptune import ConfigError, PopConfig, store
 from poptune.env import TuningProblem
 from poptune.objectives import registry
-from poptune.reports.study import StudyReport
+from poptune.reports.study_report import StudyReport
 from poptune.tune.study import StudySpec, run_study
 
 from .fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse: no real A/A pairs)

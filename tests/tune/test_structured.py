@@ -10,8 +10,9 @@ import optuna
 import pytest
 
 from poptune.engine import BOUNDARIES, PopConfig
-from poptune.problem.space import all_configs, params_of, suggest_config
+from poptune.problem.space import all_configs
 from poptune.store.measurement import Measurement
+from poptune.tune.params import params_of, suggest_config
 from poptune.tune.samplers import SAMPLERS, make_sampler
 from poptune.tune.structured import (
     StructuredSampler,

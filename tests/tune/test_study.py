@@ -16,7 +16,8 @@ import pytest
 from poptune import ConfigError, PopConfig, store
 from poptune.cli import main
 from poptune.env import TuningProblem
-from poptune.problem.space import paper_default, params_of
+from poptune.problem.space import paper_default
+from poptune.tune.params import params_of
 from poptune.tune.study import StudySpec, run_study
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -208,7 +209,7 @@ def test_a_trial_that_never_beat_is_retried_and_the_budget_completes(problem, tm
 
 
 def test_importance_proposal_is_enqueued(problem, tmp_path, capsys):
-    from poptune.importance import ImportanceResult, ImportanceSpec
+    from poptune.baselines.importance import ImportanceResult, ImportanceSpec
 
     # Prefill importance lowest in layers 2-3: a ratio of 1/3 (2 of 6 layers) with offset 2 skips exactly those.
     result = ImportanceResult(model="tiny-llama", prefill=(9.0, 8.0, 0.1, 0.2, 5.0, 6.0), decode=(1.0,) * 6,

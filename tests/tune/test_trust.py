@@ -10,7 +10,8 @@ from poptune import PopConfig, store
 from poptune.env import TuningProblem
 from poptune.measure.nullcheck import AA_PAIRS
 from poptune.measure.stats import MIN_PAIRS_95
-from poptune.problem.space import all_configs, config_of_trial, paper_default, params_of
+from poptune.problem.space import all_configs, paper_default
+from poptune.tune.params import config_of_trial, params_of
 from poptune.tune.study import StudySpec, run_study
 from poptune.tune.trust import CONFIRM_PAIRS, CONFIRM_ROUNDS, record_aa_check
 
@@ -209,7 +210,7 @@ def test_a_failed_closing_aa_check_retimes_the_certified_candidates_and_says_so(
     # a last A/A check follows, and the verdict line names the figures it reports.
     from dataclasses import replace
 
-    from poptune.reports.study import StudyReport
+    from poptune.reports.study_report import StudyReport
 
     aa_calls = []
 

@@ -150,7 +150,7 @@ def test_only_the_approximated_kv_differs(arch):
 
 def test_cache_layout_matches_full_prefill(arch):
     """Same per-layer cache types and shapes; with a prompt past the window, sliding layers stay sliding."""
-    from poptune.measure.prompts import prompt_batch
+    from poptune.measure.timing_prompts import prompt_batch
 
     model, tok = arch
     window = getattr(engine.decoder_of(model).config, "sliding_window", None) or 32
@@ -169,7 +169,7 @@ def test_cache_layout_matches_full_prefill(arch):
 
 
 def test_generation_past_the_sliding_window_is_exact_with_skip1(arch):
-    from poptune.measure.prompts import prompt_batch
+    from poptune.measure.timing_prompts import prompt_batch
 
     model, tok = arch
     window = getattr(engine.decoder_of(model).config, "sliding_window", None) or 32

@@ -1,6 +1,6 @@
 """The study report renders as it did before the report model: the terminal text, the Markdown summary and the
 plot's inputs of two stored studies are compared with golden files (``golden/make_golden.py`` wrote them at
-commit ca4c9a0, before :class:`~poptune.reports.study.StudyReport`; rewritten by the same renderer when the
+commit ca4c9a0, before :class:`~poptune.reports.study_report.StudyReport`; rewritten by the same renderer when the
 certification's
 lines came to state their bound, issue 45)."""
 
@@ -64,7 +64,7 @@ def test_the_report_renders_as_before(name, tmp_path):
 
 def test_the_report_reads_the_study_once_and_renders_without_it(tmp_path, monkeypatch):
     from poptune import store
-    from poptune.reports.study import StudyReport
+    from poptune.reports.study_report import StudyReport
 
     copy = tmp_path / "s.journal"
     shutil.copyfile(STUDIES["fake"], copy)

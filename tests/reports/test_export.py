@@ -116,7 +116,7 @@ def test_a_calibrated_configuration_exports_its_maps_and_generate_applies_them(t
     assert maps["block"] == [4, 6] and len(maps["sha256"]) == 64
     # Fitted on the study's own prompts that it never scores (issue 38), and the summary says so.
     assert maps["calibration"]["source"].startswith("study workload calibration split: piqa: ")
-    from poptune.reports.study import summary_markdown
+    from poptune.reports.study_report import summary_markdown
 
     calibration = maps["calibration"]
     assert (f"- calibrated K/V maps fitted on: {calibration['source']} (the fit took {calibration['prompts']} of "

@@ -49,7 +49,7 @@ def _check(rows: int, tasks: int, per_task: int, replicates: int) -> None:
 
 
 def _verdicts(scenario: Any, rows: int, tasks: int, per_task: int, rng: Any, table_rows: int) -> list[str]:
-    from .board import lead_of, verdict_of
+    from poptune.comparison.board import lead_of, verdict_of
 
     verdicts = []
     for _ in range(rows):

@@ -11,7 +11,7 @@ import pytest
 from poptune import store
 from poptune.env import TuningProblem
 from poptune.plots import PlotPoint, attainment_steps, place_labels, pyplot
-from poptune.reports import study as report
+from poptune.reports import study_report as report
 from poptune.tune.study import StudySpec, run_study
 
 from ..tune.fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse)

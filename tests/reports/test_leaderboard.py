@@ -154,7 +154,7 @@ def test_the_leaderboards_index_lists_every_file_and_its_names_follow_the_scheme
     import re
     from pathlib import Path
 
-    folder = Path(__file__).resolve().parents[1] / "leaderboards"
+    folder = Path(__file__).resolve().parents[2] / "leaderboards"
     rows = (folder / "README.md").read_text().splitlines()
     files = [p for p in folder.rglob("*") if p.is_file() and p.name != "README.md"]
     assert files

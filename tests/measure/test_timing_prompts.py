@@ -2,7 +2,7 @@
 
 import pytest
 
-from poptune.measure.prompts import DEMO_QUESTION, demo_prompt
+from poptune.measure.timing_prompts import DEMO_QUESTION, demo_prompt
 
 
 def test_demo_prompt_is_a_passage_then_the_question():

@@ -1,8 +1,8 @@
 """Write the fixture study (a synthetic study in a journal file) and the golden renderings of the report.
 
 The golden files are what ``poptune study`` printed and wrote for these studies at commit ca4c9a0 (before the
-report model): ``tests/report/test_golden.py`` checks that the report still renders them byte for byte.
-Run from the repository root: ``python -m tests.report.golden.make_golden [--study]`` (``--study`` makes the
+report model): ``tests/reports/test_golden.py`` checks that the report still renders them byte for byte.
+Run from the repository root: ``python -m tests.reports.golden.make_golden [--study]`` (``--study`` makes the
 fixture study again first: new dates, so new golden files).
 """
 
@@ -38,7 +38,7 @@ def make_study() -> None:
 
 
 def main() -> None:
-    from tests.report.test_golden import STUDIES, render
+    from tests.reports.test_golden import STUDIES, render
 
     if "--study" in sys.argv:
         make_study()

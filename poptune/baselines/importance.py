@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .engine import PopConfig, decoder_of, get_pop_config
-from .errors import ConfigError, DataError, UnsupportedModelError
-from .kvfit.calibration import calibration_text, sample_tokens
+from poptune.engine import PopConfig, decoder_of, get_pop_config
+from poptune.errors import ConfigError, DataError, UnsupportedModelError
+from poptune.kvfit.calibration import calibration_text, sample_tokens
 
 if TYPE_CHECKING:
     import torch
@@ -392,8 +392,8 @@ def compute_importance(
     """
     import torch
 
-    from .measure.hardware import fingerprint
-    from .measure.provenance import now, versions
+    from poptune.measure.hardware import fingerprint
+    from poptune.measure.provenance import now, versions
 
     if get_pop_config(model) is not None:
         raise ConfigError("remove POP from the model first: the importance analysis measures the full model")
@@ -495,7 +495,7 @@ def load_importance(path: str | os.PathLike[str]) -> ImportanceResult:
 
 def importance_plot(result: ImportanceResult, path: str | os.PathLike[str]) -> Path:
     """A grouped bar chart of normalised prefill and decode importance over layer index, as a PNG."""
-    from .plots import pyplot, save_figure
+    from poptune.plots import pyplot, save_figure
 
     plt = pyplot()
     layers = range(result.num_layers)

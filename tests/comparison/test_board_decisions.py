@@ -4,7 +4,7 @@ and a large lead is decided at the sizes of the committed tables."""
 import pytest
 
 from poptune import ConfigError
-from poptune.comparison.decisions import row_power, table_error
+from poptune.comparison.board_decisions import row_power, table_error
 from poptune.evaluate.decisions import Scenario
 
 

@@ -8,9 +8,7 @@ import pytest
 import torch
 
 from poptune import ConfigError, DataError, PopConfig, apply_pop, load_model
-from poptune.cli import main
-from poptune.engine import decoder_of
-from poptune.importance import (
+from poptune.baselines.importance import (
     ImportanceResult,
     ImportanceSpec,
     compute_importance,
@@ -21,6 +19,8 @@ from poptune.importance import (
     sample_with_gradients,
     virtual_gates,
 )
+from poptune.cli import main
+from poptune.engine import decoder_of
 from poptune.kvfit.calibration import sample_continuations
 
 ARCHS = ("tiny-llama", "tiny-qwen3", "tiny-gemma3", "tiny-qwen3-vl")

@@ -7,7 +7,7 @@ import torch
 
 from poptune import PopConfig, UnsupportedModelError, apply_pop, load_model
 from poptune.engine import decoder_of
-from poptune.measure.prompts import prompt_batch
+from poptune.measure.timing_prompts import prompt_batch
 from poptune.models.configs import tiny_config, tiny_names
 
 DEPTH = 8  # deep enough for skip=6 with a retained layer before the block

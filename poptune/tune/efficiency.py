@@ -30,8 +30,9 @@ from poptune.objectives import registry as objectives
 from poptune.objectives.base import References
 from poptune.objectives.ttft import TTFT
 from poptune.problem.replay import Replay, covers_grid
-from poptune.problem.space import all_configs, suggest_config
+from poptune.problem.space import all_configs
 from poptune.store.measurement import Measurement
+from poptune.tune.params import suggest_config
 from poptune.tune.samplers import make_sampler
 
 if TYPE_CHECKING:

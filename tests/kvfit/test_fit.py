@@ -15,7 +15,7 @@ from poptune.kv.maps import KVMaps, file_sha256
 from poptune.kvfit.calibration import calibration
 from poptune.kvfit.fit import KVFitSpec, KVFitter
 from poptune.kvfit.prepare import attach_kv_maps, detach_kv_maps, prepare_kv
-from poptune.measure.prompts import prompt_batch
+from poptune.measure.timing_prompts import prompt_batch
 from poptune.models.configs import tiny_names
 
 FINGERPRINT = "test-weights"

@@ -4,7 +4,7 @@ never the 95% of a search's."""
 import pytest
 
 from poptune.interval import Interval
-from poptune.reports.study import front_table, level, verdict_table
+from poptune.reports.study_report import front_table, level, verdict_table
 from poptune.store.front import FrontRow
 
 ROW = FrontRow(trial=3, skip=5, boundary="window-64", offset=0, method="pop", speedup=1.26,

@@ -27,7 +27,7 @@ from poptune.objectives.base import References
 from poptune.objectives.registry import DEFAULT, get, named, weakly_dominates
 from poptune.reports import certification as certreport
 from poptune.reports.naming import owner_line, report_paths
-from poptune.reports.prompts import AccuracyColumn, accuracy_column, prompts_lines
+from poptune.reports.prompts_lines import AccuracyColumn, accuracy_column, prompts_lines
 from poptune.store.front import FrontRow
 from poptune.store.trials import StoredTrial
 from poptune.tune.certify import ERROR
@@ -217,7 +217,7 @@ def front_table(rows: list[FrontRow], refs: Sequence[Reference] = (), *, referen
                 objectives: tuple[str, ...] = DEFAULT, confidence: float = 0.95) -> str:
     """The front and the reference rows as a fixed-width table (or Markdown), one column per objective of the
     study's ``objectives``, with what each column means (``accuracy``: the accuracy column of a prompts study,
-    :func:`poptune.reports.prompts.accuracy_column`); ``confidence``: the drops' intervals' two-sided level."""
+    :func:`poptune.reports.prompts_lines.accuracy_column`); ``confidence``: the drops' intervals' two-sided level."""
     columns = _columns(accuracy, objectives, confidence)
     body = [_cells(r, accuracy, objectives) for r in rows]
     extra = [(ref, _cells(ref.row, accuracy, objectives)) for ref in refs if ref.row is not None]

@@ -61,7 +61,7 @@ def test_nothing_is_recorded_beyond_the_byte_cap(shared):
 @pytest.mark.integration
 def test_replay_on_gemma_3_across_its_sliding_window(gemma):
     model, tok = gemma
-    from poptune.measure.prompts import prompt_batch
+    from poptune.measure.timing_prompts import prompt_batch
 
     ids = prompt_batch(tok, 700, 1)["input_ids"]  # longer than the 512-token sliding window
     states = PrefixStates()

@@ -10,7 +10,7 @@ import torch
 from poptune import ConfigError, InputError, PopConfig, apply_pop, chunk_bounds, prefill_prompt, remove_pop, stage
 from poptune.engine import decoder_of
 from poptune.engine.segments import generate
-from poptune.measure.prompts import prompt_batch
+from poptune.measure.timing_prompts import prompt_batch
 from poptune.models.configs import tiny_names
 from poptune.models.vision import decode_position_ids
 
