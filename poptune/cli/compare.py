@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from typing import Any
 
@@ -103,10 +102,9 @@ def run(args: argparse.Namespace) -> int:
     from poptune.evaluate.taskpack import check_data, data_dir
     from poptune.evaluate.workload import check_supply
     from poptune.files import write_text
-    from poptune.measure.provenance import as_typed
+    from poptune.measure.provenance import typed_command
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
-    from poptune.tune.trust import now
 
     if not args.workload.strip():
         raise ConfigError("`--workload` names the workload in the leaderboard: it must not be empty")
@@ -136,10 +134,8 @@ def run(args: argparse.Namespace) -> int:
 
     rows = methods_for(evaluator, pop, methods, ratios, calibration_spec(args), progress=say)
     record = compare(evaluator, rows, workload=args.workload, per_task=0 if timing_only else args.items,
-                     skip=args.skip, profiles=profiles, pairs=args.pairs, decode_steps=args.decode_steps, progress=say)
-    typed = as_typed(sys.argv)[1:]  # as a user types it: no path of this machine
-    record.update(command="poptune " + shlex.join(typed) if typed[:1] == ["compare"] else "poptune compare",
-                  date=now())
+                     skip=args.skip, profiles=profiles, pairs=args.pairs, decode_steps=args.decode_steps, progress=say,
+                     command=typed_command(args.argv))  # as a user types it: no path of this machine
     write_text(args.out, json.dumps(record, indent=1, sort_keys=True))
     scored = sum(len(v) for v in record["methods"][0].get("items", {}).values())
     print(f"wrote {args.out}: {len(rows)} methods" + (f" on {scored} items" if scored else ", timings only"))

@@ -9,7 +9,6 @@ file beside the table, so that the same command continues where it stopped (:mod
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from typing import Any
@@ -57,6 +56,7 @@ def _progress(total: int) -> Any:
 def run(args: argparse.Namespace) -> int:
     from poptune import store
     from poptune.errors import ConfigError
+    from poptune.measure.provenance import typed_command
     from poptune.reports.gridtable import GridSpec, build_grid, storage_of
     from poptune.tune.interrupt import exit_code, interruptible
 
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with interruptible():
-            csv_path, md_path = build_grid(spec, "poptune " + shlex.join(args.argv), callbacks=[finished],
+            csv_path, md_path = build_grid(spec, typed_command(args.argv), callbacks=[finished],
                                            announce=announce)
     except KeyboardInterrupt as e:
         print(f"poptune grid: interrupted; the measured trials are stored in {store.public_url(storage)}: run the "

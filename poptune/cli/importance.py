@@ -35,17 +35,20 @@ def register(sub: Any) -> None:
 
 
 def _command(args: argparse.Namespace) -> str:
-    """The effective command line, every option spelled out (what reproduces the result)."""
-    parts = [f"poptune importance --model {args.model} --samples {args.samples} --length {args.length}",
-             f"--new-tokens {args.new_tokens} --batch-size {args.batch_size} --seed {args.seed}",
-             f"--device {args.device}"]
+    """The effective command line, every option spelled out (what reproduces the result), as a user types it
+    (:func:`~poptune.measure.provenance.typed_command`: no path of this machine)."""
+    from poptune.measure.provenance import typed_command
+
+    words = ["importance", "--model", args.model, "--samples", args.samples, "--length", args.length,
+             "--new-tokens", args.new_tokens, "--batch-size", args.batch_size, "--seed", args.seed,
+             "--device", args.device]
     if args.dtype:
-        parts.append(f"--dtype {args.dtype}")
+        words += ["--dtype", args.dtype]
     if args.weights != "pretrained":
-        parts.append(f"--weights {args.weights}")
+        words += ["--weights", args.weights]
     if args.data_dir:
-        parts.append(f"--data-dir {args.data_dir}")
-    return " ".join(parts)
+        words += ["--data-dir", args.data_dir]
+    return typed_command([str(word) for word in words])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 from typing import Any
 
 from ._args import add_storage, positive
@@ -23,15 +22,15 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from poptune import store
+    from poptune.measure.provenance import typed_command
     from poptune.reports.leaderboard import write_leaderboards
 
     if args.records:
         return _records(args)
-    command = "poptune leaderboard " + shlex.join(
-        [*(["--storage", store.public_url(args.storage)] if args.storage else []),
-         *(["--out", args.out] if args.out != "leaderboards" else []),
-         *(["--seeds", str(args.seeds)] if args.seeds != 10 else [])])
-    for path in write_leaderboards(args.storage, args.out, command=command.strip(), seeds=args.seeds):
+    command = typed_command(["leaderboard", *(["--storage", store.public_url(args.storage)] if args.storage else []),
+                             *(["--out", args.out] if args.out != "leaderboards" else []),
+                             *(["--seeds", str(args.seeds)] if args.seeds != 10 else [])])
+    for path in write_leaderboards(args.storage, args.out, command=command, seeds=args.seeds):
         print(f"wrote {path}")
     return 0
 
@@ -41,11 +40,12 @@ def _records(args: argparse.Namespace) -> int:
 
     from poptune.comparison.board import write_methods_board
     from poptune.errors import ConfigError
+    from poptune.measure.provenance import typed_command
 
     if not Path(args.records).is_dir():
         raise ConfigError(f"`--records` {args.records} is not a folder")
-    command = "poptune leaderboard " + shlex.join(
-        ["--records", args.records, *(["--out", args.out] if args.out != "leaderboards" else [])])
+    command = typed_command(["leaderboard", "--records", args.records,
+                             *(["--out", args.out] if args.out != "leaderboards" else [])])
     written = write_methods_board(args.records, args.out, command=command)
     if not written:
         raise ConfigError(f"no methods comparison record (methods-*.json from `poptune compare`) in {args.records}")

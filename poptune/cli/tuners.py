@@ -9,7 +9,6 @@ that does not cover the search space, is one line on stderr and exit 2.
 from __future__ import annotations
 
 import argparse
-import shlex
 from typing import Any
 
 from poptune.reports.tunertable import TunerSpec
@@ -51,6 +50,7 @@ def _points(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from poptune.measure.provenance import typed_command
     from poptune.reports.tunertable import summary_line, tuner_table
 
     spec = TunerSpec(grid=args.grid, storage=args.storage, build=args.build, model=args.model,
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
                      lengths=tuple(int_list(args.lengths, "--lengths")), max_drop=args.max_drop,
                      samplers=tuple(s.strip() for s in args.samplers.split(",")) if args.samplers else None,
                      seeds=args.seeds, noise=args.noise, horizon=args.horizon, out=args.out)
-    out, rows = tuner_table(spec, "poptune " + shlex.join(args.argv))
+    out, rows = tuner_table(spec, typed_command(args.argv))
     for row in rows:
         print(summary_line(row), flush=True)
     print(f"wrote {out}")
