@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from ._args import add_model, add_preset, add_problem, add_storage, problem
+from ._args import LibraryDefault, add_model, add_preset, add_problem, add_storage, problem
 from ._checks import finite
 
 
@@ -27,8 +27,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--no-confirm", action="store_true",
                         help="skip the A/A checks, the re-measures of noisy trials and the confirmation pass")
     parser.add_argument("--timeout", type=finite, help="stop starting trials after this many seconds (resume later)")
-    parser.add_argument("--out", default="leaderboards", help="folder of the table, its README and (by default) "
-                        "the grid's journal file (default: leaderboards/ of the current directory)")
+    parser.add_argument("--out", default=LibraryDefault("poptune.reports.gridtable:GridSpec.out"),
+                        help="folder of the table, its README and (by default) the grid's journal file (default: "
+                             "%(default)s/ of the current directory)")
     parser.add_argument("--table-only", action="store_true",
                         help="write the table and its README from the stored grid, measuring nothing")
     parser.set_defaults(run=run)

@@ -11,25 +11,27 @@ from typing import Any
 from poptune.errors import ConfigError
 from poptune.files import check_writable_folder, safe_name
 
-from ._args import add_model, count, finite, seed, write_text
-
-_PAPER_RATIO = 1 / 3  # the paper skips the last third of the layers in prefill
+from ._args import PAPER_RATIO, LibraryDefault, add_model, add_option, count, finite, seed, write_text
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("importance", help="per-layer prefill and decode importance from virtual gates")
     add_model(parser)
-    parser.add_argument("--samples", type=count, default=64, help="calibration samples (default: 64)")
-    parser.add_argument("--length", type=count, default=256, help="prompt tokens per sample (default: 256)")
-    parser.add_argument("--new-tokens", type=count, default=32,
-                        help="tokens sampled from the model per sample; the loss is theirs (default: 32)")
-    parser.add_argument("--batch-size", type=count, default=8, help="samples per forward/backward (default: 8)")
-    parser.add_argument("--data-dir", help="folder with wikitext-2/test.txt for the prompts (default: "
-                        "$POPTUNE_DATA; neither: prompts sampled from the model)")
+    spec = "poptune.importance:ImportanceSpec."  # the library's defaults
+    parser.add_argument("--samples", type=count, default=LibraryDefault(spec + "samples"),
+                        help="calibration samples (default: %(default)s)")
+    parser.add_argument("--length", type=count, default=LibraryDefault(spec + "prompt_tokens"),
+                        help="prompt tokens per sample (default: %(default)s)")
+    parser.add_argument("--new-tokens", type=count, default=LibraryDefault(spec + "new_tokens"),
+                        help="tokens sampled from the model per sample; the loss is theirs (default: %(default)s)")
+    parser.add_argument("--batch-size", type=count, default=LibraryDefault(spec + "batch_size"),
+                        help="samples per forward/backward (default: %(default)s)")
+    add_option(parser, "--data-dir")  # its WikiText-2 for the prompts; without: prompts sampled from the model
     parser.add_argument("--out", default=".", help="folder for importance-<model>-<hardware>.json and .png "
                         "(default: .)")
-    parser.add_argument("--seed", type=seed, default=0, help="seed of the sampling generator (default: 0)")
-    parser.add_argument("--ratio", type=finite, default=_PAPER_RATIO,
+    parser.add_argument("--seed", type=seed, default=LibraryDefault(spec + "seed"),
+                        help="seed of the sampling generator (default: %(default)s)")
+    parser.add_argument("--ratio", type=finite, default=PAPER_RATIO,
                         help="prefill pruning ratio of the proposed block (default: 1/3, the paper's)")
     parser.set_defaults(run=run)
 

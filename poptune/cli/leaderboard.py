@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._args import add_storage, positive
+from ._args import LibraryDefault, add_storage, positive
+
+#: The default of ``--seeds``: the library's (write_leaderboards's).
+SEEDS = LibraryDefault("poptune.reports.leaderboard:write_leaderboards.seeds")
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("leaderboard", help="regenerate leaderboards/ (POP vs baselines, tuners) from studies")
     add_storage(parser, study=None)  # every study of the storage
     parser.add_argument("--out", default="leaderboards", help="output folder (default: leaderboards)")
-    parser.add_argument("--seeds", type=positive, default=10,
-                        help="seeds per sampler in the tuner tables (default: 10)")
+    parser.add_argument("--seeds", type=positive, default=SEEDS,
+                        help="seeds per sampler in the tuner tables (default: %(default)s)")
     parser.add_argument("--records", metavar="DIR",
                         help="rebuild the methods leaderboard (POP against structured pruning) from the raw "
                              "`poptune compare` records in DIR instead (e.g. leaderboards/raw)")
@@ -29,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         return _records(args)
     command = typed_command(["leaderboard", *(["--storage", store.public_url(args.storage)] if args.storage else []),
                              *(["--out", args.out] if args.out != "leaderboards" else []),
-                             *(["--seeds", str(args.seeds)] if args.seeds != 10 else [])])
+                             *(["--seeds", str(args.seeds)] if args.seeds != SEEDS.value() else [])])
     for path in write_leaderboards(args.storage, args.out, command=command, seeds=args.seeds):
         print(f"wrote {path}")
     return 0
