@@ -17,7 +17,7 @@ from poptune.problem.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
 from poptune.problem.problem import DEFAULT_MAX_DROP, STUDY_TASKS, TuningProblem
 
 from ._checks import budget, count, finite, int_list, positive  # noqa: F401  (shared with the commands)
-from ._options import LibraryDefault, add_option, comma_list, default_of, items
+from ._options import LibraryDefault, add_option, comma_list, default_of, items, resolve_defaults
 
 #: The paper's pruning ratio (it skips the last third of the layers in prefill): the default of every ratio option.
 PAPER_RATIO = 1 / 3
@@ -258,6 +258,7 @@ def problem(args: argparse.Namespace) -> Any:
     from poptune.evaluate.taskpack import check_data, data_dir
     from poptune.problem.problem import default_tasks
 
+    resolve_defaults(args)  # parsed without main (a caller in the same process): the library's defaults now
     directory = data_dir(args.data_dir)
     prompts = getattr(args, "prompts", None)
     judge = getattr(args, "judge", None)

@@ -40,11 +40,13 @@ def comma_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
-def items(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    """A comma-separated option's items, whether parsed already (:func:`comma_list`) or given as its text."""
-    if value is None:
+def items(value: str | Iterable[str] | LibraryDefault | None) -> tuple[str, ...]:
+    """A comma-separated option's items, whether parsed already (:func:`comma_list`), given as its text, or still
+    its library default."""
+    given: Any = value.value() if isinstance(value, LibraryDefault) else value
+    if given is None:
         return ()
-    return comma_list(value) if isinstance(value, str) else tuple(value)
+    return comma_list(given) if isinstance(given, str) else tuple(given)
 
 
 def default_of(owner: Any, name: str) -> Any:
