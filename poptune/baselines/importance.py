@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from poptune.engine import PopConfig, decoder_of, get_pop_config
 from poptune.errors import ConfigError, DataError, UnsupportedModelError
 from poptune.kvfit.calibration import calibration_text, sample_tokens
+from poptune.measure.provenance import Provenance
 
 if TYPE_CHECKING:
     import torch
@@ -121,6 +122,13 @@ class ImportanceResult:
         return len(self.prefill)
 
     @property
+    def provenance(self) -> Provenance:
+        """What made it: the one record (:class:`~poptune.measure.provenance.Provenance`) of its command, hardware
+        id, versions and date."""
+        return Provenance(command=self.command, hardware={"hardware_id": self.hardware_id}, versions=self.versions,
+                          date=self.date, model=self.model)
+
+    @property
     def prefill_normalised(self) -> tuple[float, ...]:
         """Prefill importance divided by its maximum, as in the paper's figure."""
         return _normalised(self.prefill)
@@ -141,10 +149,10 @@ class ImportanceResult:
             "seconds": self.seconds,
             "dtype": self.dtype,
             "device": self.device,
-            "hardware_id": self.hardware_id,
-            "versions": self.versions,
-            "date": self.date,
-            "command": self.command,
+            "hardware_id": self.provenance.hardware_id,
+            "versions": dict(self.provenance.versions or {}),
+            "date": self.provenance.date,
+            "command": self.provenance.command,
         }
 
     @classmethod
@@ -393,7 +401,6 @@ def compute_importance(
     import torch
 
     from poptune.measure.hardware import fingerprint
-    from poptune.measure.provenance import now, versions
 
     if get_pop_config(model) is not None:
         raise ConfigError("remove POP from the model first: the importance analysis measures the full model")
@@ -413,6 +420,7 @@ def compute_importance(
         if progress is not None:
             progress(min(first + spec.batch_size, spec.samples))
     importance = (squares / spec.samples).tolist()  # (L, 2)
+    made = Provenance.here(hardware=fingerprint(device).to_dict(), model=model_name)
     return ImportanceResult(
         model=model_name,
         prefill=tuple(row[0] for row in importance),
@@ -423,9 +431,9 @@ def compute_importance(
         seconds=time.perf_counter() - began,
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         device=str(device),
-        hardware_id=fingerprint(device).hardware_id,
-        versions=versions(),
-        date=now(),
+        hardware_id=made.hardware_id,
+        versions=dict(made.versions or {}),
+        date=made.date or "",
     )
 
 

@@ -29,6 +29,7 @@ from poptune.cli import (
     tuners,
 )
 from poptune.cli._checks import check_args
+from poptune.cli._options import resolve_defaults
 from poptune.errors import PoptuneError
 
 __all__ = ["main"]
@@ -98,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # a command that starts workers hands them the same options
     try:
+        resolve_defaults(args)  # the library's defaults, read now that a command runs
         check_args(args)  # every argument, before any work
         code = args.run(args) or 0
         if code in (130, 143) and process:

@@ -1,14 +1,16 @@
-"""Arguments shared by several commands."""
+"""Arguments shared by several commands: groups of options (the model, a POP configuration, a study's problem,
+its precision, calibration), built from the options table (:mod:`poptune.cli._options`), and the readers of
+their values."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import fields
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from poptune.cli._checks import BENCH_LENGTHS, budget, count, finite, int_list, positive  # noqa: F401  (shared with the commands)
-from poptune.device import DTYPES
+from poptune.cli._checks import budget, count, finite, int_list, positive  # noqa: F401  (shared with the commands)
+from poptune.cli._options import LibraryDefault, add_option, comma_list, default_of, items, resolve_defaults
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
 from poptune.files import write_text
@@ -16,10 +18,8 @@ from poptune.kv import registry as kv_registry
 from poptune.problem.presets import DEFAULT_PRESET, PRESETS, STANDARD, Preset
 from poptune.problem.problem import DEFAULT_MAX_DROP, STUDY_TASKS, TuningProblem
 
-
-def default_of(cls: type, name: str) -> Any:
-    """The library's default of dataclass ``cls``'s field ``name``: the one place a command's default comes from."""
-    return next(f.default for f in fields(cls) if f.name == name)
+#: The paper's pruning ratio (it skips the last third of the layers in prefill): the default of every ratio option.
+PAPER_RATIO = 1 / 3
 
 
 def add_output(parser: argparse.ArgumentParser, what: str) -> None:
@@ -70,25 +70,32 @@ def _study_name(text: str) -> str:
 
 def add_model(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("--model", default="gemma-3", help="registered name or local directory (default: gemma-3)")
-    group.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
-    group.add_argument("--dtype", choices=DTYPES, default=None, help="default: float32 on CPU, bfloat16 on CUDA")
-    group.add_argument("--weights", choices=("pretrained", "random"), default="pretrained")
+    for flag in ("--model", "--device", "--dtype", "--weights"):
+        add_option(group, flag)
 
 
 def add_pop(parser: argparse.ArgumentParser, *, skip_required: bool = True) -> None:
     group = parser.add_argument_group("POP configuration")
     group.add_argument("--skip", type=count, required=skip_required, help="layers skipped in prefill")
-    group.add_argument("--boundary", default="last", help=f"one of {', '.join(BOUNDARIES)} (default: last)")
-    group.add_argument("--offset", type=count, default=0, help="final layers kept even in prefill (default: 0)")
-    group.add_argument("--kv", choices=kv_registry.NAMES, default=kv_registry.DEFAULT,
-                       help="the skipped layers' K/V for the pruned tokens: " + _kv_help())
+    group.add_argument("--boundary", default=default_of(PopConfig, "boundary"),
+                       help=f"one of {', '.join(BOUNDARIES)} (default: %(default)s)")
+    group.add_argument("--offset", type=count, default=default_of(PopConfig, "offset"),
+                       help="final layers kept even in prefill (default: %(default)s)")
+    add_option(group, "--kv")  # one configuration: one source (pop_config)
 
 
-def _kv_help() -> str:
-    """Every K/V source in one line of help: ``name`` (default) and what it keeps."""
-    return "; ".join(f"`{s.name}`{' (default)' if kv_registry.is_default(s.name) else ''}: {s.help}"
-                     for s in kv_registry.SOURCES)
+def kv_sources(value: str | Iterable[str], *, one: bool = False) -> tuple[str, ...]:
+    """``--kv``'s sources (each is checked by the spec that takes it: :class:`PopConfig`, :class:`TuningProblem`);
+    with ``one`` (a single configuration) exactly one.
+
+    Raises:
+        ConfigError: with ``one``, none or more than one.
+    """
+    names = items(value)
+    if one and len(names) != 1:
+        raise ConfigError(f"`--kv` of one configuration names one K/V source (one of {', '.join(kv_registry.NAMES)})"
+                          f", got {','.join(names)!r}; a study searches several")
+    return names
 
 
 def prepare_kv(model: Any, tokenizer: Any, config: PopConfig, args: argparse.Namespace,
@@ -118,7 +125,8 @@ def prefill_chunk(args: argparse.Namespace) -> int | None:
 
 
 def pop_config(args: argparse.Namespace) -> PopConfig:
-    return PopConfig(skip=args.skip, boundary=args.boundary, offset=args.offset, kv=args.kv)
+    (kv,) = kv_sources(args.kv, one=True)
+    return PopConfig(skip=args.skip, boundary=args.boundary, offset=args.offset, kv=kv)
 
 
 def check_output_path(path: str) -> None:
@@ -142,13 +150,14 @@ def seed(text: str) -> int:
 def add_problem(parser: argparse.ArgumentParser) -> None:
     """What a study or a baseline measures: prompt lengths, tasks and their items, timing pairs."""
     lengths = ",".join(map(str, default_of(TuningProblem, "lengths")))
-    parser.add_argument("--lengths", help=f"prompt lengths of the synthetic passkey items (default: {lengths}); "
+    parser.add_argument("--lengths", type=comma_list,
+                        help=f"prompt lengths of the synthetic passkey items (default: {lengths}); "
                         "latency is timed at the lengths of the prompts the study scores, weighted by their share")
-    parser.add_argument("--image", metavar="WxH",
+    parser.add_argument("--image", metavar="WxH", type=comma_list,
                         help="time an image prompt instead (a vision-language model): one image of this size and a "
                              "short question, e.g. 640x480; accuracy still comes from --tasks")
-    parser.add_argument("--tasks", help=f"accuracy tasks (default: {','.join(STUDY_TASKS)} with a data directory, else "
-                        "embedded)")
+    parser.add_argument("--tasks", type=comma_list, help=f"accuracy tasks, comma-separated (default: "
+                        f"{','.join(STUDY_TASKS)} with a data directory, else embedded)")
     parser.add_argument("--limit", type=count, help="items per task at most: accuracy is raced in rounds until the "
                         f"drop's interval is decided, up to this cap (default: the preset's; standard: "
                         f"{STANDARD.limit}, {STANDARD.long_limit} on the long-prompt pack)")
@@ -159,7 +168,7 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         f"pack; elsewhere {STANDARD.certify} and {STANDARD.long_certify}; 0: no certification)")
     parser.add_argument("--items", type=count, help="items per task in the first round (default: the preset's; "
                         f"standard: {STANDARD.items})")
-    parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
+    add_option(parser, "--data-dir")
     add_prompts(parser)
     parser.add_argument("--max-drop", type=budget, default=DEFAULT_MAX_DROP,
                         help=f"accuracy budget in points (default: {DEFAULT_MAX_DROP}; `none`: no budget): the search "
@@ -169,12 +178,10 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         "full model's answer tokens under the configuration's prefill (2: at most 0.02 lower), and "
                         "the verdict says so")
     parser.add_argument("--seed", type=seed, default=default_of(TuningProblem, "seed"))
-    kv = ",".join(default_of(TuningProblem, "kv"))
-    parser.add_argument("--kv", default=kv, metavar="SOURCES",
-                        help=f"the skipped block's K/V sources searched, comma-separated (default: {kv}; the default "
-                             "alone keeps the paper's space): " + _kv_help())
+    add_option(parser, "--kv", default=LibraryDefault("poptune.problem.problem:TuningProblem.kv"))  # searched
     add_precision(parser, repeats=default_of(TuningProblem, "repeats"), max_pairs=STANDARD.max_pairs,
-                  max_seconds=STANDARD.max_seconds, stop="--repeats", preset=True)
+                  max_seconds=STANDARD.max_seconds, stop="--repeats", preset=True,
+                  precision=default_of(TuningProblem, "precision"))
 
 
 def add_prompts(parser: argparse.ArgumentParser, *, store: bool = True, judge: bool | None = None) -> None:
@@ -214,22 +221,25 @@ def add_preset(parser: argparse.ArgumentParser) -> None:
                              "--max-pairs and --max-seconds override it")
 
 
-def add_precision(parser: argparse.ArgumentParser, *, repeats: int, max_pairs: int, max_seconds: float,
+def add_precision(parser: argparse.ArgumentParser, *, repeats: Any, max_pairs: Any, max_seconds: Any, precision: Any,
                   stop: str, preset: bool = False) -> None:
     """The timing pairs of a measurement: at least ``--repeats``, then on until ``--precision``, within caps
-    (with ``preset``, the caps default to the preset's, ``max_pairs`` and ``max_seconds`` being standard's)."""
-    origin = "the preset's; standard: " if preset else ""
+    (with ``preset``, the caps default to the preset's, ``max_pairs`` and ``max_seconds`` being standard's). The
+    defaults are the library's (values, or :class:`~poptune.cli._options.LibraryDefault`)."""
     parser.add_argument("--repeats", type=count, default=repeats,
-                        help=f"least measured/full timing pairs (default: {repeats})")
-    precision = default_of(TuningProblem, "precision")
+                        help="least measured/full timing pairs (default: %(default)s)")
     parser.add_argument("--precision", type=finite, default=precision,
                         help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
-                             f"(default: {precision}; 0: stop at {stop})")
-    parser.add_argument("--max-pairs", type=count, default=None if preset else max_pairs,
-                        help=f"most timing pairs per measurement (default: {origin}{max_pairs})")
-    parser.add_argument("--max-seconds", type=finite, default=None if preset else max_seconds,
-                        help="most seconds per measurement while chasing --precision "
-                             f"(default: {origin}{max_seconds:g})")
+                             f"(default: %(default)s; 0: stop at {stop})")
+    caps = {"--max-pairs": (count, max_pairs, "most timing pairs per measurement"),
+            "--max-seconds": (finite, max_seconds, "most seconds per measurement while chasing --precision")}
+    for flag, (kind, default, what) in caps.items():
+        if preset:  # the preset's, unless given
+            shown = f"{default:g}" if isinstance(default, float) else default
+            parser.add_argument(flag, type=kind, default=None, help=f"{what} (default: the preset's; standard: "
+                                f"{shown})")
+        else:
+            parser.add_argument(flag, type=kind, default=default, help=f"{what} (default: %(default)s)")
 
 
 def preset_of(args: argparse.Namespace) -> Preset:
@@ -247,6 +257,7 @@ def problem(args: argparse.Namespace) -> Any:
     from poptune.evaluate.taskpack import check_data, data_dir
     from poptune.problem.problem import default_tasks
 
+    resolve_defaults(args)  # parsed without main (a caller in the same process): the library's defaults now
     directory = data_dir(args.data_dir)
     prompts = getattr(args, "prompts", None)
     judge = getattr(args, "judge", None)
@@ -255,7 +266,7 @@ def problem(args: argparse.Namespace) -> Any:
 
         tasks: tuple[str, ...] = (JUDGES[judge or "answers"],)
     else:
-        tasks = resolve_tasks(args.tasks, directory) if args.tasks is not None \
+        tasks = resolve_tasks(",".join(items(args.tasks)), directory) if args.tasks is not None \
             else default_tasks(directory is not None)  # `--tasks ""` is refused, not the default
         if judge == "likelihood":  # the tasks judged by their full answer's likelihood (poptune.evaluate.judges)
             from poptune.evaluate.judges import judged_tasks
@@ -278,17 +289,17 @@ def problem(args: argparse.Namespace) -> Any:
         from poptune.problem.presets import prompts_split
 
         requests = read_prompts(prompts)
-        items = sum(r.answer is not None for r in requests) if tasks == (REFERENCES,) else len(requests)
-        limit, certify = prompts_split(items, limit, certify)  # a small file: halved
+        supplied = sum(r.answer is not None for r in requests) if tasks == (REFERENCES,) else len(requests)
+        limit, certify = prompts_split(supplied, limit, certify)  # a small file: halved
     _check_counts(args, tasks, directory, limit, certify)
     image = None
     if args.image is not None:
         from poptune.models.vision import check_takes_images, parse_image_sizes
 
-        sizes = parse_image_sizes(args.image, "--image")
+        sizes = parse_image_sizes(",".join(items(args.image)), "--image")
         if len(sizes) != 1:
             raise ConfigError(f"`--image` of a study takes one WIDTHxHEIGHT size (its target prompt), "
-                              f"got {args.image!r}")
+                              f"got {','.join(items(args.image))!r}")
         if args.lengths is not None:
             raise ConfigError("give `--lengths` (text prompts) or `--image` (an image prompt), not both")
         check_takes_images(args.model)
@@ -300,7 +311,7 @@ def problem(args: argparse.Namespace) -> Any:
         device=args.device,
         dtype=args.dtype, weights=args.weights, repeats=args.repeats, seed=args.seed, items_start=size.items,
         precision=args.precision or None, max_pairs=max(size.max_pairs, args.repeats), max_seconds=size.max_seconds,
-        kv=tuple(part.strip() for part in args.kv.split(",") if part.strip()), certify_limit=certify,
+        kv=kv_sources(args.kv), certify_limit=certify,
         prompts=str(Path(prompts).expanduser().resolve()) if prompts else None,
         prompts_sha256=_prompts_sha256(prompts), store_prompts=bool(getattr(args, "store_prompts", False)),
     )
@@ -347,24 +358,25 @@ def calibration_spec(args: argparse.Namespace) -> Any:
                            seed=args.calibration_seed, data_dir=str(directory) if directory else None)
 
 
-def method_list(text: str | None) -> tuple[str, ...]:
-    """``"shortgpt,sleb"`` or ``"all"`` -> method names (checked)."""
+def method_list(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``"shortgpt,sleb"`` or ``"all"`` (or their items) -> method names (checked)."""
     from poptune.baselines import METHODS
 
-    if not text:
+    given = items(value)
+    if not given:
         return ()
-    names = METHODS if text.strip() == "all" else tuple(p.strip() for p in text.split(",") if p.strip())
+    names = METHODS if given == ("all",) else given
     unknown = [n for n in names if n not in METHODS]
     if unknown or not names:
         raise ConfigError(f"unknown baseline(s) {', '.join(unknown) or '(none)'}: use {', '.join(METHODS)} or all")
     return tuple(dict.fromkeys(names))
 
 
-def config_list(text: str | None, option: str) -> tuple[PopConfig, ...]:
+def config_list(value: str | Iterable[str] | None, option: str) -> tuple[PopConfig, ...]:
     """``option``'s comma-separated configurations: ``SKIP/BOUNDARY/OFFSET`` or ``SKIP/BOUNDARY/OFFSET/KV``; any
     other field count or K/V source is refused (a fourth field is never ignored)."""
     configs = []
-    for part in (p.strip() for p in (text or "").split(",") if p.strip()):
+    for part in items(value):
         fields = part.split("/")
         try:
             if len(fields) not in (3, 4):
@@ -379,10 +391,11 @@ def config_list(text: str | None, option: str) -> tuple[PopConfig, ...]:
     return tuple(configs)
 
 
-def ratio_list(text: str, option: str) -> tuple[float, ...]:
+def ratio_list(value: str | Iterable[str], option: str) -> tuple[float, ...]:
     """``option``'s comma-separated ratios, each in (0, 1), at least one."""
+    text = ",".join(items(value))
     try:
-        ratios = tuple(float(part) for part in text.split(",") if part.strip())
+        ratios = tuple(float(part) for part in items(value))
     except ValueError as e:
         raise ConfigError(f"`{option}` must be comma-separated numbers, got {text!r}") from e
     if not ratios or any(not 0 < r < 1 for r in ratios):

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from poptune.cli._options import LibraryDefault, items
 from poptune.errors import ConfigError
 
 __all__ = ["BENCH_LENGTHS", "COUNT_MAX", "budget", "check_args", "count", "finite", "int_list", "positive"]
 
-#: ``bench``'s prompt lengths when neither ``--lengths`` nor ``--image`` is given.
-BENCH_LENGTHS = "128,512,2048"
+#: ``bench``'s prompt lengths when neither ``--lengths`` nor ``--image`` is given: the library's.
+BENCH_LENGTHS = LibraryDefault("poptune.measure.benchrecord:BenchSpec.lengths")
 
 
 def finite(text: str) -> float:
@@ -78,12 +80,14 @@ def budget(text: str) -> float | None:
     return value
 
 
-def int_list(text: str, option: str) -> list[int]:
-    """``"128,512"`` -> ``[128, 512]``, or a one-line ConfigError naming the option."""
+def int_list(value: str | Iterable[str], option: str) -> list[int]:
+    """``"128,512"`` (or its items, :func:`~poptune.cli._options.comma_list`) -> ``[128, 512]``, or a one-line
+    ConfigError naming the option."""
+    parts = items(value)
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
+        values = [int(part) for part in parts]
     except ValueError as e:
-        raise ConfigError(f"`{option}` must be comma-separated integers, got {text!r}") from e
+        raise ConfigError(f"`{option}` must be comma-separated integers, got {','.join(parts)!r}") from e
     if not values:
         raise ConfigError(f"`{option}` must name at least one value")
     return values
@@ -111,9 +115,7 @@ def _check_prompts(args: argparse.Namespace) -> None:
             raise ConfigError(f"`--judge {judge}` goes with `--prompts FILE` (it judges the answers to its prompts)"
                               + ("; on --tasks only `--judge likelihood` is another judge than accuracy"
                                  if hasattr(args, "tasks") else ""))
-        if getattr(args, "store_prompts", False):
-            raise ConfigError("`--store-prompts` goes with `--prompts FILE` (it stores that file's prompts)")
-        return
+        return  # --store-prompts without --prompts: the problem's check (TuningProblem)
     from poptune.evaluate.prompts import check_fit, read_prompts
     from poptune.models import load_tokenizer, max_positions
 
@@ -145,10 +147,10 @@ def _check_lengths(args: argparse.Namespace) -> None:
         return
     from poptune.models import max_positions
 
-    text = args.lengths if args.lengths is not None else _default_lengths(args)
-    if text is None:
+    given = args.lengths if args.lengths is not None else _default_lengths(args)
+    if given is None:
         return
-    lengths = int_list(text, "--lengths")
+    lengths = int_list(given, "--lengths")
     limit = max_positions(args.model, getattr(args, "weights", "pretrained"))
     if limit is None:
         return
@@ -165,4 +167,4 @@ def _check_lengths(args: argparse.Namespace) -> None:
 
 
 def _default_lengths(args: argparse.Namespace) -> Any:
-    return BENCH_LENGTHS if args.command == "bench" else None
+    return tuple(map(str, BENCH_LENGTHS.value())) if args.command == "bench" else None

@@ -8,6 +8,7 @@ from typing import Any
 
 from poptune.baselines.methods import METHODS, WANDA_SPARSITY
 from poptune.cli._args import (
+    PAPER_RATIO,
     add_calibration,
     add_model,
     add_output,
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = problem(args)
     calib = calibration_spec(args)
-    ratio = args.ratio if args.ratio is not None else (WANDA_SPARSITY if args.method == "wanda" else 1 / 3)
+    ratio = args.ratio if args.ratio is not None else (WANDA_SPARSITY if args.method == "wanda" else PAPER_RATIO)
     check_ratio(ratio, "wanda's `ratio` (sparsity)" if args.method == "wanda" else "`ratio`")  # before loading
     if args.out:
         check_output_path(args.out)

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from poptune.cli._args import (
-    BENCH_LENGTHS,
+    LibraryDefault,
     add_model,
     add_output,
     add_pop,
@@ -14,32 +14,43 @@ from poptune.cli._args import (
     add_prefill_chunk,
     add_prompts,
     check_output_path,
+    comma_list,
     count,
     emit,
     finite,
     int_list,
+    items,
     pop_config,
     prefill_chunk,
     prepare_kv,
     write_text,
 )
 
+#: The library's defaults of bench's options: the spec's fields and the default timing policy's.
+SPEC, POLICY = "poptune.measure.benchrecord:BenchSpec.", "poptune.measure.benchrecord:DEFAULT_POLICY."
+
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("bench", help="time POP prefill and decode against the full model")
     add_model(parser)
     add_pop(parser)
-    parser.add_argument("--lengths", help=f"text prompt lengths in tokens (default: {BENCH_LENGTHS})")
-    parser.add_argument("--image", metavar="WxH[,WxH...]",
+    lengths = parser.add_argument("--lengths", type=comma_list,
+                                  help="text prompt lengths in tokens (default: %(library_default)s)")
+    lengths.library_default = LibraryDefault(SPEC + "lengths")  # shown in its help; its default None: not given
+    parser.add_argument("--image", metavar="WxH[,WxH...]", type=comma_list,
                         help="image prompts instead (a vision-language model): one image of each size and a short "
                              "question, e.g. 640x480,1280x720,2560x1440")
     add_prompts(parser, store=False)
-    parser.add_argument("--batch-size", type=count, default=1)
-    parser.add_argument("--decode-tokens", type=count, default=16, help="new tokens per decode measurement (0: none)")
+    parser.add_argument("--batch-size", type=count, default=LibraryDefault(SPEC + "batch_size"))
+    parser.add_argument("--decode-tokens", type=count, default=LibraryDefault(SPEC + "decode_tokens"),
+                        help="new tokens per decode measurement (0: none)")
     add_prefill_chunk(parser)
-    add_precision(parser, repeats=6, max_pairs=60, max_seconds=20.0, stop="--repeats and --min-seconds")
-    parser.add_argument("--min-seconds", type=finite, default=1.0, help="least time per measurement (default: 1)")
-    parser.add_argument("--order", choices=("alternate", "random", "fixed"), default="alternate",
+    add_precision(parser, repeats=LibraryDefault(POLICY + "min_repeats"),
+                  max_pairs=LibraryDefault(POLICY + "max_repeats"), max_seconds=LibraryDefault(POLICY + "max_seconds"),
+                  precision=LibraryDefault(POLICY + "precision"), stop="--repeats and --min-seconds")
+    parser.add_argument("--min-seconds", type=finite, default=LibraryDefault(POLICY + "min_seconds"),
+                        help="least time per measurement (default: %(default)s)")
+    parser.add_argument("--order", choices=("alternate", "random", "fixed"), default=LibraryDefault(POLICY + "order"),
                         help="pair order: A-B then B-A in turn (default), blocks of both in a seeded random order, or "
                              "POP first always")
     parser.add_argument("--no-null-check", action="store_true", help="skip the A/A (full against full) pair")
@@ -47,9 +58,9 @@ def register(sub: Any) -> None:
                         help="time each side's prefill as a replayed CUDA graph, so a small model's rows time its "
                              "kernels, not Python dispatch (CUDA only; decode stays eager; a prefill that cannot be "
                              "captured is timed eagerly and its row says why)")
-    parser.add_argument("--energy-seconds", type=finite, default=1.0,
+    parser.add_argument("--energy-seconds", type=finite, default=LibraryDefault(SPEC + "energy_seconds"),
                         help="per row and side, an energy block of at least this long for joules per prefill "
-                             "(0: none; else >= 1; needs NVML, else the row says why) (default: 1)")
+                             "(0: none; else >= 1; needs NVML, else the row says why) (default: %(default)s)")
     add_output(parser, "the result, with the hardware record,")
     parser.set_defaults(run=run)
 
@@ -82,13 +93,14 @@ def run(args: argparse.Namespace) -> int:
     from poptune.models.vision import check_takes_images, parse_image_sizes
 
     config = pop_config(args)
-    images = parse_image_sizes(args.image, "--image") if args.image is not None else ()
+    images = parse_image_sizes(",".join(items(args.image)), "--image") if args.image is not None else ()
     if images:
         if args.lengths is not None:
             raise ConfigError("give `--lengths` (text prompts) or `--image` (image prompts), not both")
         check_takes_images(args.model)  # a text-only model poptune knows is refused before it loads
     spec = BenchSpec(
-        lengths=tuple(int_list(args.lengths or BENCH_LENGTHS, "--lengths")),
+        lengths=tuple(int_list(args.lengths, "--lengths")) if args.lengths
+        else LibraryDefault(SPEC + "lengths").value(),
         images=images,
         batch_size=args.batch_size,
         decode_tokens=args.decode_tokens,

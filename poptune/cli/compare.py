@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from typing import Any
 
 from poptune.baselines.methods import METHODS
 from poptune.cli._args import (
+    LibraryDefault,
     add_calibration,
     add_model,
+    add_option,
     calibration_spec,
     check_output_path,
+    comma_list,
     config_list,
+    items,
     positive,
     ratio_list,
 )
@@ -34,35 +37,40 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("compare", help="POP against structured-pruning baselines on the same items, with "
                             "request-profile timings: a raw record for `poptune leaderboard --records`")
     add_model(parser)
-    parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
-    parser.add_argument("--tasks", required=True, help="comma-separated accuracy tasks (e.g. longctx_squad,"
-                        "longctx_qasper or piqa,arc_easy,hellaswag,winogrande,boolq); `none`: time only, a record "
-                        "whose timings the leaderboard lends to the scored records of this model and machine")
+    add_option(parser, "--data-dir")
+    parser.add_argument("--tasks", required=True, type=comma_list,
+                        help="comma-separated accuracy tasks (e.g. longctx_squad,longctx_qasper or "
+                        "piqa,arc_easy,hellaswag,winogrande,boolq); `none`: time only, a record whose timings the "
+                        "leaderboard lends to the scored records of this model and machine")
     parser.add_argument("--workload", required=True, help="the workload's name in the leaderboard (e.g. long-prompts)")
     parser.add_argument("--items", type=positive, default=32, help="items per task, the same for every method "
                         "(default: 32)")
     parser.add_argument("--skip", type=non_negative, default=0, help="leave out the first SKIP items of every task's "
                         "order: the items a study chose its POP configuration on (searched and certified), so that "
                         "configuration is judged on items it was not chosen on (default: 0)")
-    parser.add_argument("--pop", default=DEFAULT_POP,
+    parser.add_argument("--pop", default=DEFAULT_POP, type=comma_list,
                         help=f"POP rows, SKIP/BOUNDARY/OFFSET,... (default: {DEFAULT_POP})")
-    parser.add_argument("--methods", default=",".join(METHODS),
+    parser.add_argument("--methods", type=comma_list, default=",".join(METHODS),
                         help=f"baselines, comma-separated of {', '.join(METHODS)} (default: all)")
-    parser.add_argument("--ratios", default="0.3333,0.5", help="layer (or parameter) ratios of the baselines "
-                        "(default: 0.3333,0.5; wanda: its 30%% sparsity)")
-    parser.add_argument("--profiles", default="2048+32,512+256", help="request profiles PROMPT+OUTPUT tokens "
-                        "(default: 2048+32,512+256); `none`: score only, the leaderboard then takes the timings of "
-                        "another record of this model and machine")
-    parser.add_argument("--pairs", type=positive, default=6, help="timing pairs per profile (default: 6, >= 6)")
-    parser.add_argument("--decode-steps", type=positive, default=16, help="decode steps timed per pair (default: 16)")
+    parser.add_argument("--ratios", default="0.3333,0.5", type=comma_list,
+                        help="layer (or parameter) ratios of the baselines (default: 0.3333,0.5; wanda: its 30%% "
+                        "sparsity)")
+    library = "poptune.comparison.measure:"  # the library's defaults: its request profiles, compare's parameters
+    parser.add_argument("--profiles", default=LibraryDefault(library + "PROFILES"), type=comma_list,
+                        help="request profiles PROMPT+OUTPUT tokens (default: %(default)s); `none`: score only, "
+                        "the leaderboard then takes the timings of another record of this model and machine")
+    parser.add_argument("--pairs", type=positive, default=LibraryDefault(library + "compare.pairs"),
+                        help="timing pairs per profile (default: %(default)s, >= 6)")
+    parser.add_argument("--decode-steps", type=positive, default=LibraryDefault(library + "compare.decode_steps"),
+                        help="decode steps timed per pair (default: %(default)s)")
     add_calibration(parser)
     parser.add_argument("--out", required=True, help="the raw record to write (JSON), e.g. "
                         "leaderboards/raw/methods-long-prompts-gemma-3-270m-<hardware>.json")
     parser.set_defaults(run=run)
 
 
-def _pop(text: str) -> tuple[Any, ...]:
-    configs = config_list(text, "--pop")
+def _pop(value: Any) -> tuple[Any, ...]:
+    configs = config_list(value, "--pop")
     if not configs:
         raise ConfigError("`--pop` needs at least one configuration")
     if not all(kv_registry.is_default(c.kv) for c in configs):
@@ -73,13 +81,17 @@ def _pop(text: str) -> tuple[Any, ...]:
     return configs
 
 
-def _profiles(text: str) -> list[Any]:
+def _profiles(value: Any) -> list[Any]:
+    """``--profiles``: PROMPT+OUTPUT items (or the library's profiles, its default), or ``none``."""
     from poptune.comparison.measure import Profile
 
-    if text == "none":
+    if items(value) == ("none",):
         return []
-    out = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
+    out: list[Any] = []
+    for part in items(value):
+        if isinstance(part, Profile):
+            out.append(part)
+            continue
         try:
             prompt, output = (int(x) for x in part.split("+"))
         except ValueError as e:
@@ -92,15 +104,15 @@ def _profiles(text: str) -> list[Any]:
     return out
 
 
-def _choices(text: str, allowed: tuple[str, ...], name: str) -> list[str]:
-    picked = [m.strip() for m in text.split(",") if m.strip()]
+def _choices(value: Any, allowed: tuple[str, ...], name: str) -> list[str]:
+    picked = list(items(value))
     unknown = [m for m in picked if m not in allowed]
     if unknown:
         raise ConfigError(f"unknown {name} {', '.join(unknown)}: use {', '.join(allowed)}")
     if not picked:
         raise ConfigError(f"no {name} given: use one or more of {', '.join(allowed)}")
     if len(set(picked)) != len(picked):
-        raise ConfigError(f"a {name.removesuffix('(s)')} given twice: {text!r}")
+        raise ConfigError(f"a {name.removesuffix('(s)')} given twice: {','.join(picked)!r}")
     return picked
 
 
@@ -110,10 +122,9 @@ def run(args: argparse.Namespace) -> int:
     from poptune.evaluate.taskpack import check_data, data_dir
     from poptune.evaluate.workload import check_supply
     from poptune.files import write_text
-    from poptune.measure.provenance import as_typed
+    from poptune.measure.provenance import typed_command
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
-    from poptune.tune.trust import now
 
     if not args.workload.strip():
         raise ConfigError("`--workload` names the workload in the leaderboard: it must not be empty")
@@ -121,12 +132,12 @@ def run(args: argparse.Namespace) -> int:
     methods, ratios = _choices(args.methods, METHODS, "baseline(s)"), ratio_list(args.ratios, "--ratios")
     if args.pairs < 6:
         raise ConfigError(f"`--pairs` must be >= 6 (an interval of the median at 95%), got {args.pairs}")
-    timing_only = args.tasks.strip().lower() == "none"
+    timing_only = tuple(t.lower() for t in items(args.tasks)) == ("none",)
     if timing_only and not profiles:
         raise ConfigError("`--tasks none` times only: it needs `--profiles`, not `none`")
     check_output_path(args.out)
     directory = data_dir(args.data_dir)
-    tasks = resolve_tasks("embedded" if timing_only else args.tasks, directory)
+    tasks = resolve_tasks("embedded" if timing_only else ",".join(items(args.tasks)), directory)
     real = [t for t in tasks if t not in EMBEDDED]
     if real:
         if directory is None:
@@ -143,10 +154,8 @@ def run(args: argparse.Namespace) -> int:
 
     rows = methods_for(evaluator, pop, methods, ratios, calibration_spec(args), progress=say)
     record = compare(evaluator, rows, workload=args.workload, per_task=0 if timing_only else args.items,
-                     skip=args.skip, profiles=profiles, pairs=args.pairs, decode_steps=args.decode_steps, progress=say)
-    typed = as_typed(sys.argv)[1:]  # as a user types it: no path of this machine
-    record.update(command="poptune " + shlex.join(typed) if typed[:1] == ["compare"] else "poptune compare",
-                  date=now())
+                     skip=args.skip, profiles=profiles, pairs=args.pairs, decode_steps=args.decode_steps, progress=say,
+                     command=typed_command(args.argv))  # as a user types it: no path of this machine
     write_text(args.out, json.dumps(record, indent=1, sort_keys=True))
     scored = sum(len(v) for v in record["methods"][0].get("items", {}).values())
     print(f"wrote {args.out}: {len(rows)} methods" + (f" on {scored} items" if scored else ", timings only"))

@@ -7,14 +7,18 @@ import json
 from typing import Any
 
 from poptune.cli._args import (
+    LibraryDefault,
     add_model,
+    add_option,
     add_output,
     add_pop,
     add_prefill_chunk,
     add_prompts,
     check_output_path,
+    comma_list,
     count,
     emit,
+    items,
     pop_config,
     prefill_chunk,
     prepare_kv,
@@ -27,18 +31,21 @@ def register(sub: Any) -> None:
     add_model(parser)
     add_pop(parser)
     parser.add_argument(
-        "--tasks", help="comma-separated: piqa,arc_easy,arc_challenge,hellaswag,winogrande,boolq,passkey,kv_recall, "
+        "--tasks", type=comma_list,
+        help="comma-separated: piqa,arc_easy,arc_challenge,hellaswag,winogrande,boolq,passkey,kv_recall, "
         "embedded, the long-prompt tasks longctx_{squad,drop,coqa,gsm8k,qasper} (group: longctx) and "
         "longctx_{squad,drop,coqa,gsm8k}_bpb (group: longctx_bpb) (default: the six short real tasks with a data "
         "directory, else embedded)",
     )
     parser.add_argument("--limit", type=count, help="items per task, evenly spaced over the set (same items every run)")
-    parser.add_argument("--data-dir", help="evaluation data directory (default: $POPTUNE_DATA)")
+    add_option(parser, "--data-dir")
     add_prompts(parser, store=False, judge=True)
-    parser.add_argument("--batch-size", type=count, default=8, help="contexts prefilled together (default: 8)")
+    spec = "poptune.evaluate.suite:EvalSpec."  # the library's defaults
+    parser.add_argument("--batch-size", type=count, default=LibraryDefault(spec + "batch_size"),
+                        help="contexts prefilled together (default: %(default)s)")
     add_prefill_chunk(parser)
-    parser.add_argument("--fidelity-pairs", type=count, default=8,
-                        help="text pairs for fidelity, 0 to skip (default: 8)")
+    parser.add_argument("--fidelity-pairs", type=count, default=LibraryDefault(spec + "fidelity.pairs"),
+                        help="text pairs for fidelity, 0 to skip (default: %(default)s)")
     add_output(parser, "the result")
     parser.set_defaults(run=run)
 
@@ -51,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = pop_config(args)
     directory = data_dir(args.data_dir)
-    tasks = (JUDGES[args.judge or "answers"],) if args.prompts else resolve_tasks(args.tasks, directory)
+    given = ",".join(items(args.tasks)) if args.tasks is not None else None
+    tasks = (JUDGES[args.judge or "answers"],) if args.prompts else resolve_tasks(given, directory)
     if directory is not None and not args.prompts:
         check_data(directory, [t for t in tasks if t not in EMBEDDED])
     if args.judge == "likelihood" and not args.prompts:  # the tasks' items judged by the full answer's likelihood

@@ -10,12 +10,11 @@ written as a table and its README (:mod:`poptune.reports.gridtable`).
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from typing import Any
 
-from poptune.cli._args import add_model, add_preset, add_problem, add_storage, problem
+from poptune.cli._args import LibraryDefault, add_model, add_preset, add_problem, add_storage, problem
 from poptune.cli._checks import finite
 
 
@@ -29,8 +28,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--no-confirm", action="store_true",
                         help="skip the A/A checks, the re-measures of noisy trials and the confirmation pass")
     parser.add_argument("--timeout", type=finite, help="stop starting trials after this many seconds (resume later)")
-    parser.add_argument("--out", default="leaderboards", help="folder of the table, its README and (by default) "
-                        "the grid's journal file (default: leaderboards/ of the current directory)")
+    parser.add_argument("--out", default=LibraryDefault("poptune.tune.gridstudy:GridSpec.out"),
+                        help="folder of the table, its README and (by default) the grid's journal file (default: "
+                             "%(default)s/ of the current directory)")
     parser.add_argument("--table-only", action="store_true",
                         help="write the table and its README from the stored grid, measuring nothing")
     parser.set_defaults(run=run)
@@ -57,6 +57,7 @@ def _progress(total: int) -> Any:
 def run(args: argparse.Namespace) -> int:
     from poptune import store
     from poptune.errors import ConfigError
+    from poptune.measure.provenance import typed_command
     from poptune.reports.gridtable import write
     from poptune.tune.gridstudy import GridSpec, grid_study, storage_of
     from poptune.tune.interrupt import exit_code, interruptible
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with interruptible():
             study = grid_study(spec, callbacks=[finished], announce=announce)
-            csv_path, md_path = write(study, spec.out, "poptune " + shlex.join(args.argv), storage)
+            csv_path, md_path = write(study, spec.out, typed_command(args.argv), storage)
     except KeyboardInterrupt as e:
         print(f"poptune grid: interrupted; the measured trials are stored in {store.public_url(storage)}: run the "
               "same command to continue", file=sys.stderr)

@@ -8,43 +8,48 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from poptune.cli._args import add_model, count, finite, seed, write_text
+from poptune.cli._args import PAPER_RATIO, LibraryDefault, add_model, add_option, count, finite, seed, write_text
 from poptune.errors import ConfigError
 from poptune.files import check_writable_folder, safe_name
-
-_PAPER_RATIO = 1 / 3  # the paper skips the last third of the layers in prefill
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("importance", help="per-layer prefill and decode importance from virtual gates")
     add_model(parser)
-    parser.add_argument("--samples", type=count, default=64, help="calibration samples (default: 64)")
-    parser.add_argument("--length", type=count, default=256, help="prompt tokens per sample (default: 256)")
-    parser.add_argument("--new-tokens", type=count, default=32,
-                        help="tokens sampled from the model per sample; the loss is theirs (default: 32)")
-    parser.add_argument("--batch-size", type=count, default=8, help="samples per forward/backward (default: 8)")
-    parser.add_argument("--data-dir", help="folder with wikitext-2/test.txt for the prompts (default: "
-                        "$POPTUNE_DATA; neither: prompts sampled from the model)")
+    spec = "poptune.baselines.importance:ImportanceSpec."  # the library's defaults
+    parser.add_argument("--samples", type=count, default=LibraryDefault(spec + "samples"),
+                        help="calibration samples (default: %(default)s)")
+    parser.add_argument("--length", type=count, default=LibraryDefault(spec + "prompt_tokens"),
+                        help="prompt tokens per sample (default: %(default)s)")
+    parser.add_argument("--new-tokens", type=count, default=LibraryDefault(spec + "new_tokens"),
+                        help="tokens sampled from the model per sample; the loss is theirs (default: %(default)s)")
+    parser.add_argument("--batch-size", type=count, default=LibraryDefault(spec + "batch_size"),
+                        help="samples per forward/backward (default: %(default)s)")
+    add_option(parser, "--data-dir")  # its WikiText-2 for the prompts; without: prompts sampled from the model
     parser.add_argument("--out", default=".", help="folder for importance-<model>-<hardware>.json and .png "
                         "(default: .)")
-    parser.add_argument("--seed", type=seed, default=0, help="seed of the sampling generator (default: 0)")
-    parser.add_argument("--ratio", type=finite, default=_PAPER_RATIO,
+    parser.add_argument("--seed", type=seed, default=LibraryDefault(spec + "seed"),
+                        help="seed of the sampling generator (default: %(default)s)")
+    parser.add_argument("--ratio", type=finite, default=PAPER_RATIO,
                         help="prefill pruning ratio of the proposed block (default: 1/3, the paper's)")
     parser.set_defaults(run=run)
 
 
 def _command(args: argparse.Namespace) -> str:
-    """The effective command line, every option spelled out (what reproduces the result)."""
-    parts = [f"poptune importance --model {args.model} --samples {args.samples} --length {args.length}",
-             f"--new-tokens {args.new_tokens} --batch-size {args.batch_size} --seed {args.seed}",
-             f"--device {args.device}"]
+    """The effective command line, every option spelled out (what reproduces the result), as a user types it
+    (:func:`~poptune.measure.provenance.typed_command`: no path of this machine)."""
+    from poptune.measure.provenance import typed_command
+
+    words = ["importance", "--model", args.model, "--samples", args.samples, "--length", args.length,
+             "--new-tokens", args.new_tokens, "--batch-size", args.batch_size, "--seed", args.seed,
+             "--device", args.device]
     if args.dtype:
-        parts.append(f"--dtype {args.dtype}")
+        words += ["--dtype", args.dtype]
     if args.weights != "pretrained":
-        parts.append(f"--weights {args.weights}")
+        words += ["--weights", args.weights]
     if args.data_dir:
-        parts.append(f"--data-dir {args.data_dir}")
-    return " ".join(parts)
+        words += ["--data-dir", args.data_dir]
+    return typed_command([str(word) for word in words])
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 from typing import Any
 
-from poptune.cli._args import add_storage, positive
+from poptune.cli._args import LibraryDefault, add_storage, positive
+
+#: The default of ``--seeds``: the library's (write_leaderboards's).
+SEEDS = LibraryDefault("poptune.reports.leaderboard:write_leaderboards.seeds")
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser("leaderboard", help="regenerate leaderboards/ (POP vs baselines, tuners) from studies")
     add_storage(parser, study=None)  # every study of the storage
     parser.add_argument("--out", default="leaderboards", help="output folder (default: leaderboards)")
-    parser.add_argument("--seeds", type=positive, default=10,
-                        help="seeds per sampler in the tuner tables (default: 10)")
+    parser.add_argument("--seeds", type=positive, default=SEEDS,
+                        help="seeds per sampler in the tuner tables (default: %(default)s)")
     parser.add_argument("--records", metavar="DIR",
                         help="rebuild the methods leaderboard (POP against structured pruning) from the raw "
                              "`poptune compare` records in DIR instead (e.g. leaderboards/raw)")
@@ -23,15 +25,15 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from poptune import store
+    from poptune.measure.provenance import typed_command
     from poptune.reports.leaderboard import write_leaderboards
 
     if args.records:
         return _records(args)
-    command = "poptune leaderboard " + shlex.join(
-        [*(["--storage", store.public_url(args.storage)] if args.storage else []),
-         *(["--out", args.out] if args.out != "leaderboards" else []),
-         *(["--seeds", str(args.seeds)] if args.seeds != 10 else [])])
-    for path in write_leaderboards(args.storage, args.out, command=command.strip(), seeds=args.seeds):
+    command = typed_command(["leaderboard", *(["--storage", store.public_url(args.storage)] if args.storage else []),
+                             *(["--out", args.out] if args.out != "leaderboards" else []),
+                             *(["--seeds", str(args.seeds)] if args.seeds != SEEDS.value() else [])])
+    for path in write_leaderboards(args.storage, args.out, command=command, seeds=args.seeds):
         print(f"wrote {path}")
     return 0
 
@@ -41,11 +43,12 @@ def _records(args: argparse.Namespace) -> int:
 
     from poptune.comparison.board import write_methods_board
     from poptune.errors import ConfigError
+    from poptune.measure.provenance import typed_command
 
     if not Path(args.records).is_dir():
         raise ConfigError(f"`--records` {args.records} is not a folder")
-    command = "poptune leaderboard " + shlex.join(
-        ["--records", args.records, *(["--out", args.out] if args.out != "leaderboards" else [])])
+    command = typed_command(["leaderboard", "--records", args.records,
+                             *(["--out", args.out] if args.out != "leaderboards" else [])])
     written = write_methods_board(args.records, args.out, command=command)
     if not written:
         raise ConfigError(f"no methods comparison record (methods-*.json from `poptune compare`) in {args.records}")

@@ -8,15 +8,19 @@ from typing import Any
 
 from poptune.baselines.methods import METHODS
 from poptune.cli._args import (
+    PAPER_RATIO,
     add_calibration,
     add_model,
     add_preset,
     add_problem,
     add_storage,
     calibration_spec,
+    comma_list,
     config_list,
     count,
+    default_of,
     finite,
+    items,
     method_list,
     positive,
     preset_of,
@@ -27,6 +31,7 @@ from poptune.cli._bars import Bars
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 from poptune.objectives import registry as objectives
+from poptune.problem.problem import TuningProblem
 from poptune.store.studies import HEARTBEAT_S
 from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS
 
@@ -40,14 +45,16 @@ def register(sub: Any) -> None:
                         "a study stop together once it holds this many")
     budget.add_argument("--max-trials", type=count, dest="trials", help=argparse.SUPPRESS)  # its former name
     budget.add_argument("--add", type=count, help="measure this many configurations more than the study holds")
-    parser.add_argument("--gpus", help="start one worker process per GPU of this host (e.g. 0,1,2,3), each pinned "
+    parser.add_argument("--gpus", type=comma_list,
+                        help="start one worker process per GPU of this host (e.g. 0,1,2,3), each pinned "
                         "with CUDA_VISIBLE_DEVICES; needs --storage journal:PATH or a database server")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # started by --gpus: no report
     parser.add_argument("--timeout", type=finite, help="stop starting trials after this many seconds")
     add_preset(parser)
     add_problem(parser)
-    parser.add_argument("--objectives", default=",".join(objectives.DEFAULT), metavar="NAMES",
-                        help=f"the study's objectives, comma-separated (default: {','.join(objectives.DEFAULT)}); "
+    names = default_of(TuningProblem, "objectives")
+    parser.add_argument("--objectives", type=comma_list, default=names, metavar="NAMES",
+                        help=f"the study's objectives, comma-separated (default: {','.join(names)}); "
                         "stored with the study, so a resumed one keeps them: "
                         + "; ".join(f"{o.name} ({o.direction}), {o.about}" for o in objectives.OBJECTIVES.values()))
     parser.add_argument("--time-budget", type=_minutes, default=TIME_BUDGET_MIN, metavar="MINUTES",
@@ -64,18 +71,20 @@ def register(sub: Any) -> None:
                         help=f"seconds between trial heartbeats (default: {HEARTBEAT_S})")
     parser.add_argument("--init-from-importance", metavar="JSON",
                         help="enqueue the block the importance analysis proposes (poptune importance)")
-    parser.add_argument("--init-ratio", type=finite, default=1 / 3,
-                        help="pruning ratio of that proposal (default: 1/3)")
+    parser.add_argument("--init-ratio", type=finite, default=PAPER_RATIO,
+                        help="pruning ratio of that proposal (default: 1/3, the paper's)")
     parser.add_argument("--no-confirm", action="store_true",
                         help="skip the A/A checks, the re-measures of noisy trials and the confirmation pass")
-    parser.add_argument("--enqueue", metavar="SKIP/BOUNDARY/OFFSET[/KV],...",
+    parser.add_argument("--enqueue", metavar="SKIP/BOUNDARY/OFFSET[/KV],...", type=comma_list,
                         help="configurations to measure first, after the full model and the paper's rule, "
                              f"e.g. 9/window-4/0,6/window-4/0/{kv_registry.NAMES[1]} (KV: one of "
                              f"{', '.join(kv_registry.NAMES)}, default {kv_registry.DEFAULT}; a source the search "
                              "does not search needs it in --kv)")
-    parser.add_argument("--baselines", help="after the search, measure these baselines at the ratios of POP's "
+    parser.add_argument("--baselines", type=comma_list,
+                        help="after the search, measure these baselines at the ratios of POP's "
                         f"front: comma-separated of {', '.join(METHODS)}, or all (with --trials 0: only that)")
-    parser.add_argument("--baseline-ratios", help="comma-separated ratios in (0, 1) for --baselines (default: those "
+    parser.add_argument("--baseline-ratios", type=comma_list,
+                        help="comma-separated ratios in (0, 1) for --baselines (default: those "
                         "of POP's front and the paper's rule, skip / L)")
     add_calibration(parser)
     parser.set_defaults(run=run_study)
@@ -96,12 +105,12 @@ def _minutes(text: str) -> float | None:
     return value
 
 
-def _enqueued(text: str | None) -> tuple[Any, ...]:
-    return config_list(text, "--enqueue")
+def _enqueued(value: Any) -> tuple[Any, ...]:
+    return config_list(value, "--enqueue")
 
 
-def _ratios(text: str | None) -> tuple[float, ...] | None:
-    return ratio_list(text, "--baseline-ratios") if text else None
+def _ratios(value: Any) -> tuple[float, ...] | None:
+    return ratio_list(value, "--baseline-ratios") if items(value) else None
 
 
 def _importance_proposal(args: argparse.Namespace) -> tuple[Any, ...]:
@@ -126,7 +135,7 @@ def _spec(args: argparse.Namespace, problem: Any) -> Any:
 
     from poptune.tune.study import StudySpec
 
-    problem = replace(problem, objectives=objectives.parse(args.objectives))  # an unknown name: one line, exit 2
+    problem = replace(problem, objectives=objectives.check(items(args.objectives)))  # unknown: one line, exit 2
     return StudySpec(problem=problem, trials=preset_of(args).trials, add=args.add, timeout=args.timeout,
                      sampler=args.sampler, storage=args.storage, study=args.study, seed=args.seed,
                      heartbeat_s=args.heartbeat, enqueue=_enqueued(args.enqueue) + _importance_proposal(args),
@@ -261,7 +270,7 @@ def _run_workers(args: argparse.Namespace) -> int:
     from poptune import store
     from poptune.tune.workers import WorkerCommand, check_gpus, parse_gpus, study_budgets, supervise
 
-    gpus = parse_gpus(args.gpus)
+    gpus = parse_gpus(",".join(items(args.gpus)))
     if not store.is_server(args.storage):
         raise ConfigError("`--gpus` starts several worker processes and SQLite is for one: use --storage "
                           "journal:PATH (this host) or postgresql://... (several machines)")

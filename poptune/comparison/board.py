@@ -267,14 +267,16 @@ def _costs(record: Mapping[str, Any], rows: Sequence[Row], confidence: float) ->
 
 
 def _provenance(record: Mapping[str, Any]) -> list[str]:
-    from poptune.measure.provenance import hardware_text, versions_text
+    """A record's line of the ``## Provenance`` section: its file, workload and timings, and its
+    :class:`~poptune.measure.provenance.Provenance` (command, date, hardware, versions)."""
+    from poptune.measure.provenance import Provenance
 
+    made = Provenance.from_dict(record)
     timed = f"timings from `{record['timed_in']}`" if record.get("timed_in") else \
         f"{record['pairs']} timing pairs per profile, {record['decode_steps']} decode steps timed per pair" + \
         ("" if record["tasks"] else " (timings only)")
-    return [f"- `{record['_file']}`: {record['workload']}, command `{record.get('command', 'not recorded')}`, "
-            f"{record.get('date', '')}, {timed}; hardware {hardware_text(record['hardware'])}; "
-            + versions_text(record.get("versions", {}))]
+    return [f"- `{record['_file']}`: {record['workload']}, command `{made.command or 'not recorded'}`, "
+            f"{made.date or ''}, {timed}; {made.sentence()}"]
 
 
 def _csv(groups: Sequence[tuple[Mapping[str, Any], Sequence[Row]]]) -> str:

@@ -138,11 +138,12 @@ def _score(evaluator: "ConfigEvaluator", row: Method, counts: dict[str, int], sk
 
 def compare(evaluator: "ConfigEvaluator", rows: Sequence[Method], *, workload: str, per_task: int,
             profiles: Sequence[Profile] = PROFILES, pairs: int = 6, decode_steps: int = 16, skip: int = 0,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[str], None] | None = None, command: str | None = None) -> dict[str, Any]:
     """Score every row on the same ``per_task`` items of each task (after the first ``skip`` of its order; none:
-    timings only) and time it for each profile; the raw record (JSON-serialisable) the board reads."""
+    timings only) and time it for each profile; the raw record (JSON-serialisable) the board reads, with its
+    :class:`~poptune.measure.provenance.Provenance` (``command``: the command line that made it, as typed)."""
     from poptune.measure.hardware import fingerprint
-    from poptune.measure.provenance import stamp
+    from poptune.measure.provenance import Provenance
     from poptune.models.registry import resolve_model
 
     if per_task < 0 or skip < 0 or pairs < 6 or decode_steps < 1 or not (per_task or profiles):
@@ -160,7 +161,7 @@ def compare(evaluator: "ConfigEvaluator", rows: Sequence[Method], *, workload: s
     p = evaluator.problem
     return {"record": RECORD[0], "version": RECORD[1], "workload": workload, "model": resolve_model(p.model).name,
             "num_layers": evaluator.num_layers, "tasks": list(tasks), "per_task": per_task,
-            "skip": skip, **stamp(hardware.to_dict()),
+            "skip": skip, **Provenance.here(command=command, hardware=hardware.to_dict()).to_dict(),
             "profiles": [[q.prompt, q.output] for q in profiles], "pairs": pairs, "decode_steps": decode_steps,
             "methods": entries}
 

@@ -34,7 +34,7 @@ from poptune.measure.hardware import fingerprint
 from poptune.measure.nullcheck import AA_PAIRS, NullCheck, aa_figures, figures
 from poptune.measure.nvml import NvmlDevice
 from poptune.measure.prefill import cache_bytes, decode, prefill
-from poptune.measure.provenance import load_average, now, provenance, versions
+from poptune.measure.provenance import Provenance, load_average, provenance
 from poptune.measure.telemetry import Sampler, Telemetry, nvml_device
 from poptune.measure.timer import LatencyRecord, PairRecord, Staged, Timer, measure_pair
 from poptune.measure.timing_prompts import image_prompt_batch, prompt_batch
@@ -255,10 +255,11 @@ def run_bench(
         if progress and spec.null_check:
             progress("A/A check")
     record["load_end"] = load_average()
+    made = Provenance.here(hardware=hardware.to_dict(), model=model_name)
     return BenchResult(
         model=model_name, config=config, spec=spec, rows=rows, hardware=hardware,
-        telemetry=telemetry.result().to_dict(), versions=versions(),
-        date=now(),
+        telemetry=telemetry.result().to_dict(), versions=dict(made.versions or {}),
+        date=made.date or "",
         dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         transform=transform.describe() if transform is not None else None,
         null_check=check, provenance=record,

@@ -6,10 +6,13 @@ a git checkout), the weights' source and fingerprint, the attention implementati
 counts, the OpenMP/MKL variables, and the load average when the work started and ended (a load well above the
 cores means other work shared the machine, whatever the intervals say).
 
-Every result poptune writes says what made it, on which hardware, with which versions and when, through the one
-writer here: :func:`stamp` for a JSON record, :func:`provenance_block` for the ``## Provenance`` section of a
-Markdown file (the leaderboards, the tuner table), :func:`hardware_text` and :func:`versions_text` where a file
-says them in a sentence (the grid's README, the methods board), and :func:`now` for every date.
+Every result poptune writes says what made it, on which hardware, with which versions and when, through one
+record: :class:`Provenance`. A writer builds it (:meth:`Provenance.here` for this run, :meth:`Provenance.from_dict`
+for a stored record) and renders it -- :meth:`~Provenance.to_dict` for a JSON record, :meth:`~Provenance.lines`
+for the ``## Provenance`` section of a Markdown file (the leaderboards, the tuner table),
+:meth:`~Provenance.sentence` where a file says it in a sentence (the grid's README, the methods board) -- and
+:func:`now` dates every record. Its command is always as a user types it (:func:`typed_command`): no path of the
+machine it ran on.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["THREAD_VARIABLES", "as_typed", "git_commit", "hardware_text", "load_average", "now", "poptune_version",
-           "provenance", "provenance_block", "stamp", "versions", "versions_text"]
+__all__ = ["THREAD_VARIABLES", "Provenance", "as_typed", "git_commit", "load_average", "now", "poptune_version",
+           "provenance", "typed_command", "versions"]
 
 #: Environment variables that set how many threads the math libraries use.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY", "OMP_PROC_BIND")
@@ -80,7 +86,8 @@ def load_average() -> list[float] | None:
 
 
 def provenance(model: Any, *, model_name: str, weights: str | None = None) -> dict[str, Any]:
-    """What produced a measurement on ``model`` (a loaded model); ``load_end`` is filled by the caller.
+    """What produced a measurement on ``model`` (a loaded model), a run's record: the :class:`Provenance` of this
+    run with the threads, the attention, the dtype and the load beside it; ``load_end`` is filled by the caller.
 
     Args:
         model: The loaded model (its attention implementation and dtype are read).
@@ -98,13 +105,14 @@ def provenance(model: Any, *, model_name: str, weights: str | None = None) -> di
             fingerprint = weights_fingerprint(model_name, weights)
         except Exception as e:  # noqa: BLE001 -- a model loaded from elsewhere: say why there is none
             fingerprint = f"unknown ({type(e).__name__})"
+    record = Provenance.here(model=model_name, weights_fingerprint=fingerprint, commit=True)
     return {
-        "command": as_typed(sys.argv),
-        "poptune": poptune_version(),
-        "git_commit": git_commit(),
-        "model": model_name,
+        "command": as_typed(sys.argv),  # the words, as typed (Provenance.from_dict reads them)
+        "poptune": (record.versions or {}).get("poptune"),
+        "git_commit": record.commit,
+        "model": record.model,
         "weights": weights,
-        "weights_fingerprint": fingerprint,
+        "weights_fingerprint": record.weights_fingerprint,
         "attn_implementation": getattr(config, "_attn_implementation", None),
         "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         "torch_threads": torch.get_num_threads(),
@@ -118,9 +126,11 @@ def provenance(model: Any, *, model_name: str, weights: str | None = None) -> di
 def as_typed(argv: Sequence[str], *, cwd: str | Path | None = None) -> list[str]:
     """A command line as a user types it, with no path of the machine it ran on: the program as ``poptune`` (the
     console script or ``poptune/__main__.py``) or relative to the working directory (``benchmarks/x.py``), and each
-    absolute path argument (``--out /root/out/x`` and ``--out=/root/out/x`` alike) under ``$OUT`` as ``$OUT/...``,
-    under the working directory or its parent as a relative path (``../shared/data``), under the home directory as
-    ``~/...``; other arguments unchanged.
+    absolute path argument (``--out /root/out/x``, ``--out=/root/out/x`` and a storage URL's path,
+    ``journal:/root/s.journal`` or ``sqlite:////root/s.db``, alike) under ``$OUT`` as ``$OUT/...``, under the
+    working directory or its parent as a relative path (``../shared/data``), under the home directory as
+    ``~/...``, under the temporary folder as ``<tmp>/NAME``, elsewhere as ``<dir>/NAME`` (a device, ``/dev/...``,
+    as it is); other arguments unchanged.
 
     Example: ``['/work/main/poptune/__main__.py', 'gpu-check', '--out', '/root/out/gpu-check']`` with ``OUT=/root/out``
     -> ``['poptune', 'gpu-check', '--out', '$OUT/gpu-check']``.
@@ -140,11 +150,19 @@ def as_typed(argv: Sequence[str], *, cwd: str | Path | None = None) -> list[str]
         home = Path.home()
         if home != Path("/") and p.is_relative_to(home):
             return "~/" + p.relative_to(home).as_posix()
-        return text
+        if p.is_relative_to("/dev") or p == Path("/"):
+            return text
+        return f"<{'tmp' if p.is_relative_to(Path(tempfile.gettempdir()).resolve()) else 'dir'}>/{p.name}"
+
+    def value(text: str) -> str:
+        for scheme in ("journal:", "sqlite:///"):  # a storage URL's file
+            if text.startswith(scheme + "/"):
+                return scheme + path(text[len(scheme):])
+        return path(text)
 
     def arg(text: str) -> str:
-        flag, eq, value = text.partition("=")
-        return f"{flag}={path(value)}" if eq and flag.startswith("--") else path(text)
+        flag, eq, rest = text.partition("=")
+        return f"{flag}={value(rest)}" if eq and flag.startswith("--") else value(text)
 
     if not argv:
         return []
@@ -156,41 +174,120 @@ def as_typed(argv: Sequence[str], *, cwd: str | Path | None = None) -> list[str]
     return [head, *(arg(a) for a in argv[1:])]
 
 
+def typed_command(argv: Sequence[str], *, program: str | None = "poptune", cwd: str | Path | None = None) -> str:
+    """A command line in one string as a user types it (:func:`as_typed`: no path of the machine), quoted as a
+    shell reads it: ``argv`` the arguments of ``program`` (``poptune study --model x``), or with ``program`` None
+    a whole command line whose first word is the program (``sys.argv``): ``poptune ...`` for poptune, ``python
+    benchmarks/x.py ...`` for a script, ``python ?`` for an empty one."""
+    words = as_typed([program, *argv] if program is not None else argv, cwd=cwd)
+    if not words:
+        return "python ?"
+    return " ".join(map(_quoted, words if words[0] == "poptune" else ["python", *words]))
+
+
+#: What :func:`as_typed` puts in a path's place: shown as they are, never quoted (``--out $OUT/x``, not
+#: ``--out '$OUT/x'``).
+_PLACEHOLDERS = ("$OUT", "<tmp>", "<dir>", "~")
+
+
+def _quoted(word: str) -> str:
+    """``word`` quoted as a shell reads it (:func:`shlex.quote`), its placeholders left bare."""
+    plain = word
+    for mark in _PLACEHOLDERS:
+        plain = plain.replace(mark, "x")
+    return word if shlex.quote(plain) == plain else shlex.quote(word)
+
+
 def now() -> str:
     """The time now, UTC, ISO 8601 to the second: how every record is dated."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def stamp(hardware: Mapping[str, Any] | None, *, command: str | None = None, date: str | None = None
-          ) -> dict[str, Any]:
-    """The provenance block of a JSON record: the ``command`` that made it, the ``hardware`` it ran on (a
-    :class:`~poptune.measure.hardware.HardwareRecord` as a dict), the :func:`versions` running now and the
-    ``date`` (default: :func:`now`)."""
-    return {"command": command, "hardware": dict(hardware) if hardware is not None else None,
-            "versions": versions(), "date": date or now()}
+@dataclass(frozen=True)
+class Provenance:
+    """What made a result: the one record every writer builds and renders (JSON, Markdown or a sentence).
 
+    Attributes:
+        command: The command line as a user types it (:func:`typed_command`: no path of the machine).
+        hardware: The hardware it ran on (a :class:`~poptune.measure.hardware.HardwareRecord` as a dict; a
+            record that kept only its id: ``{"hardware_id": ...}``).
+        versions: The versions by name (:func:`versions`).
+        date: When (:func:`now`).
+        model: The model measured (its poptune name).
+        weights_fingerprint: Its weights' fingerprint (:func:`poptune.models.weights_fingerprint`).
+        commit: The git commit of the code that made it (:func:`git_commit`).
+    """
 
-def hardware_text(hardware: Mapping[str, Any]) -> str:
-    """A hardware record in words: ``<hardware id> (<device name, else CPU, else kind>)``."""
-    name = hardware.get("name") or hardware.get("cpu") or hardware.get("kind", "")
-    return f"{hardware.get('hardware_id', '?')} ({name})".replace(" ()", "")
+    command: str | None = None
+    hardware: Mapping[str, Any] | None = None
+    versions: Mapping[str, Any] | None = None
+    date: str | None = None
+    model: str | None = None
+    weights_fingerprint: str | None = None
+    commit: str | None = None
 
+    @classmethod
+    def here(cls, *, command: str | None = None, hardware: Mapping[str, Any] | None = None,
+             model: str | None = None, weights_fingerprint: str | None = None, commit: bool = False) -> Provenance:
+        """This run's record: ``command`` (typed already, :func:`typed_command`), the :func:`versions` running now,
+        dated :func:`now`, with the :func:`git_commit` when ``commit``."""
+        return cls(command=command, hardware=dict(hardware) if hardware is not None else None, versions=versions(),
+                   date=now(), model=model, weights_fingerprint=weights_fingerprint,
+                   commit=git_commit() if commit else None)
 
-def versions_text(versions: Mapping[str, Any]) -> str:
-    """Versions in words, by name: ``poptune 0.1.0, python 3.11.7, torch 2.13.0, ...``."""
-    return ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Provenance:
+        """The record of a stored result: :meth:`to_dict`'s keys, or a run's (``command`` as a list of words, as
+        recorded by :func:`provenance`; ``git_commit``), or an importance result's (``hardware_id`` alone)."""
+        command = data.get("command")
+        if isinstance(command, (list, tuple)):
+            command = typed_command([str(word) for word in command], program=None)
+        hardware = data.get("hardware")
+        if hardware is None and data.get("hardware_id") is not None:
+            hardware = {"hardware_id": data["hardware_id"]}
+        return cls(command=command, hardware=dict(hardware) if isinstance(hardware, Mapping) else None,
+                   versions=dict(data["versions"]) if isinstance(data.get("versions"), Mapping) else None,
+                   date=data.get("date"), model=data.get("model") if isinstance(data.get("model"), str) else None,
+                   weights_fingerprint=data.get("weights_fingerprint"), commit=data.get("git_commit"))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record: ``command``, ``hardware``, ``versions`` and ``date`` always; ``model``,
+        ``weights_fingerprint`` and ``git_commit`` where known."""
+        data: dict[str, Any] = {"command": self.command,
+                                "hardware": dict(self.hardware) if self.hardware is not None else None,
+                                "versions": dict(self.versions) if self.versions is not None else None,
+                                "date": self.date}
+        extra = {"model": self.model, "weights_fingerprint": self.weights_fingerprint, "git_commit": self.commit}
+        return data | {k: v for k, v in extra.items() if v is not None}
 
-def provenance_block(command: str, *, hardware: Mapping[str, Any] | None = None,
-                     versions: Mapping[str, Any] | None = None, date: str | None = None,
-                     details: Sequence[str] = ()) -> list[str]:
-    """The ``## Provenance`` section of a Markdown result: the command that wrote it, what it was made from
-    (``details``, one bullet each), the hardware, the versions and the date, each where given."""
-    lines = ["## Provenance", "", f"- command: `{command.strip()}`", *(f"- {d}" for d in details)]
-    if hardware is not None:
-        lines.append(f"- hardware: {hardware_text(hardware)}")
-    if versions is not None:
-        lines.append(f"- versions: {versions_text(versions)}")
-    if date is not None:
-        lines.append(f"- date: {date}")
-    return lines + [""]
+    @property
+    def hardware_id(self) -> str | None:
+        return self.hardware.get("hardware_id") if self.hardware is not None else None
+
+    def hardware_text(self) -> str:
+        """The hardware in words: ``<hardware id> (<device name, else CPU, else kind>)``."""
+        hardware = self.hardware or {}
+        name = hardware.get("name") or hardware.get("cpu") or hardware.get("kind", "")
+        return f"{hardware.get('hardware_id', '?')} ({name})".replace(" ()", "")
+
+    def versions_text(self) -> str:
+        """The versions in words, by name: ``poptune 0.1.0, python 3.11.7, torch 2.13.0, ...``."""
+        return ", ".join(f"{k} {v}" for k, v in sorted((self.versions or {}).items()))
+
+    def sentence(self) -> str:
+        """Hardware and versions in a sentence: ``hardware <hardware text>; <versions text>``."""
+        return f"hardware {self.hardware_text()}; {self.versions_text()}"
+
+    def lines(self, details: Sequence[str] = (), *, date_note: str = "") -> list[str]:
+        """The ``## Provenance`` section of a Markdown result: the command that wrote it, what it was made from
+        (``details``, one bullet each), the hardware, the versions and the date (with ``date_note`` after it),
+        each where known."""
+        lines = ["## Provenance", "", f"- command: `{(self.command or 'not recorded').strip()}`",
+                 *(f"- {d}" for d in details)]
+        if self.hardware is not None:
+            lines.append(f"- hardware: {self.hardware_text()}")
+        if self.versions is not None:
+            lines.append(f"- versions: {self.versions_text()}")
+        if self.date is not None:
+            lines.append(f"- date: {self.date}{date_note}")
+        return lines + [""]

@@ -138,6 +138,8 @@ class TuningProblem:
 
         if bool(set(PROMPT_TASKS) & set(self.tasks)) != (self.prompts is not None):
             raise ConfigError("task `prompts` and a prompts file go together: give both or neither")
+        if self.store_prompts and self.prompts is None:
+            raise ConfigError("`--store-prompts` goes with `--prompts FILE` (it stores that file's prompts)")
         if len(set(PROMPT_TASKS) & set(self.tasks)) > 1:  # one file, one judge: its report and records say one
             raise ConfigError(f"a prompts file is judged one way at a time: give one of {', '.join(PROMPT_TASKS)}, "
                               f"got {list(self.tasks)}")

@@ -59,8 +59,9 @@ def best_within_budget(study: Any, max_drop: float | None) -> Any:
 def export_config(storage: str | None, study_name: str | None, *, max_drop: float | None,
                   model: str | None = None) -> dict:
     """The deployable configuration of a stored study, as a JSON-serialisable dict (``max_drop`` None: the fastest
-    configuration, whatever its drop)."""
-    from poptune.measure.provenance import now
+    configuration, whatever its drop). Its provenance is the study's
+    :class:`~poptune.measure.provenance.Provenance` (model, weights, hardware, versions), dated when exported."""
+    from poptune.measure.provenance import Provenance, now
 
     study = store.read_study(storage, study_name)
     stored = store.StoredStudy.of(study)
@@ -75,10 +76,12 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
     row = best_within_budget(study, max_drop)
     trial = StoredTrial.of(study.trials[row.trial])
     key = kv_registry.source(row.kv).export_key
+    made = Provenance(model=stored.model, weights_fingerprint=stored.weights_fingerprint, hardware=stored.hardware,
+                      versions=stored.versions or None, date=now())
     return {
         "format": FORMAT,
-        "model": {"name": stored.model, "weights_fingerprint": stored.weights_fingerprint},
-        "hardware": stored.hardware,
+        "model": {"name": made.model, "weights_fingerprint": made.weights_fingerprint},
+        "hardware": made.hardware,
         "pop_config": row.config.to_dict(),
         **({key: trial.details[key]} if key else {}),
         "objectives": {
@@ -107,10 +110,10 @@ def export_config(storage: str | None, study_name: str | None, *, max_drop: floa
             "study": study.study_name,
             "trial": row.trial,
             "problem": stored.stored_problem,
-            "versions": stored.versions or None,
+            "versions": made.versions,
             "measurement": trial.provenance,
             "null_checks": stored.null_checks or None,
-            "exported": now(),
+            "exported": made.date,
         },
     }
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from poptune.kv import registry as kv_registry
+from poptune.measure.provenance import Provenance, typed_command
 from poptune.problem.problem import TuningProblem
 from poptune.store.attributes import StoredStudy
 
@@ -102,10 +103,10 @@ def _runs(runs: list[dict[str, Any]], spans: list[tuple[str, str | None]], check
         aa = [c for c in checks if start <= (c.get("date") or "") < after]
         aa_text = "; ".join(f"A/A {c['when']} {c['speedup']:.3f} [{c['lo']:.3f}, {c['hi']:.3f}] "
                             f"{'NOISY' if c.get('noisy') else 'ok'}" for c in aa) or "no A/A check"
-        command = _shown(list(r.get("command") or []))
+        made = Provenance.from_dict(r)  # its command as typed, its commit
         until = r.get("finished") or (f"{end} (interrupted: its last trial's end)" if end else "interrupted")
         lines.append(f"{i}. {start or '?'} to {until}, commit "
-                     f"`{r.get('git_commit') or '?'}`: `{command}`; {aa_text}")
+                     f"`{made.commit or '?'}`: `{made.command or typed_command([], program=None)}`; {aa_text}")
     return lines
 
 
@@ -117,13 +118,6 @@ def _verdict_counts(rows: list[dict[str, str]], budget: float | None) -> str:
     beyond = sum(float(r["drop_lo"] or r["drop"]) > budget for r in rows)
     return (f"{within} within (upper end <= {budget:g}), {beyond} beyond (lower end > {budget:g}), "
             f"{len(rows) - within - beyond} undecided, of {len(rows)} trusted rows")
-
-
-def _shown(command: list[str]) -> str:
-    """A run's recorded command line as typed: ``poptune ...`` for the command, ``python ...`` for a script."""
-    if command and Path(command[0]).name in ("poptune", "__main__.py"):
-        return "poptune " + " ".join(command[1:])
-    return "python " + (" ".join(command) or "?")
 
 
 def _state(attrs: "StoredStudy", rows: list[dict[str, str]]) -> dict[str, Any]:
@@ -144,10 +138,9 @@ def _state(attrs: "StoredStudy", rows: list[dict[str, str]]) -> dict[str, Any]:
 def _measured(study: Any, csv_path: Path, rows: list[dict[str, str]], s: dict[str, Any], storage: str | None,
               ) -> list[str]:
     """The title, what the table holds, and how it was measured."""
-    from poptune.measure.provenance import hardware_text, versions_text
-
     attrs, p, hw = StoredStudy.of(study), s["p"], s["hw"]
-    versions = versions_text(attrs.versions)
+    made = Provenance(hardware=hw, versions=attrs.versions, model=attrs.model,
+                      weights_fingerprint=attrs.weights_fingerprint)
     state = ("complete: every configuration of the space" if len(rows) >= s["total"] else
              f"PARTIAL: {len(rows)} of {s['total']} configurations; run the command again to continue")
     return [
@@ -175,8 +168,8 @@ def _measured(study: Any, csv_path: Path, rows: list[dict[str, str]], s: dict[st
         + "; the speedup's interval is the one stored when the trial was timed (a seeded bootstrap of the median "
         "pair ratio, the pairs' range below 3 pairs; 3-5 pairs cover the median 75-94% of the time, not 95%: the "
         "current order-statistic interval needs the raw pairs, kept in the journal).",
-        f"- Model {attrs.model} (weights {p.weights}, fingerprint `{attrs.weights_fingerprint}`), device "
-        f"{p.device}, dtype {p.dtype or 'default'}; hardware {hardware_text(hw)}; {versions}.",
+        f"- Model {made.model} (weights {p.weights}, fingerprint `{made.weights_fingerprint}`), device "
+        f"{p.device}, dtype {p.dtype or 'default'}; {made.sentence()}.",
         f"- Trust: {_checks(attrs)}; `noisy` = 1 where a null check failed and no trusted re-measure replaced it; "
         f"state reuse checked against the plain forward ({attrs.state_reuse_check}).", "",
     ]
@@ -210,7 +203,7 @@ def _commands_and_cite(study: Any, csv_path: Path, command: str, s: dict[str, An
     spans = _spans(runs, study)
     wall = sum(_seconds(start, end) for start, end in spans)
     trial_s = sum(s["store"].StoredTrial.of(t).seconds for t in s["store"].completed(study))
-    commit = next((r.get("git_commit") for r in reversed(runs) if r.get("git_commit")), None)
+    commit = next((made.commit for made in map(Provenance.from_dict, reversed(runs)) if made.commit), None)
     dates = f"{(spans[0][0] or '?')[:10]} to {(spans[-1][1] or '?')[:10]}" if runs else "?"
     return [
         "## Commands and wall time", "",

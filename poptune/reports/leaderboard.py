@@ -174,7 +174,7 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _provenance(study: "optuna.Study", command: str) -> list[str]:
-    from poptune.measure.provenance import provenance_block
+    from poptune.measure.provenance import Provenance
 
     stored = store.StoredStudy.of(study)
     problem = stored.problem
@@ -187,8 +187,8 @@ def _provenance(study: "optuna.Study", command: str) -> list[str]:
         f"{problem.get('repeats')} timing pairs per configuration, batch {problem.get('batch_size')}, "
         f"device {problem.get('device')}, dtype {problem.get('dtype') or 'default'}, weights {problem.get('weights')}")
     last = max(dates).isoformat(timespec="seconds") if dates else "none"
-    return provenance_block(command, details=[f"study: `{study.study_name}`", measured], hardware=stored.hardware,
-                            versions=stored.versions, date=f"{last} (the last measurement)")
+    made = Provenance(command=command, hardware=stored.hardware, versions=stored.versions, date=last)
+    return made.lines([f"study: `{study.study_name}`", measured], date_note=" (the last measurement)")
 
 
 def _versus(e: Entry, rows: list[Entry], target: int) -> tuple[str, Any]:

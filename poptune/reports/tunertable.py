@@ -80,7 +80,7 @@ class TunerSpec:
 def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
     """The replay, its provenance lines, and ``spec`` with the route's defaults filled in."""
     from poptune import store
-    from poptune.measure.provenance import versions_text
+    from poptune.measure.provenance import Provenance
     from poptune.problem.problem import DEFAULT_MAX_DROP
     from poptune.problem.replay import Replay
     from poptune.store.attributes import StoredStudy
@@ -92,8 +92,9 @@ def _source(spec: TunerSpec) -> tuple[Any, list[str], TunerSpec]:
         defaults: dict[str, Any] = dict(samplers=tuple(TUNER_SAMPLERS), seeds=20, horizon=64,
                         max_drop=replay.max_drop if replay.max_drop is not None else DEFAULT_MAX_DROP)
         first = next(iter(replay.table.values()))
+        made = Provenance(hardware=first.hardware, versions=first.versions)  # the grid's, as it records them
         where = [f"grid file: `{spec.grid}` ({len(replay.table)} configurations, measured on "
-                 f"{first.hardware.get('hardware_id')}; versions {versions_text(first.versions)})"]
+                 f"{made.hardware_id}; versions {made.versions_text()})"]
     else:
         spec = replace(spec, storage=spec.storage or "sqlite:///studies/grid.db")
         if spec.build:
@@ -164,7 +165,7 @@ def _order(replay: Any, spec: TunerSpec) -> list[str]:
 
 
 def _markdown(replay: Any, rows: list[Any], spec: TunerSpec, where: list[str], seconds: float, command: str) -> str:
-    from poptune.measure.provenance import now, provenance_block
+    from poptune.measure.provenance import Provenance, now
     from poptune.tune.efficiency import CHECKPOINTS, HV_SHARE
 
     assert spec.samplers is not None  # filled in by _source
@@ -206,8 +207,8 @@ def _markdown(replay: Any, rows: list[Any], spec: TunerSpec, where: list[str], s
     lines += ["", "## Against random search", ""] + _verdicts(rows, CHECKPOINTS)
     if spec.grid and "structured" in spec.samplers:
         lines += ["", "## The order on this grid", ""] + _order(replay, spec)
-    date = f"{now()}; replay wall time {seconds:.0f} s (no model)"
-    lines += ["", *provenance_block(command, details=where, date=date)]
+    made = Provenance(command=command, date=now())  # no model: no versions of one
+    lines += ["", *made.lines(where, date_note=f"; replay wall time {seconds:.0f} s (no model)")]
     return "\n".join(lines)
 
 

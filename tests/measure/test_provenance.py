@@ -51,19 +51,33 @@ def test_the_commit_is_dirty_with_code_changes_not_with_measured_outputs(tmp_pat
     assert provenance.git_commit(tmp_path) == clean + "+dirty"
 
 
-def test_one_writer_states_command_hardware_versions_and_date():
+def test_one_record_states_command_hardware_versions_and_date():
     hardware = {"hardware_id": "cpu-amd-epyc-2t", "name": "AMD EPYC 7B13", "kind": "cpu"}
-    record = provenance.stamp(hardware, command="poptune compare")
+    record = provenance.Provenance.here(command="poptune compare", hardware=hardware).to_dict()
     assert set(record) == {"command", "hardware", "versions", "date"} and record["versions"] == provenance.versions()
     assert record["hardware"] == hardware and record["date"].endswith("+00:00")
-    block = provenance.provenance_block(" poptune leaderboard --out x ", details=["study: `s`"], hardware=hardware,
-                                        versions={"torch": "2", "poptune": "1"}, date="2026-01-01T00:00:00+00:00")
-    assert block == ["## Provenance", "", "- command: `poptune leaderboard --out x`", "- study: `s`",
-                     "- hardware: cpu-amd-epyc-2t (AMD EPYC 7B13)", "- versions: poptune 1, torch 2",
-                     "- date: 2026-01-01T00:00:00+00:00", ""]
-    assert provenance.provenance_block("c") == ["## Provenance", "", "- command: `c`", ""]  # only what is given
-    assert provenance.hardware_text({"hardware_id": "cpu-x", "kind": "cpu"}) == "cpu-x (cpu)"
-    assert provenance.hardware_text({"hardware_id": "cpu-x"}) == "cpu-x"
+    made = provenance.Provenance(command=" poptune leaderboard --out x ", hardware=hardware,
+                                 versions={"torch": "2", "poptune": "1"}, date="2026-01-01T00:00:00+00:00")
+    assert made.lines(["study: `s`"], date_note=" (last)") == [
+        "## Provenance", "", "- command: `poptune leaderboard --out x`", "- study: `s`",
+        "- hardware: cpu-amd-epyc-2t (AMD EPYC 7B13)", "- versions: poptune 1, torch 2",
+        "- date: 2026-01-01T00:00:00+00:00 (last)", ""]
+    assert provenance.Provenance(command="c").lines() == ["## Provenance", "", "- command: `c`", ""]  # what is known
+    assert made.sentence() == "hardware cpu-amd-epyc-2t (AMD EPYC 7B13); poptune 1, torch 2"
+    assert provenance.Provenance(hardware={"hardware_id": "cpu-x", "kind": "cpu"}).hardware_text() == "cpu-x (cpu)"
+    assert provenance.Provenance(hardware={"hardware_id": "cpu-x"}).hardware_text() == "cpu-x"
+
+
+def test_the_record_reads_what_it_writes_and_every_stored_form():
+    made = provenance.Provenance(command="poptune study", hardware={"hardware_id": "h"}, versions={"torch": "2"},
+                                 date="d", model="m", weights_fingerprint="f", commit="c")
+    assert provenance.Provenance.from_dict(made.to_dict()) == made
+    assert made.to_dict()["git_commit"] == "c"
+    run = {"command": ["/venv/bin/poptune", "study", "--model", "m"], "git_commit": "abc", "model": "m"}
+    assert provenance.Provenance.from_dict(run) == provenance.Provenance(command="poptune study --model m",
+                                                                         model="m", commit="abc")
+    importance = {"hardware_id": "h", "versions": {"torch": "2"}, "date": "d", "command": "poptune importance"}
+    assert provenance.Provenance.from_dict(importance).hardware == {"hardware_id": "h"}
 
 
 def test_no_result_dates_itself_by_hand():

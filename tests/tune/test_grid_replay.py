@@ -277,11 +277,14 @@ def test_the_grid_is_stored_by_default_in_a_journal_beside_its_table(tmp_path):
 
 
 def test_a_runs_command_is_shown_as_it_was_typed():
-    from poptune.reports.gridtable import _shown
+    from poptune.measure.provenance import Provenance
 
-    assert _shown(["benchmarks/build_grid.py", "--model", "x"]) == "python benchmarks/build_grid.py --model x"
-    assert _shown(["/venv/bin/poptune", "grid", "--model", "x"]) == "poptune grid --model x"
-    assert _shown(["/repo/poptune/__main__.py", "grid"]) == "poptune grid" and _shown([]) == "python ?"
+    def shown(command: list[str]) -> str | None:  # a run's recorded words, as the grid's README renders them
+        return Provenance.from_dict({"command": command}).command
+
+    assert shown(["benchmarks/build_grid.py", "--model", "x"]) == "python benchmarks/build_grid.py --model x"
+    assert shown(["/venv/bin/poptune", "grid", "--model", "x"]) == "poptune grid --model x"
+    assert shown(["/repo/poptune/__main__.py", "grid"]) == "poptune grid" and shown([]) == "python ?"
 
 
 def test_a_tuner_spec_refuses_two_sources_or_a_build_of_a_grid_file():
