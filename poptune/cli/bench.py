@@ -136,6 +136,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit(args, "", result.to_json())
         return 0
+    _print_result(args, config, spec, result, images)
+    return 0
+
+
+def _print_result(args: argparse.Namespace, config: Any, spec: Any, result: Any, images: Any) -> None:
+    """The bench's table and notes, and its JSON file where ``--out`` asks for one."""
     hw = result.hardware
     chunked = f", prefill in chunks of {spec.prefill_chunk} tokens" if spec.prefill_chunk else ""
     print(f"{args.model} [{config}] on {hw.hardware_id} ({result.dtype}, batch {spec.batch_size}{chunked})")
@@ -154,7 +160,6 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         write_text(args.out, result.to_json())
         print(f"wrote {args.out}")
-    return 0
 
 
 def _print_timing(result: Any) -> None:

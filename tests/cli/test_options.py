@@ -82,13 +82,13 @@ def test_kv_has_one_meaning_and_one_clear_refusal(capsys):
 
 def _library() -> dict[tuple[str, str], object]:
     """(command, option's dest) -> the library's default, read from the library itself."""
+    from poptune.baselines.importance import ImportanceSpec
     from poptune.comparison.measure import PROFILES
     from poptune.engine import PopConfig
     from poptune.evaluate.suite import EvalSpec
-    from poptune.baselines.importance import ImportanceSpec
     from poptune.measure.benchrecord import DEFAULT_POLICY, BenchSpec
     from poptune.problem.problem import TuningProblem
-    from poptune.reports.gridtable import GridSpec
+    from poptune.tune.gridstudy import GridSpec
 
     problem, bench, imp = TuningProblem(), BenchSpec(), ImportanceSpec()
     expected: dict[tuple[str, str], object] = {}

@@ -18,7 +18,7 @@ from poptune.measure import provenance
 from poptune.measure.provenance import Provenance, as_typed, typed_command
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_STUDY = ROOT / "tests" / "report" / "golden" / "fake-study.journal"
+FAKE_STUDY = ROOT / "tests" / "reports" / "golden" / "fake-study.journal"
 GRID_STUDY = ROOT / "leaderboards" / "raw" / "grid-gemma-3-270m-cpu-amd-epyc-2t.journal"
 GRID_CSV = ROOT / "tests" / "tune" / "grid-fixture.csv"
 

@@ -90,5 +90,5 @@ def test_the_committed_grid_study_is_an_old_study_and_reads():
     stored = StoredStudy.of(store.read_study(f"journal:{journal}", None))
     assert stored.schema == 0 and stored.num_layers == 18 and stored.kv == ("own",)
     assert stored.hardware_id == "cpu-amd-epyc-2t" and stored.timed_length == 1152 and len(stored.runs) >= 1
-    fake = ROOT / "tests" / "report" / "golden" / "fake-study.journal"  # written at ca4c9a0, before the schema
+    fake = ROOT / "tests" / "reports" / "golden" / "fake-study.journal"  # written at ca4c9a0, before the schema
     assert StoredStudy.of(store.read_study(f"journal:{fake}", None)).schema == 0
