@@ -239,7 +239,6 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
     (the search's flips, biased low for the selected candidate, are counted in). None for a budget of 0 points,
     which no number of items certifies while any item could flip."""
     from poptune.evaluate.paired import PairedDrop
-    from poptune.evaluate.racing import verdict_cost
 
     if not problem.max_drop:
         return None
@@ -248,12 +247,20 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
     flipped = {t: n + (before.flipped.get(t, 0) if before else 0) for t, n in drop.flipped.items()}
     moved = {t: _moved(drop, t) + (_moved(before, t) if before else 0.0) for t in drop.items}
     seen = PairedDrop(0.0, 0.0, 0.0, items, flipped, moved=moved)  # counts only: the rate over every item scored
+    cost, figures = _priced(seen, problem, confidence, seconds / max(drop.total, 1))
+    return {**figures, "per_task": used + cost.per_task, "smallest_budget": cost.smallest_budget}
+
+
+def _priced(seen: Any, problem: "TuningProblem", confidence: float, per_item: float) -> tuple[Any, dict[str, Any]]:
+    """The verdict cost at ``seen``'s flips (:func:`poptune.evaluate.racing.verdict_cost`, the problem's budget and
+    cap) and its figures: flip rate, items, their minutes at ``per_item`` seconds, power."""
+    from poptune.evaluate.racing import verdict_cost
+
+    assert problem.max_drop  # a cost is priced for a budget
     cost = verdict_cost(seen, problem.max_drop, planned=problem.certify_limit,
                         start=min(CERTIFY_START, problem.certify_limit), confidence=confidence)
-    per_item = seconds / max(drop.total, 1)
-    return {"flip_rate": cost.flip_rate, "items": cost.items, "per_task": used + cost.per_task,
-            "seconds_per_item": per_item, "minutes": cost.items * per_item / 60,
-            "smallest_budget": cost.smallest_budget, "power": cost.power}
+    return cost, {"flip_rate": cost.flip_rate, "items": cost.items, "seconds_per_item": per_item,
+                  "minutes": cost.items * per_item / 60, "power": cost.power}
 
 
 def accuracy_cost(run: Any, seconds: float, problem: "TuningProblem", confidence: float) -> dict[str, Any] | None:
@@ -263,29 +270,19 @@ def accuracy_cost(run: Any, seconds: float, problem: "TuningProblem", confidence
     rate on these very items; the items a verdict within the budget needs at it (80% power, true drop 0, as
     :func:`_cost`) and their minutes at the seconds per item this certification spent (an accuracy item costs the
     same generation, without the teacher-forced scoring). None without graded items or a budget."""
-    from poptune.evaluate.paired import PairedDrop
-    from poptune.evaluate.racing import verdict_cost
+    from poptune.evaluate.paired import paired_drop
     from poptune.evaluate.suite import LIKELIHOOD_ITEMS
 
     rows = (run.details.get(LIKELIHOOD_ITEMS) if run is not None else None) or {}
-    items: dict[str, int] = {}
-    flipped: dict[str, int] = {}
-    moved: dict[str, float] = {}
-    for task, figures in rows.items():
-        graded = [f for f in figures.values() if "correct" in f and "full_correct" in f]
-        if graded:
-            items[task] = len(graded)
-            flipped[task] = sum(f["correct"] != f["full_correct"] for f in graded)
-            moved[task] = sum(abs(f["correct"] - f["full_correct"]) for f in graded)  # F1 moves by parts
-    if not items or not problem.max_drop:
+    graded = {task: [f for f in figures.values() if "correct" in f and "full_correct" in f]
+              for task, figures in rows.items()}
+    graded = {task: found for task, found in graded.items() if found}
+    if not graded or not problem.max_drop:
         return None
-    seen = PairedDrop(0.0, 0.0, 0.0, items, flipped, moved=moved)  # counts only
-    cost = verdict_cost(seen, problem.max_drop, planned=problem.certify_limit,
-                        start=min(CERTIFY_START, problem.certify_limit), confidence=confidence)
-    per_item = seconds / max(seen.total, 1)
-    return {"graded": seen.total, "flipped": sum(flipped.values()), "flip_rate": cost.flip_rate,
-            "items": cost.items, "seconds_per_item": per_item, "minutes": cost.items * per_item / 60,
-            "power": cost.power}
+    seen = paired_drop({t: [f["full_correct"] for f in found] for t, found in graded.items()},
+                       {t: [f["correct"] for f in found] for t, found in graded.items()})  # flips and how much moved
+    _, figures = _priced(seen, problem, confidence, seconds / seen.total)
+    return {"graded": seen.total, "flipped": sum(seen.flipped.values()), **figures}
 
 
 def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planned: bool = False,
