@@ -263,6 +263,12 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
     share = max(budget - count(study, TrialState.COMPLETE), 1)
     attempts = failures = answered = 0
     rng = random.Random(spec.seed)
+    ran: list[int] = []  # the trial this worker runs (its storage id)
+
+    def run(trial: "optuna.Trial") -> Any:
+        ran.append(trial._trial_id)
+        return objective(trial)
+
     while count(study, TrialState.COMPLETE) < budget:
         if spec.timeout is not None and time.monotonic() - started >= spec.timeout:
             return
@@ -279,7 +285,15 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
             fail_stale(study)
             time.sleep(POLL_S)
             continue
-        study.optimize(objective, n_trials=1, callbacks=callbacks, catch=(TrialFailed,), gc_after_trial=False)
+        ran.clear()
+        try:
+            study.optimize(run, n_trials=1, callbacks=callbacks, catch=(TrialFailed,), gc_after_trial=False)
+        except (ValueError, AssertionError):  # Optuna cannot tell a trial another worker failed as stale while
+            # this one ran it: ValueError, or its "Should not reach" assertion for a trial whose objective returned
+            if not ran or study._storage.get_trial(ran[-1]).state != TrialState.FAIL:
+                raise
+            log.warning("this worker's trial was failed as stale by another worker while it ran (its heartbeats "
+                        "lapsed: a loaded machine?); its retry measures the configuration again")
         attempts += 1
         last = max(study.get_trials(deepcopy=False), key=lambda t: t.number)
         failures += last.state == TrialState.FAIL

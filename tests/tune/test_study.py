@@ -385,3 +385,32 @@ def test_a_study_reports_its_phases_and_work_to_a_listener(problem, tmp_path):
     assert record.done[f"{paper} > latency"] >= 1  # timing pairs
     assert record.done[f"{paper} > accuracy > round 1: 4 items per task"] >= 4  # scored requests
     assert {"A/A check at start", "A/A check at end"} <= set(seen) and record.stack == []
+
+
+def test_a_trial_failed_as_stale_under_its_running_worker_is_retried_and_the_worker_goes_on(problem, tmp_path,
+                                                                                           monkeypatch):
+    """Another worker that finds a trial's heartbeats lapsed (a loaded machine) fails it and enqueues its retry while
+    this worker still measures it: Optuna then refuses to tell the trial; the worker must go on, not die."""
+    from poptune.tune import study as study_module
+
+    real, failed = study_module.make_objective, []
+
+    def make(study, *args, **kwargs):
+        objective = real(study, *args, **kwargs)
+
+        def run(trial):
+            values = objective(trial)
+            if not failed:  # what optuna.storages.fail_stale_trials does from the other worker
+                storage = study._storage
+                storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
+                storage.get_heartbeat_stale_trial_callback()(study, storage.get_trial(trial._trial_id))
+                failed.append(trial.number)
+            return values
+        return run
+
+    monkeypatch.setattr(study_module, "make_objective", make)
+    study = run_study(StudySpec(problem=problem, trials=2, storage=f"sqlite:///{tmp_path}/s.db"))
+    assert failed == [0]
+    assert set(_configs(study)) == {PopConfig(skip=0), paper_default(6)}  # the failed trial's retry measured it again
+    retried = [t for t in study.get_trials(deepcopy=False) if "failed_trial" in t.system_attrs]
+    assert [t.system_attrs["failed_trial"] for t in retried] == [0]
