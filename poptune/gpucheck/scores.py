@@ -49,8 +49,7 @@ def compare_scores(plan: Plan, device: torch.device) -> dict[str, Any]:
                         pairs=plan.scores_items)
     pairs = fidelity_pairs(tokenizer, demo_prompt(), spec)
     on_device = _scores(model, tokenizer, pairs, plan.scores_skip)
-    # the same weights, moved (ignore: transformers types PreTrainedModel.to through a wrapper mypy misreads)
-    reference = model if device.type == "cpu" else model.to("cpu")  # type: ignore[arg-type]
+    reference = model if device.type == "cpu" else model.to("cpu")  # the same weights, moved
     on_cpu = _scores(reference, tokenizer, pairs, plan.scores_skip)
     diffs = [abs(a[0] - b[0]) for a, b in zip(on_device, on_cpu)]
     greedy = sum(a[1] != b[1] for a, b in zip(on_device, on_cpu))
