@@ -123,58 +123,89 @@ def _weights(x: Any) -> Any:
     return w
 
 
+def _sf(z: Any) -> Any:
+    """The standard normal's upper tail (``scipy.stats.norm.sf`` without its argument checks: the same ufunc)."""
+    from scipy.special import ndtr
+
+    return ndtr(-z)
+
+
+def _pdf(z: Any) -> Any:
+    """The standard normal density (``scipy.stats.norm.pdf``'s own formula, without its argument checks)."""
+    import numpy as np
+
+    return np.exp(-z**2 / 2.0) / _PDF_C
+
+
+_PDF_C = math.sqrt(2 * math.pi)
+
+
+def _crossing(ts: tuple[float, ...], k: int, paths: Any, up: float, drift: float) -> float:
+    """The chance that ``B_k = W(t_k) + drift * t_k`` first crosses ``up`` (B scale) at look k, given
+    ``paths``: the grid and weighted sub-density of the paths still below every boundary after look k - 1."""
+    import numpy as np
+
+    if k == 0:
+        return float(_sf(np.float64((up - drift * ts[0]) / math.sqrt(ts[0]))))
+    x, w = paths
+    step_sd, shift = math.sqrt(ts[k] - ts[k - 1]), drift * (ts[k] - ts[k - 1])
+    return float(np.sum(w * _sf((up - x - shift) / step_sd)))
+
+
+def _advance(ts: tuple[float, ...], k: int, paths: Any, up: float, drift: float) -> tuple[Any, Any]:
+    """The paths still running after look k (boundary ``up``), carried on a grid and convolved with the next
+    increment's normal law (trapezoid rule)."""
+    mean, marginal = drift * ts[k], math.sqrt(ts[k])
+    next_sd = math.sqrt(ts[k + 1] - ts[k])
+    y = _grid(mean - _SPAN * marginal, min(up, mean + _SPAN * marginal), min(marginal, next_sd) / _DENSITY)
+    if k == 0:
+        density = _pdf((y - mean) / marginal) / marginal
+    else:
+        x, w = paths
+        step_sd, shift = math.sqrt(ts[k] - ts[k - 1]), drift * (ts[k] - ts[k - 1])
+        density = (_pdf((y[:, None] - x[None, :] - shift) / step_sd) / step_sd) @ w  # (len(y), len(x)) @ (len(x),)
+    return y, _weights(y) * density
+
+
 def _walk(ts: tuple[float, ...], uppers: Sequence[float], drift: float) -> list[float]:
     """The chance that ``B_k = W(t_k) + drift * t_k`` first crosses ``uppers[k]`` (B scale) at each look k.
 
     The sub-density of the paths still below every boundary is carried on a grid from look to look and
     convolved with the next increment's normal law (trapezoid rule)."""
-    import numpy as np
-    from scipy.stats import norm
-
     crossed: list[float] = []
-    x: Any = None  # grid of the paths still running (set at look 0, read from look 1)
-    w: Any = None  # their sub-density times the trapezoid weights
+    paths: Any = None
     for k, up in enumerate(uppers):
-        mean, marginal = drift * ts[k], math.sqrt(ts[k])
-        if k == 0:
-            crossed.append(float(norm.sf((up - mean) / marginal)))
-        else:
-            step_sd, shift = math.sqrt(ts[k] - ts[k - 1]), drift * (ts[k] - ts[k - 1])
-            crossed.append(float(np.sum(w * norm.sf((up - x - shift) / step_sd))))
-        if k == len(uppers) - 1:
-            break
-        next_sd = math.sqrt(ts[k + 1] - ts[k])
-        y = _grid(mean - _SPAN * marginal, min(up, mean + _SPAN * marginal), min(marginal, next_sd) / _DENSITY)
-        if k == 0:
-            density = norm.pdf(y, loc=mean, scale=marginal)
-        else:
-            kernel = norm.pdf((y[:, None] - x[None, :] - shift) / step_sd) / step_sd  # (len(y), len(x))
-            density = kernel @ w
-        x, w = y, _weights(y) * density
+        crossed.append(_crossing(ts, k, paths, up, drift))
+        if k < len(uppers) - 1:
+            paths = _advance(ts, k, paths, up, drift)
     return crossed
 
 
 @lru_cache(maxsize=1024)
 def _boundaries(ts: tuple[float, ...], alpha: float, spending: str = OBRIEN_FLEMING) -> tuple[float, ...]:
+    """Each look's boundary in turn: the paths still running after the looks before are carried once, and only
+    the new look's crossing is solved for (a root of one sum over the carried grid)."""
     from scipy.optimize import brentq
     from scipy.stats import norm
 
     uppers: list[float] = []  # on the B scale: B_k = Z_k sqrt(t_k)
     used = 0.0
+    paths: Any = None
     for k, t in enumerate(ts):
         spend = spent(t, alpha, spending) - used
+        sd = math.sqrt(t)
         if spend < 1e-12:
             uppers.append(math.inf)
-            continue
-        sd = math.sqrt(t)
-        if all(math.isinf(u) for u in uppers):  # no path has stopped before: the marginal law alone
+        elif all(math.isinf(u) for u in uppers):  # no path has stopped before: the marginal law alone
             uppers.append(float(norm.isf(spend)) * sd)
         else:
-            def excess(u: float, k: int = k, spend: float = spend) -> float:
-                return _walk(ts, [*uppers, u], 0.0)[k] - spend
+            def excess(u: float, k: int = k, spend: float = spend, paths: Any = paths) -> float:
+                return _crossing(ts, k, paths, u, 0.0) - spend
 
             uppers.append(float(brentq(excess, -2 * sd, 12 * sd, xtol=1e-10)))
-        used += spend
+        used += spend if spend >= 1e-12 else 0.0
+        if k < len(ts) - 1:
+            paths = _advance(ts, k, paths, uppers[-1], 0.0)
     return tuple(u / math.sqrt(t) for u, t in zip(uppers, ts))
 
 
