@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -79,14 +79,16 @@ class PairedDrop:
     """A drop with its 95% interval, in the metric's points (x100 for a fraction), and the items behind it.
 
     Attributes:
-        mean: Mean over tasks of the mean per-item difference (positive: worse than the full model).
-        lo, hi: The interval's ends (see ``method``).
+        interval: The drop and its interval (:class:`~poptune.interval.Interval`): the point is the mean over tasks
+            of the mean per-item difference (positive: worse than the full model), the ends are the interval's (see
+            ``method``), the level its two-sided confidence. :attr:`mean`, :attr:`lo`, :attr:`hi` and
+            :attr:`confidence` read it; the stored record keeps the fields ``mean``, ``lo``, ``hi`` and
+            ``confidence``.
         items: Items per task.
         flipped: Items whose outcome differs between the two sides, per task.
         method: How the interval was made: :data:`SEQUENTIAL` (valid over the planned looks together),
             :data:`BOOTSTRAP` (approximate, one look) or :data:`IDENTICAL`; older records also
             :data:`BETTING`. Drops stored before this field read as bootstrap.
-        confidence: The interval's two-sided confidence.
         losses: Items the configuration got worse than the full model, per task.
         looks: Items per task at each look taken, the last being these items.
         planned: Items in all that the design planned for its last look.
@@ -95,13 +97,10 @@ class PairedDrop:
             (:meth:`flip_mass`). Empty in drops stored before it (``flipped`` stands in).
     """
 
-    mean: float
-    lo: float
-    hi: float
+    interval: Interval
     items: dict[str, int]
     flipped: dict[str, int]
     method: str = BOOTSTRAP
-    confidence: float = 0.95
     losses: dict[str, int] = field(default_factory=dict)
     looks: tuple[dict[str, int], ...] = ()
     planned: int = 0
@@ -132,13 +131,26 @@ class PairedDrop:
         return sum(self.moved.values()) if self.moved else float(sum(self.flipped.values()))
 
     @property
-    def half_width(self) -> float:
-        return (self.hi - self.lo) / 2
+    def mean(self) -> float:
+        """The drop: the mean over tasks of the mean per-item difference, in points."""
+        return self.interval.point
 
     @property
-    def interval(self) -> Interval:
-        """The mean drop with its interval at :attr:`confidence` (the stored record keeps ``mean``/``lo``/``hi``)."""
-        return Interval(self.mean, self.lo, self.hi, self.confidence)
+    def lo(self) -> float:
+        return self.interval.lo
+
+    @property
+    def hi(self) -> float:
+        return self.interval.hi
+
+    @property
+    def confidence(self) -> float:
+        """The interval's two-sided confidence."""
+        return self.interval.level
+
+    @property
+    def half_width(self) -> float:
+        return (self.hi - self.lo) / 2
 
     def within(self, budget: float) -> bool:
         """Within ``budget`` at 95%: the interval's upper end is at most the budget."""
@@ -149,16 +161,18 @@ class PairedDrop:
         return self.lo > budget
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["looks"] = [dict(look) for look in self.looks]
-        return data
+        return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "items": dict(self.items),
+                "flipped": dict(self.flipped), "method": self.method, "confidence": self.confidence,
+                "losses": dict(self.losses), "looks": [dict(look) for look in self.looks], "planned": self.planned,
+                "moved": dict(self.moved)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PairedDrop":
-        return cls(mean=float(data["mean"]), lo=float(data["lo"]), hi=float(data["hi"]),
+        return cls(Interval(float(data["mean"]), float(data["lo"]), float(data["hi"]),
+                            float(data.get("confidence", 0.95))),
                    items={k: int(v) for k, v in data["items"].items()},
                    flipped={k: int(v) for k, v in data.get("flipped", {}).items()},
-                   method=str(data.get("method", BOOTSTRAP)), confidence=float(data.get("confidence", 0.95)),
+                   method=str(data.get("method", BOOTSTRAP)),
                    losses={k: int(v) for k, v in data.get("losses", {}).items()},
                    looks=tuple({k: int(v) for k, v in look.items()} for look in data.get("looks", ())),
                    planned=int(data.get("planned", 0)),
@@ -168,7 +182,7 @@ class PairedDrop:
     def identical(cls, items: Mapping[str, int]) -> "PairedDrop":
         """The full model against itself: 0 exactly (the same model on the same items, not a sample)."""
         zeros = {t: 0 for t in items}
-        return cls(0.0, 0.0, 0.0, dict(items), dict(zeros), IDENTICAL, 0.95, dict(zeros))
+        return cls(Interval(0.0, 0.0, 0.0), dict(items), dict(zeros), IDENTICAL, dict(zeros))
 
     def __str__(self) -> str:
         return f"{self.mean:+.2f} [{self.lo:+.2f}, {self.hi:+.2f}]"
@@ -239,10 +253,10 @@ def paired_drop(
             raise ConfigError(f"the looks {list(seen)} must end at the items scored ({items}) and never exceed "
                               "them, with a planned size >= 1")
         lo, hi = _sequential(diffs, seen, plan, (1 - confidence) / 2)
-        return PairedDrop(mean, scale * lo, scale * hi, items, flipped, SEQUENTIAL, confidence, losses, seen, plan,
-                          moved)
+        return PairedDrop(Interval(mean, scale * lo, scale * hi, confidence), items, flipped, SEQUENTIAL, losses,
+                          seen, plan, moved)
     lo, hi = _bootstrap([scale * d for d in diffs.values()], mean, confidence, seed)
-    return PairedDrop(mean, lo, hi, items, flipped, BOOTSTRAP, confidence, losses, moved=moved)
+    return PairedDrop(Interval(mean, lo, hi, confidence), items, flipped, BOOTSTRAP, losses, moved=moved)
 
 
 def restricted_rates(gains: float, losses: float, n: float, drop: float) -> tuple[float, float]:

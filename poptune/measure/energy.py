@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from poptune.errors import ConfigError
+from poptune.interval import Interval
 from poptune.measure.nvml import NvmlDevice
 from poptune.measure.stats import median_ci
 from poptune.measure.timer import Timer
@@ -133,8 +134,9 @@ class EnergyReading:
 
     Attributes:
         j_per_call: Joules per call (per prefill): the median of the blocks', or None.
-        j_per_call_lo, j_per_call_hi: Its order-statistic interval; ``coverage``: that interval's exact coverage
-            (0.75 for three blocks: their range).
+        per_call_ci: Its order-statistic interval (:class:`~poptune.interval.Interval`; its ``coverage`` is exact:
+            0.75 for three blocks, their range), or None; stored as ``j_per_call_lo``, ``j_per_call_hi`` and
+            ``coverage``.
         net_j_per_call: The median of the blocks' net joules per call (gross less ``idle_w`` times the call's
             seconds); None without an idle reading.
         idle_w: The idle power subtracted (W), or None.
@@ -150,15 +152,16 @@ class EnergyReading:
     joules: float | None = None
     watts: float | None = None
     reason: str | None = None
-    j_per_call_lo: float | None = None
-    j_per_call_hi: float | None = None
-    coverage: float | None = None
+    per_call_ci: Interval | None = None
     net_j_per_call: float | None = None
     idle_w: float | None = None
     blocks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = {name: value for name, value in asdict(self).items() if name != "per_call_ci"}
+        ci = self.per_call_ci
+        return {**data, "j_per_call_lo": ci.lo if ci else None, "j_per_call_hi": ci.hi if ci else None,
+                "coverage": ci.coverage if ci else None}
 
 
 def _reason(gpu: NvmlDevice, default: str) -> str:
@@ -257,7 +260,7 @@ def _reading(blocks: list[EnergyBlock], idle: IdleReading | None, confidence: fl
     seconds, joules = sum(b.seconds for b in blocks), sum(b.joules for b in blocks)
     return EnergyReading(
         j_per_call=_median(values), calls=sum(b.calls for b in blocks), seconds=seconds, joules=joules,
-        watts=joules / seconds, j_per_call_lo=per_call.lo, j_per_call_hi=per_call.hi, coverage=per_call.coverage,
+        watts=joules / seconds, per_call_ci=per_call,
         net_j_per_call=None if net is None else _median(net), idle_w=idle_w, blocks=[asdict(b) for b in blocks])
 
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
 from poptune.evaluate.judges import LIKELIHOOD_JUDGE
+from poptune.interval import Interval
 from poptune.store.front import FrontRow
 from poptune.store.front import candidates as front_candidates
 from poptune.tune.objective import store_full_run
@@ -207,8 +208,8 @@ def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows
         return None
     tasks = {t: 0 for t in p.tasks}
     stored = study.trials[rows[0].trial].user_attrs.get("drop")
-    seen = PairedDrop.from_dict(stored) if stored else PairedDrop(0.0, 0.0, 0.0, tasks, dict(tasks))
-    seen = PairedDrop(0.0, 0.0, 0.0, seen.items or tasks, seen.flipped or dict(tasks), moved=dict(seen.moved))
+    seen = PairedDrop.from_dict(stored) if stored else PairedDrop(Interval(0.0, 0.0, 0.0), tasks, dict(tasks))
+    seen = PairedDrop(Interval(0.0, 0.0, 0.0), seen.items or tasks, seen.flipped or dict(tasks), moved=dict(seen.moved))
     supply = p.certify_limit if supply is None else supply
     start = min(CERTIFY_START, supply)
     cost = verdict_cost(seen, p.max_drop, planned=supply, start=start, confidence=confidence)
@@ -246,7 +247,7 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
     items = {t: n + (before.items.get(t, 0) if before else 0) for t, n in drop.items.items()}
     flipped = {t: n + (before.flipped.get(t, 0) if before else 0) for t, n in drop.flipped.items()}
     moved = {t: _moved(drop, t) + (_moved(before, t) if before else 0.0) for t in drop.items}
-    seen = PairedDrop(0.0, 0.0, 0.0, items, flipped, moved=moved)  # counts only: the rate over every item scored
+    seen = PairedDrop(Interval(0.0, 0.0, 0.0), items, flipped, moved=moved)  # counts: the rate over every item scored
     cost, figures = _priced(seen, problem, confidence, seconds / max(drop.total, 1))
     return {**figures, "per_task": used + cost.per_task, "smallest_budget": cost.smallest_budget}
 

@@ -7,6 +7,7 @@ from poptune import ConfigError
 from poptune.evaluate.decisions import PARTIAL_MEAN, Scenario, race_error
 from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
 from poptune.evaluate.racing import verdict_cost
+from poptune.interval import Interval
 
 REPLICATES = 600
 
@@ -48,8 +49,8 @@ def test_a_configuration_that_loses_nothing_is_certified_by_2500_items_at_10_per
 def test_the_items_a_verdict_is_said_to_need_give_the_power_promised(flips):
     # What an undecided row prints: the items per task a race needs for 80% power at the observed flip rate.
     # Sized from a search race of 200 items per task, then run to that cap: it decides about 80% of the time.
-    seen = PairedDrop(0.0, -3.0, 3.0, {"a": 200, "b": 200}, {"a": round(200 * flips), "b": round(200 * flips)},
-                      SEQUENTIAL)
+    seen = PairedDrop(Interval(0.0, -3.0, 3.0), {"a": 200, "b": 200},
+                      {"a": round(200 * flips), "b": round(200 * flips)}, SEQUENTIAL)
     cost = verdict_cost(seen, 2.0, planned=128, start=32)
     rates = race_error(Scenario(0.0, flips), start=32, cap=cost.per_task, replicates=800, seed=4)
     assert 0.80 - 3 * rates.standard_error(0.8) <= rates.within <= 0.92, (cost, rates)

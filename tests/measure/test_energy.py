@@ -105,8 +105,10 @@ def test_sides_alternate_in_three_blocks_each_with_an_interval(gpu: SimulatedGpu
     assert ENERGY_BLOCKS == 3 and runs == ["pop", "full", "pop", "full"]  # P F F P P F, adjacent blocks merged
     for name, joules in (("pop", BUSY_W * CALL_S), ("full", BUSY_W * (CALL_S + 0.01))):
         reading = sides[name]
-        assert len(reading.blocks) == 3 and reading.coverage == pytest.approx(0.75)  # three blocks: their range
-        assert reading.j_per_call_lo <= reading.j_per_call <= reading.j_per_call_hi
+        ci = reading.per_call_ci
+        assert len(reading.blocks) == 3 and ci.coverage == pytest.approx(0.75)  # three blocks: their range
+        assert ci.lo <= reading.j_per_call <= ci.hi
+        assert reading.to_dict()["j_per_call_lo"] == ci.lo and reading.to_dict()["coverage"] == ci.coverage
         assert reading.j_per_call == pytest.approx(joules, rel=0.03)
         assert reading.net_j_per_call is None  # no idle reading given
 

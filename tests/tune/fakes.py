@@ -73,9 +73,11 @@ class FakeEvaluator:
         """A certification's race on fresh items: the synthetic drop, +-1 point, on the policy's cap."""
         from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
         from poptune.evaluate.racing import RaceResult
+        from poptune.interval import Interval
 
         drop = 100 * (self.full_accuracy()["piqa"] - self.evaluate(config).accuracy["piqa"])
-        result = PairedDrop(drop, drop - 1.0, drop + 1.0, {"piqa": policy.cap}, {"piqa": 0}, SEQUENTIAL, confidence)
+        result = PairedDrop(Interval(drop, drop - 1.0, drop + 1.0, confidence), {"piqa": policy.cap}, {"piqa": 0},
+                            SEQUENTIAL)
         budget = self.problem.max_drop
         stopped = "within budget" if result.hi <= budget else "beyond budget" if result.lo > budget else "cap"
         return RaceResult(run=None, drop=result, rounds=1, stopped=stopped)

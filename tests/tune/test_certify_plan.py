@@ -9,12 +9,13 @@ import pytest
 
 from poptune.engine import PopConfig
 from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
+from poptune.interval import Interval
 from poptune.problem.problem import TuningProblem
 from poptune.tune.certify import CLOSING_S, plan_certification
 
 
 def _setup(flipped: int, seconds: float | None, supply: int = 1024):
-    drop = PairedDrop(0.0, -5.0, 5.0, {"passkey": 32, "kv_recall": 32}, {"passkey": flipped, "kv_recall": 0},
+    drop = PairedDrop(Interval(0.0, -5.0, 5.0), {"passkey": 32, "kv_recall": 32}, {"passkey": flipped, "kv_recall": 0},
                       SEQUENTIAL)
     study = types.SimpleNamespace(trials=[types.SimpleNamespace(user_attrs={"drop": drop.to_dict()})])
     problem = TuningProblem(model="tiny-llama", certify_limit=supply)
