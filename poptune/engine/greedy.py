@@ -10,6 +10,7 @@ a bare argmax (:func:`replayable`), then step with :func:`decode_logits` and kee
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine.pop import stage
@@ -52,13 +53,18 @@ def replayable(model: Any, inputs: dict[str, Any], kwargs: dict[str, Any]) -> bo
 class Steps:
     """``generate``'s bookkeeping after each new token, replayed: EOS rows padded, criteria, max length."""
 
-    def __init__(self, context: "torch.Tensor", max_length: int, eos: set[int], pad: int, criteria: Any) -> None:
+    def __init__(self, context: "torch.Tensor", max_length: int, eos: set[int], pad: int, criteria: Any,
+                 limits: Sequence[int] | None = None) -> None:
+        """``limits``: per row, new tokens after which it ends (a caller that cuts each row at its own limit: what
+        ``generate`` would add past it is cut anyway); None: ``max_length`` for every row, as ``generate``."""
         import torch
 
         self.seq = context
         self.max_length, self.pad, self.criteria = max_length, pad, criteria
         self.eos = torch.tensor(sorted(eos), dtype=torch.long, device=context.device)
         self.unfinished = torch.ones(context.shape[0], dtype=torch.bool, device=context.device)
+        self.start = context.shape[1]
+        self.limits = None if limits is None else torch.tensor(list(limits), dtype=torch.long, device=context.device)
 
     def padded(self) -> "torch.Tensor":
         """Rows whose next tokens are pads whatever the model says (finished, with an EOS configured)."""
@@ -72,6 +78,8 @@ class Steps:
             tokens = torch.where(self.unfinished, tokens, torch.full_like(tokens, self.pad))
         self.seq = torch.cat([self.seq, tokens[:, None]], dim=-1)
         done = torch.full_like(self.unfinished, self.seq.shape[1] >= self.max_length)
+        if self.limits is not None:
+            done |= self.seq.shape[1] - self.start >= self.limits
         if self.criteria is not None:
             done |= self.criteria(self.seq, None)
         if len(self.eos):

@@ -35,7 +35,7 @@ accepts what every live row accepts).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine.greedy import Steps, decode_logits, eos_ids, replayable
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from poptune.engine.prefix import PrefixStates
 
-__all__ = ["generate"]
+__all__ = ["generate", "generate_scored"]
 
 #: Tokens proposed in the first round; a round wholly accepted doubles the size, up to the most, and a round
 #: not wholly accepted starts again from the least. A proposal of k tokens costs a forward of k + 1 tokens.
@@ -120,19 +120,107 @@ def _speculate(model: Any, inputs: dict[str, Any], drafts: list[tuple[int, ...]]
         return steps.seq
     cache = first.cache
     cache.activate_past_recording()  # sliding-window layers keep what a rejected proposal would need back
-    proposer = _Proposer(ids, mask, drafts)
+    return _rounds(model, steps, cache, mask, _Proposer(ids, mask, drafts), states)
+
+
+def _rounds(model: Any, steps: Steps, cache: Any, mask: "torch.Tensor", proposer: "_Proposer",
+            states: "PrefixStates | None") -> "torch.Tensor":
+    """Rounds until every row has ended; ``cache`` holds every token of ``steps.seq`` but its last."""
+    import torch
+
     size = FIRST
     while True:
-        budget = min(size, max_length - steps.seq.shape[1] - 1)
+        budget = min(size, steps.max_length - steps.seq.shape[1] - 1)
         proposal = proposer.propose(steps, budget) if budget > 0 else None
         fed = steps.seq[:, -1:] if proposal is None else torch.cat([steps.seq[:, -1:], proposal], dim=-1)
         tokens = _round(model, fed, mask, cache, steps.padded())
-        states.accepted += tokens.shape[1] - 1
+        if states is not None:
+            states.accepted += tokens.shape[1] - 1
         if proposal is not None:
             size = min(2 * size, MOST) if tokens.shape[1] > proposal.shape[1] else LEAST
         for s in range(tokens.shape[1]):
             if steps.push(tokens[:, s]):
                 return steps.seq
+
+
+def generate_scored(model: Any, inputs: dict[str, Any], drafts: Sequence[Sequence[int]], *,
+                    limits: Sequence[int], pad_token_id: int, chunk: int | None = None,
+                    ) -> tuple["torch.Tensor", list["torch.Tensor"]]:
+    """POP's greedy answers and the log-probabilities of the full model's answers, from one prefill.
+
+    A likelihood judge needs both for each prompt: the configuration's greedy answer, and each token of the full
+    model's answer (``drafts``) scored teacher-forced after the configuration's prefill
+    (:func:`poptune.evaluate.scoring.continuation_logprobs`). Both start from the same prefill, and the scoring's
+    forward -- every draft token fed at full depth -- also gives the greedy token at each of those positions:
+
+    1. the prompt prefilled once (POP, with its boundary rule; :func:`~poptune.engine.segments.prefill_prompt`);
+    2. every row's whole draft fed as one forward at full depth (stage ``decode``): its log-probabilities are the
+       scoring's, and its argmax says how far the greedy answer follows the draft and which token it takes there;
+    3. those tokens taken with ``generate``'s bookkeeping (:class:`~poptune.engine.greedy.Steps`); where a row
+       goes on past them, the cache is cropped to the tokens it holds rightly and the rounds of this module's
+       loop decode the rest (proposals verified several at a time).
+
+    A configuration whose answer is the full model's decodes nothing at all. The answers are greedy generation's
+    up to float rounding (a multi-token forward sums in another order than one token at a time), as this
+    module's loop; ``tests/evaluate/test_answers_shared.py`` compares both with the two passes they replace.
+
+    Args:
+        model: The model, POP applied (text prompts; not Qwen3-VL: :func:`~poptune.engine.greedy.replayable`).
+        inputs: ``input_ids`` (B, n), left-padded, and ``attention_mask``.
+        drafts: Per row, the full model's answer (token ids; may be empty).
+        limits: Per row, new tokens at most: a row ends there (the caller cuts it there).
+        pad_token_id: What ended rows get.
+        chunk: Prefill in chunks of this many tokens.
+
+    Returns:
+        The sequences as ``generate`` returns them (prompt included, ended rows padded), and per row the
+        log-probabilities of its draft's tokens (len(draft),).
+    """
+    import torch
+
+    from poptune.engine.segments import prefill_prompt
+
+    ids = inputs["input_ids"]
+    rows, n = ids.shape
+    mask = inputs.get("attention_mask")
+    mask = torch.ones_like(ids) if mask is None else mask
+    # generate's own positions (left-padded rows count from their first token), which the decode forwards continue
+    positions = model._prepare_position_ids_for_generation(ids, {"attention_mask": mask})
+    with torch.no_grad():
+        out = prefill_prompt(model, {"input_ids": ids, "attention_mask": mask, "position_ids": positions}, chunk=chunk)
+    cache = out.cache
+    cache.activate_past_recording()  # the draft's forward is cropped back where a row leaves it
+    width = max((len(d) for d in drafts), default=0)
+    logits = out.logits[:, -1:].float()  # (B, 1, V): the first token's
+    if width:
+        fed = torch.full((rows, width), pad_token_id, dtype=torch.long, device=ids.device)
+        for r, draft in enumerate(drafts):
+            fed[r, : len(draft)] = torch.tensor(list(draft), dtype=torch.long, device=ids.device)
+        logits = torch.cat([logits, decode_logits(model, fed, mask, cache)], dim=1)  # (B, width + 1, V)
+    greedy = logits.argmax(dim=-1).tolist()
+    scores = []
+    for r, draft in enumerate(drafts):
+        target = torch.tensor(list(draft), dtype=torch.long, device=logits.device).unsqueeze(1)
+        scores.append(torch.log_softmax(logits[r, : len(draft)], dim=-1).gather(1, target).squeeze(1))
+    known = []  # per row: the greedy tokens the forward decided (the draft's accepted prefix, then its own)
+    for r, draft in enumerate(drafts):
+        taken = next((j for j, token in enumerate(draft) if greedy[r][j] != token), len(draft))
+        known.append([*draft[:taken], greedy[r][taken]])
+    steps = Steps(ids, n + max(limits), eos_ids(model, {}), int(pad_token_id), None, limits)
+    column = 0
+    while True:
+        live = steps.unfinished.tolist()
+        if any(live[r] and column >= len(known[r]) for r in range(rows)):
+            break
+        tokens = [known[r][column] if column < len(known[r]) else pad_token_id for r in range(rows)]
+        if steps.push(torch.tensor(tokens, dtype=torch.long, device=ids.device)):
+            return steps.seq, scores
+        column += 1
+    # A live row goes on past what the forward decided: every live row's first `column - 1` tokens are its draft's
+    # (the cache holds them rightly), so the cache keeps those and the loop decodes on from the last token pushed.
+    cache.crop(-(width - column + 1))  # 0 too: sliding-window layers back to their window
+    with torch.no_grad():
+        return _rounds(model, steps, cache, mask, _Proposer(ids, mask, drafts), None), scores
 
 
 def _round(model: Any, fed: "torch.Tensor", mask: "torch.Tensor", cache: Any, padded: "torch.Tensor") -> Any:
@@ -153,7 +241,7 @@ class _Proposer:
     """What to verify next, per row: the full model's answer while POP's agrees with it; else what followed the
     last :data:`NGRAMS` tokens where they occur last in that answer, in what was generated, or in the prompt."""
 
-    def __init__(self, ids: "torch.Tensor", mask: "torch.Tensor", drafts: list[tuple[int, ...]]) -> None:
+    def __init__(self, ids: "torch.Tensor", mask: "torch.Tensor", drafts: Sequence[Sequence[int]]) -> None:
         self.start = ids.shape[1]
         self.drafts = [list(d) for d in drafts]
         self.prompts = [ids[b][mask[b].bool()].tolist() for b in range(ids.shape[0])]

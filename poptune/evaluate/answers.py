@@ -112,23 +112,75 @@ def _trim(tokens: Sequence[int], limit: int, stops: set[int]) -> tuple[int, ...]
     return tuple(out)
 
 
-def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int],
-              prefill_chunk: int | None) -> list[tuple[int, ...]]:
+def _padded(model: Any, tokenizer: Any, prompts: list[list[int]]) -> tuple[Any, Any, int]:
+    """``prompts`` left-padded as one batch: ids, attention mask and the pad id."""
     import torch
-
-    from poptune.engine.segments import generate
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(map(len, prompts))
     ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=model.device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=model.device)
-    with torch.no_grad():
-        out = generate(model, {"input_ids": ids, "attention_mask": mask}, chunk=prefill_chunk,
-                       max_new_tokens=max(limits), do_sample=False, pad_token_id=pad)
+    return ids, mask, pad
+
+
+def _answers_of(model: Any, tokenizer: Any, sequences: Any, width: int, limits: list[int],
+                pad: int) -> list[tuple[int, ...]]:
+    """Each row's generated tokens up to its limit and its first end-of-sequence (or pad) token."""
     stops = {t for t in (tokenizer.eos_token_id, pad) if t is not None}
     eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     stops |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    return [_trim(row[width:].tolist(), n, stops) for row, n in zip(out, limits)]
+    return [_trim(row[width:].tolist(), n, stops) for row, n in zip(sequences, limits)]
+
+
+def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int], prefill_chunk: int | None,
+              *, scored: bool = False) -> tuple[list[tuple[int, ...]], list[Any]]:
+    """Greedy answers; with ``scored``, each row's log-probabilities of its own generated tokens too, read from
+    the decode steps' logits (the full model's answer scored as it was generated: no second prefill)."""
+    import torch
+
+    from poptune.engine.segments import generate
+
+    ids, mask, pad = _padded(model, tokenizer, prompts)
+    extra = {"return_dict_in_generate": True, "output_logits": True} if scored else {}
+    with torch.no_grad():
+        out = generate(model, {"input_ids": ids, "attention_mask": mask}, chunk=prefill_chunk,
+                       max_new_tokens=max(limits), do_sample=False, pad_token_id=pad, **extra)
+    answers = _answers_of(model, tokenizer, out.sequences if scored else out, ids.shape[1], limits, pad)
+    if not scored:
+        return answers, [None] * len(answers)
+    own = []
+    for r, answer in enumerate(answers):
+        logits = torch.stack([step[r] for step in out.logits[: len(answer)]]) if answer else None
+        target = torch.tensor(answer, dtype=torch.long, device=ids.device).unsqueeze(1)
+        own.append(None if logits is None else torch.log_softmax(logits.float(), dim=-1).gather(1, target).squeeze(1))
+    return answers, own
+
+
+def _generate_scored(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int],
+                     drafts: Sequence[Sequence[int]], prefill_chunk: int | None,
+                     ) -> tuple[list[tuple[int, ...]], list[Any]]:
+    """A configuration's greedy answers and its log-probabilities of the full answers ``drafts``, from one
+    prefill (:func:`poptune.engine.speculate.generate_scored`)."""
+    from poptune.engine.speculate import generate_scored
+
+    ids, mask, pad = _padded(model, tokenizer, prompts)
+    sequences, scores = generate_scored(model, {"input_ids": ids, "attention_mask": mask}, drafts,
+                                        limits=limits, pad_token_id=pad, chunk=prefill_chunk)
+    return _answers_of(model, tokenizer, sequences, ids.shape[1], limits, pad), scores
+
+
+def _one_prefill(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int]) -> bool:
+    """Whether a configuration's answers and scores can come from one prefill here: POP applied, and greedy
+    generation that :mod:`poptune.engine.greedy` replays (text prompts, a bare argmax, not Qwen3-VL)."""
+    from poptune.engine import get_pop_config
+    from poptune.engine.greedy import replayable
+
+    config = get_pop_config(model)
+    if config is None or config.skip == 0:
+        return False
+    ids, mask, pad = _padded(model, tokenizer, prompts[:1])
+    return replayable(model, {"input_ids": ids, "attention_mask": mask},
+                      {"max_new_tokens": max(limits), "do_sample": False, "pad_token_id": pad})
 
 
 def _loglik(model: Any, tokenizer: Any, prompts: list[list[int]], answers: list[tuple[int, ...]],
@@ -146,9 +198,14 @@ def _loglik(model: Any, tokenizer: Any, prompts: list[list[int]], answers: list[
                                       pad_id=pad, prefill_chunk=prefill_chunk)
         for i, logp in zip(scored, logps):
             target = torch.tensor(answers[i], dtype=torch.long, device=logp.device).unsqueeze(1)
-            picked = logp.gather(1, target).float()  # (len(answer), 1)
-            found[i] = (float(picked.mean()), float(picked.exp().mean()))
+            found[i] = _means(logp.gather(1, target).squeeze(1))
     return found
+
+
+def _means(picked: Any) -> tuple[float, float]:
+    """The mean log-likelihood and the mean probability of an answer's tokens from their log-probabilities."""
+    picked = picked.float()
+    return float(picked.mean()), float(picked.exp().mean())
 
 
 def _figures(mine: tuple[int, ...], full: tuple[int, ...]) -> dict[str, Any]:
@@ -173,7 +230,7 @@ def score_prompts(model: Any, tokenizer: Any, config: PopConfig | None, path: st
 def score_requests(model: Any, tokenizer: Any, config: PopConfig | None,
                    requests: Sequence[PromptRequest] | Mapping[int, PromptRequest], indices: Sequence[int], *,
                    batch_size: int = 8, prefill_chunk: int | None = None, task: str = PROMPTS,
-                   name: str | None = None) -> PromptRun:
+                   name: str | None = None, one_prefill: bool = True) -> PromptRun:
     """Task ``task`` (as :func:`score_prompts`) scored on ``requests[i]`` for ``i`` in ``indices``: a prompts
     file's requests, or a task pack's items read as requests (:func:`poptune.evaluate.workload.task_requests`);
     the run's scores, items and outcomes are named ``name`` (default ``task``).
@@ -181,6 +238,8 @@ def score_requests(model: Any, tokenizer: Any, config: PopConfig | None,
     With ``config`` None or ``skip=0`` the model as it is answers; answers missing from :func:`full_answers`
     are recorded from whichever run first meets the prompt (the full run, first in a study). The run's
     ``details[ITEMS_KEY]`` holds each item's figures (module docstring) and the prompt's hash and length.
+    ``one_prefill``: a batch's answers and scores from one prefill (the default; :func:`_answer`), or the two
+    passes it replaces (False: the reference its tests and benchmark compare with).
     """
     chosen = [requests[i] for i in indices]
     prompts = [encode(tokenizer, r) for r in chosen]
@@ -195,7 +254,8 @@ def score_requests(model: Any, tokenizer: Any, config: PopConfig | None,
         apply_pop(model, pop)
     try:
         answers, logliks = _answer(model, tokenizer, prompts, [r.max_tokens for r in chosen], batch_size,
-                                   prefill_chunk, kept=kept, keys=keys, stops=[r.stop for r in chosen])
+                                   prefill_chunk, kept=kept, keys=keys, stops=[r.stop for r in chosen],
+                                   one_prefill=one_prefill)
     finally:
         remove_pop(model)
     figures = {}
@@ -262,26 +322,48 @@ def _batches(prompts: list[list[int]], batch_size: int) -> list[list[int]]:
 
 def _answer(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int], batch_size: int,
             prefill_chunk: int | None, *, kept: dict[str, tuple[int, ...]] | None = None,
-            keys: list[str] | None = None, stops: Sequence[Sequence[str]] | None = None,
+            keys: list[str] | None = None, stops: Sequence[Sequence[str]] | None = None, one_prefill: bool = True,
             ) -> tuple[list[tuple[int, ...]], list[tuple[float, float] | None]]:
     """Greedy answers, batched in order of prompt length (less padding), returned in the order given, each cut
     at its ``stops``; with ``kept``, answers missing there are recorded, and each batch's full answers are scored
     (log-likelihood) in the same rows as its generation (so a POP prefill replays the full model's recorded
-    states)."""
+    states).
+
+    With ``one_prefill`` (the default) a batch is prefilled once for both: a configuration's answers and its
+    scores of the full answers come from one prefill and one forward over those answers
+    (:func:`poptune.engine.speculate.generate_scored`), and the full model's score of its own answer is read
+    from its generation's logits. Without, the two passes: generation, then a scoring prefill (the reference
+    ``tests/evaluate/test_answers_shared.py`` and ``benchmarks/bench_likelihood_item.py`` compare against).
+    """
     found: dict[int, tuple[int, ...]] = {}
     logliks: dict[int, tuple[float, float] | None] = {}
     progress.expect(len(prompts))
     for batch in _batches(prompts, batch_size):
-        outs = _generate(model, tokenizer, [prompts[i] for i in batch], [limits[i] for i in batch], prefill_chunk)
+        rows, caps = [prompts[i] for i in batch], [limits[i] for i in batch]
+        drafts = [kept[keys[i]] for i in batch if keys[i] in kept] if kept is not None and keys is not None else []
+        if one_prefill and len(drafts) == len(batch) and _one_prefill(model, tokenizer, rows, caps):
+            outs, scores = _generate_scored(model, tokenizer, rows, caps, drafts, prefill_chunk)
+            scored = drafts
+        else:
+            outs, scores = _generate(model, tokenizer, rows, caps, prefill_chunk,
+                                     scored=one_prefill and kept is not None)
+            scored = list(outs)
         if stops is not None:
             outs = [_cut(tokenizer, out, stops[i]) for i, out in zip(batch, outs)]
         found.update(zip(batch, outs))
         if kept is not None and keys is not None:
             for i in batch:
                 kept.setdefault(keys[i], found[i])
-            scores = _loglik(model, tokenizer, [prompts[i] for i in batch], [kept[keys[i]] for i in batch],
-                             prefill_chunk)
-            logliks.update(zip(batch, scores))
+            full = [kept[keys[i]] for i in batch]
+            # A row's score is read where its tokens begin with the full answer; the rest are scored by a prefill.
+            usable = [s is not None and tuple(t[: len(a)]) == a for s, t, a in zip(scores, scored, full)]
+            for i, s, a, ok in zip(batch, scores, full, usable):
+                if ok:
+                    logliks[i] = _means(s[: len(a)]) if a else None
+            redo = [j for j, ok in enumerate(usable) if not ok]
+            if redo:
+                again = _loglik(model, tokenizer, [rows[j] for j in redo], [full[j] for j in redo], prefill_chunk)
+                logliks.update(zip([batch[j] for j in redo], again))
         progress.advance(len(batch))
     return [found[i] for i in range(len(prompts))], [logliks.get(i) for i in range(len(prompts))]
 

@@ -33,9 +33,9 @@ def test_the_null_answers_each_prompt_alone_and_is_scored_like_a_configuration(t
     batches: list[int] = []
     generate = answers._generate
 
-    def counted(model_, tokenizer_, prompts, limits, chunk):
+    def counted(model_, tokenizer_, prompts, limits, chunk, **kwargs):
         batches.append(len(prompts))
-        return generate(model_, tokenizer_, prompts, limits, chunk)
+        return generate(model_, tokenizer_, prompts, limits, chunk, **kwargs)
 
     monkeypatch.setattr(answers, "_generate", counted)
     null = null_reference(model, tokenizer, str(path), full.details[ITEMS_KEY], batch_size=4)
