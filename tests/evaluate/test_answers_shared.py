@@ -11,7 +11,7 @@ import pytest
 
 from poptune.engine import PopConfig
 from poptune.evaluate.answers import ITEMS_KEY, full_answers, score_requests
-from poptune.evaluate.prompts import LIKELIHOOD, PromptRequest
+from poptune.evaluate.prompts import LIKELIHOOD, PromptRequest, encode
 
 CONFIGS = [
     PopConfig(skip=1),
@@ -33,18 +33,16 @@ def _requests(n: int, length: int, stops: bool = True) -> dict[int, PromptReques
     return out
 
 
-def _both(model, tokenizer, config, requests, *, chunk=None, batch_size=3):
-    """Each item's figures under ``config``, the one-prefill way and the two-pass way (full answers kept from
-    the full model's run of the same way)."""
-    runs = []
+def _both(model, tokenizer, configs, requests, *, chunk=None, batch_size=3):
+    """Each item's figures for the full model and each of ``configs``, the one-prefill way and the two-pass way
+    (full answers kept from the full model's run of the same way): ``{way: [full, *configs' figures]}``."""
+    runs = {}
     for one in (True, False):
         full_answers(model).clear()
         items = list(requests)
-        full = score_requests(model, tokenizer, PopConfig(skip=0), requests, items, batch_size=batch_size,
-                              prefill_chunk=chunk, task=LIKELIHOOD, one_prefill=one)
-        pop = score_requests(model, tokenizer, config, requests, items, batch_size=batch_size, prefill_chunk=chunk,
-                             task=LIKELIHOOD, one_prefill=one)
-        runs.append((full.details[ITEMS_KEY], pop.details[ITEMS_KEY]))
+        runs[one] = [score_requests(model, tokenizer, config, requests, items, batch_size=batch_size,
+                                    prefill_chunk=chunk, task=LIKELIHOOD, one_prefill=one).details[ITEMS_KEY]
+                     for config in [PopConfig(skip=0), *configs]]
     full_answers(model).clear()
     return runs
 
@@ -61,15 +59,12 @@ def _same(one, two, tolerance):
                 assert one[i][key] == pytest.approx(two[i][key], rel=tolerance, abs=tolerance), (i, key)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-qwen3"])
-@pytest.mark.parametrize("chunk", [None, 8])
+@pytest.mark.parametrize("name, chunk", [("tiny-llama", None), ("tiny-gemma3", 8), ("tiny-qwen3", None)])
 def test_one_prefill_gives_the_two_passes_answers_and_scores(shared, name, chunk):
     model, tokenizer = shared(name)
-    requests = _requests(5, 12)
-    for config in CONFIGS:
-        (full_one, pop_one), (full_two, pop_two) = _both(model, tokenizer, config, requests, chunk=chunk)
-        _same(full_one, full_two, 1e-4)
-        _same(pop_one, pop_two, 1e-4)
+    runs = _both(model, tokenizer, CONFIGS, _requests(5, 12), chunk=chunk)
+    for one, two in zip(runs[True], runs[False]):  # the full model's figures, then each configuration's
+        _same(one, two, 1e-4)
 
 
 @pytest.mark.parametrize("config", [PopConfig(skip=1), PopConfig(skip=2, boundary="window-4", offset=1)])
@@ -79,19 +74,32 @@ def test_a_configuration_that_keeps_the_full_answers_decodes_nothing(shared, mon
     from poptune.engine import speculate
 
     model, tokenizer = shared("tiny-llama")
-    requests = _requests(4, 10, stops=False)
     rounds = []
     real = speculate._rounds
     monkeypatch.setattr(speculate, "_rounds", lambda *a, **k: rounds.append(1) or real(*a, **k))
-    (full_one, pop_one), _ = _both(model, tokenizer, config, requests, batch_size=4)
-    unchanged = all(pop_one[i]["unchanged"] == 1.0 for i in pop_one)
+    full_answers(model).clear()
+    requests = _requests(4, 10, stops=False)
+    score_requests(model, tokenizer, PopConfig(skip=0), requests, list(requests), batch_size=4, task=LIKELIHOOD)
+    pop = score_requests(model, tokenizer, config, requests, list(requests), batch_size=4, task=LIKELIHOOD)
+    full_answers(model).clear()
+    unchanged = all(row["unchanged"] == 1.0 for row in pop.details[ITEMS_KEY].values())
     assert bool(rounds) != unchanged  # decoded exactly when some answer left the full model's
 
 
 @pytest.mark.integration
-def test_one_prefill_equals_the_two_passes_on_gemma_past_its_sliding_window(gemma):
+def test_one_prefill_equals_the_two_passes_on_gemma_past_its_sliding_window(gemma, monkeypatch):
+    """A prompt past the 512-token window of Gemma-3's local layers, and a configuration whose answer leaves the
+    full one: its cache is cropped back past the window (their recorded past) and the rest decoded."""
+    from poptune.engine import speculate
+
     model, tokenizer = gemma
-    requests = _requests(2, 560)  # past the 512-token window of its local layers: the crop needs their past
-    (full_one, pop_one), (full_two, pop_two) = _both(model, tokenizer, PopConfig(skip=6), requests, batch_size=2)
-    _same(full_one, full_two, 1e-4)
-    _same(pop_one, pop_two, 1e-4)
+    request = _requests(1, 540)[0]
+    requests = {0: PromptRequest(0, request.prompt, None, max_tokens=8)}
+    assert len(encode(tokenizer, requests[0])) > 512
+    rounds = []
+    real = speculate._rounds
+    monkeypatch.setattr(speculate, "_rounds", lambda *a, **k: rounds.append(1) or real(*a, **k))
+    runs = _both(model, tokenizer, [PopConfig(skip=9)], requests, batch_size=1)
+    assert rounds and runs[True][1][0]["unchanged"] == 0.0  # the crop and the decode after it ran
+    for one, two in zip(runs[True], runs[False]):
+        _same(one, two, 1e-4)
