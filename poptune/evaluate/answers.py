@@ -148,11 +148,12 @@ def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list
     answers = _answers_of(model, tokenizer, out.sequences if scored else out, ids.shape[1], limits, pad)
     if not scored:
         return answers, [None] * len(answers)
-    own = []
+    own: list[Any] = [None] * len(answers)  # an empty answer has nothing to score
     for r, answer in enumerate(answers):
-        logits = torch.stack([step[r] for step in out.logits[: len(answer)]]) if answer else None
-        target = torch.tensor(answer, dtype=torch.long, device=ids.device).unsqueeze(1)
-        own.append(None if logits is None else torch.log_softmax(logits.float(), dim=-1).gather(1, target).squeeze(1))
+        if answer:
+            logits = torch.stack([step[r] for step in out.logits[: len(answer)]]).float()  # (len(answer), V)
+            target = torch.tensor(answer, dtype=torch.long, device=ids.device).unsqueeze(1)
+            own[r] = torch.log_softmax(logits, dim=-1).gather(1, target).squeeze(1)
     return answers, own
 
 
