@@ -34,7 +34,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -48,7 +47,7 @@ from poptune.kv import registry as kv_registry
 from poptune.kvfit.fit import KVFitSpec
 from poptune.kvfit.prepare import kv_details, prepare_kv
 from poptune.measure.hardware import fingerprint
-from poptune.measure.provenance import versions
+from poptune.measure.provenance import typed_command, typed_path, versions
 from poptune.models.registry import weights_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +105,7 @@ def main() -> None:
         rows.append({"config": config.to_dict(), "scores": run.scores, "items": run.counts, "seconds": seconds,
                      "drop": mean.to_dict(), "task_drops": {t: d.to_dict() for t, d in drops.items()},
                      "outcomes": run.outcomes, **_against_own(config, measured, run),
-                     **kv_details(config, maps)})
+                     **_typed(kv_details(config, maps))})
         print(f"{config}: " + ", ".join(f"{t} {_fmt(t, run)} ({drops[t]})" for t in tasks)
               + f"; mean drop {mean} ({seconds:.0f} s)", flush=True)
         _write(args, tasks, rows, runs, states)  # after every configuration: a long sweep keeps what it has
@@ -143,7 +142,7 @@ def _against_own(config, measured, run) -> dict:
 
 def _write(args, tasks, rows, runs, states) -> None:
     """The sweep's Markdown table and JSON rows so far."""
-    command = "python benchmarks/accuracy_sweep.py " + shlex.join(sys.argv[1:])
+    command = typed_command(["benchmarks/accuracy_sweep.py", *sys.argv[1:]], program=None)
     higher = [t for t in tasks if PRIMARY_METRIC[t] not in LOWER_IS_BETTER]
     lines = [
         f"# Accuracy under POP: {args.model} ({args.name})",
@@ -189,6 +188,12 @@ def _write(args, tasks, rows, runs, states) -> None:
     (out / f"{stem}.json").write_text(json.dumps({"command": command.strip(), "rows": rows,
                                                   "hardware": hw.to_dict(), "versions": versions()}, indent=2) + "\n")
     print(f"wrote {out / stem}.md")
+
+
+def _typed(details: dict) -> dict:
+    """A measurement's K/V details with its maps' file as a user types it (``~/.cache/...``): no machine path."""
+    return {k: dict(v, file=typed_path(v["file"])) if isinstance(v, dict) and "file" in v else v
+            for k, v in details.items()}
 
 
 def _task_drop(full, run, task):

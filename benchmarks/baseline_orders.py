@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from poptune.baselines import build_baseline
 from poptune.data import data_dir
 from poptune.kvfit.calibration import CalibrationSpec
 from poptune.measure.hardware import fingerprint
-from poptune.measure.provenance import versions
+from poptune.measure.provenance import typed_command, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = ("shortgpt", "sleb", "angular", "laco")
@@ -83,7 +82,7 @@ def main() -> None:
     lines += ["", f"LaCo thresholds used: {laco}. SLEB NLL after each removal: "
               + "; ".join(f"seed {s}: {[round(x, 3) for x in results['sleb'][s]['nll']]}" for s in seeds), "",
               "## Provenance", "",
-              f"- command: `python benchmarks/baseline_orders.py {shlex.join(sys.argv[1:])}`",
+              f"- command: `{typed_command(['benchmarks/baseline_orders.py', *sys.argv[1:]], program=None)}`",
               f"- hardware: {fingerprint('cpu').hardware_id}; versions: "
               + ", ".join(f"{k} {v}" for k, v in sorted(versions().items())),
               "- time to choose (all seeds): " + ", ".join(f"{m} {t:.0f} s" for m, t in seconds.items()),

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 from pathlib import Path
 
 from poptune import PopConfig, load_model
 from poptune.measure import RepeatPolicy
 from poptune.measure.bench import BenchResult, BenchSpec, run_bench
+from poptune.measure.provenance import typed_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +112,7 @@ def main() -> None:
     overhead_spec = BenchSpec(lengths=lengths, batch_size=args.batch_size, decode_tokens=0, policy=policy)
     overhead = run_bench(model, tokenizer, PopConfig(0), overhead_spec, model_name=args.model)
 
-    command = "python benchmarks/bench_prefill.py " + shlex.join(sys.argv[1:])
+    command = typed_command(["benchmarks/bench_prefill.py", *sys.argv[1:]], program=None)
     stem = f"prefill-{args.model}-{main_result.hardware.hardware_id}"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ from poptune.evaluate.lm import PopLM
 from poptune.evaluate.suite import item_indices
 from poptune.evaluate.taskpack import data_dir, get_task_dict
 from poptune.measure.hardware import fingerprint
-from poptune.measure.provenance import versions
+from poptune.measure.provenance import typed_command, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +71,7 @@ def main() -> None:
     ratios = sorted(p / s for s, p in zip(times["shared"], times["per-choice"]))
     speedup = ratios[len(ratios) // 2]
     hw = fingerprint("cpu")
-    command = "python benchmarks/bench_scoring.py " + shlex.join(sys.argv[1:])
+    command = typed_command(["benchmarks/bench_scoring.py", *sys.argv[1:]], program=None)
     text = "\n".join([
         f"# Multiple-choice scoring: shared prefill vs per-choice forwards ({args.model}, {args.task})",
         "",

@@ -25,7 +25,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -38,7 +37,7 @@ from poptune.engine.prefix import PrefixStates
 from poptune.engine.speculate import generate
 from poptune.evaluate.scoring import score_continuations
 from poptune.measure.hardware import fingerprint
-from poptune.measure.provenance import versions
+from poptune.measure.provenance import typed_command, versions
 from poptune.measure.stats import median_ci
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# Accuracy cost of a trial with prefix-state reuse: {args.model}, skip {args.skip}",
         "",
-        f"- command: `python benchmarks/{Path(__file__).name} {shlex.join(sys.argv[1:] if argv is None else argv)}`",
+        "- command: `" + typed_command([f"benchmarks/{Path(__file__).name}", *(sys.argv[1:] if argv is None else argv)],
+                                        program=None) + "`",
         f"- hardware: {hardware.hardware_id}; versions: "
         + ", ".join(f"{k} {v}" for k, v in sorted(versions().items())),
         f"- date: {dt.datetime.now(dt.timezone.utc).isoformat(timespec='seconds')}",

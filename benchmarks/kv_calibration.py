@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -49,7 +48,7 @@ from poptune.evaluate.scoring import continuation_logprobs
 from poptune.kvfit.fit import KVFitSpec, KVFitter
 from poptune.kvfit.prepare import prepare_kv
 from poptune.measure.hardware import fingerprint
-from poptune.measure.provenance import versions
+from poptune.measure.provenance import typed_command, versions
 from poptune.models.registry import weights_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,7 +147,7 @@ def _ci(d, digits=4):
 
 
 def _write(args, rows, fitter, seconds) -> None:
-    command = "python benchmarks/kv_calibration.py " + shlex.join(sys.argv[1:])
+    command = typed_command(["benchmarks/kv_calibration.py", *sys.argv[1:]], program=None)
     hw = fingerprint("cpu")
     calib = fitter.describe()
     lines = [
@@ -248,7 +247,7 @@ def sweep(args) -> None:
 def _write_sweep(args, rows, fits, fitter, seconds) -> None:
     import subprocess
 
-    command = "python benchmarks/kv_calibration.py " + shlex.join(sys.argv[1:])
+    command = typed_command(["benchmarks/kv_calibration.py", *sys.argv[1:]], program=None)
     hw = fingerprint("cpu")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT,
                             check=False).stdout.strip()

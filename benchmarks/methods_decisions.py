@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import shlex
 import sys
 import time
 from pathlib import Path
+
+from poptune.measure.provenance import typed_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     hardware = fingerprint("cpu").hardware_id
     text = "\n".join([
         f"# Methods board verdicts, simulated ({hardware})", "",
-        f"- command: `python benchmarks/methods_decisions.py {shlex.join(sys.argv[1:])}`".rstrip(),
+        f"- command: `{typed_command(['benchmarks/methods_decisions.py', *sys.argv[1:]], program=None)}`".rstrip(),
         f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; wall time {seconds:.0f} s on {hardware}",
         "- what: the board's own interval (score test, POP - baseline at 1 - 0.05/R per row) and verdict on seeded "
         "simulated paired outcomes (poptune/comparison/board_decisions.py); a table with no true lead errs when any of "

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["THREAD_VARIABLES", "Provenance", "as_typed", "git_commit", "load_average", "now", "poptune_version",
-           "provenance", "typed_command", "versions"]
+           "provenance", "typed_command", "typed_path", "versions"]
 
 #: Environment variables that set how many threads the math libraries use.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY", "OMP_PROC_BIND")
@@ -127,38 +127,17 @@ def as_typed(argv: Sequence[str], *, cwd: str | Path | None = None) -> list[str]
     """A command line as a user types it, with no path of the machine it ran on: the program as ``poptune`` (the
     console script or ``poptune/__main__.py``) or relative to the working directory (``benchmarks/x.py``), and each
     absolute path argument (``--out /root/out/x``, ``--out=/root/out/x`` and a storage URL's path,
-    ``journal:/root/s.journal`` or ``sqlite:////root/s.db``, alike) under ``$OUT`` as ``$OUT/...``, under the
-    working directory or its parent as a relative path (``../shared/data``), under the home directory as
-    ``~/...``, under the temporary folder as ``<tmp>/NAME``, elsewhere as ``<dir>/NAME`` (a device, ``/dev/...``,
-    as it is); other arguments unchanged.
+    ``journal:/root/s.journal`` or ``sqlite:////root/s.db``, alike) as :func:`typed_path` writes it; other
+    arguments unchanged.
 
     Example: ``['/work/main/poptune/__main__.py', 'gpu-check', '--out', '/root/out/gpu-check']`` with ``OUT=/root/out``
     -> ``['poptune', 'gpu-check', '--out', '$OUT/gpu-check']``.
     """
-    here = Path(cwd) if cwd is not None else Path.cwd()
-    out = os.environ.get("OUT")
-
-    def path(text: str) -> str:
-        if not text.startswith("/"):
-            return text
-        p = Path(text)
-        if out and out.startswith("/") and p.is_relative_to(out):
-            return "$OUT" + text[len(out.rstrip("/")):]
-        for base, prefix in ((here, ""), (here.parent, "../")):
-            if p.is_relative_to(base) and base != Path("/"):
-                return prefix + (p.relative_to(base).as_posix() if p != base else ".")
-        home = Path.home()
-        if home != Path("/") and p.is_relative_to(home):
-            return "~/" + p.relative_to(home).as_posix()
-        if p.is_relative_to("/dev") or p == Path("/"):
-            return text
-        return f"<{'tmp' if p.is_relative_to(Path(tempfile.gettempdir()).resolve()) else 'dir'}>/{p.name}"
-
     def value(text: str) -> str:
         for scheme in ("journal:", "sqlite:///"):  # a storage URL's file
             if text.startswith(scheme + "/"):
-                return scheme + path(text[len(scheme):])
-        return path(text)
+                return scheme + typed_path(text[len(scheme):], cwd=cwd)
+        return typed_path(text, cwd=cwd)
 
     def arg(text: str) -> str:
         flag, eq, rest = text.partition("=")
@@ -170,8 +149,32 @@ def as_typed(argv: Sequence[str], *, cwd: str | Path | None = None) -> list[str]
     if program.name == "poptune" or (program.name == "__main__.py" and program.parent.name == "poptune"):
         head = "poptune"
     else:
-        head = path(argv[0])
+        head = typed_path(argv[0], cwd=cwd)
     return [head, *(arg(a) for a in argv[1:])]
+
+
+def typed_path(text: str, *, cwd: str | Path | None = None) -> str:
+    """A path as a user types it, with nothing of the machine it is on (:func:`as_typed`'s rule for one path):
+    relative ones as they are; absolute ones under ``$OUT`` as ``$OUT/...``, under the working directory (``cwd``,
+    default the current one) or its parent as relative paths (``../shared/data``), under the home directory as
+    ``~/...``, under the temporary folder as ``<tmp>/NAME``, a device (``/dev/...``) as it is, elsewhere as
+    ``<dir>/NAME``."""
+    if not text.startswith("/"):
+        return text
+    here = Path(cwd) if cwd is not None else Path.cwd()
+    out = os.environ.get("OUT")
+    p = Path(text)
+    if out and out.startswith("/") and p.is_relative_to(out):
+        return "$OUT" + text[len(out.rstrip("/")):]
+    for base, prefix in ((here, ""), (here.parent, "../")):
+        if p.is_relative_to(base) and base != Path("/"):
+            return prefix + (p.relative_to(base).as_posix() if p != base else ".")
+    home = Path.home()
+    if home != Path("/") and p.is_relative_to(home):
+        return "~/" + p.relative_to(home).as_posix()
+    if p.is_relative_to("/dev") or p == Path("/"):
+        return text
+    return f"<{'tmp' if p.is_relative_to(Path(tempfile.gettempdir()).resolve()) else 'dir'}>/{p.name}"
 
 
 def typed_command(argv: Sequence[str], *, program: str | None = "poptune", cwd: str | Path | None = None) -> str:

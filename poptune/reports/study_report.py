@@ -22,6 +22,7 @@ from poptune.evaluate.judges import ACCURACY_JUDGE, LIKELIHOOD_JUDGE, judge_of
 from poptune.files import write_text
 from poptune.interval import Interval
 from poptune.kv import registry as kv_registry
+from poptune.measure.provenance import typed_command
 from poptune.objectives.accuracy import ACCURACY
 from poptune.objectives.base import References
 from poptune.objectives.registry import DEFAULT, get, named, weakly_dominates
@@ -501,7 +502,7 @@ class StudyReport:
                  "from storage and re-measures)"]
         for i, run in enumerate(stored.runs, 1):
             argv = run.get("command") or []
-            command = "poptune " + " ".join(argv[1:]) if argv else "not recorded"
+            command = typed_command(argv, program=None) if argv else "not recorded"  # no path of the machine
             lines.append(f"- run {i}: {_duration(run)}; `{command}`; load {run.get('load_start')} -> "
                          f"{run.get('load_end')}")
         if stored.state_reuse_check is not None:

@@ -188,6 +188,8 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
         stored_problem = TuningProblem.from_dict(stored)
         problem = replace(problem, certify_limit=stored_problem.certify_limit,
                           certify_candidates=stored_problem.certify_candidates)
+        if stored_problem.data_dir is not None and problem.data_dir is not None:  # the same tasks, wherever the
+            problem = replace(problem, data_dir=stored_problem.data_dir)  # data folder lies now (stored as typed)
         if stored_problem.prompts_sha256 is None:  # stored before content hashes: its file's path is what it has
             problem = replace(problem, prompts_sha256=None)
         elif stored_problem.prompts_sha256 == problem.prompts_sha256:  # the same prompts, wherever the file is now
@@ -212,12 +214,14 @@ def _record_problem(
     if not stored.recorded:
         import optuna
 
-        from poptune.measure.provenance import versions
+        from poptune.measure.provenance import typed_path, versions
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(objectives.metric_names(problem.objectives, problem.target_label))
-        stored.record_problem(problem.to_dict(), target_length=target_length, model=target.model.name,
+        paths = {k: typed_path(v) for k in ("data_dir", "prompts") if (v := getattr(problem, k)) is not None}
+        stored.record_problem(dict(problem.to_dict(), **paths),  # as typed: no path of this machine in a record
+                              target_length=target_length, model=target.model.name,
                               weights_fingerprint=target.model.weights_fingerprint, num_layers=num_layers,
                               hardware=target.hardware.to_dict(), versions=versions())
 

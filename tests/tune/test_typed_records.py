@@ -1,0 +1,37 @@
+"""A study's stored settings name its files as a user types them: no path of the machine it ran on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from poptune import ConfigError, store
+from poptune.env import TuningProblem
+from poptune.tune.study import StudySpec, run_study
+
+from .fakes import FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse: no real A/A pairs)
+
+
+def _problem(data_dir) -> TuningProblem:
+    return TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), limit=4, data_dir=data_dir,
+                         lengths=(16,), repeats=1, decode_tokens=0, precision=None)
+
+
+def test_the_data_folder_is_stored_as_typed_and_a_study_resumes_wherever_the_folder_lies(tmp_path, monkeypatch):
+    checkout = tmp_path / "checkout"
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    checkout.mkdir()
+    monkeypatch.chdir(checkout)
+    url = f"sqlite:///{tmp_path}/s.db"
+    problem = _problem(str(tmp_path / "shared" / "data"))  # what the CLI hands down: the folder resolved
+    study = run_study(StudySpec(problem=problem, trials=2, storage=url), evaluator=FakeEvaluator(problem))
+    assert store.StoredStudy.of(study).problem["data_dir"] == "../shared/data"
+    assert str(tmp_path) not in str(study.user_attrs)
+
+    moved = dataclasses.replace(problem, data_dir=str(tmp_path / "elsewhere"))  # the same tasks, moved
+    again = run_study(StudySpec(problem=moved, add=1, storage=url), evaluator=FakeEvaluator(moved))
+    assert len(store.completed(again)) >= 3
+    embedded = dataclasses.replace(problem, data_dir=None)  # the embedded data instead: other items
+    with pytest.raises(ConfigError, match=r"other settings \(data_dir\)"):
+        run_study(StudySpec(problem=embedded, add=1, storage=url), evaluator=FakeEvaluator(embedded))
