@@ -35,7 +35,14 @@ from poptune.baselines.scores import angular_distances, block_influence, wanda_p
 from poptune.baselines.surgery import LayerRemoval, SparseWeights
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
-from poptune.kvfit.calibration import Calibration, CalibrationSpec, calibration, calibration_nll, residual_stream
+from poptune.kvfit.calibration import (
+    Calibration,
+    CalibrationSpec,
+    calibration,
+    calibration_nll,
+    layer_inputs,
+    residual_stream,
+)
 from poptune.transform import Transform
 
 if TYPE_CHECKING:
@@ -105,9 +112,19 @@ def _lowest(scores: list[float], k: int) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: (scores[i], i))[:k]
 
 
+def _above(total: int, layers: list[int]) -> tuple[int, ...]:
+    """The original indices a removal takes away so that only ``layers`` (in order) are left."""
+    return tuple(i for i in range(total) if i not in set(layers))
+
+
 def sleb_order(model: "nn.Module", calib: Calibration, k: int,
-               progress: Callable[[str], None] | None = None) -> tuple[list[int], list[float]]:
+               progress: Callable[[str], None] | None = None, *, reuse: bool = True) -> tuple[list[int], list[float]]:
     """SLEB's greedy elimination: k layers, each the one whose removal gives the lowest calibration NLL.
+
+    Removing layer ``j`` leaves every layer below it as it was, so each step runs the model as it is once,
+    keeping every layer's input (:func:`~poptune.kvfit.calibration.layer_inputs`), and each candidate runs only
+    the layers above its own from there: the same losses bit for bit (``reuse=False``: every candidate's whole
+    forward, the reference).
 
     Returns:
         ``(removed in order, NLL after each removal)``; the first and last layers are never candidates.
@@ -116,12 +133,22 @@ def sleb_order(model: "nn.Module", calib: Calibration, k: int,
     removed: list[int] = []
     losses: list[float] = []
     for _ in range(k):
+        kept = [i for i in range(total) if i not in removed]
+        inputs = None
+        if reuse:
+            with LayerRemoval(tuple(sorted(removed))).applied(model):
+                inputs = layer_inputs(model, calib)
         best: tuple[float, int] | None = None
         for layer in range(1, total - 1):
             if layer in removed:
                 continue
-            with LayerRemoval(tuple(sorted([*removed, layer]))).applied(model):
-                nll = calibration_nll(model, calib)
+            if inputs is None:
+                with LayerRemoval(tuple(sorted([*removed, layer]))).applied(model):
+                    nll = calibration_nll(model, calib)
+            else:  # from the candidate's own input, through the kept layers above it
+                at = kept.index(layer)
+                with LayerRemoval(_above(total, kept[at + 1 :])).applied(model):
+                    nll = calibration_nll(model, calib, [batch[at] for batch in inputs])
             if best is None or nll < best[0]:
                 best = (nll, layer)
         assert best is not None
@@ -150,7 +177,8 @@ def merge_layers(layers: list["nn.Module"]) -> "nn.Module":
 
 def laco_merges(model: "nn.Module", calib: Calibration, k: int, *, layers: int = LACO_LAYERS,
                 interval: int = LACO_INTERVAL, threshold: float = LACO_THRESHOLD,
-                progress: Callable[[str], None] | None = None) -> tuple[LayerRemoval, dict[str, Any]]:
+                progress: Callable[[str], None] | None = None, reuse: bool = True,
+                ) -> tuple[LayerRemoval, dict[str, Any]]:
     """LaCo until ``k`` layers are merged away.
 
     From the top, layer ``l`` absorbs the ``layers - 1`` layers above it (fewer where that would overshoot k);
@@ -158,24 +186,37 @@ def laco_merges(model: "nn.Module", calib: Calibration, k: int, *, layers: int =
     to the original model's exceeds the threshold, and the next candidate is ``interval`` layers lower; else
     one lower. The bottom candidate is layer 1. If a pass from the top ends short of k, the threshold drops by
     0.05 and the search starts again from the top of the merged model.
+
+    A merge at ``l`` leaves the layers below ``l`` as they were and a pass only goes down, so each pass runs the
+    model as it is once, keeping every layer's input (:func:`~poptune.kvfit.calibration.layer_inputs`), and each
+    candidate runs only from its own layer up: the same similarities bit for bit (``reuse=False``: every
+    candidate's whole forward, the reference).
     """
     import torch
 
     decoder = decoder_of(model)
     original = list(decoder.layers)
+    total = len(original)
 
-    def output() -> "torch.Tensor":
+    def output(inputs: list["torch.Tensor"] | None = None) -> "torch.Tensor":
+        given = ({"input_ids": b} for b in calib.batches()) if inputs is None else \
+            ({"inputs_embeds": h} for h in inputs)
         with torch.inference_mode():
-            return torch.cat([decoder(input_ids=b, use_cache=False).last_hidden_state.float() for b in calib.batches()])
+            return torch.cat([decoder(**g, use_cache=False).last_hidden_state.float() for g in given])
 
     reference = output()
-    kept = list(range(len(original)))
+    kept = list(range(total))
     replaced: dict[int, nn.Module] = {}
     merges: list[dict[str, Any]] = []
     while True:
         pos = len(kept) - layers
-        while pos >= 1 and len(original) - len(kept) < k:
-            absorb = min(layers - 1, k - (len(original) - len(kept)), len(kept) - 1 - pos)
+        inputs = None
+        if reuse and pos >= 1 and total - len(kept) < k:  # the model as this pass starts it (a merge changes
+            # only the layers from its own up, and the pass goes down)
+            with LayerRemoval(_above(total, kept), replaced).applied(model):
+                inputs = layer_inputs(model, calib)
+        while pos >= 1 and total - len(kept) < k:
+            absorb = min(layers - 1, k - (total - len(kept)), len(kept) - 1 - pos)
             if absorb < 1:
                 pos -= 1
                 continue
@@ -183,11 +224,18 @@ def laco_merges(model: "nn.Module", calib: Calibration, k: int, *, layers: int =
             merged = merge_layers([replaced.get(i, original[i]) for i in group])
             candidate_kept = kept[: pos + 1] + kept[pos + absorb + 1 :]
             candidate = LayerRemoval(
-                tuple(i for i in range(len(original)) if i not in candidate_kept),
+                _above(total, candidate_kept),
                 {**{i: m for i, m in replaced.items() if i in candidate_kept}, group[0]: merged},
             )
-            with candidate.applied(model):
-                similarity = float(torch.nn.functional.cosine_similarity(output(), reference, dim=-1).mean())
+            if inputs is None:
+                with candidate.applied(model):
+                    similarity = float(torch.nn.functional.cosine_similarity(output(), reference, dim=-1).mean())
+            else:  # from the merged layer's input, through it and the layers above
+                tail = candidate_kept[pos:]
+                start = LayerRemoval(_above(total, tail), {i: m for i, m in candidate.replaced.items() if i in tail})
+                with start.applied(model):
+                    mine = output([batch[pos] for batch in inputs])
+                similarity = float(torch.nn.functional.cosine_similarity(mine, reference, dim=-1).mean())
             if similarity > threshold:
                 kept, replaced = candidate_kept, dict(candidate.replaced)
                 merges.append({"into": group[0], "merged": group[1:], "similarity": similarity})
@@ -196,10 +244,10 @@ def laco_merges(model: "nn.Module", calib: Calibration, k: int, *, layers: int =
                 pos -= interval
             else:
                 pos -= 1
-        if len(original) - len(kept) >= k or threshold <= -1:
+        if total - len(kept) >= k or threshold <= -1:
             break
         threshold = round(threshold - LACO_STEP, 4)
-    removal = LayerRemoval(tuple(i for i in range(len(original)) if i not in kept), replaced)
+    removal = LayerRemoval(_above(total, kept), replaced)
     return removal, {"merges": merges, "threshold": threshold, "layers_per_merge": layers, "interval": interval}
 
 

@@ -13,7 +13,7 @@ from the model at temperature 1.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ __all__ = [
     "calibration_file",
     "calibration_text",
     "calibration_nll",
+    "layer_inputs",
     "residual_stream",
     "sample_continuations",
     "sample_tokens",
@@ -218,14 +219,52 @@ def residual_stream(model: "nn.Module", calib: Calibration) -> "torch.Tensor":
     return torch.stack([torch.cat(states) for states in seen])
 
 
-def calibration_nll(model: "nn.Module", calib: Calibration) -> float:
-    """Mean next-token negative log-likelihood (nats) of the calibration text under ``model`` as it is now."""
+def layer_inputs(model: "nn.Module", calib: Calibration) -> list[list["torch.Tensor"]]:
+    """Per calibration batch, the input of every decoder layer as the model is now (entry ``[b][p]``: batch
+    ``b``'s hidden states entering the layer at position ``p``), exactly as the forward computed them.
+
+    A model that changes only the layers from position ``p`` on computes the same states below ``p``: it can
+    start from entry ``p`` (:func:`calibration_nll` and ``inputs_embeds``, the layers below removed) instead of
+    the token ids, bit for bit the same (the structured baselines' searches: :mod:`poptune.baselines.methods`).
+    """
+    import torch
+
+    decoder = decoder_of(model)
+    layers = list(decoder.layers)
+    current: list[Any] = [None] * len(layers)
+
+    def before(i: int) -> Any:
+        def hook(module: Any, args: tuple, kwargs: dict) -> None:
+            current[i] = _hidden_input(args, kwargs)
+        return hook
+
+    seen: list[list[torch.Tensor]] = []
+    hooks = [layer.register_forward_pre_hook(before(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    try:
+        with torch.inference_mode():
+            for batch in calib.batches():
+                decoder(input_ids=batch, use_cache=False)
+                seen.append(list(current))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
+def calibration_nll(model: "nn.Module", calib: Calibration,
+                    inputs: "Sequence[torch.Tensor] | None" = None) -> float:
+    """Mean next-token negative log-likelihood (nats) of the calibration text under ``model`` as it is now.
+
+    ``inputs``: per batch, the hidden states the decoder starts from (``inputs_embeds``: a layer's input from
+    :func:`layer_inputs`, the layers below it removed from ``model``) instead of the batch's token ids.
+    """
     import torch
 
     total, count = 0.0, 0
     with torch.inference_mode():
-        for batch in calib.batches():
-            logits = model(input_ids=batch, use_cache=False).logits[:, :-1].float()  # (B, T-1, V)
+        for i, batch in enumerate(calib.batches()):
+            given = {"input_ids": batch} if inputs is None else {"inputs_embeds": inputs[i]}
+            logits = model(**given, use_cache=False).logits[:, :-1].float()  # (B, T-1, V)
             targets = batch[:, 1:]
             nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
             total += float(nll)

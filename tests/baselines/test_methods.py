@@ -140,3 +140,20 @@ def test_ratio_validation():
         layer_count(0.9, 6, "sleb")
     with pytest.raises(ConfigError, match="unknown baseline"):
         build_baseline(None, None, "magic", 0.3)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-qwen3"])
+def test_the_searches_from_kept_layer_inputs_equal_the_whole_forwards(name, eval_data):
+    """SLEB's and LaCo's candidates run from their own layer's input (layer_inputs): the same losses,
+    similarities and choices, bit for bit, as every candidate's whole forward."""
+    from poptune.baselines import laco_merges
+
+    model, tok = load_model(name)
+    calib = calibration(model, tok, CalibrationSpec(samples=3, length=24, seed=1, batch_size=2,
+                                                    data_dir=str(eval_data)))
+    assert sleb_order(model, calib, 2, reuse=True) == sleb_order(model, calib, 2, reuse=False)
+    for threshold in (0.99, -0.5):  # passes that refuse merges and lower the threshold; merges kept at once
+        reused, info = laco_merges(model, calib, 3, layers=2, threshold=threshold, reuse=True)
+        whole, whole_info = laco_merges(model, calib, 3, layers=2, threshold=threshold, reuse=False)
+        assert info == whole_info and reused.removed == whole.removed and info["merges"]
+        assert sorted(reused.replaced) == sorted(whole.replaced)
