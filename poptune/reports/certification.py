@@ -142,10 +142,12 @@ def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budge
                runs: Sequence[Mapping[str, Any]], judge: str = ACCURACY_JUDGE) -> list[str]:
     """For each undecided candidate: the items and minutes a verdict within ``budget`` needs here, the command
     that spends them, and the smallest budget the planned items can certify; under the likelihood judge, for each
-    raced candidate, what an accuracy verdict on the same tasks would cost."""
+    raced candidate, what an accuracy verdict on the same tasks would cost. First, where the plan passed over the
+    fastest candidate (its verdict more than the time could buy), why."""
     if budget is None or not record:
         return []
-    lines = []
+    passed = record.get("passed_over")
+    lines = [passed["line"]] if passed and passed.get("line") else []  # the fastest, whose verdict time could not buy
     kind = "likelihood " if judge == LIKELIHOOD_JUDGE else ""
     for row, entry in zip(rows, _entries(record)):
         lines += _accuracy_cost_line(row, entry, budget)

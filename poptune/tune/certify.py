@@ -306,11 +306,17 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planne
     confidence = _confidence(attempt, len(rows))
     plan = plan_certification(study, evaluator, rows, confidence, deadline=deadline, supply=room) \
         if planned else None
+    passed = None
+    if plan is not None and plan.per_task < plan.needed and p.certify_candidates == 1:
+        rows, plan, passed = _decidable(study, evaluator, rows, plan, confidence, deadline, room)
     cap = plan.per_task if plan is not None else room
     record: dict[str, Any] = {"date": now(), "confidence": confidence, "fresh_from": fresh,
                               "cap": cap, "limit": p.certify_limit, "max_drop": p.max_drop, "candidates": [],
                               "attempt": attempt, "error": attempt_error(attempt), "attempts": attempts,
                               "plan": plan.to_dict() if plan is not None else None}
+    if passed is not None:
+        record["passed_over"] = passed
+        progress.note(passed["line"])
     if plan is not None:
         assert p.max_drop is not None  # a plan is made for a budget
         progress.note(plan.line(rows[0].label, p.max_drop, p.judge))
@@ -321,6 +327,29 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planne
     store.StoredStudy.of(study).set_certification(record)
     store_full_run(study, evaluator)  # the fresh items' full-model outcomes, for a later run
     return record
+
+
+def _decidable(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[FrontRow],
+               plan: CertificationPlan, confidence: float, deadline: float | None,
+               supply: int) -> tuple[list[FrontRow], CertificationPlan, dict[str, Any] | None]:
+    """Where the time or the cap cannot buy the fastest candidate's verdict: the fastest slower candidate whose
+    verdict they buy (its plan, from its own search items' flips), and what passing over the fastest says;
+    else the fastest as it was (None). Which candidate is certified is chosen from the search's items only, never
+    a fresh one, so the certification's error holds whichever it is."""
+    p = evaluator.problem
+    for row in candidates(study, p.max_drop, len(store.front(study)))[1:]:
+        other = plan_certification(study, evaluator, [row], confidence, deadline=deadline, supply=supply)
+        if other is not None and other.per_task >= other.needed:
+            first = rows[0]
+            cost = f" (~{plan.needed * plan.tasks * plan.seconds_per_item / 60:.0f} min)" \
+                if plan.seconds_per_item else ""
+            short = "the time budget buys" if plan.affordable is not None and plan.affordable < plan.supply \
+                else "the certification holds"
+            line = (f"{first.label} ({first.speedup:.2f}x) needs about {plan.needed * plan.tasks:,} fresh items for "
+                    f"its verdict{cost}, more than {short}: certifying {row.label} ({row.speedup:.2f}x), the "
+                    f"fastest candidate whose verdict they buy (--certify N or --time-budget for {first.label})")
+            return [row], other, {"trial": first.trial, "label": first.label, "plan": plan.to_dict(), "line": line}
+    return rows, plan, None
 
 
 def _race_candidates(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[FrontRow], fresh: int,

@@ -64,3 +64,43 @@ def test_a_bad_time_budget_is_one_line(capsys, value):
         code = e.code
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "argument --time-budget" in err, err
+
+
+def test_a_verdict_the_time_cannot_buy_passes_to_the_fastest_candidate_whose_verdict_it_can(monkeypatch):
+    from poptune.tune import certify
+
+    def row(trial: int, skip: int, speedup: float):
+        return types.SimpleNamespace(trial=trial, label=f"{skip}/window-64/0", speedup=speedup,
+                                     config=PopConfig(skip=skip, boundary="window-64"))
+
+    def drop(flipped: int) -> dict:
+        return PairedDrop(Interval(0.0, -5.0, 5.0), {"passkey": 32, "kv_recall": 32},
+                          {"passkey": flipped, "kv_recall": 0}, SEQUENTIAL).to_dict()
+
+    def study_of(*flips: int):
+        return types.SimpleNamespace(trials=[types.SimpleNamespace(user_attrs={"drop": drop(f)}) for f in flips])
+
+    fast, middle, slow = row(0, 6, 1.30), row(1, 5, 1.23), row(2, 4, 1.15)
+    monkeypatch.setattr(certify.store, "front", lambda study: [fast, middle, slow])
+    monkeypatch.setattr(certify, "candidates", lambda study, max_drop, count: [fast, middle, slow][:count])
+    evaluator = types.SimpleNamespace(problem=TuningProblem(model="tiny-llama", certify_limit=1024),
+                                      seconds_per_item=lambda: 1.0)
+    deadline = time.monotonic() + CLOSING_S + 800  # about 400 items per task (2 tasks, 1 s per item)
+    study = study_of(6, 5, 0)
+    plan = plan_certification(study, evaluator, [fast], 0.975, deadline=deadline)
+    assert plan.per_task < plan.needed  # the fastest's verdict is more than the clock buys
+    rows, chosen, passed = certify._decidable(study, evaluator, [fast], plan, 0.975, deadline, 1024)
+    assert rows == [slow] and chosen.per_task >= chosen.needed  # 5/window-64/0 flipped too: passed over as well
+    assert passed["label"] == "6/window-64/0" and passed["plan"] == plan.to_dict()
+    assert passed["line"].startswith(f"6/window-64/0 (1.30x) needs about {2 * plan.needed:,} fresh items for its "
+                                     "verdict (~")
+    assert passed["line"].endswith("more than the time budget buys: certifying 4/window-64/0 (1.15x), the fastest "
+                                   "candidate whose verdict they buy (--certify N or --time-budget for 6/window-64/0)")
+    # none the clock can decide: the fastest stays, as before
+    hopeless = study_of(6, 6, 6)
+    plan = plan_certification(hopeless, evaluator, [fast], 0.975, deadline=deadline)
+    assert certify._decidable(hopeless, evaluator, [fast], plan, 0.975, deadline, 1024) == ([fast], plan, None)
+    # the study's report says it first, before the raced candidates' own cost lines
+    from poptune.reports.certification import cost_lines
+
+    assert cost_lines([], {"candidates": [], "passed_over": passed}, 2.0, []) == [passed["line"]]
