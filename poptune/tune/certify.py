@@ -337,7 +337,8 @@ def _decidable(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[F
     else the fastest as it was (None). Which candidate is certified is chosen from the search's items only, never
     a fresh one, so the certification's error holds whichever it is."""
     p = evaluator.problem
-    for row in candidates(study, p.max_drop, len(store.front(study)))[1:]:
+    front = store.front(study)
+    for row in front_candidates(front, p.max_drop, len(front))[1:]:
         other = plan_certification(study, evaluator, [row], confidence, deadline=deadline, supply=supply)
         if other is not None and other.per_task >= other.needed:
             first = rows[0]

@@ -70,8 +70,8 @@ def test_a_verdict_the_time_cannot_buy_passes_to_the_fastest_candidate_whose_ver
     from poptune.tune import certify
 
     def row(trial: int, skip: int, speedup: float):
-        return types.SimpleNamespace(trial=trial, label=f"{skip}/window-64/0", speedup=speedup,
-                                     config=PopConfig(skip=skip, boundary="window-64"))
+        return types.SimpleNamespace(trial=trial, label=f"{skip}/window-64/0", speedup=speedup, method="pop",
+                                     skip=skip, drop=0.0, config=PopConfig(skip=skip, boundary="window-64"))
 
     def drop(flipped: int) -> dict:
         return PairedDrop(Interval(0.0, -5.0, 5.0), {"passkey": 32, "kv_recall": 32},
@@ -82,7 +82,6 @@ def test_a_verdict_the_time_cannot_buy_passes_to_the_fastest_candidate_whose_ver
 
     fast, middle, slow = row(0, 6, 1.30), row(1, 5, 1.23), row(2, 4, 1.15)
     monkeypatch.setattr(certify.store, "front", lambda study: [fast, middle, slow])
-    monkeypatch.setattr(certify, "candidates", lambda study, max_drop, count: [fast, middle, slow][:count])
     evaluator = types.SimpleNamespace(problem=TuningProblem(model="tiny-llama", certify_limit=1024),
                                       seconds_per_item=lambda: 1.0)
     deadline = time.monotonic() + CLOSING_S + 800  # about 400 items per task (2 tasks, 1 s per item)
