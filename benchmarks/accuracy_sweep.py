@@ -43,11 +43,12 @@ from poptune.engine.prefix import PrefixStates, verify
 from poptune.evaluate.paired import paired_drop
 from poptune.evaluate.suite import LOWER_IS_BETTER, PRIMARY_METRIC, EvalSpec, drop_of, measure_tasks
 from poptune.evaluate.taskpack import data_dir
+from poptune.files import typed_path
 from poptune.kv import registry as kv_registry
 from poptune.kvfit.fit import KVFitSpec
 from poptune.kvfit.prepare import kv_details, prepare_kv
 from poptune.measure.hardware import fingerprint
-from poptune.measure.provenance import typed_command, typed_path, versions
+from poptune.measure.provenance import typed_command, versions
 from poptune.models.registry import weights_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,13 +15,14 @@ import contextlib
 import os
 import secrets
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from poptune.errors import ConfigError, PoptuneError
 
-__all__ = ["safe_name", "result_name", "write_text", "replacing", "check_regular", "check_writable_folder",
-           "check_writable_file"]
+__all__ = ["typed_path", "safe_name", "result_name", "write_text", "replacing", "check_regular",
+           "check_writable_folder", "check_writable_file"]
 
 
 def safe_name(name: str) -> str:
@@ -152,3 +153,27 @@ def check_writable_file(path: str | os.PathLike[str]) -> None:
     check_writable_folder(target.parent)
     if target.exists() and not os.access(target, os.W_OK):
         raise ConfigError(f"cannot write {path}: permission denied")
+
+
+def typed_path(text: str, *, cwd: str | Path | None = None) -> str:
+    """A path as a user types it, with nothing of the machine it is on (the rule
+    :func:`poptune.measure.provenance.as_typed` applies to a command's paths): relative ones as they are; absolute
+    ones under ``$OUT`` as ``$OUT/...``, under the working directory (``cwd``, default the current one) or its
+    parent as relative paths (``../shared/data``), under the home directory as ``~/...``, under the temporary
+    folder as ``<tmp>/NAME``, a device (``/dev/...``) as it is, elsewhere as ``<dir>/NAME``."""
+    if not text.startswith("/"):
+        return text
+    here = Path(cwd) if cwd is not None else Path.cwd()
+    out = os.environ.get("OUT")
+    p = Path(text)
+    if out and out.startswith("/") and p.is_relative_to(out):
+        return "$OUT" + text[len(out.rstrip("/")):]
+    for base, prefix in ((here, ""), (here.parent, "../")):
+        if p.is_relative_to(base) and base != Path("/"):
+            return prefix + (p.relative_to(base).as_posix() if p != base else ".")
+    home = Path.home()
+    if home != Path("/") and p.is_relative_to(home):
+        return "~/" + p.relative_to(home).as_posix()
+    if p.is_relative_to("/dev") or p == Path("/"):
+        return text
+    return f"<{'tmp' if p.is_relative_to(Path(tempfile.gettempdir()).resolve()) else 'dir'}>/{p.name}"

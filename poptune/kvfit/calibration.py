@@ -22,6 +22,7 @@ from poptune.data import WIKITEXT_SPLITS, wikitext_path
 from poptune.data import data_dir as resolve_data_dir
 from poptune.engine import decoder_of
 from poptune.errors import ConfigError, DataError
+from poptune.files import typed_path
 
 if TYPE_CHECKING:
     import torch
@@ -137,7 +138,8 @@ def calibration_text(
     model after BOS with ``sampler`` (on the model's device), ``batch_size`` sequences at a time.
 
     Returns:
-        ``(ids (S, T), source)``: the token ids on the model's device, and the file's path or :data:`GENERATED`.
+        ``(ids (S, T), source)``: the token ids on the model's device, and the file's path as a user types it
+        (:func:`poptune.files.typed_path`) or :data:`GENERATED`.
 
     Raises:
         DataError: a data directory without the file, or a text (or region of it) too short for one window.
@@ -165,7 +167,7 @@ def calibration_text(
     else:
         starts = torch.randint(first, last + 1, (samples,), generator=offsets).tolist()
     rows = [head + ids[s : s + body] for s in starts]
-    return torch.tensor(rows, dtype=torch.long, device=device), str(path)
+    return torch.tensor(rows, dtype=torch.long, device=device), typed_path(str(path))  # as recorded: no machine path
 
 
 def calibration(model: "nn.Module", tokenizer: Any, spec: CalibrationSpec) -> Calibration:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError, DataError
+from poptune.files import typed_path
 from poptune.kv import calibrated as calibrated_source
 from poptune.kv.maps import KVMaps
 from poptune.kv.registry import DEFAULT
@@ -151,7 +152,7 @@ class KVFitSpec:
         if self.prompts:
             return self.prompts_source or f"{len(self.prompts)} given prompts"
         path = calibration_file(self.data_dir, "valid")
-        return GENERATED if path is None else f"WikiText-2 validation ({path})"
+        return GENERATED if path is None else f"WikiText-2 validation ({typed_path(str(path))})"
 
     def calibrations(self) -> list[tuple[CalibrationSpec, bool]]:
         """The calibration texts, each with whether it is held out: per length, fit windows then held-out ones.

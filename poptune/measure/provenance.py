@@ -23,14 +23,15 @@ import platform
 import shlex
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from poptune.files import typed_path
+
 __all__ = ["THREAD_VARIABLES", "Provenance", "as_typed", "git_commit", "load_average", "now", "poptune_version",
-           "provenance", "typed_command", "typed_path", "versions"]
+           "provenance", "typed_command", "versions"]
 
 #: Environment variables that set how many threads the math libraries use.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY", "OMP_PROC_BIND")
@@ -151,30 +152,6 @@ def as_typed(argv: Sequence[str], *, cwd: str | Path | None = None) -> list[str]
     else:
         head = typed_path(argv[0], cwd=cwd)
     return [head, *(arg(a) for a in argv[1:])]
-
-
-def typed_path(text: str, *, cwd: str | Path | None = None) -> str:
-    """A path as a user types it, with nothing of the machine it is on (:func:`as_typed`'s rule for one path):
-    relative ones as they are; absolute ones under ``$OUT`` as ``$OUT/...``, under the working directory (``cwd``,
-    default the current one) or its parent as relative paths (``../shared/data``), under the home directory as
-    ``~/...``, under the temporary folder as ``<tmp>/NAME``, a device (``/dev/...``) as it is, elsewhere as
-    ``<dir>/NAME``."""
-    if not text.startswith("/"):
-        return text
-    here = Path(cwd) if cwd is not None else Path.cwd()
-    out = os.environ.get("OUT")
-    p = Path(text)
-    if out and out.startswith("/") and p.is_relative_to(out):
-        return "$OUT" + text[len(out.rstrip("/")):]
-    for base, prefix in ((here, ""), (here.parent, "../")):
-        if p.is_relative_to(base) and base != Path("/"):
-            return prefix + (p.relative_to(base).as_posix() if p != base else ".")
-    home = Path.home()
-    if home != Path("/") and p.is_relative_to(home):
-        return "~/" + p.relative_to(home).as_posix()
-    if p.is_relative_to("/dev") or p == Path("/"):
-        return text
-    return f"<{'tmp' if p.is_relative_to(Path(tempfile.gettempdir()).resolve()) else 'dir'}>/{p.name}"
 
 
 def typed_command(argv: Sequence[str], *, program: str | None = "poptune", cwd: str | Path | None = None) -> str:

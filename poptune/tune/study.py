@@ -214,7 +214,8 @@ def _record_problem(
     if not stored.recorded:
         import optuna
 
-        from poptune.measure.provenance import typed_path, versions
+        from poptune.files import typed_path
+        from poptune.measure.provenance import versions
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
