@@ -7,6 +7,9 @@ is refused (:func:`check_regular`), and a symbolic link is followed to the file 
 file replaced); a link to nothing is refused, since writing through it would create a file wherever it points.
 Temporary names are short and fixed in length (``.poptune-<random>.tmp``), so that a target whose name is near
 the file system's 255-byte limit can still be written.
+
+What a result records of a file names it as a user types it (:func:`typed_path`: ``../shared/data``,
+``~/.cache/...``, ``<tmp>/out``), never by a path of the machine it ran on.
 """
 
 from __future__ import annotations
