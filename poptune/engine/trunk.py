@@ -28,8 +28,10 @@ engine gives (the replayed path is the plain one's, :func:`poptune.engine.prefix
         with apply_pop(model, PopConfig(skip=6)):
             pop = score(model, items)                 # served: no forward at all
 
-Memory: one batch's layer inputs at a time (``L x B x T x C``), and the waiting outputs (token ids, a few
-floats per request), never a task's hidden states.
+Memory: one batch's layer inputs at a time (``L x B x T x C``), the waiting outputs (token ids, a few
+floats per request) and the stacked decode's caches, whose buffers are kept for the next batch
+(:class:`~poptune.engine.joint.StackBuffers`, up to :data:`~poptune.engine.joint.STACK_BYTES`); never a task's
+hidden states.
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class SharedTrunk:
     """
 
     def __init__(self, configs: Sequence[PopConfig]) -> None:
+        from poptune.engine.joint import StackBuffers
+
         names = [_name(c) for c in configs]
         if any(not isinstance(c, PopConfig) for c in configs) or "full" in names:
             raise ConfigError("a shared trunk's configurations must be PopConfigs with skip >= 1")
@@ -117,6 +121,7 @@ class SharedTrunk:
         self.configs = tuple(configs)
         self._names = frozenset(names)
         self._waiting: dict[tuple[str, bytes], Any] = {}
+        self._buffers = StackBuffers()  # the stacked decode's, kept from batch to batch
         self.led = self.served = self.alone = self.together = 0
 
     def __len__(self) -> int:
@@ -124,8 +129,10 @@ class SharedTrunk:
         return len(self._waiting)
 
     def clear(self) -> None:
-        """Drop the outputs still waiting (configurations that stopped before asking for them)."""
+        """Drop the outputs still waiting (configurations that stopped before asking for them) and the stacked
+        decode's buffers."""
         self._waiting.clear()
+        self._buffers.clear()
 
     @contextlib.contextmanager
     def attached(self, model: "nn.Module", *, keep: bool = False) -> Iterator["SharedTrunk"]:
@@ -162,7 +169,7 @@ class SharedTrunk:
         with states.attached(model):
             outs: list[Any] | None = None if generation is None else generate_together(
                 model, dict(generation.inputs), [PopConfig(skip=0), *self.configs], chunk=generation.chunk,
-                stopping=generation.stopping, **generation.kwargs)
+                stopping=generation.stopping, buffers=self._buffers, **generation.kwargs)
             self.together += outs is not None
             if outs is None:
                 outs = [compute()]

@@ -65,6 +65,29 @@ def test_rows_and_configurations_that_end_apart_stop_as_generate_does(shared, mo
         assert min(lengths) < n + NEW  # some configuration stopped early: the check covers leaving the stack
 
 
+@pytest.mark.parametrize("per_stack", [2, None])
+def test_buffers_kept_from_batch_to_batch_decode_each_batch_as_fresh_ones(shared, monkeypatch, per_stack):
+    """A longer batch after a shorter one grows the kept buffers, a shorter one after it takes their front; several
+    stacks in one batch (``per_stack`` configurations each) take them in turn. Each batch decodes as each
+    configuration's ``generate``."""
+    model, tok = shared("tiny-gemma3")
+    if per_stack:
+        monkeypatch.setattr(joint, "_bytes", lambda cache: 1)
+        monkeypatch.setattr(joint, "STACK_BYTES", per_stack)
+    buffers = joint.StackBuffers()
+    short = dict(tok(["short prompt", "another"], return_tensors="pt", padding=True))
+    long = _inputs(tok)
+    held = []
+    for inputs in (short, long, short):
+        together = _together(model, inputs, buffers=buffers)
+        for config, out in zip(CONFIGS, together):
+            assert torch.equal(out, _alone(model, inputs, config)), config
+        held.append(buffers.nbytes())
+    assert 0 < held[0] < held[1] == held[2]
+    buffers.clear()
+    assert buffers.nbytes() == 0
+
+
 def test_what_is_not_a_bare_argmax_is_left_to_generate(shared):
     model, tok = shared("tiny-llama")
     inputs = _inputs(tok)
