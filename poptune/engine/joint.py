@@ -219,7 +219,13 @@ def _roomy_layers() -> tuple[type, type]:
             return keys, values
 
         def batch_select_indices(self, indices: "torch.Tensor") -> None:
-            self._buffers = [b[indices] for b in self._buffers]
+            """Keep the rows ``indices`` (ascending), moved to the front of the buffer in place: a gathered copy
+            of a stack this size would pay its page faults again."""
+            for to, row in enumerate(indices.tolist()):
+                if to != row:
+                    for b in self._buffers:
+                        b[to] = b[row]
+            self._buffers = [b[: len(indices)] for b in self._buffers]
             self._view()
 
     class Full(Room, DynamicLayer):
@@ -253,27 +259,36 @@ def _roomy_layers() -> tuple[type, type]:
 def _decode(model: Any, rows: list[_Row], mask: "torch.Tensor", room: int, buffers: StackBuffers | None = None, *,
             under: PopConfig | None = None) -> list[Any]:
     """Step ``rows`` together until each has stopped; their sequences. Stacked rows decode under the full model
-    (decode is full depth); a single unstackable one under its own configuration (its cache needs it)."""
+    (decode is full depth); a single unstackable one under its own configuration (its cache needs it).
+
+    In a stack, a prompt's row leaves as soon as ``generate`` would pad it whatever the model says (it ended, with
+    an EOS configured), a configuration when all its rows ended: the rest step on without them."""
     import torch
 
-    cache = rows[0].cache if len(rows) == 1 else _stacked([r.cache for r in rows], room, buffers or StackBuffers())
+    stacked = len(rows) > 1
+    cache = _stacked([r.cache for r in rows], room, buffers or StackBuffers()) if stacked else rows[0].cache
+    held = {id(r): torch.arange(r.steps.seq.shape[0], device=mask.device) for r in rows}  # its rows in the cache
     live = list(rows)
     out: dict[int, torch.Tensor] = {}
     with apply_pop(model, under or PopConfig(skip=0)):
         while live:
-            width = [r.steps.seq.shape[0] for r in live]
-            fed = torch.cat([r.steps.seq[:, -1:] for r in live], dim=0)  # (R, 1)
-            tokens = decode_logits(model, fed, mask.repeat(len(live), 1), cache)[:, -1].argmax(dim=-1)  # (R,)
-            keep: list[Any] = []
+            fed = torch.cat([r.steps.seq[held[id(r)], -1:] for r in live], dim=0)  # (R, 1)
+            fed_mask = torch.cat([mask[held[id(r)]] for r in live], dim=0)
+            tokens = decode_logits(model, fed, fed_mask, cache)[:, -1].argmax(dim=-1)  # (R,)
+            keep: list[int] = []
             start = 0
-            for r, b in zip(live, width):
-                if r.steps.push(tokens[start : start + b]):
+            for r in live:
+                mine = held[id(r)]
+                new = tokens.new_full((r.steps.seq.shape[0],), r.steps.pad)  # a row that left: padded by push
+                new[mine] = tokens[start : start + len(mine)]
+                if r.steps.push(new):
                     out[id(r)] = r.steps.seq
                 else:
-                    keep.extend(range(start, start + b))
-                start += b
-            if len(keep) < fed.shape[0]:
-                live = [r for r in live if id(r) not in out]
-                if live:
-                    cache.batch_select_indices(torch.tensor(keep, device=fed.device))
+                    stay = ~r.steps.padded()[mine] if stacked else torch.ones_like(mine, dtype=torch.bool)
+                    keep.extend((start + torch.nonzero(stay).flatten()).tolist())
+                    held[id(r)] = mine[stay]
+                start += len(mine)
+            live = [r for r in live if id(r) not in out]
+            if live and len(keep) < fed.shape[0]:
+                cache.batch_select_indices(torch.tensor(keep, device=fed.device))
     return [out[id(r)] for r in rows]
