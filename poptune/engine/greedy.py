@@ -19,7 +19,7 @@ from poptune.models.vision import vision_family
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Steps", "TEXT_INPUTS", "decode_logits", "eos_ids", "replayable"]
+__all__ = ["Steps", "TEXT_INPUTS", "decode_forward", "decode_logits", "eos_ids", "replayable"]
 
 #: The inputs a replayed generation takes (image prompts run ``generate`` itself).
 TEXT_INPUTS = frozenset({"input_ids", "attention_mask"})
@@ -90,6 +90,11 @@ class Steps:
 
 def decode_logits(model: Any, tokens: "torch.Tensor", mask: "torch.Tensor", cache: Any) -> "torch.Tensor":
     """Logits of a forward of ``tokens`` at full depth after ``cache``, inputs as ``generate``'s decode step."""
+    return decode_forward(model, tokens, mask, cache).float()
+
+
+def decode_forward(model: Any, tokens: "torch.Tensor", mask: "torch.Tensor", cache: Any) -> "torch.Tensor":
+    """:func:`decode_logits` before their cast to float: what the model's forward returns as logits."""
     import torch
 
     past = cache.get_seq_length()
@@ -98,4 +103,4 @@ def decode_logits(model: Any, tokens: "torch.Tensor", mask: "torch.Tensor", cach
     with stage(model, "decode"), torch.no_grad():
         out = model(input_ids=tokens, attention_mask=None if bool((full == 1).all()) else full,
                     position_ids=positions, cache=cache, use_cache=True, logits_to_keep=0)
-    return out.logits.float()
+    return out.logits

@@ -15,7 +15,9 @@ sequences are ``generate``'s, up to float rounding (a matrix product over more r
 
 Only what :func:`~poptune.engine.greedy.replayable` accepts (greedy, no logits processors, text prompts) is
 stacked; a configuration whose cache cannot be stacked (a compact cache that dropped tokens: the anchor K/V
-source) decodes on its own, still replayed. Memory: the stacked caches, up to :data:`STACK_BYTES` at a time; a
+source) steps beside the stack over its own cache, still replayed, and where the model's logits are just its LM
+head's, its rows' final hidden states go through the head with the stack's: on its own, a few rows would pay for
+reading the whole head every step. Memory: the stacked caches, up to :data:`STACK_BYTES` at a time; a
 caller that decodes batch after batch keeps their buffers (:class:`StackBuffers`): a fresh buffer of a gigabyte
 pays its page faults on every batch (about 2 s a batch of 8 embedded items of Gemma-3-270M on a 2-core CPU, a
 seventh of its stacked decode), a reused one only its copy.
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig, apply_pop
-from poptune.engine.greedy import Steps, decode_logits, eos_ids, replayable
+from poptune.engine.greedy import Steps, decode_forward, decode_logits, eos_ids, replayable
 from poptune.engine.prefix import attached_states
 from poptune.engine.segments import generate as plain_generate
 
@@ -119,6 +121,8 @@ def generate_together(model: Any, inputs: dict[str, Any], configs: Sequence[PopC
     states = attached_states(model)
     done: dict[int, torch.Tensor] = {}
     stack: list[tuple[int, _Row]] = []
+    alone: list[tuple[int, _Row]] = []  # unstackable, stepped beside the next stack where the LM head is shared
+    shares = _shares_head(model)
     held = 0
     for i, config in enumerate(configs):
         with apply_pop(model, config):
@@ -130,22 +134,33 @@ def generate_together(model: Any, inputs: dict[str, Any], configs: Sequence[PopC
         if row.steps.push(first.sequences[:, n]):
             done[i] = row.steps.seq
         elif not _stackable(row.cache):
-            done[i] = _decode(model, [row], mask, 0, under=config)[0]
+            alone.append((i, row))
+            if not shares:
+                done.update(_decoded(model, [], alone, mask, 0, buffers))
+                alone = []
         else:
             stack.append((i, row))
             held += _bytes(row.cache)
             if held >= STACK_BYTES:
-                done.update(_decoded(model, stack, mask, max_length - n, buffers))
-                stack, held = [], 0
-    if stack:
-        done.update(_decoded(model, stack, mask, max_length - n, buffers))
+                done.update(_decoded(model, stack, alone, mask, max_length - n, buffers))
+                stack, alone, held = [], [], 0
+    if stack or alone:
+        done.update(_decoded(model, stack, alone, mask, max_length - n, buffers))
     return [done[i] for i in range(len(configs))]
 
 
-def _decoded(model: Any, stack: list[tuple[int, _Row]], mask: "torch.Tensor", room: int,
-             buffers: StackBuffers | None) -> dict[int, Any]:
-    """The sequences of a stack of ``(index, row)``, by index."""
-    return dict(zip([i for i, _ in stack], _decode(model, [r for _, r in stack], mask, room, buffers)))
+def _decoded(model: Any, stack: list[tuple[int, _Row]], alone: list[tuple[int, _Row]], mask: "torch.Tensor",
+             room: int, buffers: StackBuffers | None) -> dict[int, Any]:
+    """The sequences, by index, of a stack of ``(index, row)`` (``room`` more positions in its caches) and of the
+    unstackable rows ``alone`` decoded beside it."""
+    groups = []
+    if stack:
+        rows = [r for _, r in stack]
+        cache = _stacked([r.cache for r in rows], room, buffers or StackBuffers()) if len(rows) > 1 else rows[0].cache
+        groups.append(_Group(rows, cache, PopConfig(skip=0), stacked=len(rows) > 1))
+    groups += [_Group([r], r.cache, r.config, stacked=False) for _, r in alone]
+    out = _decode(model, groups, mask)
+    return {i: out[id(r)] for i, r in [*stack, *alone]}
 
 
 def _stackable(cache: Any) -> bool:
@@ -256,39 +271,95 @@ def _roomy_layers() -> tuple[type, type]:
     return Full, Sliding
 
 
-def _decode(model: Any, rows: list[_Row], mask: "torch.Tensor", room: int, buffers: StackBuffers | None = None, *,
-            under: PopConfig | None = None) -> list[Any]:
-    """Step ``rows`` together until each has stopped; their sequences. Stacked rows decode under the full model
-    (decode is full depth); a single unstackable one under its own configuration (its cache needs it).
+class _Group:
+    """Rows decoded over one cache under one configuration: a stack (under the full model: decode is full depth)
+    or one unstackable configuration's rows (under its own: its cache needs it).
 
     In a stack, a prompt's row leaves as soon as ``generate`` would pad it whatever the model says (it ended, with
     an EOS configured), a configuration when all its rows ended: the rest step on without them."""
+
+    def __init__(self, rows: list[_Row], cache: Any, under: PopConfig, stacked: bool) -> None:
+        import torch
+
+        self.rows, self.live, self.cache, self.under, self.stacked = rows, list(rows), cache, under, stacked
+        self.held = {id(r): torch.arange(r.steps.seq.shape[0], device=r.steps.seq.device) for r in rows}
+
+    def fed(self, mask: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+        """The last token of every row still in the cache (R, 1), and those rows' prompt mask."""
+        import torch
+
+        return (torch.cat([r.steps.seq[self.held[id(r)], -1:] for r in self.live], dim=0),
+                torch.cat([mask[self.held[id(r)]] for r in self.live], dim=0))
+
+    def take(self, tokens: "torch.Tensor", out: dict[int, Any]) -> None:
+        """Push one step's ``tokens`` (one per row fed), record the rows that ended in ``out``, drop them."""
+        import torch
+
+        keep: list[int] = []
+        start = 0
+        for r in self.live:
+            mine = self.held[id(r)]
+            new = tokens.new_full((r.steps.seq.shape[0],), r.steps.pad)  # a row that left: padded by push
+            new[mine] = tokens[start : start + len(mine)]
+            if r.steps.push(new):
+                out[id(r)] = r.steps.seq
+            else:
+                stay = ~r.steps.padded()[mine] if self.stacked else torch.ones_like(mine, dtype=torch.bool)
+                keep.extend((start + torch.nonzero(stay).flatten()).tolist())
+                self.held[id(r)] = mine[stay]
+            start += len(mine)
+        self.live = [r for r in self.live if id(r) not in out]
+        if self.live and len(keep) < tokens.shape[0]:
+            self.cache.batch_select_indices(torch.tensor(keep, device=tokens.device))
+
+
+def _shares_head(model: Any) -> bool:
+    """Whether a decode step's logits are the LM head of the final hidden states and nothing more (no soft-capping,
+    no scale): the model's architectures whose causal-LM forward is known to do just that."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return (type(model).__name__ in _HEAD_ONLY and getattr(config, "final_logit_softcapping", None) is None
+            and hasattr(model.get_output_embeddings(), "weight"))
+
+
+#: Causal LMs whose logits are ``lm_head(hidden_states)`` (Gemma 3's soft-capping checked apart).
+_HEAD_ONLY = frozenset({"LlamaForCausalLM", "Qwen3ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"})
+
+
+def _decode(model: Any, groups: list[_Group], mask: "torch.Tensor") -> dict[int, "torch.Tensor"]:
+    """Step ``groups`` together until every row has stopped; the sequences, by ``id`` of their row.
+
+    Each group runs its own forward; where the model allows (:func:`_shares_head`), their final hidden states go
+    through the LM head as one batch: an unstackable configuration's few rows would pay for reading the whole head
+    on their own, on a CPU as much as the stack's many rows pay for computing it."""
     import torch
 
-    stacked = len(rows) > 1
-    cache = _stacked([r.cache for r in rows], room, buffers or StackBuffers()) if stacked else rows[0].cache
-    held = {id(r): torch.arange(r.steps.seq.shape[0], device=mask.device) for r in rows}  # its rows in the cache
-    live = list(rows)
+    from poptune.patching import Patch
+
     out: dict[int, torch.Tensor] = {}
-    with apply_pop(model, under or PopConfig(skip=0)):
-        while live:
-            fed = torch.cat([r.steps.seq[held[id(r)], -1:] for r in live], dim=0)  # (R, 1)
-            fed_mask = torch.cat([mask[held[id(r)]] for r in live], dim=0)
-            tokens = decode_logits(model, fed, fed_mask, cache)[:, -1].argmax(dim=-1)  # (R,)
-            keep: list[int] = []
-            start = 0
-            for r in live:
-                mine = held[id(r)]
-                new = tokens.new_full((r.steps.seq.shape[0],), r.steps.pad)  # a row that left: padded by push
-                new[mine] = tokens[start : start + len(mine)]
-                if r.steps.push(new):
-                    out[id(r)] = r.steps.seq
-                else:
-                    stay = ~r.steps.padded()[mine] if stacked else torch.ones_like(mine, dtype=torch.bool)
-                    keep.extend((start + torch.nonzero(stay).flatten()).tolist())
-                    held[id(r)] = mine[stay]
-                start += len(mine)
-            live = [r for r in live if id(r) not in out]
-            if live and len(keep) < fed.shape[0]:
-                cache.batch_select_indices(torch.tensor(keep, device=fed.device))
-    return [out[id(r)] for r in rows]
+    shared = len(groups) > 1 and _shares_head(model)
+    while live := [g for g in groups if g.live]:
+        fed = [g.fed(mask) for g in live]
+        if shared and len(live) > 1:
+            head = model.get_output_embeddings()
+            patch = Patch(head, lambda _inner: lambda states: states)  # each forward hands back its hidden states
+            try:
+                hidden = []
+                for g, (tokens, rows_mask) in zip(live, fed):
+                    with apply_pop(model, g.under):
+                        hidden.append(decode_forward(model, tokens, rows_mask, g.cache))
+            finally:
+                patch.undo()
+            with torch.no_grad():
+                logits = head(torch.cat(hidden, dim=0)).float()
+        else:
+            parts = []
+            for g, (tokens, rows_mask) in zip(live, fed):
+                with apply_pop(model, g.under):
+                    parts.append(decode_logits(model, tokens, rows_mask, g.cache))
+            logits = torch.cat(parts, dim=0)
+        picked = logits[:, -1].argmax(dim=-1)  # (R,)
+        start = 0
+        for g, (tokens, _) in zip(live, fed):
+            g.take(picked[start : start + tokens.shape[0]], out)
+            start += tokens.shape[0]
+    return out

@@ -88,6 +88,39 @@ def test_buffers_kept_from_batch_to_batch_decode_each_batch_as_fresh_ones(shared
     assert buffers.nbytes() == 0
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+@pytest.mark.parametrize("shares", [True, False])
+def test_an_unstackable_configuration_steps_beside_the_stack_through_one_lm_head(shared, monkeypatch, name, shares):
+    """The anchor K/V source's compact cache cannot be stacked: its rows still step beside the stack, their final
+    hidden states through the LM head with the stack's (every configuration's rows in one head call), unless the
+    model's logits are more than the head's (then it decodes alone, as before). Both equal ``generate``."""
+    model, tok = shared(name)
+    inputs = _inputs(tok)
+    if not shares:
+        monkeypatch.setattr(joint, "_shares_head", lambda model: False)
+    assert joint._shares_head(model) is shares
+    rows = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda module, args, out: rows.append(len(args[0])))
+    try:
+        together = _together(model, inputs)
+    finally:
+        hook.remove()
+    for config, out in zip(CONFIGS, together):
+        assert torch.equal(out, _alone(model, inputs, config)), config
+    prompts = inputs["input_ids"].shape[0]
+    assert max(rows) == prompts * (len(CONFIGS) if shares else len(CONFIGS) - 1)
+
+
+def test_logits_that_are_more_than_the_lm_head_are_never_shared(shared, monkeypatch):
+    model, _ = shared("tiny-gemma3")
+    assert joint._shares_head(model)
+    monkeypatch.setattr(model.config, "final_logit_softcapping", 30.0)  # Gemma 2's soft-capping
+    assert not joint._shares_head(model)
+    monkeypatch.setattr(joint, "_HEAD_ONLY", frozenset())  # an architecture not known to return the head's logits
+    monkeypatch.setattr(model.config, "final_logit_softcapping", None)
+    assert not joint._shares_head(model)
+
+
 def test_what_is_not_a_bare_argmax_is_left_to_generate(shared):
     model, tok = shared("tiny-llama")
     inputs = _inputs(tok)
