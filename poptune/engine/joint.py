@@ -40,6 +40,9 @@ from poptune.engine.segments import generate as plain_generate
 if TYPE_CHECKING:
     import torch
 
+    #: Each cache's K/V of one layer, in stack order.
+    Parts = list[tuple[torch.Tensor, torch.Tensor]]
+
 __all__ = ["STACK_BYTES", "StackBuffers", "generate_together"]
 
 #: Bytes of stacked caches decoded together; configurations beyond them form the next stack.
@@ -204,7 +207,7 @@ def _roomy_layers() -> tuple[type, type]:
         keys: "torch.Tensor | None"  # typed as the cache layer mixin types them, for the classes below
         values: "torch.Tensor | None"
 
-        def _hold(self, parts: "list[tuple[torch.Tensor, torch.Tensor]]", room: int, take: Callable[..., Any]) -> None:
+        def _hold(self, parts: Parts, room: int, take: Callable[..., Any]) -> None:
             keys = parts[0][0]
             shape = (sum(k.shape[0] for k, _ in parts), keys.shape[1], keys.shape[2] + room, keys.shape[3])
             self._buffers = [take(shape, 0), take(shape, 1)]
@@ -244,8 +247,7 @@ def _roomy_layers() -> tuple[type, type]:
             self._view()
 
     class Full(Room, DynamicLayer):
-        def __init__(self, layer: Any, parts: "list[tuple[torch.Tensor, torch.Tensor]]", room: int,
-                     take: Callable[..., Any]) -> None:
+        def __init__(self, layer: Any, parts: Parts, room: int, take: Callable[..., Any]) -> None:
             DynamicLayer.__init__(self)
             self._hold(parts, room, take)
 
@@ -255,8 +257,7 @@ def _roomy_layers() -> tuple[type, type]:
             return out
 
     class Sliding(Room, DynamicSlidingWindowLayer):
-        def __init__(self, layer: Any, parts: "list[tuple[torch.Tensor, torch.Tensor]]", room: int,
-                     take: Callable[..., Any]) -> None:
+        def __init__(self, layer: Any, parts: Parts, room: int, take: Callable[..., Any]) -> None:
             DynamicSlidingWindowLayer.__init__(self, layer.sliding_window)
             self._hold(parts, room, take)
             self.cumulative_length = layer.cumulative_length
