@@ -282,7 +282,7 @@ class _Group:
     def __init__(self, rows: list[_Row], cache: Any, under: PopConfig, stacked: bool) -> None:
         import torch
 
-        self.rows, self.live, self.cache, self.under, self.stacked = rows, list(rows), cache, under, stacked
+        self.live, self.cache, self.under, self.stacked = list(rows), cache, under, stacked
         self.held = {id(r): torch.arange(r.steps.seq.shape[0], device=r.steps.seq.device) for r in rows}
 
     def fed(self, mask: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
