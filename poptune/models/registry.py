@@ -100,7 +100,8 @@ def load_model(
             latency only: timing does not depend on weight values). Tiny models are always random.
 
     Returns:
-        The model in eval mode on ``device`` and its tokenizer (left padding, a pad token set).
+        The model in eval mode on ``device`` (its LM head a :class:`~poptune.models.head.RowsHead`) and its
+        tokenizer (left padding, a pad token set).
 
     Raises:
         ModelNotFoundError: unknown name, or weights that cannot be found (offline and not cached).
@@ -127,6 +128,9 @@ def load_model(
         directory = _pretrained_dir(spec)
         model, tokenizer = _from_pretrained(directory, spec, dev, torch_dtype), _load_tokenizer(directory, spec)
     model.eval()
+    from poptune.models.head import use_rows_head
+
+    use_rows_head(model)  # a few rows' logits on the CPU: weight @ hidden.T (poptune.models.head)
     _prepare_tokenizer(tokenizer, model)
     return model, tokenizer
 

@@ -1,0 +1,86 @@
+"""The LM head's few-rows product on the CPU (poptune.models.head): F.linear's logits within float32 rounding, taken
+only where it applies, on every model load_model loads."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from poptune.models import load_model
+from poptune.models.head import MAX_ROWS, RowsHead, use_rows_head
+
+
+def _head(out: int = 300, width: int = 48, bias: bool = False) -> nn.Linear:
+    torch.manual_seed(0)
+    return nn.Linear(width, out, bias=bias)
+
+
+class _Model(nn.Module):
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.lm_head = head
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Which way each product went: ``linear`` (nn.Linear's forward) or ``rows`` (weight @ hidden.T)."""
+    seen: list[str] = []
+    plain, mm = nn.Linear.forward, torch.mm
+    monkeypatch.setattr(nn.Linear, "forward", lambda self, x: seen.append("linear") or plain(self, x))
+    monkeypatch.setattr(torch, "mm", lambda a, b: seen.append("rows") or mm(a, b))
+    return seen
+
+
+@pytest.mark.parametrize("shape", [(1, 48), (2, 1, 48), (3, 5, 48), (MAX_ROWS, 48)])
+def test_a_few_rows_give_f_linears_logits_through_weight_times_hidden(shape, calls):
+    head = _head()
+    want = nn.functional.linear(x := torch.randn(*shape), head.weight)
+    use_rows_head(_Model(head))
+    assert type(head) is RowsHead
+    got = head(x)
+    assert calls == ["rows"] and got.shape == want.shape and got.is_contiguous()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["many rows", "bias", "bfloat16", "empty"])
+def test_every_other_product_is_f_linears_own(case, calls):
+    head = _head(bias=case == "bias")
+    rows = {"many rows": MAX_ROWS + 1, "empty": 0}.get(case, 4)
+    x = torch.randn(rows, 48)
+    if case == "bfloat16":
+        head, x = head.to(torch.bfloat16), x.to(torch.bfloat16)
+    want = nn.functional.linear(x, head.weight, head.bias)
+    use_rows_head(_Model(head))
+    assert type(head) is RowsHead and torch.equal(head(x), want) and calls == ["linear"]
+
+
+def test_only_an_exact_linear_head_is_replaced():
+    class Other(nn.Linear):
+        pass
+
+    model = _Model(Other(4, 8))
+    use_rows_head(model)
+    assert type(model.lm_head) is Other
+    bare = nn.Sequential(nn.Linear(4, 8))  # no output embedding at all: left as it is
+    use_rows_head(bare)
+    assert type(bare[0]) is nn.Linear
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_load_model_gives_every_model_the_rows_head_its_weights_and_ties_kept(name, calls):
+    model, _ = load_model(name)
+    head = model.get_output_embeddings()
+    assert type(head) is RowsHead and "lm_head.weight" in model.state_dict()
+    if model.config.get_text_config().tie_word_embeddings:
+        assert head.weight is model.get_input_embeddings().weight
+    ids = torch.tensor([[5, 9, 2, 7], [3, 3, 8, 1]])
+    with torch.no_grad():
+        rows = model(ids).logits
+        assert calls.count("rows") == 1  # the head's product, once
+        head.__class__ = nn.Linear
+        plain = model(ids).logits
+    torch.testing.assert_close(rows, plain, rtol=1e-5, atol=1e-5)
