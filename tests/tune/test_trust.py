@@ -250,3 +250,20 @@ def test_a_spent_search_share_stops_the_search_only_once_the_front_holds_a_candi
                      time_budget=1e-6, confirm=False)
     study = run_study(spec, evaluator=FakeEvaluator(problem))
     assert [config_of_trial(t, LAYERS) for t in store.completed(study)] == [PopConfig(skip=0), paper_default(LAYERS)]
+
+
+@pytest.mark.parametrize("budget", [1e-6, None])
+def test_a_spent_time_budget_stops_the_search_candidate_or_not_once_the_enqueued_two_are_measured(budget, tmp_path):
+    """Issue 56: a search whose front holds no candidate stops anyway once another trial would overrun the time
+    budget (less the closing checks' time), so that the run ends near its budget; the full model and the paper's
+    rule are measured first all the same. Here no configuration can be a candidate (every drop is over 0.5 points);
+    without a clock the search measures its 6 trials."""
+    problem = TuningProblem(model="tiny-llama", max_drop=0.5, tasks=("piqa",), lengths=(16,), decode_tokens=8)
+    spec = StudySpec(problem=problem, trials=6, sampler="structured", storage=f"sqlite:///{tmp_path}/s.db",
+                     time_budget=budget, confirm=False)
+    study = run_study(spec, evaluator=FakeEvaluator(problem))
+    measured = [config_of_trial(t, LAYERS) for t in store.completed(study)]
+    if budget is None:
+        assert len(measured) == 6
+    else:
+        assert measured == [PopConfig(skip=0), paper_default(LAYERS)]
