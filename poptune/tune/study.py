@@ -93,6 +93,7 @@ SEARCH_SHARE = 0.6
 #: time budget keeps for them however the search goes (measured 4.6 min against 1.4 on ``cpu-amd-epyc-2t``).
 CLOSING_CHECKS = 3.0
 
+
 @dataclass(frozen=True)
 class StudySpec:
     """A study to run.
