@@ -42,7 +42,8 @@ def _seconds(fn) -> float:
 
 
 def _row(weight: torch.Tensor, m: int, repeats: int) -> str:
-    """The table's row for ``m`` rows: both ways' median milliseconds, their ratio, their logits' difference."""
+    """The table's row for ``m`` rows: both ways' median milliseconds, the ratio of each interleaved pair (median and
+    range), their logits' difference."""
     x = torch.randn(m, weight.shape[1])
 
     def linear() -> torch.Tensor:
@@ -57,8 +58,10 @@ def _row(weight: torch.Tensor, m: int, repeats: int) -> str:
         times["linear"].append(_seconds(linear))
         times["rows"].append(_seconds(product))
     a, b = (statistics.median(times[k]) * 1000 for k in ("linear", "rows"))
+    ratios = [x / y for x, y in zip(times["linear"], times["rows"])]
     diff = (linear() - product()).abs().max().item()
-    return (f"| {m} | {a:.1f} | {b:.1f} | **{a / b:.2f}x** | {diff:.1e} | "
+    return (f"| {m} | {a:.1f} | {b:.1f} | **{statistics.median(ratios):.2f}x** [{min(ratios):.2f}, {max(ratios):.2f}] "
+            f"| {diff:.1e} | "
             f"{'weight @ hidden.T' if m <= MAX_ROWS else 'F.linear'} |")
 
 
@@ -86,11 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         f"- command: `{('python benchmarks/bench_lm_head.py ' + shlex.join(given)).strip()}`",
         f"- hardware: {hardware.hardware_id}; versions: torch {v.get('torch')}, poptune {v.get('poptune')}; "
         f"{torch.get_num_threads()} threads",
-        f"- the product: rows x {args.width} by {args.width} x {args.vocab} (Gemma 3's LM head), random weights; "
-        f"median of {args.repeats} interleaved repeats; wall time {time.perf_counter() - began:.0f} s",
+        f"- the product: rows x {args.width} by {args.width} x {args.vocab}"
+        f"{' (Gemma 3' + chr(39) + 's LM head)' if _model(args) == 'gemma-3-270m' else ''}, random weights; "
+        f"{args.repeats} interleaved pairs of the two ways per row count: milliseconds are medians, the ratio is the "
+        f"pairs' median with their range; wall time {time.perf_counter() - began:.0f} s",
         f"- used: what `poptune.models.head.RowsHead` takes at that many rows (up to MAX_ROWS = {MAX_ROWS})", "",
-        "| rows | F.linear ms | weight @ hidden.T ms | ratio | max abs logit difference | used |",
-        "| ---: | ---: | ---: | ---: | ---: | --- |",
+        "| rows | F.linear ms | weight @ hidden.T ms | ratio [range] | max abs logit difference | used |",
+        "| ---: | ---: | ---: | --- | ---: | --- |",
         *rows, "",
         "Ratios are measured side by side in one process; absolute times are indicative (a shared machine).", ""])
     out = Path(args.out) if args.out else ROOT / "leaderboards" / f"lm-head-{_model(args)}-{hardware.hardware_id}.md"

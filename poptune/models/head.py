@@ -2,9 +2,9 @@
 
 A decode step (and a prefill that keeps only its last logits) asks the LM head for a few rows' logits: a
 ``(rows x C) @ (C x V)`` product with V = 262,144 for Gemma 3. On this project's 2-core AMD EPYC, torch's CPU
-build (MKL) computes ``F.linear`` of that shape 2.5-4x slower than the same product taken as
+build (MKL) computes ``F.linear`` of that shape 2.7-4.4x slower for 2 to 10 rows than the same product taken as
 ``weight @ hidden.T``, the ``V x C`` weight streamed once (``leaderboards/lm-head-*``, ``benchmarks/bench_lm_head.py``:
-2 rows 167 against 59 ms, 10 rows 280 against 112 ms; one row even). A decode step of the stacked configurations
+2 rows 126 against 46 ms, 10 rows 304 against 111 ms; one row even). A decode step of the stacked configurations
 (:mod:`poptune.engine.joint`) and every configuration's own greedy decode pay that product at every token.
 
 :func:`use_rows_head` gives a model's output embedding that formulation for up to :data:`MAX_ROWS` rows, in float32
