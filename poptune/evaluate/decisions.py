@@ -9,7 +9,10 @@ that can fail; ``benchmarks/decision_errors.py`` runs them with more replicates 
 Simulated items: each item's full-model outcome and the configuration's are 1/0; an item flips with probability
 ``flip_rate``, a flip is a loss (full right, configuration wrong) with probability ``(flip_rate + drop) / (2
 flip_rate)`` and a gain otherwise, so the true drop is ``drop`` exactly; ``losses_only`` makes every flip a loss
-(``flip_rate = drop``). Tasks are independent and alike.
+(``flip_rate = drop``). Tasks are independent and alike. ``partial`` items are F1-type (a flip moves a score in
+[0, 1] by a share of it); ``noise`` makes the outcome continuous, as a likelihood judge's is: every item that does
+not flip moves by a normal amount of that standard deviation (clipped at 3 of them), around 0, or around the drop
+when no item flips (every item then carries it).
 """
 
 from __future__ import annotations
@@ -39,16 +42,21 @@ class Scenario:
         losses_only: Every flip is a loss (then ``flip_rate`` must equal ``drop``, or ``drop / PARTIAL_MEAN``
             for F1-type items).
         partial: F1-type items: scores in [0, 1], a flip moves one by a share of it (module docstring).
+        noise: A continuous outcome: the standard deviation of every other item's move (module docstring).
     """
 
     drop: float
     flip_rate: float
     losses_only: bool = False
     partial: bool = False
+    noise: float = 0.0
 
     def __post_init__(self) -> None:
         size = PARTIAL_MEAN if self.partial else 1.0
-        if not (0 <= abs(self.drop) <= self.flip_rate * size + 1e-12 and self.flip_rate <= 1):
+        if not 0 <= self.noise <= 0.1 or (self.noise and not self.partial):
+            raise ConfigError(f"a scenario's noise is for F1-type items, at most 0.1, got {self.noise}")
+        drifts = self.noise > 0 and self.flip_rate == 0 and abs(self.drop) <= 0.1
+        if not (drifts or 0 <= abs(self.drop) <= self.flip_rate * size + 1e-12) or self.flip_rate > 1:
             raise ConfigError(f"a scenario needs |drop| <= flip_rate <= 1, got {self.drop} and {self.flip_rate}")
         if self.losses_only and abs(self.flip_rate * size - self.drop) > 1e-12:
             raise ConfigError(f"losses only: flip_rate must equal drop, got {self.flip_rate} and {self.drop}")
@@ -56,13 +64,17 @@ class Scenario:
     @property
     def label(self) -> str:
         flips = "losses only" if self.losses_only else f"{100 * self.flip_rate:g}% flips"
-        return f"drop {100 * self.drop:g} points, {flips}" + (", F1-type" if self.partial else "")
+        moves = f", every other item moving by sd {100 * self.noise:g} points" if self.noise else ""
+        return f"drop {100 * self.drop:g} points, {flips}" + (", F1-type" if self.partial else "") + moves
 
     def draw(self, rng: Any, n: int) -> tuple[list[float], list[float]]:
         """``n`` paired items: (full model's outcomes, configuration's)."""
+        import numpy as np
+
         size = PARTIAL_MEAN if self.partial else 1.0
+        carried = self.drop if self.flip_rate else 0.0  # by the flips; with none, by every item's move
         u = rng.random(n)
-        loss = u < (self.flip_rate + self.drop / size) / 2
+        loss = u < (self.flip_rate + carried / size) / 2
         gain = ~loss & (u < self.flip_rate)
         if self.partial:
             moved = rng.uniform(0.2, 1.0, n)
@@ -73,6 +85,12 @@ class Scenario:
             other[loss] = full[loss] - moved[loss]
             other[gain] = moved[gain] + (1 - moved[gain]) * base[gain]
             full[gain] = other[gain] - moved[gain]
+            if self.noise:
+                still = ~(loss | gain)
+                centre = self.drop if self.flip_rate == 0 else 0.0
+                full[still] = 0.4 + 0.2 * base[still]  # room for a move of 0.1 + 3 sd of at most 0.1 either way
+                other[still] = full[still] - centre - np.clip(rng.normal(0.0, self.noise, n), -3 * self.noise,
+                                                              3 * self.noise)[still]
             return full.tolist(), other.tolist()
         full = (rng.random(n) < 0.5).astype(float)
         full[loss], full[gain] = 1.0, 0.0

@@ -12,7 +12,13 @@ the mean difference is ``c`` standard errors away from it, the standard error ta
 maximum-likelihood variance of the losses and gains under ``drop = m``). Taking the variance under the hypothesis is
 what keeps the error when few items flip: no flip in n items is no evidence against a drop carried by rare losses,
 and the interval stays open (about the exact binomial bound's size, ``1.96^2 / n`` above 0), never [0, 0].
-Fractional differences (F1) enter as losses and gains of their size, which can only overstate the variance. A
+Fractional differences (F1, a likelihood judge's probabilities) are fitted the same way by the empirical likelihood
+over the items' differences and the scale's two ends (:func:`el_moments`, Owen 2001; Tango's fit is its case of
+-1, 0 and 1): the variance then rests on how far the items moved (their squares), not on how many moved, while a
+drop the items seen cannot carry is still carried by mass at the scale's end, so rare large losses stay
+possible (no movement gives the binary bound). Taking each move for that share of a flip, as before, overstated
+the variance of an outcome whose every item moves a little: a 2-point likelihood verdict on the long-prompt pack
+was planned at about 1,500 items, now about 300 (``leaderboards/likelihood-verdict-cost-*``). A
 suite's tasks are averaged, each with its own variance, the candidate shifting every task's mean by the same amount:
 one method whatever the tasks' counts. A continuity correction of half the mean's lattice step (``1 / (2 n)``; half
 of Edwards' correction in McNemar's test) keeps the discrete outcomes' error at or under the stated level at small
@@ -51,7 +57,7 @@ from poptune.evaluate.groupseq import OBRIEN_FLEMING, hwang_shih_decani
 from poptune.interval import Interval
 
 __all__ = ["PairedDrop", "paired_drop", "SEQUENTIAL", "BETTING", "BOOTSTRAP", "IDENTICAL", "UPPER_SPENDING",
-           "LOWER_SPENDING", "restricted_rates"]
+           "LOWER_SPENDING", "el_moments", "restricted_rates"]
 
 #: The spending function of the interval's upper end (a verdict "within budget"): O'Brien-Fleming type, which keeps
 #: almost all the error for the last look, so a race run to its cap has nearly a one-look test's power.
@@ -93,8 +99,10 @@ class PairedDrop:
         looks: Items per task at each look taken, the last being these items.
         planned: Items in all that the design planned for its last look.
         moved: The sum of the items' absolute differences, per task: ``flipped`` for an outcome of 0 or 1, less for
-            a continuous one (a likelihood judge's probabilities); the score test's variance rests on it
-            (:meth:`flip_mass`). Empty in drops stored before it (``flipped`` stands in).
+            a continuous one (a likelihood judge's probabilities). Empty in drops stored before it.
+        squares: The sum of the items' squared differences, per task: ``flipped`` for an outcome of 0 or 1, less
+            again for a continuous one; the score test's variance rests on it (:meth:`flip_mass`). Empty in drops
+            stored before it (``moved``, else ``flipped``, stands in: never less).
     """
 
     interval: Interval
@@ -105,6 +113,7 @@ class PairedDrop:
     looks: tuple[dict[str, int], ...] = ()
     planned: int = 0
     moved: dict[str, float] = field(default_factory=dict)
+    squares: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -124,11 +133,15 @@ class PairedDrop:
 
     @property
     def flip_mass(self) -> float:
-        """How much the items' outcomes moved in all, every task: the sum of the absolute differences
-        (:attr:`moved`), which is the number of flipped items for outcomes of 0 or 1. What the score test's
-        variance -- and so a verdict's cost -- rests on: a continuous outcome whose every item moves a little
-        costs what its few equivalent flips cost, never what a flip on every item would."""
-        return sum(self.moved.values()) if self.moved else float(sum(self.flipped.values()))
+        """How much the items' outcomes moved in all, every task: the sum of the squared differences
+        (:attr:`squares`), which is the number of flipped items for outcomes of 0 or 1. What the score test's
+        variance -- and so a verdict's cost -- rests on (:func:`el_moments`): a continuous outcome whose every
+        item moves a little costs what its few equivalent flips cost, never what a flip on every item would.
+        Drops stored before the figure give their absolute differences' sum, else their flips (never less)."""
+        for kept in (self.squares, self.moved):
+            if kept:
+                return sum(kept.values())
+        return float(sum(self.flipped.values()))
 
     @property
     def mean(self) -> float:
@@ -164,7 +177,7 @@ class PairedDrop:
         return {"mean": self.mean, "lo": self.lo, "hi": self.hi, "items": dict(self.items),
                 "flipped": dict(self.flipped), "method": self.method, "confidence": self.confidence,
                 "losses": dict(self.losses), "looks": [dict(look) for look in self.looks], "planned": self.planned,
-                "moved": dict(self.moved)}
+                "moved": dict(self.moved), "squares": dict(self.squares)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PairedDrop":
@@ -176,7 +189,8 @@ class PairedDrop:
                    losses={k: int(v) for k, v in data.get("losses", {}).items()},
                    looks=tuple({k: int(v) for k, v in look.items()} for look in data.get("looks", ())),
                    planned=int(data.get("planned", 0)),
-                   moved={k: float(v) for k, v in data.get("moved", {}).items()})
+                   moved={k: float(v) for k, v in data.get("moved", {}).items()},
+                   squares={k: float(v) for k, v in data.get("squares", {}).items()})
 
     @classmethod
     def identical(cls, items: Mapping[str, int]) -> "PairedDrop":
@@ -229,7 +243,7 @@ def paired_drop(
     if not 0 < confidence < 1:
         raise ConfigError(f"`confidence` must be in (0, 1), got {confidence}")
     diffs: dict[str, Any] = {}
-    flipped, losses, moved = {}, {}, {}
+    flipped, losses, moved, squares = {}, {}, {}, {}
     for task in full:
         a = np.asarray(full[task], dtype=np.float64)
         b = np.asarray(other[task], dtype=np.float64)
@@ -241,6 +255,7 @@ def paired_drop(
         flipped[task] = int(np.count_nonzero(np.abs(d) > 1e-12))
         losses[task] = int(np.count_nonzero(d > 1e-12))
         moved[task] = round(float(np.abs(d).sum()), 6)
+        squares[task] = round(float(np.square(d).sum()), 6)
     mean = scale * float(np.mean([d.mean() for d in diffs.values()]))
     items = {task: len(d) for task, d in diffs.items()}
     total = sum(items.values())
@@ -254,9 +269,10 @@ def paired_drop(
                               "them, with a planned size >= 1")
         lo, hi = _sequential(diffs, seen, plan, (1 - confidence) / 2)
         return PairedDrop(Interval(mean, scale * lo, scale * hi, confidence), items, flipped, SEQUENTIAL, losses,
-                          seen, plan, moved)
+                          seen, plan, moved, squares)
     lo, hi = _bootstrap([scale * d for d in diffs.values()], mean, confidence, seed)
-    return PairedDrop(Interval(mean, lo, hi, confidence), items, flipped, BOOTSTRAP, losses, moved=moved)
+    return PairedDrop(Interval(mean, lo, hi, confidence), items, flipped, BOOTSTRAP, losses, moved=moved,
+                      squares=squares)
 
 
 def restricted_rates(gains: float, losses: float, n: float, drop: float) -> tuple[float, float]:
@@ -299,16 +315,69 @@ def _bound(diffs: list[Any], critical: float, upper: bool) -> float:
 
     ``critical`` is raised by the Cornish-Fisher term ``g (c^2 - 1) / 6`` where the mean's skewness ``g`` under
     ``m`` (same fit) makes the rejected tail heavier than the normal one (rare losses: a long upper tail), never
-    lowered."""
+    lowered. A task whose differences are all -1, 0 or 1 is fitted by its counts (Tango's restricted
+    likelihood, :func:`restricted_rates`); one with any other difference by the empirical likelihood over its
+    differences and the scale's two ends (:func:`el_moments`), which is the same fit for 0/1 outcomes."""
+    import numpy as np
+
     if math.isinf(critical):
         return 1.0 if upper else -1.0
-    counts = tuple((float(d[d < 0].sum() * -1), float(d[d > 0].sum()), int(d.size), float(d.mean())) for d in diffs)
-    return _bound_of(counts, float(critical), upper)
+    tasks: list[tuple[Any, Any, int, float]] = []
+    for d in diffs:
+        n, mean = int(d.size), float(d.mean())
+        if np.all((np.abs(d) < 1e-12) | (np.abs(np.abs(d) - 1) < 1e-12)):
+            tasks.append((float(d[d < 0].sum() * -1), float(d[d > 0].sum()), n, mean))
+        else:
+            values, counts = np.unique(d, return_counts=True)
+            tasks.append((tuple(values.tolist()), tuple(counts.tolist()), n, mean))
+    return _bound_of(tuple(tasks), float(critical), upper)
+
+
+def el_moments(values: Any, counts: Any, drop: float) -> tuple[float, float]:
+    """The variance and third central moment of one paired difference under ``true drop = drop``: the empirical
+    likelihood's fit (Owen, *Empirical Likelihood*, 2001) over the observed differences ``values`` (each seen
+    ``counts`` times) and the scale's two ends, -1 and 1, which may take mass though never seen.
+
+    Tango's restricted likelihood (:func:`restricted_rates`) is this fit for differences of -1, 0 and 1; for a
+    continuous outcome (a likelihood judge's probability, an F1 score) the variance rests on how far the items
+    moved (their squares), where the counts' fit would take every move for part of a flip (their absolute
+    values). The ends keep what keeps Tango's interval honest: a drop the items seen cannot reach by reweighting
+    is reached by mass at 1 (or -1), so no movement at all still gives ``|drop| (1 - |drop|)``. The fit's weights
+    are ``1 / (n (1 + l (d - drop)))`` with ``sum w (d - drop) = 0``; where that has no root with every weight and
+    the end's positive, ``l`` stops at the end's bound and the end takes the rest of the mass.
+    """
+    import numpy as np
+    from scipy.optimize import brentq
+
+    if abs(drop) >= 1 - 1e-12:
+        return 0.0, 0.0
+    v, c = np.asarray(values, dtype=np.float64), np.asarray(counts, dtype=np.float64)
+    x, n = v - drop, float(c.sum())
+
+    def g(lam: float) -> float:  # decreasing in lam; its root makes the weights' mean the drop
+        return float(np.sum(c * x / (1 + lam * x)))
+
+    low, high = -1 / (1 - drop), 1 / (1 + drop)  # where the end 1, or -1, would take mass
+    top, bottom = bool(np.any(v >= 1 - 1e-12)), bool(np.any(v <= -1 + 1e-12))
+    if not top and g(low) <= 0:
+        lam = low
+    elif not bottom and g(high) >= 0:
+        lam = high
+    else:
+        span = (high - low) * 1e-13
+        lam = float(brentq(g, low + span, high - span, xtol=1e-15, rtol=1e-13))
+    w = c / (n * (1 + lam * x))
+    rest = max(1.0 - float(w.sum()), 0.0)
+    end = 1 - drop if lam == low else -1 - drop  # the end that takes the rest (none: rest is 0)
+    variance = float(np.sum(w * x * x)) + rest * end * end
+    third = float(np.sum(w * x ** 3)) + rest * end ** 3
+    return max(variance, 0.0), third
 
 
 @lru_cache(maxsize=4096)
-def _bound_of(counts: tuple[tuple[float, float, int, float], ...], critical: float, upper: bool) -> float:
-    """:func:`_bound` from each task's (gains, losses, items, mean difference): a race's earlier looks recur."""
+def _bound_of(counts: tuple[tuple[Any, Any, int, float], ...], critical: float, upper: bool) -> float:
+    """:func:`_bound` from each task's (gains, losses, items, mean difference) or (values, their counts, items,
+    mean difference): a race's earlier looks recur."""
     centre = sum(m for *_, m in counts) / len(counts)
     sign = 1.0 if upper else -1.0
     correction = 1 / (2 * sum(n for _, _, n, _ in counts))  # half the lattice step of a mean of +-1, 0 items
@@ -316,13 +385,21 @@ def _bound_of(counts: tuple[tuple[float, float, int, float], ...], critical: flo
 
     from scipy.optimize import brentq
 
+    def moments(task: tuple[Any, Any, int, float], drop: float) -> tuple[float, float]:
+        first, second, n, _ = task
+        if isinstance(first, tuple):  # a continuous outcome: its values and their counts
+            return el_moments(first, second, drop)
+        p, q = restricted_rates(first, second, n, drop)
+        return max(p + q - (p - q) ** 2, 0.0), _third_moment(p, q)
+
     def margin(m: float) -> float:  # positive where candidate m is rejected on this side (continuous in m)
         shift = m - centre
         var = third = 0.0
-        for gains, losses, n, mu in counts:
-            p, q = restricted_rates(gains, losses, n, min(max(mu + shift, -1.0), 1.0))
-            var += max(p + q - (p - q) ** 2, 0.0) / n / tasks ** 2
-            third += _third_moment(p, q) / n ** 2 / tasks ** 3
+        for task in counts:
+            n, mu = task[2], task[3]
+            v, t = moments(task, min(max(mu + shift, -1.0), 1.0))
+            var += v / n / tasks ** 2
+            third += t / n ** 2 / tasks ** 3
         skew = -sign * third / var ** 1.5 if var > 0 else 0.0  # of the tail this side rejects in (+: heavier)
         c = critical + max(skew, 0.0) * (critical * critical - 1) / 6
         return sign * shift - correction - c * math.sqrt(var)

@@ -48,7 +48,7 @@ from poptune.evaluate.suite import LIKELIHOOD_ITEMS, LOWER_IS_BETTER, PRIMARY_ME
 from poptune.evaluate.workload import Workload, rounds
 
 __all__ = ["RacingPolicy", "RaceResult", "VerdictCost", "race", "extend_run", "planned_looks", "verdict_cost",
-           "conditional_power", "FUTILITY_POWER"]
+           "conditional_power", "planning_rate", "FUTILITY_POWER"]
 
 #: ``race(futility=True)`` stops a race whose conditional power of a verdict within the budget is below this.
 FUTILITY_POWER = 0.05
@@ -195,8 +195,8 @@ def conditional_power(drop: PairedDrop, budget: float, plan: Sequence[Mapping[st
 
     Stochastic curtailment (Lan, Simon and Halperin, "Stochastically curtailed tests in long-term clinical
     trials", Sequential Analysis 1, 1982) on the score test's last look: with ``N`` items planned in all, ``n``
-    seen with mean difference ``x``, flip rate ``f`` (one flip added so that none seen is not 0), ``V`` the
-    test's variance at the budget ``b`` and ``c`` the design's last boundary, it is
+    seen with mean difference ``x``, flip rate ``f`` (:func:`planning_rate`: one added so that none seen is not
+    0), ``V`` the test's variance at the budget ``b`` and ``c`` the design's last boundary, it is
     ``Phi((N b - 1/2 - c sqrt(V N) - n x) / sqrt((N - n) f))`` (in fractions, not points). 1 when nothing is
     left to score and the verdict is already within. Used by :func:`race` (``futility=True``), non-binding.
     """
@@ -211,7 +211,7 @@ def conditional_power(drop: PairedDrop, budget: float, plan: Sequence[Mapping[st
     if left <= 0:
         return 1.0 if drop.within(budget) else 0.0
     b, mean = budget / 100, drop.mean / 100
-    flips = (sum(drop.flipped.values()) + 1) / (seen + 2)
+    flips = planning_rate(drop)
     variance = restricted_variance(flips / 2, flips / 2, 1.0, b)
     fractions = [sum(look.values()) / planned for look in plan]
     last = boundaries(fractions, (1 - confidence) / 2, UPPER_SPENDING)[-1]
@@ -246,9 +246,9 @@ class VerdictCost:
     """What a verdict within a budget would cost a race that loses nothing, at the flip rate seen so far.
 
     Attributes:
-        flip_rate: The share of items assumed to flip (seen so far, one flip added so that none seen is not 0);
-            for a continuous outcome, the mean absolute difference per item (:attr:`PairedDrop.flip_mass`), which
-            sizes the score test as that many flips would (a bounded difference varies at most as much).
+        flip_rate: The share of items assumed to flip (seen so far, one added so that none seen is not 0,
+            :func:`planning_rate`); for a continuous outcome, the mean squared difference per item
+            (:attr:`PairedDrop.flip_mass`), which sizes the score test as that many flips would.
         per_task: Items per task the race's cap must allow for the verdict with probability ``power``.
         tasks: The race's tasks.
         budget: The budget the items are for (points).
@@ -270,6 +270,16 @@ class VerdictCost:
     def items(self) -> int:
         """Items in all (every task)."""
         return self.per_task * self.tasks
+
+
+def planning_rate(drop: PairedDrop) -> float:
+    """The flip rate a plan sizes items for: ``drop``'s movement per item (:attr:`PairedDrop.flip_mass`, its flips
+    for 0/1 outcomes, its squared differences for a continuous one) with one more item moved, so that nothing
+    seen is not nothing to come: one flip for 0/1 outcomes (or when nothing moved), one move of the size seen
+    (the squares' sum over the absolute values') for a continuous one."""
+    mass, moved = drop.flip_mass, sum(drop.moved.values())
+    size = mass / moved if drop.squares and moved > 0 else 1.0
+    return (mass + size * size) / (drop.total + 2)
 
 
 def _items(points: float, flips: float, per_task: int, tasks: int, start: int, growth: float, alpha: float,
@@ -306,7 +316,7 @@ def verdict_cost(drop: PairedDrop, budget: float, *, planned: int, start: int, g
     if budget <= 0:
         raise ConfigError(f"a verdict's cost needs a positive budget, got {budget:g} points")
     tasks = max(len(drop.items), 1)
-    flips = (drop.flip_mass + 1) / (drop.total + 2)  # a continuous outcome's mass of movement, not its count
+    flips = planning_rate(drop)
     alpha = (1 - confidence) / 2
     per_task = max(start, 1)
     for _ in range(4):  # the design's looks depend on the cap it is sized for

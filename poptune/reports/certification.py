@@ -156,7 +156,8 @@ def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budge
             continue
         planned = PairedDrop.from_dict(entry["drop"]).planned if entry.get("drop") else 0
         rate = f"items flip at the {100 * cost['flip_rate']:.1f}% rate seen so far" if not kind else \
-            f"items move by the {100 * cost['flip_rate']:.1f} points on average seen so far"
+            f"items move by {cost['rms_points']:.1f} points (root mean square) seen so far" if "rms_points" in cost \
+            else f"items move by the {100 * cost['flip_rate']:.1f} points on average seen so far"  # stored before
         lines.append(
             f"{row.label}: {row.verdict}: a {budget:g}-point {kind}verdict needs about {cost['items']:,} items here "
             f"(~{cost['minutes']:.0f} min at {cost['seconds_per_item']:.1f} s per item) for "

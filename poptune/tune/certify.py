@@ -38,6 +38,7 @@ resumed run) keeps the earlier attempts under ``attempts``, each with the error 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -150,7 +151,8 @@ class CertificationPlan:
         affordable: Items per task the time left buys (None: no clock, or no cost per item measured yet).
         supply: Items per task the problem holds for certification (its cap).
         flip_rate: The share of the candidate's search items that flipped (one added, so none is not 0); under
-            the likelihood judge, the mean absolute change of an item's outcome (:attr:`PairedDrop.flip_mass`).
+            the likelihood judge, the mean squared change of an item's outcome (:attr:`PairedDrop.flip_mass`,
+            :func:`poptune.evaluate.racing.planning_rate`).
         seconds_per_item: What an item costs the full model and the candidate together (None: not measured).
         smallest_budget: The smallest budget ``per_task`` items certify with probability ``power`` at that rate.
         power: The probability the sizes are for.
@@ -177,7 +179,7 @@ class CertificationPlan:
         kind = "likelihood " if judge == LIKELIHOOD_JUDGE else ""
         head = f"certifying {label} on {self.per_task * self.tasks:,} fresh items{cost}"
         rate = f"items flip at the {100 * self.flip_rate:.1f}% flip rate the search saw" if not kind else \
-            f"items move by the {100 * self.flip_rate:.1f} points on average the search saw"
+            f"items move by {100 * math.sqrt(self.flip_rate):.1f} points (root mean square) as the search saw"
         if self.per_task >= self.needed:
             return (f"{head}: {100 * self.power:.0f}% power for a {budget:g}-point {kind}verdict if the true drop "
                     f"is 0 and {rate}")
@@ -209,7 +211,8 @@ def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows
     tasks = {t: 0 for t in p.tasks}
     stored = study.trials[rows[0].trial].user_attrs.get("drop")
     seen = PairedDrop.from_dict(stored) if stored else PairedDrop(Interval(0.0, 0.0, 0.0), tasks, dict(tasks))
-    seen = PairedDrop(Interval(0.0, 0.0, 0.0), seen.items or tasks, seen.flipped or dict(tasks), moved=dict(seen.moved))
+    seen = PairedDrop(Interval(0.0, 0.0, 0.0), seen.items or tasks, seen.flipped or dict(tasks), moved=dict(seen.moved),
+                      squares=dict(seen.squares))
     supply = p.certify_limit if supply is None else supply
     start = min(CERTIFY_START, supply)
     cost = verdict_cost(seen, p.max_drop, planned=supply, start=start, confidence=confidence)
@@ -225,9 +228,11 @@ def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows
                              smallest, cost.power)
 
 
-def _moved(drop: Any, task: str) -> float:
-    """How much ``drop``'s items of ``task`` moved (its flips where it was stored without the figure)."""
-    return float(drop.moved[task]) if task in drop.moved else float(drop.flipped.get(task, 0))
+def _moved(drop: Any, task: str) -> tuple[float, float]:
+    """How much ``drop``'s items of ``task`` moved: the sums of their absolute and of their squared differences
+    (the flips, or the absolute differences' sum, standing in where it was stored without the figure)."""
+    moved = float(drop.moved[task]) if task in drop.moved else float(drop.flipped.get(task, 0))
+    return moved, float(drop.squares[task]) if task in drop.squares else moved
 
 
 def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "TuningProblem",
@@ -246,8 +251,10 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
     before = PairedDrop.from_dict(searched) if searched else None
     items = {t: n + (before.items.get(t, 0) if before else 0) for t, n in drop.items.items()}
     flipped = {t: n + (before.flipped.get(t, 0) if before else 0) for t, n in drop.flipped.items()}
-    moved = {t: _moved(drop, t) + (_moved(before, t) if before else 0.0) for t in drop.items}
-    seen = PairedDrop(Interval(0.0, 0.0, 0.0), items, flipped, moved=moved)  # counts: the rate over every item scored
+    sums = {t: [a + b for a, b in zip(_moved(drop, t), _moved(before, t) if before else (0.0, 0.0))]
+            for t in drop.items}
+    seen = PairedDrop(Interval(0.0, 0.0, 0.0), items, flipped, moved={t: s[0] for t, s in sums.items()},
+                      squares={t: s[1] for t, s in sums.items()})  # counts: the rate over every item scored
     cost, figures = _priced(seen, problem, confidence, seconds / max(drop.total, 1))
     return {**figures, "per_task": used + cost.per_task, "smallest_budget": cost.smallest_budget}
 
@@ -260,8 +267,8 @@ def _priced(seen: Any, problem: "TuningProblem", confidence: float, per_item: fl
     assert problem.max_drop  # a cost is priced for a budget
     cost = verdict_cost(seen, problem.max_drop, planned=problem.certify_limit,
                         start=min(CERTIFY_START, problem.certify_limit), confidence=confidence)
-    return cost, {"flip_rate": cost.flip_rate, "items": cost.items, "seconds_per_item": per_item,
-                  "minutes": cost.items * per_item / 60, "power": cost.power}
+    return cost, {"flip_rate": cost.flip_rate, "rms_points": 100 * math.sqrt(cost.flip_rate), "items": cost.items,
+                  "seconds_per_item": per_item, "minutes": cost.items * per_item / 60, "power": cost.power}
 
 
 def accuracy_cost(run: Any, seconds: float, problem: "TuningProblem", confidence: float) -> dict[str, Any] | None:

@@ -100,13 +100,57 @@ def test_a_continuous_outcomes_cost_rests_on_how_much_it_moved_not_how_many_item
     full = {"t": [0.60] * 200}
     slight = paired_drop(full, {"t": [0.59, 0.61] * 100})  # every item moves, by a hundredth
     assert slight.flipped == {"t": 200} and slight.moved == {"t": pytest.approx(2.0)}
-    assert slight.flip_mass == pytest.approx(2.0)
+    assert slight.squares == {"t": pytest.approx(0.02)} and slight.flip_mass == pytest.approx(0.02)  # squares
     binary = paired_drop({"t": [1.0] * 200}, {"t": [0.0, 1.0] * 100})
     assert binary.flip_mass == binary.flipped["t"] == 100  # 0/1 outcomes: the mass is the count of flips
     few = verdict_cost(slight, 2.0, planned=256, start=32)
-    assert few.flip_rate == pytest.approx(3 / 202) and few.per_task < verdict_cost(binary, 2.0, planned=256,
-                                                                                   start=32).per_task
+    assert few.flip_rate == pytest.approx((0.02 + 0.01 ** 2) / 202)  # one more move of the size seen
+    assert few.per_task < verdict_cost(binary, 2.0, planned=256, start=32).per_task
     again = PairedDrop.from_dict(slight.to_dict())
-    assert again == slight and again.flip_mass == pytest.approx(2.0)
-    old = {k: v for k, v in slight.to_dict().items() if k != "moved"}  # stored before the figure: its flips
+    assert again == slight and again.flip_mass == pytest.approx(0.02)
+    older = {k: v for k, v in slight.to_dict().items() if k != "squares"}  # stored before the squares: |d|
+    assert PairedDrop.from_dict(older).flip_mass == pytest.approx(2.0)
+    assert verdict_cost(PairedDrop.from_dict(older), 2.0, planned=256, start=32).flip_rate == pytest.approx(3 / 202)
+    old = {k: v for k, v in older.items() if k != "moved"}  # stored before either figure: its flips
     assert PairedDrop.from_dict(old).flip_mass == 200
+
+
+def test_the_empirical_likelihood_fit_is_tangos_for_0_1_outcomes():
+    from poptune.evaluate.paired import _third_moment, el_moments, restricted_rates
+
+    for gains, losses, n in [(3, 7, 100), (0, 0, 100), (5, 0, 50), (0, 4, 40), (10, 10, 64), (2, 3, 5)]:
+        seen = [(v, c) for v, c in ((-1.0, gains), (0.0, n - gains - losses), (1.0, losses)) if c]
+        for drop in (-0.3, -0.05, 0.0, 0.02, 0.1, 0.5, 0.9):
+            p, q = restricted_rates(gains, losses, n, drop)
+            variance, third = el_moments([v for v, _ in seen], [c for _, c in seen], drop)
+            assert variance == pytest.approx(p + q - (p - q) ** 2, abs=1e-9)
+            assert third == pytest.approx(_third_moment(p, q), abs=1e-9)
+
+
+def _counted(full: list[float], other: list[float], critical: float = 1.96) -> float:
+    """The upper bound as the counts' fit gives it, each move taken for part of a flip (before el_moments)."""
+    import numpy as np
+
+    from poptune.evaluate.paired import _bound_of
+
+    d = np.asarray(full) - np.asarray(other)
+    return 100 * _bound_of(((float(-d[d < 0].sum()), float(d[d > 0].sum()), d.size, float(d.mean())),), critical,
+                           True)
+
+
+def test_a_continuous_outcome_that_moves_a_little_is_bounded_by_its_squares_and_rare_losses_stay_possible():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    full = rng.uniform(0.3, 0.7, 400).tolist()
+    other = (np.asarray(full) - rng.normal(0.0, 0.05, 400)).tolist()  # every item moves, by 5 points or so
+    drop = paired_drop({"t": full}, {"t": other})
+    assert drop.hi - drop.mean < 1.7  # 1.96 * 5 / sqrt(400) = 0.49, and about 1.96^2 / 400 for rare losses
+    assert drop.hi - drop.mean < 0.6 * (_counted(full, other) - drop.mean)  # moves as parts of flips: wider
+    still = paired_drop({"t": full}, {"t": list(full)})  # nothing moved: no evidence against rare losses
+    binary = paired_drop({"t": [1.0] * 400}, {"t": [1.0] * 400})
+    assert still.hi == pytest.approx(binary.hi) and still.hi > 0.9
+    rare = list(other)
+    rare[:8] = [0.0] * 8  # 2% of items lose all of their score: the spread, and the interval, grow
+    lost = paired_drop({"t": full}, {"t": rare})
+    assert lost.hi - lost.mean > drop.hi - drop.mean and lost.hi > drop.hi + 1.0

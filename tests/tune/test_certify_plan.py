@@ -35,6 +35,26 @@ def test_the_plan_buys_what_a_verdict_needs_and_says_so():
                          "the search saw")
 
 
+def test_a_likelihood_plan_is_sized_on_the_squared_moves_and_says_their_root_mean_square():
+    from poptune.evaluate.paired import paired_drop
+
+    full = {"passkey:likelihood": [0.9] * 32}
+    drop = paired_drop(full, {"passkey:likelihood": [0.85, 0.95] * 16})  # every item moves by 5 points
+    problem = TuningProblem(model="tiny-llama", tasks=("passkey:likelihood",), certify_limit=1024)
+    study = types.SimpleNamespace(trials=[types.SimpleNamespace(user_attrs={"drop": drop.to_dict()})])
+    evaluator = types.SimpleNamespace(problem=problem, seconds_per_item=lambda: 0.1)
+    rows = [types.SimpleNamespace(trial=0, label="6/last/0", config=PopConfig(skip=6))]
+    plan = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + 3600)
+    assert plan.flip_rate == pytest.approx((32 * 0.05 ** 2 + 0.05 ** 2) / 34)  # one more move of the size seen
+    assert plan.line("6/last/0", 2.0, "likelihood").endswith(
+        "80% power for a 2-point likelihood verdict if the true drop is 0 and items move by 4.9 points (root mean "
+        "square) as the search saw")
+    before = {k: v for k, v in drop.to_dict().items() if k != "squares"}  # as the absolute moves planned it
+    study.trials[0].user_attrs["drop"] = before
+    old = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + 3600)
+    assert plan.needed < 500 and 4 * plan.needed < old.needed  # 387 against 1,946
+
+
 def test_a_short_clock_buys_fewer_items_and_the_line_says_what_they_certify():
     study, evaluator, rows = _setup(flipped=1, seconds=1.0)
     plan = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + CLOSING_S + 200)
