@@ -21,6 +21,9 @@ with simulated paired outcomes of known true drop and flip rate, two tasks, and 
   at 1.25%), **followup** (the two-attempt path, attempt 2 on new items against the former re-race of the same
   items, :func:`poptune.tune.simulate.follow_up`), **unequal** (tasks of unequal sizes, flip rates and drops,
   :func:`poptune.tune.simulate.race_tasks`), **promise** (the cost line's size at a true drop of half the budget).
+- **A continuous outcome** (``continuous``: a likelihood judge's, F1-type scores): the empirical likelihood's
+  variance (:func:`poptune.evaluate.paired.el_moments`), its error at the budget when every item moves a little,
+  with flips or rare large losses beside, its power at true drop 0 and the plan's size before and after.
 
 Usage::
 
@@ -51,7 +54,15 @@ POWER_CAPS = (("long-prompt", 16), ("quick", 64), ("standard", 128), ("thorough"
 POWER_FLIPS = (0.0, 0.05, 0.10, 0.20)
 CAP_FLIPS = (("10% flips", 0.10, False), ("4% flips", 0.04, False), ("losses only", 0.02, True))
 SECTIONS = ("budget", "caps", "power", "attempts", "hopeless", "futility", "plan", "levels", "studypower", "followup",
-            "unequal", "promise")
+            "unequal", "promise", "continuous")
+CONTINUOUS_AT_BUDGET = (("every item moves, sd 5 points, all carry the drop", 0.0, False, 0.05),
+                        ("every item moves, sd 2 points, all carry the drop", 0.0, False, 0.02),
+                        ("10% F1-type flips, the others move by sd 5 points", 0.10, False, 0.05),
+                        ("losses only, F1-type, the others move by sd 3 points", 0.02 / 0.6, True, 0.03),
+                        ("losses only, F1-type, the others move by sd 1 point", 0.02 / 0.6, True, 0.01),
+                        ("10% F1-type flips, no other move", 0.10, False, 0.0),
+                        ("losses only, F1-type, no other move", 0.02 / 0.6, True, 0.0))
+CONTINUOUS_DESIGNS = (("32 -> 128 per task", 128), ("32 -> 512 per task", 512))
 
 
 def _caps(replicates: int) -> list[str]:
@@ -70,6 +81,49 @@ def _caps(replicates: int) -> list[str]:
                                seed=cap)
             lines.append(f"| {cap:,} | {', '.join(map(str, rounds(32, cap)))} | {label} | {100 * rates.within:.2f}% | "
                          f"{100 * rates.beyond:.2f}% | {100 * rates.undecided:.1f}% | {rates.mean_items:.0f} |")
+    return lines
+
+
+def _continuous(replicates: int, power_replicates: int) -> list[str]:
+    """A continuous outcome (a likelihood judge's; F1-type scores): the empirical likelihood's variance
+    (:func:`poptune.evaluate.paired.el_moments`), its error at the budget, its power and the plan's promise."""
+    from poptune.evaluate.decisions import Scenario, race_error
+    from poptune.evaluate.paired import PairedDrop, paired_drop
+    from poptune.evaluate.racing import verdict_cost
+
+    lines = ["", "## A continuous outcome: error at the budget (2 points), power and the plan's size", "",
+             "F1-type scores in [0, 1] (`Scenario(partial=True, noise=sd)`: flips move a score by a share of it, "
+             "every other item moves by a normal amount of that sd, clipped at 3 sd; with no flip every item "
+             "carries the drop). The score test's variance is the empirical likelihood's over the moves and the "
+             "scale's ends. Rounds from 32 items per task, two tasks, confidence 95%; each share must be at most "
+             "2.5%.", "", "| design | outcome | declared within | declared beyond | undecided | mean items |",
+             "|---|---|---|---|---|---|"]
+    for name, cap in CONTINUOUS_DESIGNS:
+        for label, flips, losses_only, noise in CONTINUOUS_AT_BUDGET:
+            rates = race_error(Scenario(0.02, flips, losses_only, True, noise), start=32, cap=cap,
+                               replicates=replicates, seed=19)
+            lines.append(f"| {name} | {label} | {100 * rates.within:.2f}% | {100 * rates.beyond:.2f}% | "
+                         f"{100 * rates.undecided:.1f}% | {rates.mean_items:.0f} |")
+    lines += ["", "True drop 0, every item moving by a normal amount (no flip): how often a race to the cap certifies "
+              "within 2 points, and the plan's size: the items per task `verdict_cost` sizes for 80% from 200 items "
+              "per task of the same outcome (after: on the squared moves; before: on the absolute ones, as the "
+              "counts' fit planned), and a race to the size after.", "",
+              "| move sd | within at 128 per task | at 256 | planned per task, before | after | within at the size "
+              "after | mean items |", "|---|---|---|---|---|---|---|"]
+    import numpy as np
+
+    for noise in (0.05, 0.02, 0.10):
+        scenario = Scenario(0.0, 0.0, partial=True, noise=noise)
+        shares = [race_error(scenario, start=32, cap=cap, replicates=power_replicates, seed=23).within
+                  for cap in (128, 256)]
+        draws = [scenario.draw(np.random.default_rng(29 + k), 200) for k in range(2)]
+        seen = paired_drop({t: d[0] for t, d in zip("ab", draws)}, {t: d[1] for t, d in zip("ab", draws)})
+        before = {k: v for k, v in seen.to_dict().items() if k != "squares"}
+        size = verdict_cost(seen, 2.0, planned=128, start=32).per_task
+        old = verdict_cost(PairedDrop.from_dict(before), 2.0, planned=128, start=32).per_task
+        at = race_error(scenario, start=32, cap=size, replicates=power_replicates, seed=31)
+        lines.append(f"| {100 * noise:g} points | {100 * shares[0]:.1f}% | {100 * shares[1]:.1f}% | {old:,} | "
+                     f"{size:,} | {100 * at.within:.1f}% | {at.mean_items:.0f} |")
     return lines
 
 
@@ -114,6 +168,7 @@ def _attempts(replicates: int) -> list[str]:
     from poptune.evaluate.decisions import Scenario, race_error
     from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
     from poptune.evaluate.racing import verdict_cost
+    from poptune.interval import Interval
 
     lines = ["", "## The study's attempts: the error shared (1.25%, then 0.625%), one candidate, true drop 0", "",
              "| flips | attempt 1 at 32 -> 128 per task: certified within (at 2.5% it would be) | the follow-up's size "
@@ -121,7 +176,8 @@ def _attempts(replicates: int) -> list[str]:
     for flips in (0.037, 0.10):
         first = race_error(Scenario(0.0, flips), start=32, cap=128, confidence=0.975, replicates=replicates, seed=5)
         alone = race_error(Scenario(0.0, flips), start=32, cap=128, confidence=0.95, replicates=replicates, seed=5)
-        seen = PairedDrop(0.0, -3.0, 3.0, {"a": 200, "b": 200}, {t: round(200 * flips) for t in "ab"}, SEQUENTIAL)
+        seen = PairedDrop(Interval(0.0, -3.0, 3.0), {"a": 200, "b": 200}, {t: round(200 * flips) for t in "ab"},
+                          SEQUENTIAL)
         cost = verdict_cost(seen, 2.0, planned=128, start=32, confidence=0.9875)
         second = race_error(Scenario(0.0, flips), start=32, cap=cost.per_task, confidence=0.9875,
                             replicates=replicates, seed=6)
@@ -261,6 +317,7 @@ def _promise(replicates: int) -> list[str]:
     from poptune.evaluate.decisions import Scenario, race_error
     from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
     from poptune.evaluate.racing import verdict_cost
+    from poptune.interval import Interval
 
     lines = ["", "## The cost line's promise: 80% if the true drop is 0 and items flip as often as seen", "",
              "Sized from 200 items per task at the true flip rate, for a second attempt (0.625%); races of that "
@@ -268,7 +325,8 @@ def _promise(replicates: int) -> list[str]:
              "| flips | size per task | true drop 0: within | true drop 1 (half the budget): within |",
              "|---|---|---|---|"]
     for flips in (0.037, 0.10):
-        seen = PairedDrop(0.0, -3.0, 3.0, {"a": 200, "b": 200}, {t: round(200 * flips) for t in "ab"}, SEQUENTIAL)
+        seen = PairedDrop(Interval(0.0, -3.0, 3.0), {"a": 200, "b": 200}, {t: round(200 * flips) for t in "ab"},
+                          SEQUENTIAL)
         cost = verdict_cost(seen, 2.0, planned=128, start=32, confidence=0.9875)
         shares = [race_error(Scenario(drop, flips), start=32, cap=cost.per_task, confidence=0.9875,
                              replicates=replicates, seed=6).within for drop in (0.0, 0.01)]
@@ -347,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         lines += _unequal(args.replicates)
     if "promise" in sections:
         lines += _promise(args.power_replicates)
+    if "continuous" in sections:
+        lines += _continuous(args.replicates, args.power_replicates)
     lines += ["", f"Wall time: {time.monotonic() - started:.0f} s on this project's 2-core CPU."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
