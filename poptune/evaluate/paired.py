@@ -18,7 +18,7 @@ over the items' differences and the scale's two ends (:func:`el_moments`, Owen 2
 drop the items seen cannot carry is still carried by mass at the scale's end, so rare large losses stay
 possible (no movement gives the binary bound). Taking each move for that share of a flip, as before, overstated
 the variance of an outcome whose every item moves a little: a 2-point likelihood verdict on the long-prompt pack
-was planned at about 1,500 items, now about 300 (``leaderboards/likelihood-verdict-cost-*``). A
+was planned at about 1,300 items, now about 320 (``leaderboards/likelihood-verdict-cost-*``). A
 suite's tasks are averaged, each with its own variance, the candidate shifting every task's mean by the same amount:
 one method whatever the tasks' counts. A continuity correction of half the mean's lattice step (``1 / (2 n)``; half
 of Edwards' correction in McNemar's test) keeps the discrete outcomes' error at or under the stated level at small
