@@ -242,8 +242,9 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
     certification's; ``used``: fresh positions per task the attempts so far took. The next attempt scores new
     items only, so ``per_task`` is the ``--certify N`` that buys them (``used`` plus the items it needs per task)
     and ``items`` the attempt's own. A planning figure: 80% if the true drop is 0 and items flip as often as seen
-    (the search's flips, biased low for the selected candidate, are counted in). None for a budget of 0 points,
-    which no number of items certifies while any item could flip."""
+    (the search's flips, biased low for the selected candidate, are counted in); ``smallest_budget``, what the
+    items this attempt planned certify as often. None for a budget of 0 points, which no number of items
+    certifies while any item could flip."""
     from poptune.evaluate.paired import PairedDrop
 
     if not problem.max_drop:
@@ -255,18 +256,22 @@ def _cost(searched: dict[str, Any] | None, drop: Any, seconds: float, problem: "
             for t in drop.items}
     seen = PairedDrop(Interval(0.0, 0.0, 0.0), items, flipped, moved={t: s[0] for t, s in sums.items()},
                       squares={t: s[1] for t, s in sums.items()})  # counts: the rate over every item scored
-    cost, figures = _priced(seen, problem, confidence, seconds / max(drop.total, 1))
+    planned = -(-drop.planned // max(len(drop.items), 1)) if drop.planned else None  # this attempt's, per task
+    cost, figures = _priced(seen, problem, confidence, seconds / max(drop.total, 1), planned)
     return {**figures, "per_task": used + cost.per_task, "smallest_budget": cost.smallest_budget}
 
 
-def _priced(seen: Any, problem: "TuningProblem", confidence: float, per_item: float) -> tuple[Any, dict[str, Any]]:
-    """The verdict cost at ``seen``'s flips (:func:`poptune.evaluate.racing.verdict_cost`, the problem's budget and
-    cap) and its figures: flip rate, items, their minutes at ``per_item`` seconds, power."""
+def _priced(seen: Any, problem: "TuningProblem", confidence: float, per_item: float,
+            planned: int | None = None) -> tuple[Any, dict[str, Any]]:
+    """The verdict cost at ``seen``'s flips (:func:`poptune.evaluate.racing.verdict_cost`, the problem's budget; its
+    smallest budget for ``planned`` items per task, default the problem's cap) and its figures: flip rate, items,
+    their minutes at ``per_item`` seconds, power."""
     from poptune.evaluate.racing import verdict_cost
 
     assert problem.max_drop  # a cost is priced for a budget
-    cost = verdict_cost(seen, problem.max_drop, planned=problem.certify_limit,
-                        start=min(CERTIFY_START, problem.certify_limit), confidence=confidence)
+    planned = planned or problem.certify_limit
+    cost = verdict_cost(seen, problem.max_drop, planned=planned, start=min(CERTIFY_START, planned),
+                        confidence=confidence)
     return cost, {"flip_rate": cost.flip_rate, "rms_points": 100 * math.sqrt(cost.flip_rate), "items": cost.items,
                   "seconds_per_item": per_item, "minutes": cost.items * per_item / 60, "power": cost.power}
 

@@ -74,6 +74,20 @@ def test_the_cap_bounds_the_plan_and_at_least_one_round_is_spent():
     assert plan_certification(study, evaluator, [], 0.975, deadline=None) is None
 
 
+def test_the_cost_line_prices_the_smallest_budget_for_the_items_the_attempt_planned():
+    from poptune.evaluate.racing import verdict_cost
+    from poptune.tune.certify import _cost
+
+    problem = TuningProblem(model="tiny-llama", tasks=("passkey", "kv_recall"), certify_limit=1024, max_drop=2.0)
+    drop = PairedDrop(Interval(0.0, -2.5, 2.0), {"passkey": 143, "kv_recall": 143}, {"passkey": 2, "kv_recall": 1},
+                      SEQUENTIAL, planned=286)
+    cost = _cost(None, drop, 286.0, problem, 0.9875)
+    # "the smallest budget the 286 planned items certify": 143 per task, not the cap's 1,024
+    assert cost["smallest_budget"] == verdict_cost(drop, 2.0, planned=143, start=32, confidence=0.9875).smallest_budget
+    assert cost["smallest_budget"] > verdict_cost(drop, 2.0, planned=1024, start=32, confidence=0.9875).smallest_budget
+    assert cost["items"] == verdict_cost(drop, 2.0, planned=1024, start=32, confidence=0.9875).items  # unchanged
+
+
 @pytest.mark.parametrize("value", ["0", "-3", "nan", "soon"])
 def test_a_bad_time_budget_is_one_line(capsys, value):
     from poptune.cli import main
