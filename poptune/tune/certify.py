@@ -133,10 +133,16 @@ def certification_policy(problem: "TuningProblem") -> "RacingPolicy":
 
 
 def wants_certification(study: "optuna.Study", problem: "TuningProblem") -> bool:
-    """Whether ``problem`` asks for more certification than ``study`` holds (none yet, or a larger cap than the
-    last attempt was given: a planned attempt that chose fewer items is not asked again)."""
+    """Whether ``problem`` asks for a certification ``study`` has not had: none yet, or another ``--certify N``
+    than the last attempt was given with fresh positions beyond those the attempts took (:func:`attempt_items`).
+    ``N`` counts those positions, so the cost line's ``--certify N`` after a planned attempt that chose fewer items
+    than the preset's cap is a follow-up though below that cap; the same ``N`` again is not asked again."""
     record = store.StoredStudy.of(study).certification
-    return problem.certifies and (not record or int(record.get("limit", record.get("cap", 0))) < problem.certify_limit)
+    if not problem.certifies or not record:
+        return problem.certifies
+    search_cap = problem.racing().cap
+    taken = int(record.get("fresh_from", search_cap)) + int(record.get("cap", record.get("limit", 0))) - search_cap
+    return int(record.get("limit", record.get("cap", 0))) != problem.certify_limit and problem.certify_limit > taken
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,21 @@ def test_each_attempt_starts_after_the_last_ones_cap():
         attempt_items({"fresh_from": 32, "cap": 100, "limit": 128}, 32, 100)
 
 
+def test_the_cost_lines_follow_up_certifies_again_after_a_planned_attempt_below_the_cap(problem):
+    import optuna
+
+    from poptune.tune.certify import wants_certification
+
+    study = optuna.create_study()
+    assert wants_certification(study, problem)  # none yet
+    # a planned first attempt took 143 of its 1,024 positions per task (the time budget bought no more)
+    store.StoredStudy.of(study).set_certification({"fresh_from": 4, "cap": 143, "limit": 1024})
+    assert not wants_certification(study, replace(problem, certify_limit=1024))  # the same command again
+    assert wants_certification(study, replace(problem, certify_limit=336))  # the cost line's --certify 336
+    assert not wants_certification(study, replace(problem, certify_limit=143))  # nothing fresh beyond the 143
+    assert wants_certification(study, replace(problem, certify_limit=2048))
+
+
 def test_attempts_share_the_error_and_older_records_count_as_spending_all_of_it():
     assert sum(attempt_error(k) for k in range(1, 60)) == pytest.approx(ERROR) and attempt_error(1) == ERROR / 2
     with pytest.raises(ValueError):
