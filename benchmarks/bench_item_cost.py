@@ -27,7 +27,6 @@ Writes ``leaderboards/item-cost-<model>-<hardware>.md`` (or ``--out``).
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 import time
@@ -38,7 +37,7 @@ from poptune.engine.trunk import SharedTrunk
 from poptune.evaluate.suite import EvalSpec, measure_tasks
 from poptune.evaluate.workload import build_workload
 from poptune.measure.hardware import fingerprint
-from poptune.measure.provenance import versions
+from poptune.measure.provenance import typed_command, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,12 +152,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"{totals[way] / items:.3f} | **{totals['before'] / totals[way]:.2f}x** | "
                             f"{statistics.median(per):.2f}x [{min(per):.2f}, {max(per):.2f}] ({len(per)} chunks) |")
     wall = time.perf_counter() - began
-    given = list(argv if argv is not None else sys.argv[1:])
-    if args.data_dir:  # as a user types it from the checkout, not this machine's path
-        given = [a.replace(args.data_dir, "../shared/data") for a in given]
-    if args.out:
-        given = [a.replace(args.out, "OUT") for a in given]
-    command = "python benchmarks/bench_item_cost.py " + shlex.join(given)
+    command = typed_command(["benchmarks/bench_item_cost.py", *(argv if argv is not None else sys.argv[1:])],
+                            program=None)  # as a user types it, no path of this machine
     v = versions()
     text = "\n".join([
         f"# What an item costs: the full model and POP configurations on the same fresh items ({args.model}"

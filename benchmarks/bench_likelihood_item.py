@@ -25,7 +25,6 @@ Writes ``leaderboards/likelihood-item-cost-<model>-<hardware>.md`` (or ``--out``
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 import time
@@ -38,7 +37,7 @@ from poptune.evaluate.prompts import LIKELIHOOD
 from poptune.evaluate.suite import PRIMARY_METRIC
 from poptune.evaluate.workload import task_requests
 from poptune.measure.hardware import fingerprint
-from poptune.measure.provenance import versions
+from poptune.measure.provenance import typed_command, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,11 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(f"| {task} | {args.candidate} | {n} | {totals['before'] / n:.2f} | {totals['after'] / n:.2f} | "
                     f"**{totals['before'] / totals['after']:.2f}x** | {statistics.median(ratios):.2f}x "
                     f"[{min(ratios):.2f}, {max(ratios):.2f}] ({len(ratios)} chunks) |")
-    given = list(argv if argv is not None else sys.argv[1:])
-    given = [a.replace(str(args.data_dir), "../shared/data") for a in given]  # as a user types it, not this path
-    if args.out:
-        given = [a.replace(str(args.out), "OUT") for a in given]
-    command = "python benchmarks/bench_likelihood_item.py " + shlex.join(given)
+    command = typed_command(["benchmarks/bench_likelihood_item.py", *(argv if argv is not None else sys.argv[1:])],
+                            program=None)  # as a user types it, no path of this machine
     hardware, v = fingerprint(model.device), versions()
     lines = [f"# What a likelihood-judged item costs: the full model plus one candidate, before and after one "
              f"prefill ({args.model})", "",

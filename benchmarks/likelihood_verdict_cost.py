@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -85,7 +84,7 @@ def _row(task: str, label: str, full: list[float], other: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from poptune.measure.hardware import fingerprint
-    from poptune.measure.provenance import versions
+    from poptune.measure.provenance import typed_command, versions
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gemma-3")
@@ -101,10 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     for task in args.tasks.split(","):
         out = _outcomes(args.model, task, args.data_dir, configs, args.items, args.chunk)
         rows += [_row(task, text, out["full"], out[str(c)]) for text, c in zip(args.configs.split(","), configs)]
-    given = [a.replace(str(args.data_dir), "../shared/data") for a in (argv if argv is not None else sys.argv[1:])]
-    if args.out:
-        given = [a.replace(str(args.out), "OUT") for a in given]
-    command = "python benchmarks/likelihood_verdict_cost.py " + shlex.join(given)
+    command = typed_command(["benchmarks/likelihood_verdict_cost.py", *(argv if argv is not None else sys.argv[1:])],
+                            program=None)  # as a user types it, no path of this machine
     hardware, v = fingerprint("cpu"), versions()
     lines = [f"# How many items a 2-point likelihood verdict needs, before and after the empirical likelihood's "
              f"variance ({args.model})", "",
