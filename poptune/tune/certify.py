@@ -162,6 +162,8 @@ class CertificationPlan:
         seconds_per_item: What an item costs the full model and the candidate together (None: not measured).
         smallest_budget: The smallest budget ``per_task`` items certify with probability ``power`` at that rate.
         power: The probability the sizes are for.
+        squared: Whether ``flip_rate`` rests on the squared moves (False: a search drop stored without them, whose
+            absolute moves stand in).
     """
 
     per_task: int
@@ -173,6 +175,7 @@ class CertificationPlan:
     seconds_per_item: float | None
     smallest_budget: float
     power: float = 0.8
+    squared: bool = True
 
     @property
     def minutes(self) -> float | None:
@@ -185,7 +188,8 @@ class CertificationPlan:
         kind = "likelihood " if judge == LIKELIHOOD_JUDGE else ""
         head = f"certifying {label} on {self.per_task * self.tasks:,} fresh items{cost}"
         rate = f"items flip at the {100 * self.flip_rate:.1f}% flip rate the search saw" if not kind else \
-            f"items move by {100 * math.sqrt(self.flip_rate):.1f} points (root mean square) as the search saw"
+            f"items move by {100 * math.sqrt(self.flip_rate):.1f} points (root mean square) as the search saw" \
+            if self.squared else f"items move by {100 * self.flip_rate:.1f} points on average as the search saw"
         if self.per_task >= self.needed:
             return (f"{head}: {100 * self.power:.0f}% power for a {budget:g}-point {kind}verdict if the true drop "
                     f"is 0 and {rate}")
@@ -231,7 +235,7 @@ def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows
     smallest = verdict_cost(seen, p.max_drop, planned=per_task, start=min(start, per_task),
                             confidence=confidence).smallest_budget
     return CertificationPlan(per_task, cost.tasks, cost.per_task, affordable, supply, cost.flip_rate, per_item,
-                             smallest, cost.power)
+                             smallest, cost.power, squared=bool(seen.squares))
 
 
 def _moved(drop: Any, task: str) -> tuple[float, float]:

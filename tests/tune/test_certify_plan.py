@@ -53,6 +53,8 @@ def test_a_likelihood_plan_is_sized_on_the_squared_moves_and_says_their_root_mea
     study.trials[0].user_attrs["drop"] = before
     old = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + 3600)
     assert plan.needed < 500 and 4 * plan.needed < old.needed  # 387 against 1,946
+    # its line names the figure it rests on: a mean of absolute moves (one flip added) is no root mean square
+    assert "items move by 7.6 points on average as the search saw" in old.line("6/last/0", 2.0, "likelihood")
 
 
 def test_a_short_clock_buys_fewer_items_and_the_line_says_what_they_certify():
