@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "accuracy_cost",
            "attempt_error", "attempt_items", "candidates", "certification_policy", "certify_front",
-           "plan_certification", "spent_error", "verdict_of", "wants_certification"]
+           "plan_certification", "spent_error", "verdict_of", "wants_certification", "check_follow_up"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
@@ -110,14 +110,19 @@ def attempt_items(before: dict[str, Any] | None, search_cap: int, limit: int) ->
     positions per task in all (``--certify N``). Raises ConfigError when earlier attempts took them all."""
     from poptune.errors import ConfigError
 
-    start = search_cap
-    if before:
-        start = int(before.get("fresh_from", search_cap)) + int(before.get("cap", before.get("limit", 0)))
-    room = search_cap + limit - start
-    if room < 1:
-        raise ConfigError(f"--certify {limit}: earlier certifications took the first {start - search_cap} fresh items "
+    taken = _taken(before, search_cap)
+    if limit - taken < 1:
+        raise ConfigError(f"--certify {limit}: earlier certifications took the first {taken} fresh items "
                           "per task, and a new attempt scores only items none of them saw: ask for more")
-    return start, room
+    return search_cap + taken, limit - taken
+
+
+def _taken(before: dict[str, Any] | None, search_cap: int) -> int:
+    """Fresh positions per task the attempts of ``before`` (a certification record, None for none) took: up to
+    the last one's cap, from its first position (the search's cap for records stored without it)."""
+    if not before:
+        return 0
+    return int(before.get("fresh_from", search_cap)) + int(before.get("cap", before.get("limit", 0))) - search_cap
 
 
 def _confidence(attempt: int, candidates: int) -> float:
@@ -140,9 +145,21 @@ def wants_certification(study: "optuna.Study", problem: "TuningProblem") -> bool
     record = store.StoredStudy.of(study).certification
     if not problem.certifies or not record:
         return problem.certifies
-    search_cap = problem.racing().cap
-    taken = int(record.get("fresh_from", search_cap)) + int(record.get("cap", record.get("limit", 0))) - search_cap
-    return int(record.get("limit", record.get("cap", 0))) != problem.certify_limit and problem.certify_limit > taken
+    return _limit(record) != problem.certify_limit and problem.certify_limit > _taken(record, problem.racing().cap)
+
+
+def check_follow_up(study: "optuna.Study", problem: "TuningProblem") -> None:
+    """Refuse, in one line, a ``--certify N`` other than the last attempt's that leaves no fresh position past
+    those the attempts took (:func:`attempt_items`'s ``ConfigError``): a new attempt scores only items no attempt
+    saw. The same ``N`` again, or none, passes (the study is reported as it is)."""
+    record = store.StoredStudy.of(study).certification
+    if problem.certifies and record and _limit(record) != problem.certify_limit:
+        attempt_items(record, problem.racing().cap, problem.certify_limit)
+
+
+def _limit(record: dict[str, Any]) -> int:
+    """The ``--certify N`` an attempt was given (its cap, for records stored before limits were)."""
+    return int(record.get("limit", record.get("cap", 0)))
 
 
 @dataclass(frozen=True)

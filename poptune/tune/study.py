@@ -68,7 +68,7 @@ from poptune.problem.space import all_configs, check_enqueue, paper_default
 from poptune.store.trials import is_answer
 from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
-from poptune.tune.certify import candidates, certify_front, wants_certification
+from poptune.tune.certify import candidates, certify_front, check_follow_up, wants_certification
 from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
 from poptune.tune.params import params_of
@@ -413,6 +413,8 @@ def _complete_already(spec: StudySpec, target: "ResolvedTarget") -> "optuna.Stud
     check_problem(study, spec.problem)
     if spec.confirm and not spec.shared and wants_certification(study, spec.problem):
         return None  # measured, but asked to certify on more fresh items than it holds
+    if spec.confirm and not spec.shared and not spec.plan_certification:
+        check_follow_up(study, spec.problem)  # --certify N within the positions the attempts took: one line
     return study if count(study, TrialState.COMPLETE) >= spec.trials else None
 
 

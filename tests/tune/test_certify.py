@@ -92,6 +92,17 @@ def test_the_command_prints_the_verdict(problem, tmp_path, capsys):
     assert record["cap"] == 8 and record["fresh_from"] == 12 and record["limit"] == 16
     assert len(record["attempts"]) == 1 and record["attempts"][0]["cap"] == 8
     assert record["attempts"][0]["fresh_from"] == 4
+    # the same command again reports the study as it is; a --certify N within the 16 positions taken is one line
+    again = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--lengths", "256", "--limit", "4", "--items",
+             "4", "--trials", "2", "--kv", "own", "--repeats", "2", "--precision", "0", "--storage",
+             f"sqlite:///{tmp_path}/s.db", "--enqueue", "1/last/0"]
+    capsys.readouterr()
+    assert main([*again, "--certify", "16"]) == 0 and "verdict: " in capsys.readouterr().out
+    assert main([*again, "--certify", "12"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("--certify 12: earlier certifications took the first 16 fresh items per task, and a new "
+                        "attempt scores only items none of them saw: ask for more") and "\n" not in err
+    assert store.read_study(f"sqlite:///{tmp_path}/s.db", None).user_attrs["certification"] == record  # untouched
 
 
 def test_each_attempt_starts_after_the_last_ones_cap():
