@@ -9,21 +9,21 @@ the items of every task's fixed order after the search's cap, which no trial has
 them once, shared by every candidate). Rounds of 32 items per task double up to ``problem.certify_limit``,
 until the drop's interval is decided.
 
-**What a verdict guarantees.** The interval is the score test's repeated bounds over the certification's
-planned rounds (:mod:`poptune.evaluate.paired`). The error of a wrong "certified within", :data:`ERROR` (2.5%),
-is spent across the study's attempts -- the k-th certification of a study (a later ``--certify N`` above the
-last cap) gets ``ERROR / 2**k`` (:func:`attempt_error`) -- and within an attempt across its K candidates
-(Bonferroni). **Each attempt scores new items**: attempt k races only the fresh positions after attempt k-1's
-cap (:func:`attempt_items`; ``--certify N`` counts fresh positions per task in all, so attempt k gets ``N`` minus
-the positions earlier attempts took), so its test is valid at its own level whatever its size was chosen from
-(earlier attempts' outcomes, the cost line, a hand-picked N). Every verdict the study ever prints then holds
-together: "certified within" is wrong with probability at most 2.5% when a candidate's true drop equals the
-budget, whichever candidate and attempt it is and however many rounds were looked at, and asking again until
-the answer is yes cannot buy a verdict (:func:`poptune.tune.simulate.follow_up` simulates the two-attempt path).
-Attempts stored before issue 58 re-raced the same positions; their records say so by ``fresh_from``. A
-candidate that the cap leaves undecided is said to be so (``undecided at N items``), never rounded to a
-verdict. Candidates are certified fastest first; once one is certified within, the slower ones are not needed
-for the fastest configuration within the budget and are left ``not certified``.
+**What a verdict guarantees.** The interval is the score test's repeated bounds over the certification's planned
+rounds (:mod:`poptune.evaluate.paired`). The error of a wrong "certified within", :data:`ERROR` (2.5%), is spent
+across the study's attempts -- the k-th certification of a study (a later ``--certify N`` past the positions earlier
+attempts took) gets ``ERROR / 2**k`` (:func:`attempt_error`) -- and within an attempt across its K candidates
+(Bonferroni). **Each attempt scores new items**: attempt k races only the fresh positions after attempt k-1's cap
+(:func:`attempt_items`; ``--certify N`` counts fresh positions per task in all, so attempt k gets ``N`` minus the
+positions earlier attempts took), so its test is valid at its own level whatever its size was chosen from (earlier
+attempts' outcomes, the cost line, a hand-picked N). Every verdict the study ever prints then holds together:
+"certified within" is wrong with probability at most 2.5% when a candidate's true drop equals the budget, whichever
+candidate and attempt it is and however many rounds were looked at, and asking again until the answer is yes cannot
+buy a verdict (:func:`poptune.tune.simulate.follow_up` simulates the two-attempt path). Attempts stored before issue
+58 re-raced the same positions; their records say so by ``fresh_from``. A candidate that the cap leaves undecided is
+said to be so (``undecided at N items``), never rounded to a verdict. Candidates are certified fastest first; once
+one is certified within, the slower ones are not needed for the fastest configuration within the budget and are left
+``not certified``.
 
 **What a decision costs.** Every raced candidate also gets the items a verdict within the budget would need
 at the flip rate it showed (search and fresh items together), their minutes at the seconds per fresh item
@@ -32,8 +32,8 @@ measured here, and the smallest budget the planned items could certify
 
 The result is the study attribute ``certification`` (read by :func:`poptune.store.front.certified`): the
 confidence, the fresh items' first position, and per candidate its configuration, trial, verdict, drop with
-its interval and items, seconds and cost. A study certified again (``--certify N`` above the last cap, or a
-resumed run) keeps the earlier attempts under ``attempts``, each with the error it spent.
+its interval and items, seconds and cost. A study certified again (``--certify N`` past the positions taken, or
+a resumed run) keeps the earlier attempts under ``attempts``, each with the error it spent.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "accuracy_cost",
            "attempt_error", "attempt_items", "candidates", "certification_policy", "certify_front",
-           "plan_certification", "spent_error", "verdict_of", "wants_certification", "check_follow_up"]
+           "check_follow_up", "plan_certification", "spent_error", "verdict_of", "wants_certification"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
