@@ -360,9 +360,13 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planne
         assert p.max_drop is not None  # a plan is made for a budget
         progress.note(plan.line(rows[0].label, p.max_drop, p.judge))
     policy = replace(certification_policy(p), start=min(CERTIFY_START, cap), cap=cap)
+    # A plan that buys fewer items than the verdict needs spends them all for the bound it said they certify: no
+    # futility stop there (below the fewest items any outcome certifies the budget on, a race is futile by the
+    # cap's reckoning from its first look, whatever its items show).
+    futility = plan is None or plan.per_task >= plan.needed
     with evaluator.sharing([row.config for row in rows]):  # the full model's items score every candidate too
         record["candidates"] = _race_candidates(study, evaluator, rows, fresh, policy, attempt,
-                                                fresh - p.racing().cap + cap)
+                                                fresh - p.racing().cap + cap, futility)
     store.StoredStudy.of(study).set_certification(record)
     store_full_run(study, evaluator)  # the fresh items' full-model outcomes, for a later run
     return record
@@ -393,9 +397,10 @@ def _decidable(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[F
 
 
 def _race_candidates(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[FrontRow], fresh: int,
-                     policy: "RacingPolicy", attempt: int, used: int) -> list[dict[str, Any]]:
+                     policy: "RacingPolicy", attempt: int, used: int, futility: bool = True) -> list[dict[str, Any]]:
     """Each candidate raced on the fresh items, fastest first, until one is certified within the budget
-    (``used``: fresh positions per task taken once this attempt is done)."""
+    (``used``: fresh positions per task taken once this attempt is done; ``futility``: the races' futility
+    stop, :func:`poptune.evaluate.racing.race`)."""
     p = evaluator.problem
     confidence = _confidence(attempt, len(rows))
     entries: list[dict[str, Any]] = []
@@ -408,7 +413,7 @@ def _race_candidates(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: 
             started = time.monotonic()
             with progress.phase(f"certifying {row.label} on fresh items", unit="round"):
                 result = evaluator.race_accuracy(row.config, fresh=fresh, policy=policy, confidence=confidence,
-                                                 futility=True)
+                                                 futility=futility)
             items = sum(result.drop.items.values())
             scores = result.run.primary() if result.run is not None else {}  # its own, on the fresh items
             seconds = time.monotonic() - started

@@ -73,6 +73,26 @@ def test_candidates_are_certified_on_fresh_items_only(problem, tmp_path, monkeyp
     assert full[12:] == list(range(12, 20))
 
 
+def test_a_plan_that_buys_less_than_a_verdict_spends_it_all_without_a_futility_stop(problem, tmp_path,
+                                                                                    monkeypatch):
+    # The 2026-12-06 likelihood study bought 220 of the 328 items its verdict needed and said they certify about
+    # 2.8 points; its race then stopped for futility at 64 (no outcome certifies 2 points on 220), drop <= 25.
+    exact = PopConfig(skip=1, boundary="last")
+    evaluator = ConfigEvaluator(problem)
+    study = run_study(StudySpec(problem=problem, trials=3, storage=f"sqlite:///{tmp_path}/s.db", enqueue=(exact,),
+                                confirm=False), evaluator=evaluator)
+    trial = next(t for t in store.completed(study) if t.user_attrs["config"] == exact.to_dict())
+    monkeypatch.setattr("poptune.tune.certify.candidates", lambda *args: [FrontRow.from_trial(trial)])
+    asked: list[bool] = []
+    race = evaluator.race_accuracy
+    monkeypatch.setattr(evaluator, "race_accuracy", lambda *a, **k: asked.append(k["futility"]) or race(*a, **k))
+    record = certify_front(study, evaluator, planned=True, deadline=None)
+    assert record["plan"]["per_task"] == 8 < record["plan"]["needed"] and asked == [False]  # the cap's 8: spent
+    assert record["candidates"][0]["drop"]["items"] == {"passkey": 8}
+    certify_front(study, ConfigEvaluator(replace(problem, certify_limit=16)))  # no plan (--certify N): it may stop
+    assert asked == [False]  # the spy is on the first evaluator only
+
+
 def test_the_command_prints_the_verdict(problem, tmp_path, capsys):
     code = main(["study", "--model", "tiny-llama", "--tasks", "passkey", "--lengths", "256", "--limit", "4",
                  "--items", "4", "--certify", "8", "--trials", "2", "--kv", "own", "--repeats", "2", "--precision", "0",
