@@ -5,8 +5,8 @@ around it, with the real :func:`poptune.evaluate.racing.race` and the real certi
 
 - :func:`follow_up`: **the two-attempt path**. A candidate's search items, then attempt 1 on fresh items at the
   first attempt's error (1.25%, futility stop on, as :func:`poptune.tune.certify.certify_front` races on a cap
-  not planned short of the verdict), and, when
-  it is not certified within, attempt 2 at 0.625% sized by the cost line the study prints
+  not planned short of the verdict), and, when it is not certified within, attempt 2 at 0.625% sized by the cost
+  line the study prints
   (:func:`poptune.tune.certify._cost`, the search's and attempt 1's flips together). ``same_items=False`` is the
   design of issue 58: attempt 2 scores only the items after attempt 1's cap; ``same_items=True`` is the former
   one, which re-raced attempt 1's items from the first up to the new cap.
