@@ -36,8 +36,9 @@ end at the cap or beyond the budget, sooner.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from poptune import progress
@@ -136,6 +137,7 @@ def race(
     seed: int = 0,
     confidence: float = 0.95,
     futility: bool = False,
+    resize: Callable[[float, int], tuple[int, bool]] | None = None,
 ) -> RaceResult:
     """Score rounds of the workload's items with ``score`` until the drop is decided (module docstring).
 
@@ -153,6 +155,11 @@ def race(
             by the cap has a conditional power under :data:`FUTILITY_POWER` (:func:`conditional_power`). The
             stop is non-binding: the design's boundaries do not count on it, so it can only lower the error of
             either verdict; it gives up only a race that would almost surely not end within the budget.
+        resize: Called once, with the seconds the first round took and its items, before its look: returns the
+            cap (items per task) and whether the futility stop is on. The design's looks are fixed then, from the
+            clock, before any outcome is read, so the race is the one planned at that cap from the start, outcome
+            for outcome (a time-budgeted certification prices its items by what its own first round cost,
+            :class:`poptune.tune.certify.Repricing`).
 
     Each round is a phase of :mod:`poptune.progress`.
 
@@ -169,12 +176,19 @@ def race(
     drop: PairedDrop | None = None
     plan = planned_looks(workload, policy)
     looks: list[dict[str, int]] = []
-    for number, wanted in enumerate(plan, 1):
+    number = 0
+    while number < len(plan):
+        wanted = plan[number]
+        number += 1
         new = {t: workload.order[t][len(run.items[t]) if run else 0 : n] for t, n in wanted.items()}
         new = {t: v for t, v in new.items() if v}
+        started = time.perf_counter()
         with progress.phase(f"round {number}: {max(wanted.values())} items per task", unit="request"):
             reference = full(wanted)  # first: the full model's prefill of an item is what a reused state replays
             run = extend_run(run, _complete(score(new), run, workload))
+        if resize is not None and number == 1:  # the design, fixed from the round's seconds, before its look
+            cap, futility = resize(time.perf_counter() - started, sum(map(len, run.items.values())))
+            plan = planned_looks(workload, replace(policy, cap=max(cap, policy.start)))
         looks.append(wanted)
         drop = drop_of(reference, run, seed=seed, confidence=confidence, looks=looks, planned=plan[-1])
         progress.advance()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -436,7 +436,8 @@ class ConfigEvaluator:
 
     def race_accuracy(self, config: PopConfig, *, transform: Transform | None = None, fresh: int = 0,
                       policy: "RacingPolicy | None" = None, confidence: float = 0.95,
-                      futility: bool = False) -> "RaceResult":
+                      futility: bool = False,
+                      resize: Callable[[float, int], tuple[int, bool]] | None = None) -> "RaceResult":
         """Race ``config``'s accuracy against the full model (:func:`poptune.evaluate.racing.race`).
 
         Args:
@@ -445,7 +446,8 @@ class ConfigEvaluator:
                 the search's: positions ``fresh, fresh + 1, ...``).
             policy: Round sizes and cap (default: the problem's racing); ``confidence``: the drop interval's.
             futility: Give up, non-binding, once a verdict within the budget has become hopeless
-                (:func:`poptune.evaluate.racing.race`).
+                (:func:`poptune.evaluate.racing.race`); ``resize``: the race's cap set from what its first round
+                cost (the same function's).
         """
         from poptune.evaluate.racing import race
 
@@ -462,7 +464,7 @@ class ConfigEvaluator:
             return self.full_run({t: fresh + n for t, n in counts.items()}).tail(fresh)
 
         return race(workload, policy or p.racing(), score=score, full=full, max_drop=p.max_drop, seed=p.seed,
-                    confidence=confidence, futility=futility)
+                    confidence=confidence, futility=futility, resize=resize)
 
     def score_first(self, config: PopConfig, counts: dict[str, int], *,
                     transform: Transform | None = None, skip: int = 0) -> "TaskRun":

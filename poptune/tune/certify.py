@@ -58,8 +58,8 @@ if TYPE_CHECKING:
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
 
-__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "accuracy_cost",
-           "attempt_error", "attempt_items", "candidates", "certification_policy", "certify_front",
+__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "Repricing",
+           "accuracy_cost", "attempt_error", "attempt_items", "candidates", "certification_policy", "certify_front",
            "check_follow_up", "plan_certification", "spent_error", "verdict_of", "wants_certification"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
@@ -228,31 +228,81 @@ def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows
     item this process measured (keeping :data:`CLOSING_S` for the closing checks) and at most the problem's cap;
     at least one first round. The size never depends on a fresh item's outcome, so the design's error holds at
     any size it picks. ``supply``: the fresh items per task this attempt may take (default: the problem's cap;
-    a later attempt's are those after the earlier attempts', :func:`attempt_items`). None without a candidate."""
-    from poptune.evaluate.paired import PairedDrop
-    from poptune.evaluate.racing import verdict_cost
-
+    a later attempt's are those after the earlier attempts', :func:`attempt_items`). None without a candidate.
+    :class:`Repricing` sizes it again at what its first round cost."""
     p = evaluator.problem
     if not rows or not p.max_drop:
         return None
-    tasks = {t: 0 for t in p.tasks}
-    stored = study.trials[rows[0].trial].user_attrs.get("drop")
-    seen = PairedDrop.from_dict(stored) if stored else PairedDrop(Interval(0.0, 0.0, 0.0), tasks, dict(tasks))
-    seen = PairedDrop(Interval(0.0, 0.0, 0.0), seen.items or tasks, seen.flipped or dict(tasks), moved=dict(seen.moved),
-                      squares=dict(seen.squares))
     supply = p.certify_limit if supply is None else supply
+    return _sized(_search_drop(study, rows[0], p.tasks), p.max_drop, supply, confidence,
+                  evaluator.seconds_per_item(), deadline)
+
+
+def _search_drop(study: "optuna.Study", row: FrontRow, tasks: Any) -> Any:
+    """The flips (and moves) ``row``'s search items showed, as a drop with no interval: what a plan sizes from."""
+    from poptune.evaluate.paired import PairedDrop
+
+    zero = {t: 0 for t in tasks}
+    stored = study.trials[row.trial].user_attrs.get("drop")
+    seen = PairedDrop.from_dict(stored) if stored else PairedDrop(Interval(0.0, 0.0, 0.0), zero, dict(zero))
+    return PairedDrop(Interval(0.0, 0.0, 0.0), seen.items or zero, seen.flipped or dict(zero), moved=dict(seen.moved),
+                      squares=dict(seen.squares))
+
+
+def _sized(seen: Any, budget: float, supply: int, confidence: float, per_item: float | None,
+           deadline: float | None, taken: int = 0) -> CertificationPlan:
+    """The plan for ``seen``'s flips: the verdict's items, within ``supply`` per task and what the time left
+    before ``deadline`` buys at ``per_item`` seconds, beside the ``taken`` items per task already scored."""
+    from poptune.evaluate.racing import verdict_cost
+
     start = min(CERTIFY_START, supply)
-    cost = verdict_cost(seen, p.max_drop, planned=supply, start=start, confidence=confidence)
-    per_item = evaluator.seconds_per_item()
+    cost = verdict_cost(seen, budget, planned=supply, start=start, confidence=confidence)
     affordable = None
     if deadline is not None and per_item:
         left = deadline - time.monotonic() - CLOSING_S
-        affordable = max(0, int(left / per_item / cost.tasks))
+        affordable = taken + max(0, int(left / per_item / cost.tasks))
     per_task = max(start, min(supply, cost.per_task, supply if affordable is None else affordable))
-    smallest = verdict_cost(seen, p.max_drop, planned=per_task, start=min(start, per_task),
+    smallest = verdict_cost(seen, budget, planned=per_task, start=min(start, per_task),
                             confidence=confidence).smallest_budget
     return CertificationPlan(per_task, cost.tasks, cost.per_task, affordable, supply, cost.flip_rate, per_item,
                              smallest, cost.power, squared=bool(seen.squares))
+
+
+@dataclass
+class Repricing:
+    """A time-budgeted plan sized again after the certification's first round, at the seconds per item that
+    round cost (:func:`poptune.evaluate.racing.race`'s ``resize``), and said in one line where the cap moves: the
+    plan prices an item at the search's full-model and candidate scoring added up, while the certification shares
+    the full model's trunk and scores in larger rounds (6.3 s against 4.9 s per item in a likelihood study here),
+    so its first figure buys fewer items than the time holds. Only the clock moves the cap, never an outcome: the
+    round's look comes after it.
+
+    Attributes:
+        plan: The plan said before spending; ``resized``: the one the race took after its first round.
+        label, judge: The candidate's label and the study's judge, for the line.
+    """
+
+    plan: CertificationPlan
+    seen: Any
+    budget: float
+    confidence: float
+    deadline: float
+    label: str
+    judge: str
+    resized: CertificationPlan | None = None
+
+    def __call__(self, seconds: float, items: int) -> tuple[int, bool]:
+        """The cap (items per task) and whether the futility stop is on (:func:`certify_front`'s rule), after a
+        first round of ``items`` items (all tasks) that took ``seconds``."""
+        plan = self.plan
+        new = _sized(self.seen, self.budget, plan.supply, self.confidence, seconds / max(items, 1), self.deadline,
+                     taken=-(-items // plan.tasks))
+        self.resized = new
+        if new.per_task != plan.per_task:
+            was = f"{plan.seconds_per_item:.1f}" if plan.seconds_per_item else "no figure"
+            progress.note(f"re-sized at the first round's {new.seconds_per_item:.1f} s per item (planned at "
+                          f"{was}): {new.line(self.label, self.budget, self.judge)}")
+        return new.per_task, new.per_task >= new.needed
 
 
 def _moved(drop: Any, task: str) -> tuple[float, float]:
@@ -364,9 +414,16 @@ def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planne
     # futility stop there (below the fewest items any outcome certifies the budget on, a race is futile by the
     # cap's reckoning from its first look, whatever its items show).
     futility = plan is None or plan.per_task >= plan.needed
+    repricing = None
+    if plan is not None and deadline is not None and plan.affordable is not None and len(rows) == 1:
+        assert p.max_drop is not None  # a plan is made for a budget
+        repricing = Repricing(plan, _search_drop(study, rows[0], p.tasks), p.max_drop, confidence, deadline,
+                              rows[0].label, p.judge)
     with evaluator.sharing([row.config for row in rows]):  # the full model's items score every candidate too
         record["candidates"] = _race_candidates(study, evaluator, rows, fresh, policy, attempt,
-                                                fresh - p.racing().cap + cap, futility)
+                                                fresh - p.racing().cap + cap, futility, repricing)
+    if repricing is not None and repricing.resized is not None:
+        record.update(cap=repricing.resized.per_task, resized=repricing.resized.to_dict())
     store.StoredStudy.of(study).set_certification(record)
     store_full_run(study, evaluator)  # the fresh items' full-model outcomes, for a later run
     return record
@@ -397,10 +454,12 @@ def _decidable(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[F
 
 
 def _race_candidates(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: list[FrontRow], fresh: int,
-                     policy: "RacingPolicy", attempt: int, used: int, futility: bool = True) -> list[dict[str, Any]]:
+                     policy: "RacingPolicy", attempt: int, used: int, futility: bool = True,
+                     repricing: Repricing | None = None) -> list[dict[str, Any]]:
     """Each candidate raced on the fresh items, fastest first, until one is certified within the budget
-    (``used``: fresh positions per task taken once this attempt is done; ``futility``: the races' futility
-    stop, :func:`poptune.evaluate.racing.race`)."""
+    (``used``: fresh positions per task taken once this attempt is done at ``policy``'s cap; ``futility``: the
+    races' futility stop, :func:`poptune.evaluate.racing.race`; ``repricing``: a single candidate's cap sized
+    again after its first round)."""
     p = evaluator.problem
     confidence = _confidence(attempt, len(rows))
     entries: list[dict[str, Any]] = []
@@ -413,7 +472,9 @@ def _race_candidates(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: 
             started = time.monotonic()
             with progress.phase(f"certifying {row.label} on fresh items", unit="round"):
                 result = evaluator.race_accuracy(row.config, fresh=fresh, policy=policy, confidence=confidence,
-                                                 futility=futility)
+                                                 futility=futility, resize=repricing)
+            if repricing is not None and repricing.resized is not None:
+                used += repricing.resized.per_task - policy.cap
             items = sum(result.drop.items.values())
             scores = result.run.primary() if result.run is not None else {}  # its own, on the fresh items
             seconds = time.monotonic() - started

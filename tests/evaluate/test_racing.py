@@ -68,6 +68,32 @@ def test_a_borderline_configuration_gets_every_item_up_to_the_cap():
     assert result.run.items["passkey"] == list(range(128))  # the fixed order, each item once
 
 
+@pytest.mark.parametrize("futility", [False, True])
+def test_a_race_resized_after_its_first_round_is_the_race_planned_at_that_cap(futility):
+    """``resize`` sets the cap and the futility stop from the first round's seconds before its look: the race is
+    then, outcome for outcome, the one planned so from the start (whose error the seeded simulations measure)."""
+    w = _workload(512)
+    outcome = lambda i: 0.0 if i % 50 == 7 else 1.0  # noqa: E731  # borderline: undecided at the cap
+    asked = []
+
+    def resize(seconds, items):
+        asked.append((items, seconds >= 0))
+        return 200, futility
+
+    resized = race(w, RacingPolicy(start=16, cap=64), score=_scorer(outcome, calls := []), full=_full(w),
+                   max_drop=2.0, futility=not futility, resize=resize)
+    planned = race(w, RacingPolicy(start=16, cap=200), score=_scorer(outcome, again := []), full=_full(w),
+                   max_drop=2.0, futility=futility)
+    assert asked == [(16, True)] and calls == again
+    assert calls == ([16, 16, 32] if futility else [16, 16, 32, 64, 72])  # with the stop: futile at 64 items
+    assert resized.drop.to_dict() == planned.drop.to_dict() and resized.drop.planned == 200
+    assert (resized.stopped, resized.rounds) == (planned.stopped, planned.rounds)
+    # a cap below the first round keeps the round: the race ends at its only look
+    short = race(w, RacingPolicy(start=16, cap=64), score=_scorer(outcome, few := []), full=_full(w), max_drop=2.0,
+                 resize=lambda seconds, items: (4, False))
+    assert few == [16] and short.stopped == "cap" and short.drop.planned == 16
+
+
 def test_without_a_budget_racing_stops_once_the_interval_is_narrow():
     calls = []
     w = _workload()

@@ -69,8 +69,9 @@ class FakeEvaluator:
         pass
 
     def race_accuracy(self, config: PopConfig, *, fresh: int = 0, policy=None, confidence: float = 0.95,
-                      futility: bool = False):
-        """A certification's race on fresh items: the synthetic drop, +-1 point, on the policy's cap."""
+                      futility: bool = False, resize=None):
+        """A certification's race on fresh items: the synthetic drop, +-1 point, on the policy's cap (no round
+        timed: ``resize`` is not called)."""
         from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
         from poptune.evaluate.racing import RaceResult
         from poptune.interval import Interval

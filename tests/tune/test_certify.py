@@ -93,6 +93,33 @@ def test_a_plan_that_buys_less_than_a_verdict_spends_it_all_without_a_futility_s
     assert asked == [False]  # the spy is on the first evaluator only
 
 
+def test_a_time_budgeted_plan_is_sized_again_at_what_its_first_round_cost(problem, tmp_path, monkeypatch):
+    # The 2026-12-06 likelihood study priced an item at the search's 6.3 s, and its certification's shared trunk
+    # then spent 4.9 s: it bought 308 items where the time held about 400. The first round's seconds now set the
+    # cap, before its look.
+    import time
+
+    exact = PopConfig(skip=1, boundary="last")
+    wide = replace(problem, certify_limit=40)
+    evaluator = ConfigEvaluator(wide)
+    study = run_study(StudySpec(problem=wide, trials=3, storage=f"sqlite:///{tmp_path}/s.db", enqueue=(exact,),
+                                confirm=False), evaluator=evaluator)
+    trial = next(t for t in store.completed(study) if t.user_attrs["config"] == exact.to_dict())
+    monkeypatch.setattr("poptune.tune.certify.candidates", lambda *args: [FrontRow.from_trial(trial)])
+    monkeypatch.setattr(evaluator, "seconds_per_item", lambda: 1e4)  # the search's price buys one round only
+    notes: list[str] = []
+    monkeypatch.setattr("poptune.progress.note", notes.append)
+    record = certify_front(study, evaluator, planned=True, deadline=time.monotonic() + 3600)
+    assert record["plan"]["per_task"] == 32 and record["plan"]["affordable"] == 0
+    assert record["resized"]["per_task"] == record["cap"] == 40 and record["resized"]["seconds_per_item"] < 1e4
+    assert record["candidates"][0]["drop"]["items"] == {"passkey": 40}  # the race went on to the new cap
+    assert record["candidates"][0]["drop"]["planned"] == 40  # its design is the one planned at 40 items
+    assert notes[-1].startswith("re-sized at the first round's ") and "(planned at 10000.0): certifying 1/last/0 " \
+        "on 40 fresh items" in notes[-1]
+    # the next attempt's fresh items start after the 40 this one took
+    assert attempt_items(record, 4, 80) == (44, 40)
+
+
 def test_the_command_prints_the_verdict(problem, tmp_path, capsys):
     code = main(["study", "--model", "tiny-llama", "--tasks", "passkey", "--lengths", "256", "--limit", "4",
                  "--items", "4", "--certify", "8", "--trials", "2", "--kv", "own", "--repeats", "2", "--precision", "0",

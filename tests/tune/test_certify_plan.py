@@ -64,6 +64,30 @@ def test_a_short_clock_buys_fewer_items_and_the_line_says_what_they_certify():
     assert "all the time budget buys" in plan.line("x", 2.0) and plan.smallest_budget > 2.0
 
 
+def test_a_plan_sized_again_at_its_first_rounds_cost_buys_what_the_time_holds(monkeypatch):
+    from poptune.tune.certify import Repricing, _search_drop
+
+    study, evaluator, rows = _setup(flipped=1, seconds=1.0)
+    deadline = time.monotonic() + CLOSING_S + 200
+    plan = plan_certification(study, evaluator, rows, 0.975, deadline=deadline)  # about 95 per task at 1 s
+    notes: list[str] = []
+    monkeypatch.setattr("poptune.progress.note", notes.append)
+    seen = _search_drop(study, rows[0], ("passkey", "kv_recall"))
+    cheaper = Repricing(plan, seen, 2.0, 0.975, deadline, "5/window-64/0", "accuracy")
+    cap, futility = cheaper(0.3 * 64, 64)  # the first round: 32 items per task at 0.3 s each
+    assert cap == cheaper.resized.per_task == min(plan.needed, cheaper.resized.affordable)
+    assert 300 < cheaper.resized.affordable <= 32 + 200 / 0.3 / 2 and futility == (cap >= plan.needed)
+    assert notes == [f"re-sized at the first round's 0.3 s per item (planned at 1.0): "
+                     f"{cheaper.resized.line('5/window-64/0', 2.0)}"]
+    dearer = Repricing(plan, seen, 2.0, 0.975, deadline, "5/window-64/0", "accuracy")
+    assert dearer(2.0 * 64, 64) == (dearer.resized.per_task, False)  # 2 s per item: fewer, all spent
+    assert 75 <= dearer.resized.per_task < plan.per_task and dearer.resized.smallest_budget > plan.smallest_budget
+    # priced right, the round's 64 s spent from the clock: the same plan, give or take an item of rounding
+    right = Repricing(plan, seen, 2.0, 0.975, deadline - 64, "5/window-64/0", "accuracy")
+    right(1.0 * 64, 64)
+    assert abs(right.resized.per_task - plan.per_task) <= 1
+
+
 def test_the_cap_bounds_the_plan_and_at_least_one_round_is_spent():
     study, evaluator, rows = _setup(flipped=6, seconds=None, supply=200)  # no cost measured: no clock
     plan = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + 60)
