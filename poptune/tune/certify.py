@@ -54,6 +54,7 @@ from poptune.tune.trust import now
 if TYPE_CHECKING:
     import optuna
 
+    from poptune.evaluate.paired import PairedDrop
     from poptune.evaluate.racing import RacingPolicy
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
@@ -238,7 +239,7 @@ def plan_certification(study: "optuna.Study", evaluator: "ConfigEvaluator", rows
                   evaluator.seconds_per_item(), deadline)
 
 
-def _search_drop(study: "optuna.Study", row: FrontRow, tasks: Any) -> Any:
+def _search_drop(study: "optuna.Study", row: FrontRow, tasks: Any) -> "PairedDrop":
     """The flips (and moves) ``row``'s search items showed, as a drop with no interval: what a plan sizes from."""
     from poptune.evaluate.paired import PairedDrop
 
@@ -249,7 +250,7 @@ def _search_drop(study: "optuna.Study", row: FrontRow, tasks: Any) -> Any:
                       squares=dict(seen.squares))
 
 
-def _sized(seen: Any, budget: float, supply: int, confidence: float, per_item: float | None,
+def _sized(seen: "PairedDrop", budget: float, supply: int, confidence: float, per_item: float | None,
            deadline: float | None, taken: int = 0) -> CertificationPlan:
     """The plan for ``seen``'s flips: the verdict's items, within ``supply`` per task and what the time left
     before ``deadline`` buys at ``per_item`` seconds, beside the ``taken`` items per task already scored."""
@@ -283,7 +284,7 @@ class Repricing:
     """
 
     plan: CertificationPlan
-    seen: Any
+    seen: "PairedDrop"
     budget: float
     confidence: float
     deadline: float
