@@ -66,7 +66,8 @@ __all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN",
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
 
-#: Seconds a planned certification leaves before the run's deadline for the closing A/A check and the report.
+#: Seconds a planned certification leaves before the run's deadline for the closing A/A check and the report
+#: (at least: a study keeps its opening A/A check's seconds where longer, :func:`poptune.tune.study.run_study`).
 CLOSING_S = 45.0
 
 #: The most often any certification of a study says "certified within" for a candidate whose true drop is

@@ -68,7 +68,7 @@ from poptune.problem.space import all_configs, check_enqueue, paper_default
 from poptune.store.trials import is_answer
 from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
-from poptune.tune.certify import candidates, certify_front, check_follow_up, wants_certification
+from poptune.tune.certify import CLOSING_S, candidates, certify_front, check_follow_up, wants_certification
 from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
 from poptune.tune.params import params_of
@@ -479,6 +479,8 @@ def _run_study(
             stop_by, last_end = deadline - (1 - SEARCH_SHARE) * spec.time_budget, deadline - CLOSING_CHECKS * check_s
         _work(study, marking_interrupted(study, make_objective(study, evaluator, problem, budget)), spec, budget,
               callbacks, stop_by, last_end)
+    if deadline is not None:  # the closing A/A check takes about what the opening one took: kept, where longer
+        deadline -= max(0.0, check_s - CLOSING_S)
     _finish(study, evaluator, spec, checks, deadline)
     return study
 

@@ -267,3 +267,36 @@ def test_a_spent_time_budget_stops_the_search_candidate_or_not_once_the_enqueued
         assert len(measured) == 6
     else:
         assert measured == [PopConfig(skip=0), paper_default(LAYERS)]
+
+
+def test_a_planned_certification_keeps_the_opening_aa_checks_time_for_the_closing_one(problem, tmp_path,
+                                                                                      monkeypatch):
+    """The plan keeps 45 s (``CLOSING_S``) for the closing A/A check; on this machine it took 82 s, as the opening
+    one had, and a 38-minute study ended 15 s over its budget. Where the opening check took longer, the
+    certification's deadline keeps that much."""
+    import time
+
+    from poptune.tune import study as study_module
+    from poptune.tune import trust
+
+    monkeypatch.setattr(study_module, "CLOSING_S", 0.0)
+    opened: list[float] = []
+    check = trust.record_aa_check
+
+    def slow_check(study, evaluator, when, *args, **kwargs):
+        if when == "start":
+            opened.append(time.monotonic())
+            time.sleep(3.0)
+        return check(study, evaluator, when, *args, **kwargs)
+
+    monkeypatch.setattr(trust, "record_aa_check", slow_check)
+    deadlines: list[float | None] = []
+    monkeypatch.setattr(study_module, "certify_front", lambda *a, **k: deadlines.append(k["deadline"]) or {})
+    work = study_module._work
+    stops: list[float] = []
+    monkeypatch.setattr(study_module, "_work", lambda *a: stops.append(a[-2]) or work(*a))  # stop_by, from the deadline
+    spec = StudySpec(problem=problem, trials=2, storage=f"sqlite:///{tmp_path}/s.db", time_budget=3600.0)
+    run_study(spec, evaluator=FakeEvaluator(problem))
+    run_deadline = stops[0] + (1 - study_module.SEARCH_SHARE) * 3600.0
+    (deadline,) = deadlines
+    assert opened and deadline is not None and deadline <= run_deadline - 3.0  # less the opening check's 3 s
