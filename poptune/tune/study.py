@@ -479,9 +479,7 @@ def _run_study(
             stop_by, last_end = deadline - (1 - SEARCH_SHARE) * spec.time_budget, deadline - CLOSING_CHECKS * check_s
         _work(study, marking_interrupted(study, make_objective(study, evaluator, problem, budget)), spec, budget,
               callbacks, stop_by, last_end)
-    if deadline is not None:  # the closing A/A check takes about what the opening one took: kept, where longer
-        deadline -= max(0.0, check_s - CLOSING_S)
-    _finish(study, evaluator, spec, checks, deadline)
+    _finish(study, evaluator, spec, checks, deadline, check_s)
     return study
 
 
@@ -517,8 +515,12 @@ def _answers(evaluator: ConfigEvaluator, spec: StudySpec) -> None:
 
 
 def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, checks: bool,
-            deadline: float | None = None) -> None:
-    """After the trials: the trust checks (re-measures, confirmation, the closing A/A), the baselines, the run's end."""
+            deadline: float | None = None, check_s: float = 0.0) -> None:
+    """After the trials: the trust checks (re-measures, confirmation, the closing A/A), the baselines, the run's end.
+    A planned certification ends before ``deadline`` by the opening A/A check's ``check_s`` where longer than
+    :data:`~poptune.tune.certify.CLOSING_S`: the closing check takes about what the opening one took."""
+    if deadline is not None:
+        deadline -= max(0.0, check_s - CLOSING_S)
     if checks:
         trust.remeasure_noisy(study, evaluator)
         trust.confirm_front(study, evaluator)
