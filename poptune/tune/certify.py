@@ -67,7 +67,7 @@ __all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN",
 CERTIFY_START = 32
 
 #: Seconds a planned certification leaves before the run's deadline for the closing A/A check and the report
-#: (at least: a study keeps its opening A/A check's seconds where longer, :func:`poptune.tune.study.run_study`).
+#: (at least: a study keeps its opening A/A check's seconds where longer, :func:`poptune.tune.study._finish`).
 CLOSING_S = 45.0
 
 #: The most often any certification of a study says "certified within" for a candidate whose true drop is
@@ -281,6 +281,8 @@ class Repricing:
 
     Attributes:
         plan: The plan said before spending; ``resized``: the one the race took after its first round.
+        seen, budget, confidence, deadline: What the plan was sized from (:func:`_sized`): the candidate's search
+            drop, the budget in points, the interval's confidence and the run's deadline.
         label, judge: The candidate's label and the study's judge, for the line.
     """
 
