@@ -86,15 +86,11 @@ _FRONT_GAIN = 0.01
 _ANSWER = 0.8
 
 
-def _width(boundary: str) -> int:
-    return PopConfig(skip=1, boundary=boundary).boundary_width
-
-
 def no_deeper(a: PopConfig, b: PopConfig, num_layers: int) -> bool:
     """Whether ``a`` is no deeper than ``b`` in the order (see the module): its drop is expected no larger."""
     if a.skip == 0:
         return True
-    if b.skip == 0 or a.kv != b.kv or _width(a.boundary) < _width(b.boundary):
+    if b.skip == 0 or a.kv != b.kv or a.boundary_width < b.boundary_width:
         return False
     a_start, a_end = num_layers - a.offset - a.skip, num_layers - a.offset
     b_start, b_end = num_layers - b.offset - b.skip, num_layers - b.offset
@@ -107,7 +103,7 @@ def _shallower_block(a: PopConfig, b: PopConfig) -> bool:
     if a.skip == 0:
         return True
     return (b.skip > 0 and a.kv == b.kv and a.skip + a.offset <= b.skip + b.offset
-            and _width(a.boundary) >= _width(b.boundary))
+            and a.boundary_width >= b.boundary_width)
 
 
 def proxy_ideal(config: PopConfig, num_layers: int, length: int = 1024, kv_share: float = 0.1) -> float:
@@ -215,18 +211,29 @@ def implied_verdicts(seen: Mapping[PopConfig, Observation], num_layers: int, kv:
     """The verdicts the order implies for the configurations ``seen`` lacks: within where the configuration
     is no deeper than a trial judged within (probability > 1/2) and no trial judged beyond is no deeper than
     it; beyond the other way round; nothing where the two conflict (the order broken by noise) or neither."""
-    judged = [(o, o.within) for o in seen.values() if o.within is not None and o.config.skip > 0]
-    implied = []
-    for config in all_configs(num_layers, kv):
-        if config in seen or config.skip == 0:
-            continue
-        up = tuple(o.number for o, within in judged if within > 0.5 and no_deeper(config, o.config, num_layers))
-        down = tuple(o.number for o, within in judged if within < 0.5 and no_deeper(o.config, config, num_layers))
-        if up and not down:
-            implied.append(ImpliedVerdict(config, True, up))
-        elif down and not up:
-            implied.append(ImpliedVerdict(config, False, down))
-    return implied
+    judged = _judged(seen)
+    verdicts = (_implied(config, seen, judged, num_layers) for config in all_configs(num_layers, kv))
+    return [v for v in verdicts if v is not None]
+
+
+def _judged(seen: Mapping[PopConfig, Observation]) -> list[tuple[Observation, float]]:
+    """The observations of POP configurations that say something of the budget, with what they say."""
+    return [(o, o.within) for o in seen.values() if o.within is not None and o.config.skip > 0]
+
+
+def _implied(config: PopConfig, seen: Mapping[PopConfig, Observation], judged: Sequence[tuple[Observation, float]],
+             num_layers: int) -> ImpliedVerdict | None:
+    """The verdict the order implies for ``config`` from the ``judged`` observations (:func:`implied_verdicts`),
+    or None: measured, the full model, nothing implied, or a conflict."""
+    if config in seen or config.skip == 0:
+        return None
+    up = tuple(o.number for o, within in judged if within > 0.5 and no_deeper(config, o.config, num_layers))
+    down = tuple(o.number for o, within in judged if within < 0.5 and no_deeper(o.config, config, num_layers))
+    if up and not down:
+        return ImpliedVerdict(config, True, up)
+    if down and not up:
+        return ImpliedVerdict(config, False, down)
+    return None
 
 
 @dataclass(frozen=True)
@@ -250,12 +257,13 @@ def spot_checks(trials: Sequence["optuna.trial.FrozenTrial"], num_layers: int, m
     """The implied verdicts a study's later trials measured: for each judged trial, what the trials before it
     implied of its configuration (:func:`implied_verdicts`), if anything, against what it measured."""
     done = sorted(trials, key=lambda t: t.number)
+    space = set(all_configs(num_layers, kv))  # the configurations implied_verdicts speaks of
     checks = []
     for obs in observations(done, num_layers, max_drop, objectives).values():
-        if obs.within is None:
+        if obs.within is None or obs.config not in space:
             continue
         before = observations([t for t in done if t.number < obs.number], num_layers, max_drop, objectives)
-        implied = {v.config: v for v in implied_verdicts(before, num_layers, kv)}.get(obs.config)
+        implied = _implied(obs.config, before, _judged(before), num_layers)  # implied_verdicts' of this one
         if implied is not None:
             checks.append(SpotCheck(obs.number, obs.config, implied.within, implied.within == (obs.within > 0.5)))
     return checks
