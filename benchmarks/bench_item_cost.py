@@ -1,13 +1,16 @@
 """Benchmark: what an item costs when the full model and POP configurations are scored on it.
 
-Three ways to score the same fresh items (a certification's: after the search's first 32 per task), each item's
-outcome computed by the same scoring code a study uses (:func:`poptune.evaluate.suite.measure_tasks`):
+Three ways to score the same fresh items (a certification's: after the search's first 32 per task), and their
+floor, each item's outcome computed by the same scoring code a study uses
+(:func:`poptune.evaluate.suite.measure_tasks`):
 
 - **before**: the per-configuration engine: the full model's pass, then each configuration's own whole pass;
 - **after**: the shared trunk (:mod:`poptune.engine.trunk`): the full model's pass also scores every configuration
   from its layer inputs, one batch at a time, and each configuration's pass is served what it left;
 - **cached** (one candidate): the full model's answers remembered (:mod:`poptune.store.answers`), so only the
-  candidate's own pass runs.
+  candidate's own pass runs;
+- **full model alone**: the full model's own pass and nothing else: the floor of an item no run has scored before,
+  which no sharing removes (its ratio is the most any way can give on fresh items).
 
 Scenarios: the full model plus one candidate (``--candidate``, default 5/window-64/0), and the full model plus 8
 configurations. Items are taken in chunks, and in every chunk the ways run back to back, their order alternating
@@ -68,7 +71,11 @@ def _ways(model, tok, spec, configs, full_cached: bool) -> dict:
     def cached():
         return {c: measure_tasks(model, tok, c, spec).outcomes for c in configs}
 
-    return {"before": before, "after": after, **({"cached": cached} if full_cached else {})}
+    def full_alone():  # the floor on fresh items: no sharing removes the full model's own pass
+        return {full: measure_tasks(model, tok, full, spec).outcomes}
+
+    return {"before": before, "after": after, **({"cached": cached} if full_cached else {}),
+            "full model alone": full_alone}
 
 
 def _chunk(model, tok, spec, configs, cached, flip):
@@ -168,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- the {len(many)} configurations: {', '.join(many)}",
         "- before: the full model's pass, then each configuration's own pass (the per-configuration engine); after: "
         "the shared trunk (`poptune/engine/trunk.py`); cached: the full model's answers remembered, the candidate's "
-        "own pass only",
+        "own pass only; full model alone: its own pass and nothing else, the floor of an item no run has scored "
+        "before (its ratio is the most any sharing can give there)",
         "- null check: every way gave every configuration the same outcome on every item (the run stops otherwise)",
         "",
         "| workload | scored | way | items | before s/item | s/item | before/way (sums) | per chunk: median [range] |",
