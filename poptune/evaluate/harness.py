@@ -8,8 +8,9 @@ lm-eval 0.4 discovers models only by import, so ``lm_eval --model poptune`` work
 
 With ``POPTUNE_DATA`` set, the task pack reading that directory is added as an ``--include_path``, so the task
 names resolve to the local files instead of the hub. A poptune error (a bad ``--model_args`` value, an unknown
-model, a missing device) ends the run as one line on stderr with exit code 2, as ``poptune``'s own commands do;
-lm-eval's own errors are lm-eval's.
+model, a missing device) ends the run as one line on stderr with exit code 2, as ``poptune``'s own commands do; an
+unknown model or a configuration that cannot be built is refused before lm-eval starts
+(:func:`poptune.evaluate.modelargs.check_model_args`), not after its task index. lm-eval's own errors are lm-eval's.
 """
 
 from __future__ import annotations
@@ -45,10 +46,17 @@ def check_tasks(argv: list[str]) -> None:
 def main() -> None:
     """``lm_eval`` with ``poptune`` registered; a :class:`~poptune.errors.PoptuneError` is one line, exit code 2."""
     check_tasks(sys.argv[1:])
+    from poptune.errors import PoptuneError
+    from poptune.evaluate.modelargs import check_model_args
+
+    try:  # before lm-eval indexes its tasks (about 20 s here): a bad model or configuration is refused at once
+        check_model_args(sys.argv[1:])
+    except PoptuneError as e:
+        print(f"poptune harness: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     from lm_eval.__main__ import cli_evaluate
 
     import poptune.evaluate.lm  # noqa: F401  (registers "poptune")
-    from poptune.errors import PoptuneError
     from poptune.evaluate.taskpack import data_dir, render_tasks
 
     directory = data_dir()

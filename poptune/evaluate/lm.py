@@ -24,12 +24,13 @@ from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
 
 from poptune import progress
-from poptune.engine import PopConfig, apply_pop, decoder_of
+from poptune.engine import apply_pop, decoder_of
 from poptune.engine.prefix import attached_states
 from poptune.engine.segments import chunk_bounds
 from poptune.engine.speculate import generate
 from poptune.engine.trunk import Generation, attached_trunk, batch_key
 from poptune.errors import ConfigError
+from poptune.evaluate.modelargs import pop_config
 from poptune.evaluate.scoring import score_continuations
 from poptune.kv import registry
 
@@ -39,21 +40,6 @@ log = logging.getLogger(__name__)
 
 #: The CUDA devices lm-eval passes when none is given (its command line's default is ``cuda:0``).
 _DEFAULT_CUDA = ("cuda", "cuda:0")
-
-
-def _pop_config(skip: Any, boundary: Any, offset: Any, layers: Any, kv: Any) -> PopConfig:
-    """The configuration of ``--model_args`` values (strings there), or a one-line ConfigError."""
-    try:
-        if isinstance(layers, str):  # lm-eval's --model_args splits on commas: layers are dash-separated there
-            layers = tuple(int(i) for i in layers.replace(",", "-").split("-") if i)
-        if layers is not None:
-            layers = tuple(layers)
-            skip = skip or len(layers)
-        skip, offset = int(skip), int(offset)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"PopLM: `skip`, `offset` and `layers` must be integers, got skip={skip!r}, "
-                          f"offset={offset!r}, layers={layers!r}") from e
-    return PopConfig(skip=skip, boundary=str(boundary), offset=offset, layers=layers, kv=str(kv))
 
 
 def _load(name: str, device: Any, dtype: Any, weights: str) -> tuple[Any, Any]:
@@ -114,7 +100,7 @@ class PopLM(HFLM):
         prefill_chunk: int | None = None,
         **kwargs: Any,
     ) -> None:
-        config = _pop_config(skip, boundary, offset, layers, kv)
+        config = pop_config(skip, boundary, offset, layers, kv)
         if not str(batch_size).strip().isdigit() or int(batch_size) < 1:  # lm-eval's "auto" too
             raise ConfigError(f"PopLM batches contexts itself: give `batch_size` as an integer >= 1, "
                               f"got {batch_size!r}")

@@ -1,0 +1,75 @@
+"""lm-eval's ``--model_args`` for the ``poptune`` model, read without lm-eval.
+
+:class:`~poptune.evaluate.lm.PopLM` takes its configuration from them (:func:`pop_config`), and the lm-eval route
+(:mod:`poptune.evaluate.harness`) checks them before lm-eval starts (:func:`check_model_args`): lm-eval indexes
+its tasks before it builds the model, about 20 s on a 2-core CPU, so an unknown model or a bad configuration
+would otherwise be refused only after that wait.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from poptune.engine import PopConfig
+from poptune.errors import ConfigError
+
+__all__ = ["check_model_args", "pop_config"]
+
+
+def pop_config(skip: Any = 0, boundary: Any = "last", offset: Any = 0, layers: Any = None,
+               kv: Any = "own") -> PopConfig:
+    """The configuration of ``--model_args`` values (strings there), or a one-line ConfigError."""
+    try:
+        if isinstance(layers, str):  # lm-eval's --model_args splits on commas: layers are dash-separated there
+            layers = tuple(int(i) for i in layers.replace(",", "-").split("-") if i)
+        if layers is not None:
+            layers = tuple(layers)
+            skip = skip or len(layers)
+        skip, offset = int(skip), int(offset)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"PopLM: `skip`, `offset` and `layers` must be integers, got skip={skip!r}, "
+                          f"offset={offset!r}, layers={layers!r}") from e
+    return PopConfig(skip=skip, boundary=str(boundary), offset=offset, layers=layers, kv=str(kv))
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """The value of ``--name VALUE`` or ``--name=VALUE`` in ``argv`` (the last one given), or None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _parsed(text: str) -> dict[str, str] | None:
+    """``k=v,k=v`` (lm-eval's plain form) as a dict; None for anything else (a JSON object: lm-eval reads it)."""
+    if text.lstrip().startswith("{"):
+        return None
+    pairs = [p for p in text.split(",") if p.strip()]
+    if not all("=" in p for p in pairs):
+        return None
+    return {k.strip(): v.strip() for k, v in (p.split("=", 1) for p in pairs)}
+
+
+def check_model_args(argv: list[str]) -> None:
+    """Refuse a ``poptune`` model's bad ``--model_args`` in ``argv`` at once: an unknown model name (a local
+    directory passes) and a configuration that cannot be built. What needs the model (its layer count, a K/V
+    source's maps) is checked when lm-eval builds it; other models and forms pass untouched.
+
+    Raises:
+        PoptuneError: the one-line reason (a ConfigError, or a ModelNotFoundError).
+    """
+    if _option(argv, "--model") != "poptune":
+        return
+    values = _parsed(_option(argv, "--model_args") or "")
+    if values is None:
+        return
+    fields = {k: values[k] for k in ("skip", "boundary", "offset", "layers", "kv") if k in values}
+    pop_config(**fields)
+    if "pretrained" in values:
+        from poptune.models import resolve_model
+
+        resolve_model(values["pretrained"])
+
