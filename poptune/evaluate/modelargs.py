@@ -12,12 +12,13 @@ from typing import Any
 
 from poptune.engine import PopConfig
 from poptune.errors import ConfigError
+from poptune.kv import registry
 
 __all__ = ["check_model_args", "pop_config"]
 
 
 def pop_config(skip: Any = 0, boundary: Any = "last", offset: Any = 0, layers: Any = None,
-               kv: Any = "own") -> PopConfig:
+               kv: Any = registry.DEFAULT) -> PopConfig:
     """The configuration of ``--model_args`` values (strings there), or a one-line ConfigError."""
     try:
         if isinstance(layers, str):  # lm-eval's --model_args splits on commas: layers are dash-separated there
@@ -32,25 +33,37 @@ def pop_config(skip: Any = 0, boundary: Any = "last", offset: Any = 0, layers: A
     return PopConfig(skip=skip, boundary=str(boundary), offset=offset, layers=layers, kv=str(kv))
 
 
-def _option(argv: list[str], name: str) -> str | None:
-    """The value of ``--name VALUE`` or ``--name=VALUE`` in ``argv`` (the last one given), or None."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(name + "="):
-            value = arg.split("=", 1)[1]
-    return value
+def _values(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    """The values given to the option ``names`` in ``argv``, every time it is given: ``--name V [V ...]`` (up to
+    the next option) or ``--name=V``, as lm-eval's parser reads them."""
+    found: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in names:
+            i += 1
+            while i < len(argv) and not argv[i].startswith("-"):
+                found.append(argv[i])
+                i += 1
+            continue
+        if any(arg.startswith(name + "=") for name in names):
+            found.append(arg.split("=", 1)[1])
+        i += 1
+    return found
 
 
-def _parsed(text: str) -> dict[str, str] | None:
-    """``k=v,k=v`` (lm-eval's plain form) as a dict; None for anything else (a JSON object: lm-eval reads it)."""
-    if text.lstrip().startswith("{"):
-        return None
-    pairs = [p for p in text.split(",") if p.strip()]
-    if not all("=" in p for p in pairs):
-        return None
-    return {k.strip(): v.strip() for k, v in (p.split("=", 1) for p in pairs)}
+def _parsed(tokens: list[str]) -> dict[str, str] | None:
+    """``k=v,k=v`` tokens (lm-eval's plain form, later keys winning) as one dict; None for anything else (a JSON
+    object: lm-eval reads it)."""
+    values: dict[str, str] = {}
+    for token in tokens:
+        if token.lstrip().startswith("{"):
+            return None
+        pairs = [p for p in token.split(",") if p.strip()]
+        if not all("=" in p for p in pairs):
+            return None
+        values.update((k.strip(), v.strip()) for k, v in (p.split("=", 1) for p in pairs))
+    return values
 
 
 def check_model_args(argv: list[str]) -> None:
@@ -61,9 +74,10 @@ def check_model_args(argv: list[str]) -> None:
     Raises:
         PoptuneError: the one-line reason (a ConfigError, or a ModelNotFoundError).
     """
-    if _option(argv, "--model") != "poptune":
+    models = _values(argv, ("--model", "-M"))
+    if not models or models[-1] != "poptune":
         return
-    values = _parsed(_option(argv, "--model_args") or "")
+    values = _parsed(_values(argv, ("--model_args", "-a")))
     if values is None:
         return
     fields = {k: values[k] for k in ("skip", "boundary", "offset", "layers", "kv") if k in values}
@@ -72,4 +86,3 @@ def check_model_args(argv: list[str]) -> None:
         from poptune.models import resolve_model
 
         resolve_model(values["pretrained"])
-

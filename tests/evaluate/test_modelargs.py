@@ -36,12 +36,24 @@ def test_a_bad_poptune_model_argument_is_refused_before_lm_eval(model_args, erro
         check_model_args(_argv(model_args, joined=joined))
 
 
+def test_the_short_options_and_several_values_are_read_as_lm_eval_reads_them():
+    with pytest.raises(ModelNotFoundError):
+        check_model_args(["run", "-M", "poptune", "-a", "skip=1", "pretrained=no-such-model", "--tasks", "piqa"])
+    with pytest.raises(ConfigError):  # the later value wins
+        check_model_args(["run", "--model", "poptune", "-a", "skip=3", "--model_args=skip=x"])
+
+
 @pytest.mark.parametrize("argv", [
     _argv("pretrained=tiny-llama,skip=3,boundary=window-4,offset=1,batch_size=4,dtype=float32"),
     _argv("pretrained=gemma-3,layers=9-10-11,kv=own", joined=True),
     _argv("pretrained=no-such-model,skip=1", model="hf"),  # another model's arguments are lm-eval's
     _argv('{"pretrained": "no-such-model"}'),  # a JSON object: lm-eval reads it
     ["run", "--model", "poptune", "--tasks", "piqa"],  # no arguments: PopLM's defaults
+    # lm-eval's other forms: -M and -a, several key=val values, the option given twice (merged, later keys win):
+    # kv=anchor alone would need skip >= 1, so only the merged arguments are checked
+    ["run", "-M", "poptune", "-a", "kv=anchor", "skip=6", "--tasks", "piqa"],
+    ["run", "--model", "poptune", "--model_args", "kv=calibrated", "--limit", "2", "-a", "pretrained=gemma-3,skip=6"],
+    ["run", "--model", "poptune", "--model_args", "skip=x", "skip=3"],
 ])
 def test_good_or_foreign_arguments_pass(argv, tmp_path):
     check_model_args(argv)
