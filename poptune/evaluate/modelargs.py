@@ -30,6 +30,7 @@ def pop_config(skip: Any = 0, boundary: Any = "last", offset: Any = 0, layers: A
     except (TypeError, ValueError) as e:
         raise ConfigError(f"PopLM: `skip`, `offset` and `layers` must be integers, got skip={skip!r}, "
                           f"offset={offset!r}, layers={layers!r}") from e
+    boundary = "none" if boundary is None else boundary  # lm-eval reads `boundary=none` as None
     return PopConfig(skip=skip, boundary=str(boundary), offset=offset, layers=layers, kv=str(kv))
 
 

@@ -63,6 +63,7 @@ def test_good_or_foreign_arguments_pass(argv, tmp_path):
 def test_the_configuration_is_what_poplm_builds():
     assert pop_config("6", "window-64", "1") == PopConfig(skip=6, boundary="window-64", offset=1)
     assert pop_config(layers="3-5") == PopConfig(skip=2, layers=(3, 5))
+    assert pop_config(3, None) == PopConfig(skip=3, boundary="none")  # lm-eval's reading of `boundary=none`
 
 
 def test_the_route_refuses_at_once_in_one_line():
@@ -76,3 +77,11 @@ def test_the_route_refuses_at_once_in_one_line():
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and "unknown model 'no-such-model'" in done.stderr
     assert done.stdout.split() == ["False", "False"]
     assert issubclass(ModelNotFoundError, PoptuneError)
+
+
+def test_poplm_takes_the_none_boundary_as_lm_eval_hands_it_over():
+    """lm-eval reads `boundary=none` as None; PopLM refused it (`got 'None'`) before the arguments were read here."""
+    from poptune.evaluate.lm import PopLM
+
+    lm = PopLM.create_from_arg_string("pretrained=tiny-llama,skip=1,boundary=none", {"device": "cpu"})
+    assert lm.pop_config == PopConfig(skip=1, boundary="none")
