@@ -18,10 +18,17 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 #: poptune's own synthetic tasks: lm-eval's registry has other tasks of these names (``passkey`` is a hub task of
 #: its ``libra`` group), which this route would otherwise download instead.
 SYNTHETIC = ("passkey", "kv_recall")
+
+
+def _refuse(message: object) -> NoReturn:
+    """End the route as poptune's commands end on bad input: one line on stderr, exit code 2."""
+    print(f"poptune harness: error: {message}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def check_tasks(argv: list[str]) -> None:
@@ -38,9 +45,8 @@ def check_tasks(argv: list[str]) -> None:
             tasks += arg.split("=", 1)[1].split(",")
     ours = [t.strip() for t in tasks if t.strip() in SYNTHETIC]
     if ours:
-        print(f"poptune harness: error: {', '.join(ours)} is poptune's synthetic task, not lm-eval's task of that "
-              f"name: run it with `poptune eval --tasks {','.join(ours)}`", file=sys.stderr)
-        raise SystemExit(2)
+        _refuse(f"{', '.join(ours)} is poptune's synthetic task, not lm-eval's task of that name: run it with "
+                f"`poptune eval --tasks {','.join(ours)}`")
 
 
 def main() -> None:
@@ -52,8 +58,7 @@ def main() -> None:
     try:  # before lm-eval indexes its tasks (about 20 s here): a bad model or configuration is refused at once
         check_model_args(sys.argv[1:])
     except PoptuneError as e:
-        print(f"poptune harness: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        _refuse(e)
     from lm_eval.__main__ import cli_evaluate
 
     import poptune.evaluate.lm  # noqa: F401  (registers "poptune")
@@ -67,8 +72,7 @@ def main() -> None:
         try:
             cli_evaluate()
         except PoptuneError as e:
-            print(f"poptune harness: error: {e}", file=sys.stderr)
-            raise SystemExit(2) from None
+            _refuse(e)
 
 
 if __name__ == "__main__":
