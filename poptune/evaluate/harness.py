@@ -35,15 +35,14 @@ def check_tasks(argv: list[str]) -> None:
     """Refuse, in one line, poptune's synthetic task names on the lm-eval route (they would resolve to lm-eval's).
 
     Raises:
-        SystemExit: with code 2 and the message, when ``--tasks`` names one.
+        SystemExit: with code 2 and the message, when ``--tasks`` (or ``-t``) names one, in any form lm-eval's
+            parser reads: ``--tasks a,b``, ``--tasks a b``, ``--tasks=a``, the option given twice.
     """
-    tasks: list[str] = []
-    for i, arg in enumerate(argv):
-        if arg == "--tasks" and i + 1 < len(argv):
-            tasks += argv[i + 1].split(",")
-        elif arg.startswith("--tasks="):
-            tasks += arg.split("=", 1)[1].split(",")
-    ours = [t.strip() for t in tasks if t.strip() in SYNTHETIC]
+    from poptune.evaluate.modelargs import option_values
+
+    # lm-eval's --tasks/-t: space- or comma-separated names, the option given any number of times
+    tasks = [t.strip() for value in option_values(argv, ("--tasks", "-t")) for t in value.split(",")]
+    ours = list(dict.fromkeys(t for t in tasks if t in SYNTHETIC))
     if ours:
         _refuse(f"{', '.join(ours)} is poptune's synthetic task, not lm-eval's task of that name: run it with "
                 f"`poptune eval --tasks {','.join(ours)}`")

@@ -3,7 +3,8 @@
 :class:`~poptune.evaluate.lm.PopLM` takes its configuration from them (:func:`pop_config`), and the lm-eval route
 (:mod:`poptune.evaluate.harness`) checks them before lm-eval starts (:func:`check_model_args`): lm-eval indexes
 its tasks before it builds the model, about 20 s on a 2-core CPU, so an unknown model or a bad configuration
-would otherwise be refused only after that wait.
+would otherwise be refused only after that wait. :func:`option_values` reads an option as lm-eval's parser does (the
+route's task-name check reads ``--tasks`` with it).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.kv import registry
 
-__all__ = ["check_model_args", "pop_config"]
+__all__ = ["check_model_args", "option_values", "pop_config"]
 
 
 def pop_config(skip: Any = 0, boundary: Any = "last", offset: Any = 0, layers: Any = None,
@@ -34,7 +35,7 @@ def pop_config(skip: Any = 0, boundary: Any = "last", offset: Any = 0, layers: A
     return PopConfig(skip=skip, boundary=str(boundary), offset=offset, layers=layers, kv=str(kv))
 
 
-def _values(argv: list[str], names: tuple[str, ...]) -> list[str]:
+def option_values(argv: list[str], names: tuple[str, ...]) -> list[str]:
     """The values given to the option ``names`` in ``argv``, every time it is given: ``--name V [V ...]`` (up to
     the next option) or ``--name=V``, as lm-eval's parser reads them."""
     found: list[str] = []
@@ -75,10 +76,10 @@ def check_model_args(argv: list[str]) -> None:
     Raises:
         PoptuneError: the one-line reason (a ConfigError, or a ModelNotFoundError).
     """
-    models = _values(argv, ("--model", "-M"))
+    models = option_values(argv, ("--model", "-M"))
     if not models or models[-1] != "poptune":
         return
-    values = _parsed(_values(argv, ("--model_args", "-a")))
+    values = _parsed(option_values(argv, ("--model_args", "-a")))
     if values is None:
         return
     fields = {k: values[k] for k in ("skip", "boundary", "offset", "layers", "kv") if k in values}
