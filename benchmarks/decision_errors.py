@@ -24,6 +24,8 @@ with simulated paired outcomes of known true drop and flip rate, two tasks, and 
 - **A continuous outcome** (``continuous``: a likelihood judge's, F1-type scores): the empirical likelihood's
   variance (:func:`poptune.evaluate.paired.el_moments`), its error at the budget when every item moves a little,
   with flips or rare large losses beside, its power at true drop 0 and the plan's size before and after.
+- **What a time budget buys** (``bought``, issue 56): the first certification's power and error at the caps a
+  study's clock affords rather than the ones its plan asks for.
 
 Usage::
 
@@ -54,7 +56,11 @@ POWER_CAPS = (("long-prompt", 16), ("quick", 64), ("standard", 128), ("thorough"
 POWER_FLIPS = (0.0, 0.05, 0.10, 0.20)
 CAP_FLIPS = (("10% flips", 0.10, False), ("4% flips", 0.04, False), ("losses only", 0.02, True))
 SECTIONS = ("budget", "caps", "power", "attempts", "hopeless", "futility", "plan", "levels", "studypower", "followup",
-            "unequal", "promise", "continuous")
+            "unequal", "promise", "continuous", "bought")
+#: Caps per task a study's clock bought or would need (issue 56): the 2026-12-06 default run on the Xeon bought 372
+#: (its cost line asked 644 for 80% at the search's 4.5% flips); 256 and 512 around them.
+BOUGHT_CAPS = (256, 372, 512, 644)
+BOUGHT_FLIPS = (0.023, 0.045)
 CONTINUOUS_AT_BUDGET = (("every item moves, sd 5 points, all carry the drop", 0.0, False, 0.05),
                         ("every item moves, sd 2 points, all carry the drop", 0.0, False, 0.02),
                         ("10% F1-type flips, the others move by sd 5 points", 0.10, False, 0.05),
@@ -223,6 +229,30 @@ def _plan(replicates: int, errors: int) -> list[str]:
                      f"{100 * tally['within'] / count:.1f}% | {100 * tally['beyond'] / count:.1f}% | "
                      f"{100 * tally['futile'] / count:.1f}% | {100 * tally['undecided'] / count:.1f}% | "
                      f"{items / count:.0f} |")
+    return lines
+
+
+def _bought(replicates: int, errors: int) -> list[str]:
+    """Issue 56: the study's first certification (1.25%, futility stop on) at the caps a time budget buys, not the
+    ones its plan asks for: power at true drop 0 and the error at the budget, at the flip rates a study saw."""
+    from poptune.evaluate.decisions import Scenario, race_error
+    from poptune.evaluate.workload import rounds
+
+    lines = ["", "## What a time budget buys: the first certification at the cap the clock affords (issue 56)", "",
+             "The study's first attempt (confidence 97.5%, one-sided 1.25%), rounds from 32 items per task doubling "
+             "to the cap, two tasks, futility stop on; the cap is what the time left buys, whatever the plan asked. "
+             "Power: true drop 0; error: true drop = budget (2 points), must be at most 1.25%.", "",
+             "| cap per task | rounds (items per task) | flips | certified within (drop 0) | futile | undecided | "
+             "mean fresh items | declared within at the budget |", "|---|---|---|---|---|---|---|---|"]
+    for cap in BOUGHT_CAPS:
+        for flips in BOUGHT_FLIPS:
+            power = race_error(Scenario(0.0, flips), start=32, cap=cap, confidence=0.975, replicates=replicates,
+                               seed=cap, futility=True)
+            error = race_error(Scenario(0.02, flips), start=32, cap=cap, confidence=0.975, replicates=errors,
+                               seed=cap + 1, futility=True)
+            lines.append(f"| {cap:,} | {', '.join(map(str, rounds(32, cap)))} | {100 * flips:g}% | "
+                         f"{100 * power.within:.1f}% | {100 * power.futile:.1f}% | {100 * power.undecided:.1f}% | "
+                         f"{power.mean_items:.0f} | {100 * error.within:.2f}% |")
     return lines
 
 
@@ -407,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         lines += _promise(args.power_replicates)
     if "continuous" in sections:
         lines += _continuous(args.replicates, args.power_replicates)
+    if "bought" in sections:
+        lines += _bought(args.power_replicates, args.replicates)
     lines += ["", f"Wall time: {time.monotonic() - started:.0f} s on this project's 2-core CPU."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
