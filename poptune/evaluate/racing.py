@@ -270,6 +270,9 @@ class VerdictCost:
             probability at this flip rate.
         planned: The items per task the race planned.
         power: The probability of the verdict the figures are sized for.
+        chance: The probability that ``planned`` items per task certify ``budget`` at true drop 0 and this flip
+            rate (the last look's score test, as the size; the earlier looks add a little, so the seeded simulation
+            finds a few points more: ``leaderboards/decision-errors-simulated-*``, "What a time budget buys").
     """
 
     flip_rate: float
@@ -279,6 +282,7 @@ class VerdictCost:
     smallest_budget: float
     planned: int
     power: float = 0.8
+    chance: float = 0.0
 
     @property
     def items(self) -> int:
@@ -296,12 +300,11 @@ def planning_rate(drop: PairedDrop) -> float:
     return (mass + size * size) / (drop.total + 2)
 
 
-def _items(points: float, flips: float, per_task: int, tasks: int, start: int, growth: float, alpha: float,
-           power: float) -> float:
-    """Items in all for a verdict within ``points`` with probability ``power`` at true drop 0 (see
-    :func:`verdict_cost`), for a design capped at ``per_task`` items per task."""
-    from scipy.stats import norm
-
+def _design(points: float, flips: float, per_task: int, start: int, growth: float, alpha: float
+            ) -> tuple[float, float, float, float]:
+    """The score test's terms for a verdict within ``points`` at true drop 0 (see :func:`verdict_cost`): the budget
+    as a share, the test's variance of one item at the budget, the statistic's spread when nothing is lost and the
+    last boundary of a design capped at ``per_task`` items per task."""
     from poptune.evaluate.groupseq import boundaries
     from poptune.evaluate.paired import restricted_variance
 
@@ -309,9 +312,30 @@ def _items(points: float, flips: float, per_task: int, tasks: int, start: int, g
     variance = restricted_variance(flips / 2, flips / 2, 1.0, b)  # the score test's, at the budget
     spread = math.sqrt(flips / variance)  # the statistic's sd when the true drop is 0, below 1
     last = boundaries([c / per_task for c in rounds(min(start, per_task), per_task, growth)], alpha)[-1]
+    return b, variance, spread, last
+
+
+def _items(points: float, flips: float, per_task: int, tasks: int, start: int, growth: float, alpha: float,
+           power: float) -> float:
+    """Items in all for a verdict within ``points`` with probability ``power`` at true drop 0 (see
+    :func:`verdict_cost`), for a design capped at ``per_task`` items per task."""
+    from scipy.stats import norm
+
+    b, variance, spread, last = _design(points, flips, per_task, start, growth, alpha)
     k = (last + norm.isf(1 - power) * spread) * math.sqrt(variance)
     root = (k + math.sqrt(k * k + 2 * b)) / (2 * b)  # sqrt(N) b - k = 1 / (2 sqrt(N)): the continuity correction
     return root * root
+
+
+def _chance(points: float, flips: float, per_task: int, tasks: int, start: int, growth: float, alpha: float
+            ) -> float:
+    """The probability that a design capped at ``per_task`` items per task certifies ``points`` at true drop 0:
+    :func:`_items` solved for its power at ``N = per_task * tasks``."""
+    from scipy.stats import norm
+
+    b, variance, spread, last = _design(points, flips, per_task, start, growth, alpha)
+    n = per_task * tasks
+    return float(norm.cdf(((math.sqrt(n) * b - 1 / (2 * math.sqrt(n))) / math.sqrt(variance) - last) / spread))
 
 
 def verdict_cost(drop: PairedDrop, budget: float, *, planned: int, start: int, growth: float = 2.0,
@@ -340,4 +364,5 @@ def verdict_cost(drop: PairedDrop, budget: float, *, planned: int, start: int, g
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if _items(mid, flips, planned, tasks, start, growth, alpha, power) <= planned * tasks \
             else (mid, hi)
-    return VerdictCost(flips, per_task, tasks, budget, hi, planned, power)
+    chance = _chance(budget, flips, planned, tasks, start, growth, alpha)
+    return VerdictCost(flips, per_task, tasks, budget, hi, planned, power, chance)

@@ -183,6 +183,8 @@ class CertificationPlan:
         power: The probability the sizes are for.
         squared: Whether ``flip_rate`` rests on the squared moves (False: a search drop stored without them, whose
             absolute moves stand in).
+        chance: The probability that ``per_task`` items per task certify the budget at true drop 0 and that rate
+            (:attr:`poptune.evaluate.racing.VerdictCost.chance`): what the items the plan can buy are worth.
     """
 
     per_task: int
@@ -195,6 +197,7 @@ class CertificationPlan:
     smallest_budget: float
     power: float = 0.8
     squared: bool = True
+    chance: float = 0.0
 
     @property
     def minutes(self) -> float | None:
@@ -216,7 +219,7 @@ class CertificationPlan:
             else "all the certification's cap holds"
         return (f"{head}, {why}: a {budget:g}-point {kind}verdict needs about {self.needed * self.tasks:,} if the "
                 f"true drop is 0 and {rate}; these items certify about {self.smallest_budget:.1f} points "
-                f"as often ({100 * self.power:.0f}%)")
+                f"as often ({100 * self.power:.0f}%), {budget:g} points {100 * self.chance:.0f}% of the time")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -264,10 +267,9 @@ def _sized(seen: "PairedDrop", budget: float, supply: int, confidence: float, pe
         left = deadline - time.monotonic() - CLOSING_S
         affordable = taken + max(0, int(left / per_item / cost.tasks))
     per_task = max(start, min(supply, cost.per_task, supply if affordable is None else affordable))
-    smallest = verdict_cost(seen, budget, planned=per_task, start=min(start, per_task),
-                            confidence=confidence).smallest_budget
+    bought = verdict_cost(seen, budget, planned=per_task, start=min(start, per_task), confidence=confidence)
     return CertificationPlan(per_task, cost.tasks, cost.per_task, affordable, supply, cost.flip_rate, per_item,
-                             smallest, cost.power, squared=bool(seen.squares))
+                             bought.smallest_budget, cost.power, squared=bool(seen.squares), chance=bought.chance)
 
 
 @dataclass

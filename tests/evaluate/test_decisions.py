@@ -56,6 +56,18 @@ def test_the_items_a_verdict_is_said_to_need_give_the_power_promised(flips):
     assert 0.80 - 3 * rates.standard_error(0.8) <= rates.within <= 0.92, (cost, rates)
 
 
+@pytest.mark.parametrize("cap", [256, 372])
+def test_the_chance_said_of_the_items_a_clock_buys_is_the_races_power(cap):
+    # A plan the clock cuts short says what its items are worth: the chance they certify the budget at true drop 0
+    # (the last look's score test). The race's earlier looks add a few points, so it is a slight underestimate.
+    seen = PairedDrop(Interval(0.0, -3.0, 3.0), {"a": 32, "b": 32}, {"a": 2, "b": 0}, SEQUENTIAL)  # 3/66 planned
+    cost = verdict_cost(seen, 2.0, planned=cap, start=32, confidence=0.975)
+    assert cost.per_task > cap  # the clock bought less than 80% needs
+    rates = race_error(Scenario(0.0, cost.flip_rate), start=32, cap=cap, confidence=0.975, replicates=400, seed=9)
+    assert rates.within - 0.08 <= cost.chance <= rates.within + 3 * rates.standard_error(cost.chance), (cost, rates)
+    assert cost.chance < 0.8
+
+
 def test_a_lossless_configuration_is_certified_once_there_are_enough_items():
     # No item flips: the upper bound falls below 2 points after about 240 items (the exact one-look bound: 183).
     assert race_error(Scenario(0.0, 0.0), start=32, cap=128, replicates=20).within == 1.0

@@ -62,6 +62,10 @@ def test_a_short_clock_buys_fewer_items_and_the_line_says_what_they_certify():
     plan = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + CLOSING_S + 200)
     assert plan.per_task == plan.affordable < plan.needed and 90 <= plan.affordable <= 100
     assert "all the time budget buys" in plan.line("x", 2.0) and plan.smallest_budget > 2.0
+    # and what those items are worth: the chance they certify the budget itself, below the plan's 80%
+    assert 0.05 < plan.chance < 0.8 and plan.line("x", 2.0).endswith(f"2 points {100 * plan.chance:.0f}% of the time")
+    ample = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + 36000)
+    assert ample.per_task == ample.needed and ample.chance >= 0.8 > plan.chance
 
 
 def test_a_plan_sized_again_at_its_first_rounds_cost_buys_what_the_time_holds(monkeypatch):
