@@ -335,7 +335,10 @@ def _chance(points: float, flips: float, per_task: int, tasks: int, start: int, 
 
     b, variance, spread, last = _design(points, flips, per_task, start, growth, alpha)
     n = per_task * tasks
-    return float(norm.cdf(((math.sqrt(n) * b - 1 / (2 * math.sqrt(n))) / math.sqrt(variance) - last) / spread))
+    margin = (math.sqrt(n) * b - 1 / (2 * math.sqrt(n))) / math.sqrt(variance) - last
+    if spread <= 0:  # nothing moves (a continuous outcome's moves too small to count): the statistic is fixed
+        return float(margin > 0)
+    return float(norm.cdf(margin / spread))
 
 
 def verdict_cost(drop: PairedDrop, budget: float, *, planned: int, start: int, growth: float = 2.0,

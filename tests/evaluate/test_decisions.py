@@ -68,6 +68,15 @@ def test_the_chance_said_of_the_items_a_clock_buys_is_the_races_power(cap):
     assert cost.chance < 0.8
 
 
+def test_the_chance_of_an_outcome_that_never_moves_is_certain_or_nil():
+    # A likelihood judge's moves can be too small to count (a flip rate of 0.0): the statistic is then fixed, and
+    # the items either certify the budget or cannot (no division by its spread of 0).
+    from poptune.evaluate.racing import _chance
+
+    assert _chance(2.0, 0.0, 512, 2, 32, 2.0, 0.0125) == 1.0
+    assert _chance(2.0, 0.0, 2, 1, 2, 2.0, 0.00625) == 0.0  # 2 items cannot show 2 points
+
+
 def test_a_lossless_configuration_is_certified_once_there_are_enough_items():
     # No item flips: the upper bound falls below 2 points after about 240 items (the exact one-look bound: 183).
     assert race_error(Scenario(0.0, 0.0), start=32, cap=128, replicates=20).within == 1.0
