@@ -9,7 +9,7 @@ from poptune.errors import ConfigError, DeviceError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["resolve_device", "resolve_dtype", "DTYPES"]
+__all__ = ["resolve_device", "resolve_dtype", "dtype_name", "native_bf16", "DTYPES"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -39,12 +39,30 @@ def resolve_device(device: "str | torch.device") -> "torch.device":
     return torch.device("cuda", index)
 
 
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices in hardware (Intel AMX tiles): there a bfloat16 model's
+    products run several times faster than float32's, elsewhere bfloat16 is converted in software and slower."""
+    import torch
+
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)  # torch's own check, as its oneDNN dispatch reads it
+    return bool(probe()) if probe is not None else False
+
+
+def dtype_name(dtype: str | None, device: str) -> str:
+    """The name of the dtype ``dtype`` means on ``device`` (a name, or None: the device's native precision, as
+    :func:`resolve_dtype` reads it), without touching the device: what a stored study records."""
+    if dtype is not None:
+        return dtype
+    return "bfloat16" if device.startswith("cuda") or native_bf16() else "float32"
+
+
 def resolve_dtype(dtype: "str | torch.dtype | None", device: "torch.device") -> "torch.dtype":
-    """``None`` means float32 on CPU and bfloat16 on CUDA."""
+    """``None`` means the device's native fast precision, as the model would be deployed there: bfloat16 on CUDA and
+    on a CPU that multiplies bfloat16 in hardware (:func:`native_bf16`), float32 on other CPUs."""
     import torch
 
     if dtype is None:
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        return getattr(torch, dtype_name(None, device.type))
     if isinstance(dtype, torch.dtype):
         return dtype
     names = {name: getattr(torch, name) for name in DTYPES}

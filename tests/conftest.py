@@ -41,6 +41,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _float32_default_on_every_cpu():
+    """The default dtype on a CPU is float32 here whatever the CPU (with AMX it would be bfloat16,
+    :func:`poptune.device.native_bf16`): the suite's figures and tolerances do not depend on the machine running it.
+    A test of the rule patches torch's probe itself."""
+    import torch
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _kv_maps_folder(tmp_path_factory):
     """Fitted K/V maps go to a folder of the test session, never the user's cache."""
     previous = os.environ.get("POPTUNE_KV_MAPS")

@@ -117,7 +117,8 @@ OPTIONS: dict[str, Option] = {
     "--device": Option(("--device",), dict(default=default_of(TuningProblem, "device"),
                                            help="cpu, cuda or cuda:N (default: %(default)s)")),
     "--dtype": Option(("--dtype",), dict(choices=DTYPES, default=None,
-                                         help="default: float32 on CPU, bfloat16 on CUDA")),
+                                         help="default: bfloat16 on CUDA and on a CPU with AMX (bfloat16 products in "
+                                              "hardware), float32 on other CPUs")),
     "--weights": Option(("--weights",), dict(choices=("pretrained", "random"),
                                              default=default_of(TuningProblem, "weights"))),
     "--data-dir": Option(("--data-dir",), dict(

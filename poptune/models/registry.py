@@ -95,7 +95,8 @@ def load_model(
             ``tiny-gemma3-vl``, or a local Hugging Face model directory. Gemma-3 4B/12B and Qwen3-VL are
             vision-language models (prompt them with images through :func:`poptune.models.image_prompt`).
         device: ``cpu``, ``cuda`` or ``cuda:N``.
-        dtype: ``float32``, ``bfloat16``, ``float16`` or a torch dtype; None: float32 on CPU, bfloat16 on CUDA.
+        dtype: ``float32``, ``bfloat16``, ``float16`` or a torch dtype; None: the device's native
+            precision (:func:`poptune.device.resolve_dtype`: bfloat16 on CUDA and on CPUs with AMX, else float32).
         weights: ``pretrained``, or ``random`` for the full-size architecture with random weights (for
             latency only: timing does not depend on weight values). Tiny models are always random.
 

@@ -243,7 +243,8 @@ class ConfigEvaluator:
         from poptune.store.answers import FullAnswers
 
         p = self.problem
-        settings = dict(model=p.model, weights=weights_fingerprint(p.model, p.weights), dtype=p.dtype,
+        settings = dict(model=p.model, weights=weights_fingerprint(p.model, p.weights),
+                        dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
                         device=str(self.model.device.type), batch_size=p.eval_batch_size, seed=p.seed,
                         synthetic_lengths=list(p.synthetic_lengths), data_dir=p.data_dir,
                         prompts=p.prompts_sha256 or p.prompts, torch=torch.__version__,

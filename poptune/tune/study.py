@@ -191,8 +191,12 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
     from dataclasses import replace
 
     stored = store.StoredStudy.of(study).problem or None
+    problem = resolved_dtype(problem)
     if stored is not None:  # the certification's size changes no trial: a resumed study may certify on more items
         stored_problem = TuningProblem.from_dict(stored)
+        if stored_problem.dtype is None:  # stored before the dtype was: it was float32 on a CPU, bfloat16 on CUDA
+            stored = {**stored, "dtype": "bfloat16" if stored_problem.device.startswith("cuda") else "float32"}
+            stored_problem = TuningProblem.from_dict(stored)
         problem = replace(problem, certify_limit=stored_problem.certify_limit,
                           certify_candidates=stored_problem.certify_candidates)
         if stored_problem.data_dir is not None and problem.data_dir is not None:  # the same tasks, wherever the
@@ -212,6 +216,17 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
             f"study {study.study_name!r} was made with other settings ({', '.join(changed)}): "
             "use the same options to resume it, or another --study name"
         )
+
+
+def resolved_dtype(problem: TuningProblem) -> TuningProblem:
+    """``problem`` with its dtype named (None: the device's native precision on this machine,
+    :func:`poptune.device.dtype_name`): a study records the precision it measured, never a default that another
+    machine or version reads otherwise."""
+    from dataclasses import replace
+
+    from poptune.device import dtype_name
+
+    return problem if problem.dtype is not None else replace(problem, dtype=dtype_name(None, problem.device))
 
 
 def _record_problem(
@@ -363,7 +378,9 @@ def run_study(
             here); an unknown model fails before the storage is touched.
     """
     import contextlib
+    from dataclasses import replace
 
+    spec = replace(spec, problem=resolved_dtype(spec.problem))
     target = target_of(spec, target)
     with contextlib.ExitStack() as held:
         return _run_study(spec, held, target, evaluator=evaluator, callbacks=callbacks, started=started)

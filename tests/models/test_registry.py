@@ -46,6 +46,23 @@ def test_tiny_models_load_seeded_in_eval_mode_with_a_left_padding_tokenizer():
     assert next(half.parameters()).dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("amx", [False, True])
+def test_the_default_dtype_is_the_devices_native_precision(monkeypatch, amx):
+    # A CPU that multiplies bfloat16 in hardware (AMX) gets bfloat16, as CUDA does; another CPU float32.
+    import poptune.device
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    expected = torch.bfloat16 if amx else torch.float32
+    assert poptune.device.native_bf16() is amx
+    assert poptune.device.dtype_name(None, "cpu") == str(expected).removeprefix("torch.")
+    assert poptune.device.dtype_name(None, "cuda:1") == "bfloat16"
+    assert poptune.device.dtype_name("float16", "cpu") == "float16"
+    model, _ = load_model("tiny-llama")
+    assert next(model.parameters()).dtype == expected
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported")  # a torch without the probe: float32, never a guess
+    assert poptune.device.native_bf16() is False
+
+
 def test_bad_weights_are_a_config_error():
     with pytest.raises(ConfigError, match="`weights` must be one of pretrained, random"):
         load_model("tiny-llama", weights="zeros")
