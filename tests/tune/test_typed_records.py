@@ -35,3 +35,27 @@ def test_the_data_folder_is_stored_as_typed_and_a_study_resumes_wherever_the_fol
     embedded = dataclasses.replace(problem, data_dir=None)  # the embedded data instead: other items
     with pytest.raises(ConfigError, match=r"other settings \(data_dir\)"):
         run_study(StudySpec(problem=embedded, add=1, storage=url), evaluator=FakeEvaluator(embedded))
+
+
+def test_a_study_records_the_precision_it_measured_and_refuses_another(tmp_path):
+    # The default dtype is named when the study is made (float32 on this suite's CPUs), so that a machine or a
+    # version reading the default otherwise cannot mix precisions; a study stored without one was float32 on a CPU.
+    import optuna
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    problem = _problem(None)
+    study = run_study(StudySpec(problem=problem, trials=2, storage=url), evaluator=FakeEvaluator(problem))
+    assert store.StoredStudy.of(study).problem["dtype"] == "float32"
+    explicit = dataclasses.replace(problem, dtype="float32")
+    assert len(store.completed(run_study(StudySpec(problem=explicit, add=1, storage=url),
+                                         evaluator=FakeEvaluator(explicit)))) >= 3
+    half = dataclasses.replace(problem, dtype="bfloat16")
+    with pytest.raises(ConfigError, match=r"other settings \(dtype\)"):
+        run_study(StudySpec(problem=half, add=1, storage=url), evaluator=FakeEvaluator(half))
+
+    old = optuna.load_study(study_name=study.study_name, storage=url)  # as stored before the dtype was
+    old.set_user_attr("problem", {**old.user_attrs["problem"], "dtype": None})
+    assert len(store.completed(run_study(StudySpec(problem=problem, add=1, storage=url),
+                                         evaluator=FakeEvaluator(problem)))) >= 4
+    with pytest.raises(ConfigError, match=r"other settings \(dtype\)"):
+        run_study(StudySpec(problem=half, add=1, storage=url), evaluator=FakeEvaluator(half))
