@@ -490,7 +490,8 @@ class StudyReport:
         stored, budget = self.stored, self.budget
         lines = [f"# Study {self.name}", "",
                  f"- model: {stored.model} (weights {str(stored.weights_fingerprint or '')[:24]}), "
-                 f"{stored.num_layers} layers; hardware: {stored.hardware_id}",
+                 f"{stored.num_layers} layers" + (f", {dtype}" if (dtype := stored.problem.get("dtype")) else "")
+                 + f"; hardware: {stored.hardware_id}",
                  *self._workload_lines(), *self._kv_lines(),
                  f"- {self.judge} budget: " + (f"drop's upper bound <= {budget:g} points, certified on fresh items "
                                           f"(at most {100 * ERROR:g}% error over all the study's certifications; "

@@ -46,6 +46,9 @@ def test_a_study_records_the_precision_it_measured_and_refuses_another(tmp_path)
     problem = _problem(None)
     study = run_study(StudySpec(problem=problem, trials=2, storage=url), evaluator=FakeEvaluator(problem))
     assert store.StoredStudy.of(study).problem["dtype"] == "float32"
+    from poptune.reports.study_report import summary_markdown
+
+    assert "6 layers, float32; hardware: " in summary_markdown(study)  # the summary says the precision measured
     explicit = dataclasses.replace(problem, dtype="float32")
     assert len(store.completed(run_study(StudySpec(problem=explicit, add=1, storage=url),
                                          evaluator=FakeEvaluator(explicit)))) >= 3
