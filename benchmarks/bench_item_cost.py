@@ -136,9 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--configs", default=",".join(EIGHT), help="the many-configuration scenario's (comma list)")
     parser.add_argument("--weights", default="pretrained", choices=("pretrained", "random"))
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", help="default: the device's native precision (poptune.load_model)")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
-    model, tok = load_model(args.model, device=args.device, weights=args.weights)
+    model, tok = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     hardware = fingerprint(model.device)
     packs = [("embedded", ("passkey", "kv_recall"), None, args.per_chunk, args.chunks)]
     if args.data_dir:
@@ -162,11 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     command = typed_command(["benchmarks/bench_item_cost.py", *(argv if argv is not None else sys.argv[1:])],
                             program=None)  # as a user types it, no path of this machine
     v = versions()
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     text = "\n".join([
         f"# What an item costs: the full model and POP configurations on the same fresh items ({args.model}"
         f"{', random weights' if args.weights == 'random' else ''})", "",
         f"- command: `{command.strip()}`",
-        f"- hardware: {hardware.hardware_id}; versions: poptune {v.get('poptune')}, torch {v.get('torch')}, "
+        f"- hardware: {hardware.hardware_id}, {dtype}; versions: poptune {v.get('poptune')}, torch {v.get('torch')}, "
         f"transformers {v.get('transformers')}",
         f"- items: fresh items (positions 32 on of each task's fixed order), batch 8, in chunks of "
         f"{args.per_chunk} per task (long pack: {args.long_per_chunk}); the ways back to back in every chunk, order "
