@@ -69,11 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--candidate", default="6/last/0")
     parser.add_argument("--chunks", type=int, default=2)
     parser.add_argument("--per-chunk", type=int, default=2)
+    parser.add_argument("--dtype", help="default: the device's native precision (poptune.load_model)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     skip, boundary, offset = args.candidate.split("/")
     config = PopConfig(skip=int(skip), boundary=boundary, offset=int(offset))
-    model, tok = load_model(args.model)
+    model, tok = load_model(args.model, dtype=args.dtype)
     rows, began = [], time.perf_counter()
     for task in args.tasks.split(","):
         start = 32  # fresh items, as a certification's
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# What a likelihood-judged item costs: the full model plus one candidate, before and after one "
              f"prefill ({args.model})", "",
              f"- command: `{command.strip()}`",
-             f"- hardware: {hardware.hardware_id}; versions: poptune {v.get('poptune')}, torch {v.get('torch')}, "
+             f"- hardware: {hardware.hardware_id}, {str(next(model.parameters()).dtype).removeprefix('torch.')}; "
+             f"versions: poptune {v.get('poptune')}, torch {v.get('torch')}, "
              f"transformers {v.get('transformers')}",
              f"- items: fresh items (positions 32 on), batch 8, in chunks of {args.per_chunk}, the two ways back to "
              f"back in every chunk, order alternating; nothing cached between ways; wall time "

@@ -220,13 +220,22 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
 
 def resolved_dtype(problem: TuningProblem) -> TuningProblem:
     """``problem`` with its dtype named (None: the device's native precision on this machine,
-    :func:`poptune.device.dtype_name`): a study records the precision it measured, never a default that another
-    machine or version reads otherwise."""
+    :func:`poptune.device.dtype_name`, but float32 for a likelihood judge on a CPU): a study records the precision it
+    measured, never a default that another machine or version reads otherwise."""
     from dataclasses import replace
 
     from poptune.device import dtype_name
+    from poptune.evaluate.judges import LIKELIHOOD_TASKS
+    from poptune.evaluate.prompts import LIKELIHOOD
 
-    return problem if problem.dtype is not None else replace(problem, dtype=dtype_name(None, problem.device))
+    if problem.dtype is not None:
+        return problem
+    if not problem.device.startswith("cuda") and any(t in LIKELIHOOD_TASKS or t == LIKELIHOOD for t in problem.tasks):
+        # A likelihood judge reads the full answer's probability from the full model's generation and POP's from a
+        # prefill; in bfloat16 on a CPU the two paths differ by up to 0.006 (measured, bench_likelihood_item's null
+        # check), above the 1e-3 they are checked to: the judge keeps float32 there unless asked.
+        return replace(problem, dtype="float32")
+    return replace(problem, dtype=dtype_name(None, problem.device))
 
 
 def _record_problem(

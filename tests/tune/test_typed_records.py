@@ -62,3 +62,20 @@ def test_a_study_records_the_precision_it_measured_and_refuses_another(tmp_path)
                                          evaluator=FakeEvaluator(problem)))) >= 4
     with pytest.raises(ConfigError, match=r"other settings \(dtype\)"):
         run_study(StudySpec(problem=half, add=1, storage=url), evaluator=FakeEvaluator(half))
+
+
+def test_the_default_dtype_a_study_records_on_an_amx_cpu(monkeypatch, eval_data):
+    # With bfloat16 products in hardware a study runs bfloat16; a likelihood judge keeps float32 there (its two
+    # scoring paths agree to 1e-3 only in float32); an asked dtype is kept as asked.
+    import torch
+
+    from poptune.tune.study import resolved_dtype
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert resolved_dtype(_problem(None)).dtype == "bfloat16"
+    likelihood = dataclasses.replace(_problem(str(eval_data)), tasks=("longctx_squad:likelihood",))
+    assert resolved_dtype(likelihood).dtype == "float32"
+    assert resolved_dtype(dataclasses.replace(likelihood, dtype="bfloat16")).dtype == "bfloat16"
+    assert resolved_dtype(dataclasses.replace(_problem(None), device="cuda")).dtype == "bfloat16"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert resolved_dtype(_problem(None)).dtype == "float32"
