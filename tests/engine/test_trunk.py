@@ -56,6 +56,22 @@ def test_generation_with_a_shared_trunk_equals_the_engine_answer_for_answer(shar
     assert len(trunk) == 0
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_a_shared_trunk_equals_the_engine_in_bfloat16(name):
+    # The default dtype on a CPU with AMX (and on CUDA): the trunk's lower layers are the full model's, the stacked
+    # decodes the engine's, answer for answer, in bfloat16 too.
+    from poptune import load_model
+
+    model, tok = load_model(name, dtype="bfloat16")
+    items = _items(tok)
+    alone = {c: _outputs(model, tok, c, items) for c in [PopConfig(skip=0), *CONFIGS]}
+    trunk = SharedTrunk(CONFIGS)
+    with trunk.attached(model):
+        together = {c: _outputs(model, tok, c, items) for c in [PopConfig(skip=0), *CONFIGS]}
+    assert trunk.alone == 0 and trunk.together == -(-len(items) // 4)
+    assert together == alone
+
+
 def _loglikelihoods(model, tok, config, contexts, continuations):
     from poptune.evaluate.scoring import score_continuations
 
