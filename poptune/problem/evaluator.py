@@ -102,7 +102,7 @@ class ConfigEvaluator:
             from poptune.models import load_model
 
             p = self.problem
-            self._loaded = load_model(p.model, device=p.device, dtype=p.dtype, weights=p.weights)
+            self._loaded = load_model(p.model, device=p.device, dtype=p.dtype_named().dtype, weights=p.weights)
         return self._loaded
 
     @property

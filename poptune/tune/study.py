@@ -191,7 +191,7 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
     from dataclasses import replace
 
     stored = store.StoredStudy.of(study).problem or None
-    problem = resolved_dtype(problem)
+    problem = problem.dtype_named()
     if stored is not None:  # the certification's size changes no trial: a resumed study may certify on more items
         stored_problem = TuningProblem.from_dict(stored)
         if stored_problem.dtype is None:  # stored before the dtype was: it was float32 on a CPU, bfloat16 on CUDA
@@ -216,26 +216,6 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
             f"study {study.study_name!r} was made with other settings ({', '.join(changed)}): "
             "use the same options to resume it, or another --study name"
         )
-
-
-def resolved_dtype(problem: TuningProblem) -> TuningProblem:
-    """``problem`` with its dtype named (None: the device's native precision on this machine,
-    :func:`poptune.device.dtype_name`, but float32 for a likelihood judge on a CPU): a study records the precision it
-    measured, never a default that another machine or version reads otherwise."""
-    from dataclasses import replace
-
-    from poptune.device import dtype_name
-    from poptune.evaluate.judges import LIKELIHOOD_TASKS
-    from poptune.evaluate.prompts import LIKELIHOOD
-
-    if problem.dtype is not None:
-        return problem
-    if not problem.device.startswith("cuda") and any(t in LIKELIHOOD_TASKS or t == LIKELIHOOD for t in problem.tasks):
-        # A likelihood judge reads the full answer's probability from the full model's generation and POP's from a
-        # prefill; in bfloat16 on a CPU the two paths differ by up to 0.006 (measured, bench_likelihood_item's null
-        # check), above the 1e-3 they are checked to: the judge keeps float32 there unless asked.
-        return replace(problem, dtype="float32")
-    return replace(problem, dtype=dtype_name(None, problem.device))
 
 
 def _record_problem(
@@ -389,7 +369,7 @@ def run_study(
     import contextlib
     from dataclasses import replace
 
-    spec = replace(spec, problem=resolved_dtype(spec.problem))
+    spec = replace(spec, problem=spec.problem.dtype_named())
     target = target_of(spec, target)
     with contextlib.ExitStack() as held:
         return _run_study(spec, held, target, evaluator=evaluator, callbacks=callbacks, started=started)

@@ -69,13 +69,11 @@ def test_the_default_dtype_a_study_records_on_an_amx_cpu(monkeypatch, eval_data)
     # scoring paths agree to 1e-3 only in float32); an asked dtype is kept as asked.
     import torch
 
-    from poptune.tune.study import resolved_dtype
-
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
-    assert resolved_dtype(_problem(None)).dtype == "bfloat16"
+    assert _problem(None).dtype_named().dtype == "bfloat16"
     likelihood = dataclasses.replace(_problem(str(eval_data)), tasks=("longctx_squad:likelihood",))
-    assert resolved_dtype(likelihood).dtype == "float32"
-    assert resolved_dtype(dataclasses.replace(likelihood, dtype="bfloat16")).dtype == "bfloat16"
-    assert resolved_dtype(dataclasses.replace(_problem(None), device="cuda")).dtype == "bfloat16"
+    assert likelihood.dtype_named().dtype == "float32"
+    assert dataclasses.replace(likelihood, dtype="bfloat16").dtype_named().dtype == "bfloat16"
+    assert dataclasses.replace(_problem(None), device="cuda").dtype_named().dtype == "bfloat16"
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    assert resolved_dtype(_problem(None)).dtype == "float32"
+    assert _problem(None).dtype_named().dtype == "float32"
