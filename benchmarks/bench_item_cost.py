@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from poptune import PopConfig, load_model
+from poptune.device import dtype_of
 from poptune.engine.trunk import SharedTrunk
 from poptune.evaluate.suite import EvalSpec, measure_tasks
 from poptune.evaluate.workload import build_workload
@@ -163,13 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     command = typed_command(["benchmarks/bench_item_cost.py", *(argv if argv is not None else sys.argv[1:])],
                             program=None)  # as a user types it, no path of this machine
     v = versions()
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     text = "\n".join([
         f"# What an item costs: the full model and POP configurations on the same fresh items ({args.model}"
         f"{', random weights' if args.weights == 'random' else ''})", "",
         f"- command: `{command.strip()}`",
-        f"- hardware: {hardware.hardware_id}, {dtype}; versions: poptune {v.get('poptune')}, torch {v.get('torch')}, "
-        f"transformers {v.get('transformers')}",
+        f"- hardware: {hardware.hardware_id}, {dtype_of(model)}; versions: poptune {v.get('poptune')}, "
+        f"torch {v.get('torch')}, transformers {v.get('transformers')}",
         f"- items: fresh items (positions 32 on of each task's fixed order), batch 8, in chunks of "
         f"{args.per_chunk} per task (long pack: {args.long_per_chunk}); the ways back to back in every chunk, order "
         "alternating" + ("; one chunk run untimed before each scenario (a GPU warms up)" if model.device.type == "cuda"

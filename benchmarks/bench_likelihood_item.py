@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from poptune import PopConfig, load_model
+from poptune.device import dtype_of
 from poptune.evaluate.answers import ITEMS_KEY, full_answers, score_requests
 from poptune.evaluate.judges import base_task
 from poptune.evaluate.prompts import LIKELIHOOD
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"# What a likelihood-judged item costs: the full model plus one candidate, before and after one "
              f"prefill ({args.model})", "",
              f"- command: `{command.strip()}`",
-             f"- hardware: {hardware.hardware_id}, {str(next(model.parameters()).dtype).removeprefix('torch.')}; "
+             f"- hardware: {hardware.hardware_id}, {dtype_of(model)}; "
              f"versions: poptune {v.get('poptune')}, torch {v.get('torch')}, "
              f"transformers {v.get('transformers')}",
              f"- items: fresh items (positions 32 on), batch 8, in chunks of {args.per_chunk}, the two ways back to "

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from poptune.errors import ConfigError, DeviceError
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["resolve_device", "resolve_dtype", "dtype_name", "native_bf16", "DTYPES"]
+__all__ = ["resolve_device", "resolve_dtype", "dtype_name", "dtype_of", "native_bf16", "DTYPES"]
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -45,7 +45,7 @@ def native_bf16() -> bool:
     import torch
 
     probe = getattr(torch.cpu, "_is_amx_tile_supported", None)  # torch's own check, as its oneDNN dispatch reads it
-    return bool(probe()) if probe is not None else False
+    return probe is not None and bool(probe())
 
 
 def dtype_name(dtype: str | None, device: str) -> str:
@@ -69,3 +69,8 @@ def resolve_dtype(dtype: "str | torch.dtype | None", device: "torch.device") -> 
     if dtype not in names:
         raise ConfigError(f"`dtype` must be one of {', '.join(names)}, got {dtype!r}")
     return names[dtype]
+
+
+def dtype_of(model: Any) -> str:
+    """The name of the dtype ``model``'s weights are held in (``bfloat16``): what records and keys say it ran in."""
+    return str(next(model.parameters()).dtype).removeprefix("torch.")

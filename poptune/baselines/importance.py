@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from poptune.device import dtype_of
 from poptune.engine import PopConfig, decoder_of, get_pop_config
 from poptune.errors import ConfigError, DataError, UnsupportedModelError
 from poptune.kvfit.calibration import calibration_text, sample_tokens
@@ -429,7 +430,7 @@ def compute_importance(
         source=source,
         loss=loss_sum / spec.samples,
         seconds=time.perf_counter() - began,
-        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        dtype=dtype_of(model),
         device=str(device),
         hardware_id=made.hardware_id,
         versions=dict(made.versions or {}),

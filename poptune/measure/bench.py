@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from poptune.device import dtype_of
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
 from poptune.measure.benchrecord import DEFAULT_POLICY, BenchResult, BenchRow, BenchSpec, device_policy
@@ -260,7 +261,7 @@ def run_bench(
         model=model_name, config=config, spec=spec, rows=rows, hardware=hardware,
         telemetry=telemetry.result().to_dict(), versions=dict(made.versions or {}),
         date=made.date or "",
-        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        dtype=dtype_of(model),
         transform=transform.describe() if transform is not None else None,
         null_check=check, provenance=record,
         ideal_assumption=assumption(getattr(decoder.config, "_attn_implementation", None), graphs=spec.graphs),

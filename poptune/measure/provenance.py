@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from poptune.device import dtype_of
 from poptune.files import typed_path
 
 __all__ = ["THREAD_VARIABLES", "Provenance", "as_typed", "git_commit", "load_average", "now", "poptune_version",
@@ -115,7 +116,7 @@ def provenance(model: Any, *, model_name: str, weights: str | None = None) -> di
         "weights": weights,
         "weights_fingerprint": record.weights_fingerprint,
         "attn_implementation": getattr(config, "_attn_implementation", None),
-        "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+        "dtype": dtype_of(model),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
         "thread_env": {name: os.environ.get(name) for name in THREAD_VARIABLES},

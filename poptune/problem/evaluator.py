@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress
+from poptune.device import dtype_of
 from poptune.engine import PopConfig, decoder_of
 from poptune.problem.problem import TuningProblem
 from poptune.store.measurement import Measurement
@@ -243,8 +244,7 @@ class ConfigEvaluator:
         from poptune.store.answers import FullAnswers
 
         p = self.problem
-        settings = dict(model=p.model, weights=weights_fingerprint(p.model, p.weights),
-                        dtype=str(next(self.model.parameters()).dtype).removeprefix("torch."),
+        settings = dict(model=p.model, weights=weights_fingerprint(p.model, p.weights), dtype=dtype_of(self.model),
                         device=str(self.model.device.type), batch_size=p.eval_batch_size, seed=p.seed,
                         synthetic_lengths=list(p.synthetic_lengths), data_dir=p.data_dir,
                         prompts=p.prompts_sha256 or p.prompts, torch=torch.__version__,

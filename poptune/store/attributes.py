@@ -16,8 +16,10 @@ newer poptune keeps its attributes as they were):
   ``full_accuracy`` without ``full_run`` (no per-item outcomes) is the full model's reference as it stands.
 
 Read with their defaults, no schema change: a ``problem`` without ``objectives`` (stored before they had names)
-has TTFT and accuracy, in that order; a study without an objective's reference (``reference_tpot_ms``, stored
-before it) reads each of its trials against its own paired full model. References are stored under their
+has TTFT and accuracy, in that order; a ``problem`` whose ``dtype`` is None (stored before studies named it)
+ran float32 on a CPU and bfloat16 on CUDA, and a resume compares it so (:func:`poptune.tune.study.check_problem`);
+a study without an objective's reference (``reference_tpot_ms``, stored before it) reads each of its trials
+against its own paired full model. References are stored under their
 objective's attribute (:attr:`~poptune.objectives.base.Objective.reference_attr`: the names studies stored
 before references were keyed by objective, ``reference_prefill_ms`` and ``reference_tpot_ms``, stay theirs).
 
