@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
     from poptune.engine.prefix import PrefixStates
 
-__all__ = ["generate", "generate_scored"]
+__all__ = ["generate", "generate_own_scored", "generate_scored"]
 
 #: Tokens proposed in the first round; a round wholly accepted doubles the size, up to the most, and a round
 #: not wholly accepted starts again from the least. A proposal of k tokens costs a forward of k + 1 tokens.
@@ -114,7 +114,7 @@ def _speculate(model: Any, inputs: dict[str, Any], drafts: list[tuple[int, ...]]
         return None  # generate would pad finished rows with an EOS token and warn: leave that to it
     first = plain_generate(model, {"input_ids": ids, "attention_mask": mask}, chunk=chunk, max_length=n + 1,
                            return_dict_in_generate=True, **kwargs)
-    steps = Steps(ids, max_length, eos, int(pad or 0), stopping() if stopping is not None else None)
+    steps = Steps(ids, max_length, eos, int(pad or 0), _made(stopping))
     states.drafted += ids.shape[0]
     if steps.push(first.sequences[:, n]):
         return steps.seq
@@ -145,7 +145,7 @@ def _rounds(model: Any, steps: Steps, cache: Any, mask: "torch.Tensor", proposer
 
 def generate_scored(model: Any, inputs: dict[str, Any], drafts: Sequence[Sequence[int]], *,
                     limits: Sequence[int], pad_token_id: int, chunk: int | None = None,
-                    ) -> tuple["torch.Tensor", list["torch.Tensor"]]:
+                    stopping: Callable[[], Any] | None = None) -> tuple["torch.Tensor", list["torch.Tensor"]]:
     """POP's greedy answers and the log-probabilities of the full model's answers, from one prefill.
 
     A likelihood judge needs both for each prompt: the configuration's greedy answer, and each token of the full
@@ -171,6 +171,8 @@ def generate_scored(model: Any, inputs: dict[str, Any], drafts: Sequence[Sequenc
         limits: Per row, new tokens at most: a row ends there (the caller cuts it there).
         pad_token_id: What ended rows get.
         chunk: Prefill in chunks of this many tokens.
+        stopping: Makes fresh stopping criteria, called after every token as ``generate`` calls them (a row ends
+            where they say: its stop text reached, say); None: none.
 
     Returns:
         The sequences as ``generate`` returns them (prompt included, ended rows padded), and per row the
@@ -190,23 +192,14 @@ def generate_scored(model: Any, inputs: dict[str, Any], drafts: Sequence[Sequenc
         out = prefill_prompt(model, {"input_ids": ids, "attention_mask": mask, "position_ids": positions}, chunk=chunk)
     cache = out.cache
     cache.activate_past_recording()  # the draft's forward is cropped back where a row leaves it
-    width = max((len(d) for d in drafts), default=0)
-    logits = out.logits[:, -1:].float()  # (B, 1, V): the first token's
-    if width:
-        fed = torch.full((rows, width), pad_token_id, dtype=torch.long, device=ids.device)
-        for r, draft in enumerate(drafts):
-            fed[r, : len(draft)] = torch.tensor(list(draft), dtype=torch.long, device=ids.device)
-        logits = torch.cat([logits, decode_logits(model, fed, mask, cache)], dim=1)  # (B, width + 1, V)
+    logits, scores = _drafts_scored(model, out.logits[:, -1:].float(), drafts, mask, cache, pad_token_id)
     greedy = logits.argmax(dim=-1).tolist()
-    scores = []
-    for r, draft in enumerate(drafts):
-        target = torch.tensor(list(draft), dtype=torch.long, device=logits.device).unsqueeze(1)
-        scores.append(torch.log_softmax(logits[r, : len(draft)], dim=-1).gather(1, target).squeeze(1))
+    width = max((len(d) for d in drafts), default=0)
     known = []  # per row: the greedy tokens the forward decided (the draft's accepted prefix, then its own)
     for r, draft in enumerate(drafts):
         taken = next((j for j, token in enumerate(draft) if greedy[r][j] != token), len(draft))
         known.append([*draft[:taken], greedy[r][taken]])
-    steps = Steps(ids, n + max(limits), eos_ids(model, {}), int(pad_token_id), None, limits)
+    steps = Steps(ids, n + max(limits), eos_ids(model, {}), int(pad_token_id), _made(stopping), limits)
     column = 0
     while True:
         live = steps.unfinished.tolist()
@@ -221,6 +214,90 @@ def generate_scored(model: Any, inputs: dict[str, Any], drafts: Sequence[Sequenc
     cache.crop(-(width - column + 1))  # 0 too: sliding-window layers back to their window
     with torch.no_grad():
         return _rounds(model, steps, cache, mask, _Proposer(ids, mask, drafts), None), scores
+
+
+def generate_own_scored(model: Any, inputs: dict[str, Any], *, limits: Sequence[int], pad_token_id: int,
+                        answers_of: Callable[["torch.Tensor"], Sequence[Sequence[int]]], chunk: int | None = None,
+                        stopping: Callable[[], Any] | None = None) -> tuple["torch.Tensor", list["torch.Tensor"]]:
+    """The model's greedy answers, and each answer's log-probabilities scored as :func:`generate_scored` scores a
+    draft.
+
+    A likelihood judge pairs the full model's score of its own answer with a configuration's score of that same
+    answer (:func:`generate_scored`). Read two ways -- a token's logits from a one-token decode step, and the same
+    logits from one forward over the whole answer -- they differ by rounding (0.006 of a mean token probability
+    in bfloat16 on a CPU), and that difference would enter the paired drop as if it were POP's. So here the
+    answer is scored as a draft is:
+
+    1. the prompt prefilled once (the model as it is: the full model, recording its layer inputs where prefix
+       states are attached, :mod:`poptune.engine.prefix`), positions as :func:`generate_scored`'s;
+    2. greedy decode, one token at a time (``generate``'s bookkeeping, :class:`~poptune.engine.greedy.Steps`), the
+       cache keeping its whole past (sliding-window layers too);
+    3. the cache cropped back to the prompt, and each row's answer (``answers_of``: the tokens a caller keeps,
+       cut at its stops) fed as one forward at full depth, exactly as :func:`generate_scored` feeds a draft.
+
+    A configuration that changes nothing therefore scores the full answer bit for bit as the full model does.
+
+    Args:
+        model: The model (text prompts; not Qwen3-VL: :func:`~poptune.engine.greedy.replayable`).
+        inputs: ``input_ids`` (B, n), left-padded, and ``attention_mask``.
+        limits: Per row, new tokens at most.
+        pad_token_id: What ended rows get, and the scoring forward's filler.
+        answers_of: The generated sequences -> per row, the answer to score (a prefix of the row's new tokens).
+        chunk: Prefill in chunks of this many tokens.
+        stopping: As :func:`generate_scored`'s.
+
+    Returns:
+        The sequences as ``generate`` returns them (prompt included, ended rows padded), and per row the
+        log-probabilities of its answer's tokens (len(answer),).
+    """
+    import torch
+
+    from poptune.engine.segments import prefill_prompt
+
+    ids = inputs["input_ids"]
+    n = ids.shape[1]
+    mask = inputs.get("attention_mask")
+    mask = torch.ones_like(ids) if mask is None else mask
+    positions = model._prepare_position_ids_for_generation(ids, {"attention_mask": mask})
+    with torch.no_grad():
+        out = prefill_prompt(model, {"input_ids": ids, "attention_mask": mask, "position_ids": positions}, chunk=chunk)
+    cache = out.cache
+    cache.activate_past_recording()  # nothing of the prompt dropped until the crop back to it
+    first = out.logits[:, -1:].float()
+    steps = Steps(ids, n + max(limits), eos_ids(model, {}), int(pad_token_id), _made(stopping), limits)
+    done = steps.push(first[:, -1].argmax(dim=-1))
+    while not done:
+        done = steps.push(decode_logits(model, steps.seq[:, -1:], mask, cache)[:, -1].argmax(dim=-1))
+    answers = answers_of(steps.seq)
+    cache.crop(-(cache.get_seq_length() - n))  # back to the prompt (0: sliding-window layers to their window)
+    return steps.seq, _drafts_scored(model, first, answers, mask, cache, pad_token_id)[1]
+
+
+def _made(stopping: Callable[[], Any] | None) -> Any:
+    return stopping() if stopping is not None else None
+
+
+def _drafts_scored(model: Any, first: "torch.Tensor", drafts: Sequence[Sequence[int]], mask: "torch.Tensor",
+                   cache: Any, pad_token_id: int) -> tuple["torch.Tensor", list["torch.Tensor"]]:
+    """Every row's draft fed as one forward at full depth after the prompt's ``cache`` (stage ``decode``).
+
+    ``first``: the prefill's last logits (B, 1, V). Returns the logits at every position from the prompt's last
+    on (B, width + 1, V), and per row the log-probabilities of its draft's tokens (len(draft),)."""
+    import torch
+
+    rows = first.shape[0]
+    width = max((len(d) for d in drafts), default=0)
+    logits = first
+    if width:
+        fed = torch.full((rows, width), pad_token_id, dtype=torch.long, device=mask.device)
+        for r, draft in enumerate(drafts):
+            fed[r, : len(draft)] = torch.tensor(list(draft), dtype=torch.long, device=mask.device)
+        logits = torch.cat([logits, decode_logits(model, fed, mask, cache)], dim=1)  # (B, width + 1, V)
+    scores = []
+    for r, draft in enumerate(drafts):
+        target = torch.tensor(list(draft), dtype=torch.long, device=logits.device).unsqueeze(1)
+        scores.append(torch.log_softmax(logits[r, : len(draft)], dim=-1).gather(1, target).squeeze(1))
+    return logits, scores
 
 
 def _round(model: Any, fed: "torch.Tensor", mask: "torch.Tensor", cache: Any, padded: "torch.Tensor") -> Any:

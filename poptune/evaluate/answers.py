@@ -133,41 +133,77 @@ def _answers_of(model: Any, tokenizer: Any, sequences: Any, width: int, limits: 
 
 
 def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int], prefill_chunk: int | None,
-              *, scored: bool = False) -> tuple[list[tuple[int, ...]], list[Any]]:
-    """Greedy answers; with ``scored``, each row's log-probabilities of its own generated tokens too, read from
-    the decode steps' logits (the full model's answer scored as it was generated: no second prefill)."""
+              *, scored: bool = False, stops: Sequence[Sequence[str]] | None = None,
+              ) -> tuple[list[tuple[int, ...]], list[Any]]:
+    """Greedy answers, each cut at its ``stops``; with ``scored``, each row's log-probabilities of its own answer
+    too, scored as a configuration scores it: over the same prefill, the answer fed as one forward
+    (:func:`poptune.engine.speculate.generate_own_scored`: no second prefill). Where greedy generation is not
+    replayed so (image prompts, Qwen3-VL), ``generate`` answers and the scores are None: the caller scores the
+    answers by a prefill (:func:`_loglik`), as it scores a configuration's there, so the pair's two sides are
+    always read the same way."""
     import torch
 
+    from poptune.engine.greedy import replayable
     from poptune.engine.segments import generate
+    from poptune.engine.speculate import generate_own_scored
 
     ids, mask, pad = _padded(model, tokenizer, prompts)
-    extra = {"return_dict_in_generate": True, "output_logits": True} if scored else {}
+    cuts = list(stops) if stops is not None else [()] * len(prompts)
+
+    def answers_of(sequences: Any) -> list[tuple[int, ...]]:
+        return [_cut(tokenizer, a, stop)
+                for a, stop in zip(_answers_of(model, tokenizer, sequences, ids.shape[1], limits, pad), cuts)]
+
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if scored and replayable(model, inputs, {"max_new_tokens": max(limits), "do_sample": False, "pad_token_id": pad}):
+        sequences, own = generate_own_scored(model, inputs, limits=limits, pad_token_id=pad, answers_of=answers_of,
+                                             chunk=prefill_chunk, stopping=_stopping(tokenizer, ids.shape[1], cuts))
+        return answers_of(sequences), own
     with torch.no_grad():
-        out = generate(model, {"input_ids": ids, "attention_mask": mask}, chunk=prefill_chunk,
-                       max_new_tokens=max(limits), do_sample=False, pad_token_id=pad, **extra)
-    answers = _answers_of(model, tokenizer, out.sequences if scored else out, ids.shape[1], limits, pad)
-    if not scored:
-        return answers, [None] * len(answers)
-    own: list[Any] = [None] * len(answers)  # an empty answer has nothing to score
-    for r, answer in enumerate(answers):
-        if answer:
-            logits = torch.stack([step[r] for step in out.logits[: len(answer)]]).float()  # (len(answer), V)
-            target = torch.tensor(answer, dtype=torch.long, device=ids.device).unsqueeze(1)
-            own[r] = torch.log_softmax(logits, dim=-1).gather(1, target).squeeze(1)
-    return answers, own
+        out = generate(model, inputs, chunk=prefill_chunk, max_new_tokens=max(limits), do_sample=False,
+                       pad_token_id=pad)
+    answers = answers_of(out)
+    return answers, [None] * len(answers)
 
 
 def _generate_scored(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int],
                      drafts: Sequence[Sequence[int]], prefill_chunk: int | None,
-                     ) -> tuple[list[tuple[int, ...]], list[Any]]:
+                     stops: Sequence[Sequence[str]] | None = None) -> tuple[list[tuple[int, ...]], list[Any]]:
     """A configuration's greedy answers and its log-probabilities of the full answers ``drafts``, from one
-    prefill (:func:`poptune.engine.speculate.generate_scored`)."""
+    prefill (:func:`poptune.engine.speculate.generate_scored`); a row ends once its text holds one of its
+    ``stops``."""
     from poptune.engine.speculate import generate_scored
 
     ids, mask, pad = _padded(model, tokenizer, prompts)
+    cuts = list(stops) if stops is not None else [()] * len(prompts)
     sequences, scores = generate_scored(model, {"input_ids": ids, "attention_mask": mask}, drafts,
-                                        limits=limits, pad_token_id=pad, chunk=prefill_chunk)
+                                        limits=limits, pad_token_id=pad, chunk=prefill_chunk,
+                                        stopping=_stopping(tokenizer, ids.shape[1], cuts))
     return _answers_of(model, tokenizer, sequences, ids.shape[1], limits, pad), scores
+
+
+class _StopText:
+    """Stopping criteria: a row ends once its generated text holds one of its stop sequences. Its answer is cut
+    there anyway (:func:`_cut`, which reads only the text before the first of them), so what it would generate
+    after is never read: lm-eval's ``until`` ends generation there too."""
+
+    def __init__(self, tokenizer: Any, start: int, stops: Sequence[Sequence[str]]) -> None:
+        self.tokenizer, self.start, self.stops = tokenizer, start, [[s for s in stop if s] for stop in stops]
+
+    def __call__(self, sequences: Any, scores: Any) -> Any:
+        import torch
+
+        done = []
+        for row, stop in zip(sequences, self.stops):
+            text = self.tokenizer.decode(row[self.start:].tolist(), skip_special_tokens=False,
+                                         clean_up_tokenization_spaces=False) if stop else ""
+            done.append(any(s in text for s in stop))
+        return torch.tensor(done, dtype=torch.bool, device=sequences.device)
+
+
+def _stopping(tokenizer: Any, start: int, stops: Sequence[Sequence[str]]) -> Any:
+    """A maker of :class:`_StopText` for rows whose answers begin at ``start`` (None: no row has a stop)."""
+    return (lambda: _StopText(tokenizer, start, stops)) if any(stops) else None
 
 
 def _one_prefill(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int]) -> bool:
@@ -251,8 +287,8 @@ def score_requests(model: Any, tokenizer: Any, config: PopConfig | None,
     if missing and pop:  # a resumed study's full run came from storage: the full model answers first
         remove_pop(model)
         _answer_into(kept, model, tokenizer, missing, prompts, chosen, keys, batch_size, prefill_chunk)
-    if pop:
-        apply_pop(model, pop)
+    if config is not None:  # skip 0 too: the full model's prefills are recorded where prefix states are attached
+        apply_pop(model, config)
     try:
         answers, logliks = _answer(model, tokenizer, prompts, [r.max_tokens for r in chosen], batch_size,
                                    prefill_chunk, kept=kept, keys=keys, stops=[r.stop for r in chosen],
@@ -332,9 +368,13 @@ def _answer(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[i
 
     With ``one_prefill`` (the default) a batch is prefilled once for both: a configuration's answers and its
     scores of the full answers come from one prefill and one forward over those answers
-    (:func:`poptune.engine.speculate.generate_scored`), and the full model's score of its own answer is read
-    from its generation's logits. Without, the two passes: generation, then a scoring prefill (the reference
-    ``tests/evaluate/test_answers_shared.py`` and ``benchmarks/bench_likelihood_item.py`` compare against).
+    (:func:`poptune.engine.speculate.generate_scored`), and the full model's score of its own answer from its
+    generation's prefill, the answer fed as one forward the same way
+    (:func:`poptune.engine.speculate.generate_own_scored`): a pair's two sides are read alike, so a configuration
+    that changes nothing scores exactly the full model's figures, in any precision. Rows end once their text holds
+    a stop sequence. Without, the two passes: generation to the token limit, then a scoring prefill (the
+    reference ``tests/evaluate/test_answers_shared.py`` and ``benchmarks/bench_likelihood_item.py`` compare
+    against).
     """
     found: dict[int, tuple[int, ...]] = {}
     logliks: dict[int, tuple[float, float] | None] = {}
@@ -343,13 +383,15 @@ def _answer(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[i
         rows, caps = [prompts[i] for i in batch], [limits[i] for i in batch]
         drafts = [kept[keys[i]] for i in batch if keys[i] in kept] if kept is not None and keys is not None else []
         if one_prefill and len(drafts) == len(batch) and _one_prefill(model, tokenizer, rows, caps):
-            outs, scores = _generate_scored(model, tokenizer, rows, caps, drafts, prefill_chunk)
+            outs, scores = _generate_scored(model, tokenizer, rows, caps, drafts, prefill_chunk,
+                                            None if stops is None else [stops[i] for i in batch])
             scored = drafts
         else:
             outs, scores = _generate(model, tokenizer, rows, caps, prefill_chunk,
-                                     scored=one_prefill and kept is not None)
+                                     scored=one_prefill and kept is not None,
+                                     stops=None if stops is None else [stops[i] for i in batch])
             scored = list(outs)
-        if stops is not None:
+        if stops is not None:  # cut at the stops (a no-op on the answers _generate already cut)
             outs = [_cut(tokenizer, out, stops[i]) for i, out in zip(batch, outs)]
         found.update(zip(batch, outs))
         if kept is not None and keys is not None:

@@ -1,6 +1,7 @@
 """One prefill for a likelihood item: a configuration's greedy answers and its scores of the full model's answers
 from one prefill and one forward over those answers (:func:`poptune.engine.speculate.generate_scored`), and the
-full model's score of its own answer from its generation's logits, give what the two passes they replace give:
+full model's score of its own answer from its generation's prefill and one forward over it
+(:func:`poptune.engine.speculate.generate_own_scored`), give what the two passes they replace give:
 the same answers, item for item, and the same scores up to float rounding, for every boundary, offset, K/V
 source, chunked prefill, batch and stop sequence, on the tiny architectures and on Gemma-3-270M past its
 sliding window."""
@@ -103,3 +104,86 @@ def test_one_prefill_equals_the_two_passes_on_gemma_past_its_sliding_window(gemm
     assert rounds and runs[True][1][0]["unchanged"] == 0.0  # the crop and the decode after it ran
     for one, two in zip(runs[True], runs[False]):
         _same(one, two, 1e-4)
+
+
+def _own_and_drafted(model, tokenizer, requests, chunk):
+    """The full model's answers and its scores of them (generate_own_scored), and the same answers scored as a
+    configuration's drafts are (generate_scored), here by a configuration that changes nothing: the model as is."""
+    from poptune.engine.speculate import generate_own_scored, generate_scored
+    from poptune.evaluate.answers import _answers_of, _padded
+
+    prompts = [encode(tokenizer, r) for r in requests.values()]
+    limits = [r.max_tokens for r in requests.values()]
+    ids, mask, pad = _padded(model, tokenizer, prompts)
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    answers_of = lambda seq: _answers_of(model, tokenizer, seq, ids.shape[1], limits, pad)  # noqa: E731
+    sequences, own = generate_own_scored(model, inputs, limits=limits, pad_token_id=pad, answers_of=answers_of,
+                                         chunk=chunk)
+    answers = answers_of(sequences)
+    _, drafted = generate_scored(model, inputs, answers, limits=limits, pad_token_id=pad, chunk=chunk)
+    return answers, own, drafted
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name, chunk", [("tiny-llama", None), ("tiny-gemma3", 8)])
+def test_the_full_answer_is_scored_as_a_configuration_scores_it_bit_for_bit(name, chunk, dtype):
+    """The two sides of a likelihood pair read the same way: the full model's score of its own answer (decoded,
+    then the cache cropped back to the prompt, past tiny-gemma3's sliding window of 8) is bit for bit the score a
+    configuration that changes nothing gives it, in bfloat16 too (where a decode step's logits and a forward's
+    differ by rounding), so such a configuration's drop is exactly 0."""
+    import torch
+
+    from poptune import load_model
+
+    model, tokenizer = load_model(name, dtype=dtype)
+    answers, own, drafted = _own_and_drafted(model, tokenizer, _requests(5, 12, stops=False), chunk)
+    assert any(answers) and [len(s) for s in own] == [len(a) for a in answers]
+    assert all(torch.equal(a, b) for a, b in zip(own, drafted))
+
+
+def test_the_full_models_prefills_are_recorded_and_replayed_by_a_configuration(shared):
+    """Under prefix states (a study's state reuse), the full model's likelihood scoring records its prompts'
+    layer inputs and a configuration's prefill replays the layers below its block from them."""
+    from poptune.engine.prefix import PrefixStates
+
+    model, tokenizer = shared("tiny-llama")
+    requests = _requests(4, 10)
+    alone = _both(model, tokenizer, [PopConfig(skip=2)], requests, batch_size=2)[True]
+    states = PrefixStates()
+    full_answers(model).clear()
+    with states.attached(model):
+        reused = [score_requests(model, tokenizer, config, requests, list(requests), batch_size=2,
+                                 task=LIKELIHOOD).details[ITEMS_KEY]
+                  for config in [PopConfig(skip=0), PopConfig(skip=2)]]
+    full_answers(model).clear()
+    assert states.recorded == len(requests) and states.replayed == len(requests)
+    for one, two in zip(reused, alone):
+        _same(one, two, 1e-5)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_rows_end_at_their_stop_text_with_the_answers_and_scores_unchanged(shared, monkeypatch, name):
+    """A row whose text has reached one of its stop sequences ends there (its answer is cut there anyway): fewer
+    decode steps than generating on to the token limit, and every answer and score what that and a cut give."""
+    from poptune.engine import greedy
+    from poptune.evaluate import answers
+
+    model, tokenizer = shared(name)
+    # the tiny models' answers are byte tokens: some rows repeat \x15, which ends them
+    requests = {i: PromptRequest(i, r.prompt, None, max_tokens=24, stop=("\x15", "\n"))
+                for i, r in _requests(4, 10).items()}
+    steps = []
+    real = greedy.Steps.push
+    monkeypatch.setattr(greedy.Steps, "push", lambda self, tokens: steps.append(1) or real(self, tokens))
+    runs = _both(model, tokenizer, [PopConfig(skip=1), PopConfig(skip=2, boundary="window-4")], requests,
+                 batch_size=1)
+    stopped = len(steps)
+    for one, two in zip(runs[True], runs[False]):  # the two-pass way generates to the limit, then cuts
+        _same(one, two, 1e-4)
+    assert any(row["divergence"] is not None for run in runs[True][1:] for row in run.values())
+    monkeypatch.setattr(answers, "_stopping", lambda *args: None)
+    steps.clear()
+    unstopped = _both(model, tokenizer, [PopConfig(skip=1), PopConfig(skip=2, boundary="window-4")], requests,
+                      batch_size=1)
+    assert unstopped[True] == runs[True]
+    assert stopped < len(steps)
