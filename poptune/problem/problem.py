@@ -189,22 +189,13 @@ class TuningProblem:
 
     def dtype_named(self) -> "TuningProblem":
         """This problem with its dtype named (None: the device's native precision on this machine,
-        :func:`poptune.device.dtype_name`, but float32 for a likelihood judge on a CPU): what a study records and its
-        evaluator loads, never a default that another machine or version reads otherwise."""
+        :func:`poptune.device.dtype_name`): what a study records and its evaluator loads, never a default that
+        another machine or version reads otherwise."""
         from dataclasses import replace
 
         from poptune.device import dtype_name
-        from poptune.evaluate.judges import LIKELIHOOD_TASKS
-        from poptune.evaluate.prompts import LIKELIHOOD
 
-        if self.dtype is not None:
-            return self
-        if not self.device.startswith("cuda") and any(t in LIKELIHOOD_TASKS or t == LIKELIHOOD for t in self.tasks):
-            # A likelihood judge reads the full answer's probability from the full model's generation and POP's
-            # from a prefill; in bfloat16 on a CPU the two reads differed by 0.006 (bench_likelihood_item's null
-            # check), above the 1e-3 they are checked to: the judge keeps float32 there unless asked.
-            return replace(self, dtype="float32")
-        return replace(self, dtype=dtype_name(None, self.device))
+        return self if self.dtype is not None else replace(self, dtype=dtype_name(None, self.device))
 
     @property
     def judge(self) -> str:

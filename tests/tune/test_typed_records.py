@@ -65,15 +65,15 @@ def test_a_study_records_the_precision_it_measured_and_refuses_another(tmp_path)
 
 
 def test_the_default_dtype_a_study_records_on_an_amx_cpu(monkeypatch, eval_data):
-    # With bfloat16 products in hardware a study runs bfloat16; a likelihood judge keeps float32 there (its two
-    # scoring paths agree to 1e-3 only in float32); an asked dtype is kept as asked.
+    # With bfloat16 products in hardware a study runs bfloat16, a likelihood judge's too (a pair's two sides are
+    # read alike: tests/evaluate/test_answers_shared.py); an asked dtype is kept as asked.
     import torch
 
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
     assert _problem(None).dtype_named().dtype == "bfloat16"
     likelihood = dataclasses.replace(_problem(str(eval_data)), tasks=("longctx_squad:likelihood",))
-    assert likelihood.dtype_named().dtype == "float32"
-    assert dataclasses.replace(likelihood, dtype="bfloat16").dtype_named().dtype == "bfloat16"
+    assert likelihood.dtype_named().dtype == "bfloat16"
+    assert dataclasses.replace(likelihood, dtype="float32").dtype_named().dtype == "float32"
     assert dataclasses.replace(_problem(None), device="cuda").dtype_named().dtype == "bfloat16"
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     assert _problem(None).dtype_named().dtype == "float32"
