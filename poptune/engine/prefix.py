@@ -84,7 +84,9 @@ class PrefixStates:
     """Layer inputs of prefilled prompts, recorded from the full model and replayed under POP.
 
     Args:
-        max_bytes: Memory the states may take; beyond it new prompts are not recorded.
+        max_bytes: Memory the states may take; beyond it the rows recorded first make room for new ones (a
+            study's full model records the rows its configurations replay next: the certification's rounds after
+            the search's), a row of the batch being recorded never; a batch larger than that is not recorded.
     """
 
     def __init__(self, max_bytes: int = 2 << 30) -> None:
@@ -139,11 +141,15 @@ class PrefixStates:
         import torch
 
         stacked = torch.stack(captured, dim=1)  # (B, L, T, C)
-        for b, key in enumerate(keys):
-            size = stacked[b].numel() * stacked.element_size()
-            if key in self._rows or self.bytes + size > self.max_bytes:
-                continue
-            self._rows[key] = stacked[b].clone()
+        size = stacked[0].numel() * stacked.element_size()  # a row's
+        new = [key for key in dict.fromkeys(keys) if key not in self._rows]
+        older = [key for key in self._rows if key not in keys]  # oldest first
+        while older and self.bytes + size * len(new) > self.max_bytes:
+            self.bytes -= self._rows.pop(older.pop(0)).numel() * stacked.element_size()
+        if self.bytes + size * len(new) > self.max_bytes:
+            return  # the batch alone is beyond the cap: a batch partly held is never replayed
+        for key in new:
+            self._rows[key] = stacked[keys.index(key)].clone()
             self.bytes += size
             self.recorded += 1
 

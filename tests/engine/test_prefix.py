@@ -58,6 +58,29 @@ def test_nothing_is_recorded_beyond_the_byte_cap(shared):
     assert len(states) == 0 and states.bytes == 0
 
 
+def test_the_rows_recorded_first_make_room_for_new_ones_at_the_byte_cap(shared):
+    """At the cap the oldest rows go, never a row of the batch being recorded: the last batches stay whole and
+    replay; an evicted row's prompt runs the plain POP prefill."""
+    model, _ = shared("tiny-llama")
+    g = torch.Generator().manual_seed(3)
+    batches = [torch.randint(5, 200, (2, 24), generator=g) for _ in range(3)]
+    row = 24 * model.config.num_hidden_layers * model.config.hidden_size * 4  # (L, T, C) float32
+    states = PrefixStates(max_bytes=4 * row)
+    with states.attached(model), torch.inference_mode():
+        with apply_pop(model, PopConfig(skip=0)):
+            for ids in batches:
+                model(input_ids=ids, logits_to_keep=1)
+        assert states.recorded == 6 and len(states) == 4 and states.bytes == 4 * row
+        with apply_pop(model, PopConfig(skip=2)):
+            for ids in batches:
+                model(input_ids=ids, logits_to_keep=1)
+    assert states.replayed == 4  # the last two batches' rows; the first batch's went
+    too_small = PrefixStates(max_bytes=row)
+    with too_small.attached(model), apply_pop(model, PopConfig(skip=0)), torch.inference_mode():
+        model(input_ids=batches[0], logits_to_keep=1)
+    assert len(too_small) == 0 and too_small.bytes == 0
+
+
 @pytest.mark.integration
 def test_replay_on_gemma_3_across_its_sliding_window(gemma):
     model, tok = gemma
