@@ -60,7 +60,7 @@ class Preset:
 
 
 STANDARD = Preset(trials=8, items=8, limit=32, max_pairs=20, max_seconds=3.0, long_limit=32, certify=128,
-                  long_certify=16, plan=1024, long_plan=256)
+                  long_certify=16, plan=1024, long_plan=512)
 
 PRESETS: dict[str, Preset] = {
     "quick": Preset(trials=4, items=8, limit=16, max_pairs=10, max_seconds=2.0, long_limit=16, certify=64,
