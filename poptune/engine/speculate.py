@@ -180,19 +180,10 @@ def generate_scored(model: Any, inputs: dict[str, Any], drafts: Sequence[Sequenc
     """
     import torch
 
-    from poptune.engine.segments import prefill_prompt
-
     ids = inputs["input_ids"]
     rows, n = ids.shape
-    mask = inputs.get("attention_mask")
-    mask = torch.ones_like(ids) if mask is None else mask
-    # generate's own positions (left-padded rows count from their first token), which the decode forwards continue
-    positions = model._prepare_position_ids_for_generation(ids, {"attention_mask": mask})
-    with torch.no_grad():
-        out = prefill_prompt(model, {"input_ids": ids, "attention_mask": mask, "position_ids": positions}, chunk=chunk)
-    cache = out.cache
-    cache.activate_past_recording()  # the draft's forward is cropped back where a row leaves it
-    logits, scores = _drafts_scored(model, out.logits[:, -1:].float(), drafts, mask, cache, pad_token_id)
+    mask, first, cache = _prefilled(model, inputs, chunk)  # the draft's forward is cropped back where a row leaves it
+    logits, scores = _drafts_scored(model, first, drafts, mask, cache, pad_token_id)
     greedy = logits.argmax(dim=-1).tolist()
     width = max((len(d) for d in drafts), default=0)
     known = []  # per row: the greedy tokens the forward decided (the draft's accepted prefix, then its own)
@@ -250,20 +241,9 @@ def generate_own_scored(model: Any, inputs: dict[str, Any], *, limits: Sequence[
         The sequences as ``generate`` returns them (prompt included, ended rows padded), and per row the
         log-probabilities of its answer's tokens (len(answer),).
     """
-    import torch
-
-    from poptune.engine.segments import prefill_prompt
-
     ids = inputs["input_ids"]
     n = ids.shape[1]
-    mask = inputs.get("attention_mask")
-    mask = torch.ones_like(ids) if mask is None else mask
-    positions = model._prepare_position_ids_for_generation(ids, {"attention_mask": mask})
-    with torch.no_grad():
-        out = prefill_prompt(model, {"input_ids": ids, "attention_mask": mask, "position_ids": positions}, chunk=chunk)
-    cache = out.cache
-    cache.activate_past_recording()  # nothing of the prompt dropped until the crop back to it
-    first = out.logits[:, -1:].float()
+    mask, first, cache = _prefilled(model, inputs, chunk)  # nothing of the prompt dropped until the crop back to it
     steps = Steps(ids, n + max(limits), eos_ids(model, {}), int(pad_token_id), _made(stopping), limits)
     done = steps.push(first[:, -1].argmax(dim=-1))
     while not done:
@@ -271,6 +251,24 @@ def generate_own_scored(model: Any, inputs: dict[str, Any], *, limits: Sequence[
     answers = answers_of(steps.seq)
     cache.crop(-(cache.get_seq_length() - n))  # back to the prompt (0: sliding-window layers to their window)
     return steps.seq, _drafts_scored(model, first, answers, mask, cache, pad_token_id)[1]
+
+
+def _prefilled(model: Any, inputs: dict[str, Any], chunk: int | None) -> tuple["torch.Tensor", "torch.Tensor", Any]:
+    """The prompt prefilled as both scoring engines prefill it: ``generate``'s own positions (left-padded rows count
+    from their first token; the decode forwards continue them), the cache recording its past (a crop can go back
+    past a sliding window). Returns the attention mask, the last position's logits (B, 1, V) and the cache."""
+    import torch
+
+    from poptune.engine.segments import prefill_prompt
+
+    ids = inputs["input_ids"]
+    mask = inputs.get("attention_mask")
+    mask = torch.ones_like(ids) if mask is None else mask
+    positions = model._prepare_position_ids_for_generation(ids, {"attention_mask": mask})
+    with torch.no_grad():
+        out = prefill_prompt(model, {"input_ids": ids, "attention_mask": mask, "position_ids": positions}, chunk=chunk)
+    out.cache.activate_past_recording()
+    return mask, out.logits[:, -1:].float(), out.cache
 
 
 def _made(stopping: Callable[[], Any] | None) -> Any:
