@@ -124,18 +124,28 @@ def _own_and_drafted(model, tokenizer, requests, chunk):
     return answers, own, drafted
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+ON_CUDA = [pytest.mark.cuda, pytest.mark.skipif(not _cuda(), reason="needs a CUDA GPU")]
+
+
+@pytest.mark.parametrize("device, dtype", [("cpu", "float32"), ("cpu", "bfloat16"),
+                                           pytest.param("cuda", "bfloat16", marks=ON_CUDA)])
 @pytest.mark.parametrize("name, chunk", [("tiny-llama", None), ("tiny-gemma3", 8)])
-def test_the_full_answer_is_scored_as_a_configuration_scores_it_bit_for_bit(name, chunk, dtype):
+def test_the_full_answer_is_scored_as_a_configuration_scores_it_bit_for_bit(name, chunk, device, dtype):
     """The two sides of a likelihood pair read the same way: the full model's score of its own answer (decoded,
     then the cache cropped back to the prompt, past tiny-gemma3's sliding window of 8) is bit for bit the score a
     configuration that changes nothing gives it, in bfloat16 too (where a decode step's logits and a forward's
-    differ by rounding), so such a configuration's drop is exactly 0."""
+    differ by rounding; on CUDA, the judge's default), so such a configuration's drop is exactly 0."""
     import torch
 
     from poptune import load_model
 
-    model, tokenizer = load_model(name, dtype=dtype)
+    model, tokenizer = load_model(name, device=device, dtype=dtype)
     answers, own, drafted = _own_and_drafted(model, tokenizer, _requests(5, 12, stops=False), chunk)
     assert any(answers) and [len(s) for s in own] == [len(a) for a in answers]
     assert all(torch.equal(a, b) for a, b in zip(own, drafted))
