@@ -185,7 +185,7 @@ def generate_scored(model: Any, inputs: dict[str, Any], drafts: Sequence[Sequenc
     mask, first, cache = _prefilled(model, inputs, chunk)  # the draft's forward is cropped back where a row leaves it
     logits, scores = _drafts_scored(model, first, drafts, mask, cache, pad_token_id)
     greedy = logits.argmax(dim=-1).tolist()
-    width = max((len(d) for d in drafts), default=0)
+    width = logits.shape[1] - 1  # the longest draft's
     known = []  # per row: the greedy tokens the forward decided (the draft's accepted prefix, then its own)
     for r, draft in enumerate(drafts):
         taken = next((j for j, token in enumerate(draft) if greedy[r][j] != token), len(draft))

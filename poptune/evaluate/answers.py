@@ -175,10 +175,9 @@ def _generate_scored(model: Any, tokenizer: Any, prompts: list[list[int]], limit
     from poptune.engine.speculate import generate_scored
 
     ids, mask, pad = _padded(model, tokenizer, prompts)
-    cuts = list(stops) if stops is not None else [()] * len(prompts)
     sequences, scores = generate_scored(model, {"input_ids": ids, "attention_mask": mask}, drafts,
                                         limits=limits, pad_token_id=pad, chunk=prefill_chunk,
-                                        stopping=_stopping(tokenizer, ids.shape[1], cuts))
+                                        stopping=_stopping(tokenizer, ids.shape[1], stops))
     return _answers_of(model, tokenizer, sequences, ids.shape[1], limits, pad), scores
 
 
@@ -201,9 +200,9 @@ class _StopText:
         return torch.tensor(done, dtype=torch.bool, device=sequences.device)
 
 
-def _stopping(tokenizer: Any, start: int, stops: Sequence[Sequence[str]]) -> Any:
+def _stopping(tokenizer: Any, start: int, stops: Sequence[Sequence[str]] | None) -> Any:
     """A maker of :class:`_StopText` for rows whose answers begin at ``start`` (None: no row has a stop)."""
-    return (lambda: _StopText(tokenizer, start, stops)) if any(stops) else None
+    return (lambda: _StopText(tokenizer, start, stops)) if stops is not None and any(stops) else None
 
 
 def _one_prefill(model: Any, tokenizer: Any, prompts: list[list[int]], limits: list[int]) -> bool:
