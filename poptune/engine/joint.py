@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig, apply_pop
-from poptune.engine.greedy import Steps, decode_forward, decode_logits, eos_ids, replayable
+from poptune.engine.greedy import Steps, decode_forward, eos_ids, greedy_pick, replayable
 from poptune.engine.prefix import attached_states
 from poptune.engine.segments import generate as plain_generate
 
@@ -351,14 +351,14 @@ def _decode(model: Any, groups: list[_Group], mask: "torch.Tensor") -> dict[int,
             finally:
                 patch.undo()
             with torch.no_grad():
-                logits = head(torch.cat(hidden, dim=0)).float()
+                logits = head(torch.cat(hidden, dim=0))
         else:
             parts = []
             for g, (tokens, rows_mask) in zip(live, fed):
                 with apply_pop(model, g.under):
-                    parts.append(decode_logits(model, tokens, rows_mask, g.cache))
+                    parts.append(decode_forward(model, tokens, rows_mask, g.cache))
             logits = torch.cat(parts, dim=0)
-        picked = logits[:, -1].argmax(dim=-1)  # (R,)
+        picked = greedy_pick(logits[:, -1])  # (R,)
         start = 0
         for g, (tokens, _) in zip(live, fed):
             g.take(picked[start : start + tokens.shape[0]], out)

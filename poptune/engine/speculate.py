@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from poptune.engine.greedy import Steps, decode_logits, eos_ids, replayable
+from poptune.engine.greedy import Steps, decode_forward, decode_logits, eos_ids, greedy_pick, replayable
 from poptune.engine.pop import get_pop_config
 from poptune.engine.segments import generate as plain_generate
 
@@ -184,7 +184,7 @@ def generate_scored(model: Any, inputs: dict[str, Any], drafts: Sequence[Sequenc
     rows, n = ids.shape
     mask, first, cache = _prefilled(model, inputs, chunk)  # the draft's forward is cropped back where a row leaves it
     logits, scores = _drafts_scored(model, first, drafts, mask, cache, pad_token_id)
-    greedy = logits.argmax(dim=-1).tolist()
+    greedy = greedy_pick(logits).tolist()
     width = logits.shape[1] - 1  # the longest draft's
     known = []  # per row: the greedy tokens the forward decided (the draft's accepted prefix, then its own)
     for r, draft in enumerate(drafts):
@@ -245,9 +245,9 @@ def generate_own_scored(model: Any, inputs: dict[str, Any], *, limits: Sequence[
     n = ids.shape[1]
     mask, first, cache = _prefilled(model, inputs, chunk)  # nothing of the prompt dropped until the crop back to it
     steps = Steps(ids, n + max(limits), eos_ids(model, {}), int(pad_token_id), _made(stopping), limits)
-    done = steps.push(first[:, -1].argmax(dim=-1))
+    done = steps.push(greedy_pick(first[:, -1]))
     while not done:
-        done = steps.push(decode_logits(model, steps.seq[:, -1:], mask, cache)[:, -1].argmax(dim=-1))
+        done = steps.push(greedy_pick(decode_forward(model, steps.seq[:, -1:], mask, cache)[:, -1]))
     answers = answers_of(steps.seq)
     cache.crop(-(cache.get_seq_length() - n))  # back to the prompt (0: sliding-window layers to their window)
     return steps.seq, _drafts_scored(model, first, answers, mask, cache, pad_token_id)[1]
@@ -305,7 +305,7 @@ def _round(model: Any, fed: "torch.Tensor", mask: "torch.Tensor", cache: Any, pa
     import torch
 
     k = fed.shape[1]
-    argmax = decode_logits(model, fed, mask, cache).argmax(dim=-1)  # (B, k)
+    argmax = greedy_pick(decode_forward(model, fed, mask, cache))  # (B, k)
     match = (argmax[:, :-1] == fed[:, 1:]) | padded[:, None]
     accepted = int(match.long().cumprod(dim=-1).sum(dim=-1).min()) if k > 1 else 0
     cache.crop(-(k - 1 - accepted))  # 0: sliding-window layers back to their window

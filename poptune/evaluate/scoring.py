@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from poptune.engine import stage
+from poptune.engine.greedy import greedy_pick
 from poptune.engine.segments import prefill_prompt
 from poptune.models.vision import decode_position_ids
 
@@ -144,5 +145,5 @@ def score_continuations(
     for i, logp in iter_logprobs(model, contexts, continuations, pad_id=pad_id, prefill_chunk=prefill_chunk):
         target = torch.tensor(continuations[i], device=logp.device)
         picked = logp.gather(1, target.unsqueeze(1)).squeeze(1)
-        scored[i] = (float(picked.sum()), bool((logp.argmax(dim=-1) == target).all()))
+        scored[i] = (float(picked.sum()), bool((greedy_pick(logp) == target).all()))
     return scored  # type: ignore[return-value]  # every slot filled: iter_logprobs yields each index once
