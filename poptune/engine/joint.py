@@ -27,8 +27,9 @@ seventh of its stacked decode), a reused one only its copy.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ from poptune.engine import PopConfig, apply_pop
 from poptune.engine.greedy import Steps, decode_forward, eos_ids, greedy_pick, replayable
 from poptune.engine.prefix import attached_states
 from poptune.engine.segments import generate as plain_generate
+from poptune.patching import Patch
 
 if TYPE_CHECKING:
     import torch
@@ -122,48 +124,75 @@ def generate_together(model: Any, inputs: dict[str, Any], configs: Sequence[PopC
         return None  # generate would pad finished rows with an EOS token and warn: leave that to it
     prompt = {"input_ids": ids, "attention_mask": mask}
     states = attached_states(model)
-    done: dict[int, torch.Tensor] = {}
-    stack: list[tuple[int, _Row]] = []
-    alone: list[tuple[int, _Row]] = []  # unstackable, stepped beside the next stack where the LM head is shared
     shares = _shares_head(model)
+    done: dict[int, torch.Tensor] = {}
+    prefilled: list[tuple[int, _Row, torch.Tensor]] = []  # each with its prompt's last hidden states or first token
     held = 0
     for i, config in enumerate(configs):
-        with apply_pop(model, config):
+        with apply_pop(model, config), _headless(model, shares):
             first = plain_generate(model, prompt, chunk=chunk, max_length=n + 1, return_dict_in_generate=True,
-                                   **kwargs)
+                                   output_logits=shares, **kwargs)
         if config.skip == 0 and states is not None and (chunk is None or chunk >= n):
             states.lend(first.cache)  # the layers before every block: the full model's K/V, copied
         row = _Row(config, Steps(ids, max_length, eos, int(pad or 0), stopping() if stopping else None), first.cache)
-        if row.steps.push(first.sequences[:, n]):
-            done[i] = row.steps.seq
-        elif not _stackable(row.cache):
-            alone.append((i, row))
-            if not shares:
-                done.update(_decoded(model, [], alone, mask, 0, buffers))
-                alone = []
-        else:
-            stack.append((i, row))
-            held += _bytes(row.cache)
-            if held >= STACK_BYTES:
-                done.update(_decoded(model, stack, alone, mask, max_length - n, buffers))
-                stack, alone, held = [], [], 0
-    if stack or alone:
-        done.update(_decoded(model, stack, alone, mask, max_length - n, buffers))
+        prefilled.append((i, row, first.logits[-1] if shares else first.sequences[:, n]))
+        held += _bytes(row.cache)
+        if held >= STACK_BYTES:
+            done.update(_decoded(model, prefilled, mask, max_length - n, buffers, shares))
+            prefilled, held = [], 0
+    if prefilled:
+        done.update(_decoded(model, prefilled, mask, max_length - n, buffers, shares))
     return [done[i] for i in range(len(configs))]
 
 
-def _decoded(model: Any, stack: list[tuple[int, _Row]], alone: list[tuple[int, _Row]], mask: "torch.Tensor",
-             room: int, buffers: StackBuffers | None) -> dict[int, Any]:
-    """The sequences, by index, of a stack of ``(index, row)`` (``room`` more positions in its caches) and of the
-    unstackable rows ``alone`` decoded beside it."""
+@contextlib.contextmanager
+def _headless(model: Any, shares: bool) -> Iterator[None]:
+    """While held, where ``shares``, ``model``'s LM head hands back the final hidden states (the head is then taken
+    once for several configurations' rows); otherwise nothing changes."""
+    if not shares:
+        yield
+        return
+    patch = Patch(model.get_output_embeddings(), lambda _inner: lambda states: states)
+    try:
+        yield
+    finally:
+        patch.undo()
+
+
+def _firsts(model: Any, prefilled: list[tuple[int, _Row, "torch.Tensor"]], shares: bool) -> list["torch.Tensor"]:
+    """Each prefilled configuration's first tokens (B,): where the head is shared, the prompts' last hidden states
+    (``generate``'s float copy of them: exact) through it as one batch, as the stacked decode steps take it."""
+    import torch
+
+    if not shares:
+        return [first for *_, first in prefilled]
+    head = model.get_output_embeddings()
+    hidden = torch.cat([last for *_, last in prefilled]).to(head.weight.dtype)  # (K x B, C)
+    with torch.no_grad():
+        picked = greedy_pick(head(hidden[:, None]))[:, 0]
+    return list(picked.split([last.shape[0] for *_, last in prefilled]))
+
+
+def _decoded(model: Any, prefilled: list[tuple[int, _Row, "torch.Tensor"]], mask: "torch.Tensor", room: int,
+             buffers: StackBuffers | None, shares: bool) -> dict[int, Any]:
+    """The sequences, by index, of prefilled configurations (:func:`_firsts`): those their first token ended,
+    a stack of the rest (``room`` more positions in its caches) and the unstackable ones decoded beside it."""
+    out: dict[int, Any] = {}
+    stack: list[tuple[int, _Row]] = []
+    alone: list[tuple[int, _Row]] = []
+    for (i, row, _), first in zip(prefilled, _firsts(model, prefilled, shares)):
+        if row.steps.push(first):
+            out[i] = row.steps.seq
+        else:
+            (stack if _stackable(row.cache) else alone).append((i, row))
     groups = []
     if stack:
         rows = [r for _, r in stack]
         cache = _stacked([r.cache for r in rows], room, buffers or StackBuffers()) if len(rows) > 1 else rows[0].cache
         groups.append(_Group(rows, cache, PopConfig(skip=0), stacked=len(rows) > 1))
     groups += [_Group([r], r.cache, r.config, stacked=False) for _, r in alone]
-    out = _decode(model, groups, mask)
-    return {i: out[id(r)] for i, r in [*stack, *alone]}
+    decoded = _decode(model, groups, mask) if groups else {}
+    return out | {i: decoded[id(r)] for i, r in [*stack, *alone]}
 
 
 def _stackable(cache: Any) -> bool:
@@ -333,8 +362,6 @@ def _decode(model: Any, groups: list[_Group], mask: "torch.Tensor") -> dict[int,
     through the LM head as one batch: an unstackable configuration's few rows would pay for reading the whole head
     on their own, on a CPU as much as the stack's many rows pay for computing it."""
     import torch
-
-    from poptune.patching import Patch
 
     out: dict[int, torch.Tensor] = {}
     shared = len(groups) > 1 and _shares_head(model)
