@@ -33,7 +33,7 @@ CALL_LIMIT_S=560                 # a command runs at most 600 s; the call's time
 NEED_S=450                       # the plan admitted with its margins + install + versions + grace + CUDA tests
 RERUN_MIN_S=120                  # the shortest rerun worth a second start-up
 MIN_RUN_S=150                    # under this the call would measure nothing: refused
-TESTS_SECONDS=60                 # allowance of the CUDA tests (tests/measure/test_cuda.py): ~15 energy blocks, imports
+TESTS_SECONDS=60                 # allowance of the CUDA tests: ~15 energy blocks, imports, 4 tiny models' likelihood pairs
 GRACE_SECONDS=10                 # the check's last write after its deadline
 NVIDIA_DEV=${NVIDIA_DEV:-/dev/nvidia0}
 NVIDIA_PROC=${NVIDIA_PROC:-/proc/driver/nvidia/gpus}
@@ -161,7 +161,8 @@ step gpu-check "$status" "$t" "at most ${budget} s (--deadline; each stage's own
 t=$SECONDS
 left=$((RUN_SECONDS - (SECONDS - START)))
 if [ "$left" -ge "$TESTS_SECONDS" ]; then
-    timeout "$left" "$PY" -u -m pytest -m cuda -q -p no:cacheprovider tests/measure/test_cuda.py 2>&1 \
+    timeout "$left" "$PY" -u -m pytest -m cuda -q -p no:cacheprovider tests/measure/test_cuda.py \
+        tests/evaluate/test_answers_shared.py 2>&1 \
         | tee "$OUT/cuda-tests.txt"
     trc=${PIPESTATUS[0]}
     if [ "$trc" = 0 ] || [ "$trc" = 5 ]; then status=PASS; else status="FAIL (exit $trc)"; fi
