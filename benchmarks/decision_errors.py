@@ -26,6 +26,8 @@ with simulated paired outcomes of known true drop and flip rate, two tasks, and 
   with flips or rare large losses beside, its power at true drop 0 and the plan's size before and after.
 - **What a time budget buys** (``bought``, issue 56): the first certification's power and error at the caps a
   study's clock affords rather than the ones its plan asks for.
+- **One task, a continuous outcome** (``onetask``, issue 56): a long-prompt likelihood study's certification (one
+  task, 1.25%, futility on) at the caps its clock bought (232, 256), its plan asked (388) and the preset's most.
 
 Usage::
 
@@ -56,7 +58,7 @@ POWER_CAPS = (("long-prompt", 16), ("quick", 64), ("standard", 128), ("thorough"
 POWER_FLIPS = (0.0, 0.05, 0.10, 0.20)
 CAP_FLIPS = (("10% flips", 0.10, False), ("4% flips", 0.04, False), ("losses only", 0.02, True))
 SECTIONS = ("budget", "caps", "power", "attempts", "hopeless", "futility", "plan", "levels", "studypower", "followup",
-            "unequal", "promise", "continuous", "bought")
+            "unequal", "promise", "continuous", "bought", "onetask")
 #: Caps per task a study's clock bought or would need (issue 56): the 2026-12-06 default run on the Xeon bought 372
 #: (its cost line asked 644 for 80% at the search's 4.5% flips); 256 and 512 around them.
 BOUGHT_CAPS = (256, 372, 512, 644)
@@ -69,6 +71,11 @@ CONTINUOUS_AT_BUDGET = (("every item moves, sd 5 points, all carry the drop", 0.
                         ("10% F1-type flips, no other move", 0.10, False, 0.0),
                         ("losses only, F1-type, no other move", 0.02 / 0.6, True, 0.0))
 CONTINUOUS_DESIGNS = (("32 -> 128 per task", 128), ("32 -> 512 per task", 512))
+#: One task's caps a long-prompt likelihood study's clock bought or its plan asked (issue 56, 2026-12-06, this Xeon:
+#: 232 and 256 bought at the default budget, 388 planned for 80% power at --time-budget 30) and the preset's most.
+ONE_TASK_CAPS = (232, 256, 388, 512)
+#: The root mean square move of the long pack's likelihood outcome the search saw (the plan line of those runs).
+ONE_TASK_MOVE = 0.049
 
 
 def _caps(replicates: int) -> list[str]:
@@ -130,6 +137,43 @@ def _continuous(replicates: int, power_replicates: int) -> list[str]:
         at = race_error(scenario, start=32, cap=size, replicates=power_replicates, seed=31)
         lines.append(f"| {100 * noise:g} points | {100 * shares[0]:.1f}% | {100 * shares[1]:.1f}% | {old:,} | "
                      f"{size:,} | {100 * at.within:.1f}% | {at.mean_items:.0f} |")
+    return lines
+
+
+def _one_task(replicates: int, power_replicates: int) -> list[str]:
+    """Issue 56: a long-prompt likelihood study's certification: one task, a continuous outcome, the study's first
+    attempt (1.25% one-sided, futility stop on) at the caps its clock bought or its plan asked."""
+    from poptune.evaluate.decisions import Scenario, race_error
+    from poptune.evaluate.workload import rounds
+
+    sd = ONE_TASK_MOVE
+    outcomes = ((f"every item moves, sd {100 * sd:g} points, all carry the drop", 0.0, False, sd),
+                ("10% F1-type flips, the others move by sd 5 points", 0.10, False, 0.05),
+                ("losses only, F1-type, the others move by sd 3 points", 0.02 / 0.6, True, 0.03))
+    lines = ["", "## One task, a continuous outcome, at the caps a long-prompt likelihood study buys (issue 56)", "",
+             "The certification of `poptune study --model gemma-3 --data-dir ../shared/data --judge likelihood`: one "
+             "task (`longctx_squad:likelihood`), the study's first attempt (confidence 97.5%, one-sided 1.25%), "
+             "futility stop on, rounds from 32 items doubling to the cap (the last look at the cap, off the doubling "
+             "grid but at 388), F1-type scores moving as `Scenario(partial=True, noise=sd)`. Caps: what the clock "
+             "bought in the runs of `study-long-likelihood-*` (232, 256), what the plan asked for 80% power (388) and "
+             "the preset's most (512). Error: true drop = budget (2 points), each share must be at most 1.25%.", "",
+             "| cap | rounds | outcome | declared within | declared beyond | undecided | mean items |",
+             "|---|---|---|---|---|---|---|"]
+    for cap in ONE_TASK_CAPS:
+        for label, flips, losses_only, noise in outcomes:
+            rates = race_error(Scenario(0.02, flips, losses_only, True, noise), start=32, cap=cap, tasks=1,
+                               confidence=0.975, replicates=replicates, seed=cap + 56, futility=True)
+            lines.append(f"| {cap} | {', '.join(map(str, rounds(32, cap)))} | {label} | {100 * rates.within:.2f}% | "
+                         f"{100 * rates.beyond:.2f}% | {100 * rates.undecided:.1f}% | {rates.mean_items:.0f} |")
+    lines += ["", f"Power: true drop 0, every item moving by a normal amount (sd {100 * sd:g} points, as the runs' "
+              "searches saw, and 3 and 8 points around it), the same design.", "",
+              "| move sd | cap | certified within | futile | undecided | mean items |", "|---|---|---|---|---|---|"]
+    for noise in (0.03, sd, 0.08):
+        for cap in ONE_TASK_CAPS:
+            rates = race_error(Scenario(0.0, 0.0, partial=True, noise=noise), start=32, cap=cap, tasks=1,
+                               confidence=0.975, replicates=power_replicates, seed=cap + 57, futility=True)
+            lines.append(f"| {100 * noise:g} points | {cap} | {100 * rates.within:.1f}% | {100 * rates.futile:.1f}% | "
+                         f"{100 * rates.undecided:.1f}% | {rates.mean_items:.0f} |")
     return lines
 
 
@@ -439,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         lines += _continuous(args.replicates, args.power_replicates)
     if "bought" in sections:
         lines += _bought(args.power_replicates, args.replicates)
+    if "onetask" in sections:
+        lines += _one_task(args.replicates, args.power_replicates)
     lines += ["", f"Wall time: {time.monotonic() - started:.0f} s on this project's 2-core CPU."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
