@@ -153,10 +153,11 @@ def _one_task(replicates: int, power_replicates: int) -> list[str]:
     lines = ["", "## One task, a continuous outcome, at the caps a long-prompt likelihood study buys (issue 56)", "",
              "The certification of `poptune study --model gemma-3 --data-dir ../shared/data --judge likelihood`: one "
              "task (`longctx_squad:likelihood`), the study's first attempt (confidence 97.5%, one-sided 1.25%), "
-             "futility stop on, rounds from 32 items doubling to the cap (the last look at the cap, off the doubling "
-             "grid but at 388), F1-type scores moving as `Scenario(partial=True, noise=sd)`. Caps: what the clock "
-             "bought in the runs of `study-long-likelihood-*` (232, 256), what the plan asked for 80% power (388) and "
-             "the preset's most (512). Error: true drop = budget (2 points), each share must be at most 1.25%.", "",
+             "futility stop on, rounds from 32 items doubling to the cap (the last look at the cap: 232 and 388 are "
+             "off the doubling grid), F1-type scores moving as `Scenario(partial=True, noise=sd)`. Caps: what the "
+             "clock bought in the runs of `study-long-likelihood-*` (232, 256), what the plan asked for 80% power "
+             "(388) and the preset's most (512). Error: true drop = budget (2 points), each share must be at most "
+             "1.25%; the races neither declared nor undecided stopped futile.", "",
              "| cap | rounds | outcome | declared within | declared beyond | undecided | mean items |",
              "|---|---|---|---|---|---|---|"]
     for cap in ONE_TASK_CAPS:
