@@ -50,6 +50,16 @@ __all__ = ["STACK_BYTES", "StackBuffers", "generate_together"]
 #: Bytes of stacked caches decoded together; configurations beyond them form the next stack.
 STACK_BYTES = 2 << 30
 
+#: Rows a linear product of the stacked decode takes at a time, for a bfloat16 model on a CPU. oneDNN's bfloat16
+#: kernels (AMX, the Xeon's) give every row the sums a lone row gets up to 32 rows; above that they take another
+#: path whose roundings differ for a few rows (measured: q_proj of Gemma-3-270M, 1 row of 33 and 3 of 80 off by one
+#: bfloat16 step; the LM head likewise), enough to flip a near tie: a stack of 40 rows gave 3 of 8 configurations
+#: another greedy answer than their own ``generate`` (a batch of 8 embedded prompts). So the stack's products are
+#: taken in blocks of at most this many rows, each row's sums the ones its configuration's own decode of 8 rows
+#: gets: answer for answer, bit for bit. The weights of a decoder layer's products stay in the cache between the
+#: blocks; the LM head's are read once per block.
+EXACT_ROWS = 32
+
 
 class StackBuffers:
     """The stacked caches' buffers, kept from one batch's decode for the next (a shared trunk's, cleared with it).
@@ -146,6 +156,40 @@ def generate_together(model: Any, inputs: dict[str, Any], configs: Sequence[PopC
 
 
 @contextlib.contextmanager
+def _exact_rows(model: Any) -> Iterator[None]:
+    """While held, where ``model`` runs in bfloat16 on a CPU, each of its linear products takes at most
+    :data:`EXACT_ROWS` rows at a time (a product over more is taken in blocks); elsewhere nothing changes."""
+    import torch
+    from torch import nn
+
+    weight = next(model.parameters())
+    if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
+        yield
+        return
+    patches = [Patch(m, _in_blocks) for m in model.modules() if isinstance(m, nn.Linear)]
+    try:
+        yield
+    finally:
+        for patch in reversed(patches):
+            patch.undo()
+
+
+def _in_blocks(inner: Callable[..., Any]) -> Callable[..., Any]:
+    """``inner`` (a linear forward) over at most :data:`EXACT_ROWS` rows at a time."""
+    import torch
+
+    def forward(x: "torch.Tensor") -> "torch.Tensor":
+        width = x.shape[-1]
+        rows = x.numel() // width if width else 0
+        if rows <= EXACT_ROWS:
+            return inner(x)
+        out = torch.cat([inner(part) for part in x.reshape(rows, width).split(EXACT_ROWS)])
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    return forward
+
+
+@contextlib.contextmanager
 def _headless(model: Any, shares: bool) -> Iterator[None]:
     """While held, where ``shares``, ``model``'s LM head hands back the final hidden states (the head is then taken
     once for several configurations' rows); otherwise nothing changes."""
@@ -168,7 +212,7 @@ def _firsts(model: Any, prefilled: list[tuple[int, _Row, "torch.Tensor"]], share
         return [first for *_, first in prefilled]
     head = model.get_output_embeddings()
     hidden = torch.cat([last for *_, last in prefilled]).to(head.weight.dtype)  # (K x B, C)
-    with torch.no_grad():
+    with torch.no_grad(), _exact_rows(model):
         picked = greedy_pick(head(hidden[:, None]))[:, 0]
     return list(picked.split([last.shape[0] for *_, last in prefilled]))
 
@@ -365,29 +409,30 @@ def _decode(model: Any, groups: list[_Group], mask: "torch.Tensor") -> dict[int,
 
     out: dict[int, torch.Tensor] = {}
     shared = len(groups) > 1 and _shares_head(model)
-    while live := [g for g in groups if g.live]:
-        fed = [g.fed(mask) for g in live]
-        if shared and len(live) > 1:
-            head = model.get_output_embeddings()
-            patch = Patch(head, lambda _inner: lambda states: states)  # each forward hands back its hidden states
-            try:
-                hidden = []
+    with _exact_rows(model):  # every row's sums those of its configuration's own decode
+        while live := [g for g in groups if g.live]:
+            fed = [g.fed(mask) for g in live]
+            if shared and len(live) > 1:
+                head = model.get_output_embeddings()
+                patch = Patch(head, lambda _inner: lambda states: states)  # each forward hands back its hidden states
+                try:
+                    hidden = []
+                    for g, (tokens, rows_mask) in zip(live, fed):
+                        with apply_pop(model, g.under):
+                            hidden.append(decode_forward(model, tokens, rows_mask, g.cache))
+                finally:
+                    patch.undo()
+                with torch.no_grad():
+                    logits = head(torch.cat(hidden, dim=0))
+            else:
+                parts = []
                 for g, (tokens, rows_mask) in zip(live, fed):
                     with apply_pop(model, g.under):
-                        hidden.append(decode_forward(model, tokens, rows_mask, g.cache))
-            finally:
-                patch.undo()
-            with torch.no_grad():
-                logits = head(torch.cat(hidden, dim=0))
-        else:
-            parts = []
-            for g, (tokens, rows_mask) in zip(live, fed):
-                with apply_pop(model, g.under):
-                    parts.append(decode_forward(model, tokens, rows_mask, g.cache))
-            logits = torch.cat(parts, dim=0)
-        picked = greedy_pick(logits[:, -1])  # (R,)
-        start = 0
-        for g, (tokens, _) in zip(live, fed):
-            g.take(picked[start : start + tokens.shape[0]], out)
-            start += tokens.shape[0]
+                        parts.append(decode_forward(model, tokens, rows_mask, g.cache))
+                logits = torch.cat(parts, dim=0)
+            picked = greedy_pick(logits[:, -1])  # (R,)
+            start = 0
+            for g, (tokens, _) in zip(live, fed):
+                g.take(picked[start : start + tokens.shape[0]], out)
+                start += tokens.shape[0]
     return out

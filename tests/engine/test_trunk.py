@@ -72,6 +72,42 @@ def test_a_shared_trunk_equals_the_engine_in_bfloat16(name):
     assert together == alone
 
 
+def _amx() -> bool:
+    from poptune.device import native_bf16
+
+    return native_bf16()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not _amx(), reason="needs a CPU that multiplies bfloat16 in hardware (AMX): studies run in "
+                    "float32 elsewhere")
+def test_a_stack_of_more_rows_than_a_product_takes_at_a_time_equals_the_engine():
+    """Gemma-3-270M in bfloat16, a study's precision on a CPU with AMX (the suite's default is float32): the full
+    model and 4 configurations over a batch of 8 embedded prompts decode as one stack of 40 rows, more than a
+    bfloat16 product of the stack takes at a time (``EXACT_ROWS``), and every configuration's answers are its own
+    ``generate``'s. With the products taken
+    over all 40 rows at once, 5/window-64/0 answered a kv_recall item of this batch wrongly (a near tie, one
+    bfloat16 step apart; which rows round apart depends on their place in the product)."""
+    from poptune import load_model
+    from poptune.engine.joint import EXACT_ROWS
+    from poptune.evaluate.workload import build_workload
+
+    model, tok = load_model("gemma-3", dtype="bfloat16")
+    tasks = ("passkey", "kv_recall")
+    work = build_workload(tok, tasks, data_dir=None, cap=44, synthetic_lengths=(512,), max_positions=None, seed=0)
+    spec = EvalSpec(tasks=tasks, batch_size=8, fidelity=None, synthetic_lengths=(512,), seed=0).with_samples(
+        {t: work.order[t][40:44] for t in tasks})  # one batch of 8: 4 passkey and 4 kv_recall prompts
+    configs = [PopConfig(skip=5, boundary="window-64"), PopConfig(skip=4, boundary="window-64"), PopConfig(skip=6),
+               PopConfig(skip=6, boundary="window-64")]
+    assert 8 * (1 + len(configs)) > EXACT_ROWS
+    alone = {c: measure_tasks(model, tok, c, spec).outcomes for c in [PopConfig(skip=0), *configs]}
+    trunk = SharedTrunk(configs)
+    with trunk.attached(model):
+        together = {c: measure_tasks(model, tok, c, spec).outcomes for c in [PopConfig(skip=0), *configs]}
+    assert trunk.together == 1 and trunk.alone == 0
+    assert together == alone
+
+
 def _loglikelihoods(model, tok, config, contexts, continuations):
     from poptune.evaluate.scoring import score_continuations
 
