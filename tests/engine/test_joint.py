@@ -17,6 +17,17 @@ CONFIGS = [PopConfig(skip=0), PopConfig(skip=3), PopConfig(skip=2, boundary="win
 NEW = 10
 
 
+def _amx() -> bool:
+    from poptune.device import native_bf16
+
+    return native_bf16()
+
+
+#: Where studies run in bfloat16 on a CPU (AMX): the stacked decode's products are exact there (engine/joint.py).
+NEEDS_AMX = pytest.mark.skipif(not _amx(), reason="needs a CPU that multiplies bfloat16 in hardware (AMX): studies "
+                               "run in float32 elsewhere")
+
+
 def _inputs(tok):
     texts = ["a much longer prompt than the other one, " * 6, "short prompt", "a third prompt of middling length " * 2]
     return dict(tok(texts, return_tensors="pt", padding=True))
@@ -208,3 +219,27 @@ def test_lm_eval_generations_through_a_trunk_are_decoded_together_and_equal_the_
         together = [lm.generate_until(requests, disable_tqdm=True) for lm in lms]
     assert trunk.led == 2 and trunk.together == 2 and trunk.served == 2 * len(configs)
     assert together == alone
+
+
+@NEEDS_AMX
+def test_the_stacks_bfloat16_products_give_every_row_a_lone_rows_sums():
+    """On a CPU with AMX, where studies run in bfloat16: each of Gemma-3-270M's products (the shapes, random values)
+    as the stacked decode takes it gives every row of a stack of up to 72 rows exactly what ``F.linear`` gives that
+    row alone, and so what a configuration's own decode of a batch of 8 gives it; ``F.linear`` itself does not
+    above 32 rows (the comparison has teeth)."""
+    from torch.nn import functional as F
+
+    from poptune.engine.joint import EXACT_ROWS, STACK_ROWS, _exact
+
+    g = torch.Generator().manual_seed(0)
+    off = 0
+    for out_features, in_features in [(256, 640), (640, 1024), (640, 2048), (1024, 640), (2048, 640), (262144, 640)]:
+        module = torch.nn.Linear(in_features, out_features, bias=False, dtype=torch.bfloat16)
+        module.weight.data = (torch.randn(out_features, in_features, generator=g) * 0.05).to(torch.bfloat16)
+        rows = (torch.randn(STACK_ROWS, 1, in_features, generator=g) * 2).to(torch.bfloat16)
+        alone = torch.cat([F.linear(rows[i], module.weight) for i in range(STACK_ROWS)])  # (72, out)
+        exact = _exact(module, module.forward)
+        for m in (1, 8, EXACT_ROWS, EXACT_ROWS + 1, 40, 64, STACK_ROWS):
+            assert torch.equal(exact(rows[:m])[:, 0], alone[:m]), (out_features, in_features, m)
+        off += sum(not torch.equal(a, b) for a, b in zip(F.linear(rows[:, 0], module.weight), alone))
+    assert off > 0

@@ -12,6 +12,8 @@ from poptune.errors import ConfigError
 from poptune.evaluate.suite import EvalSpec, measure_tasks
 from poptune.evaluate.synthetic import kv_recall_items, passkey_items, run_synthetic
 
+from .test_joint import NEEDS_AMX
+
 CONFIGS = [
     PopConfig(skip=3),
     PopConfig(skip=2, boundary="window-4", offset=1),
@@ -72,15 +74,8 @@ def test_a_shared_trunk_equals_the_engine_in_bfloat16(name):
     assert together == alone
 
 
-def _amx() -> bool:
-    from poptune.device import native_bf16
-
-    return native_bf16()
-
-
 @pytest.mark.integration
-@pytest.mark.skipif(not _amx(), reason="needs a CPU that multiplies bfloat16 in hardware (AMX): studies run in "
-                    "float32 elsewhere")
+@NEEDS_AMX
 def test_a_stack_of_more_rows_than_a_product_takes_at_a_time_equals_the_engine():
     """Gemma-3-270M in bfloat16, a study's precision on a CPU with AMX (the suite's default is float32): the full
     model and 4 configurations over a batch of 8 embedded prompts decode as one stack of 40 rows, more than a
