@@ -7,11 +7,15 @@ the batch, one step of ``K`` configurations over ``B`` prompts is one forward of
 a decode step of a small batch is bound by reading the weights (the LM head's above all), so the stacked step
 costs little more than one configuration's.
 
-For each configuration: its prefill and first token exactly as ``generate`` makes them (``max_length`` one past
-the prompt); then the stacked rows step together at full depth (:func:`poptune.engine.greedy.decode_logits`),
-every configuration's accounts kept as ``generate`` keeps them (:class:`poptune.engine.greedy.Steps`: its own
-stopping criteria, pads after EOS, its own stop). A configuration that has stopped leaves the batch. The
-sequences are ``generate``'s, up to float rounding (a matrix product over more rows may sum in another order).
+For each configuration: its prefill exactly as ``generate`` makes it (``max_length`` one past the prompt), the
+prompts' last hidden states of all of them through the LM head as one batch for their first tokens (where the
+logits are just the head's); then the stacked rows step together at full depth
+(:func:`poptune.engine.greedy.decode_forward`), every configuration's accounts kept as ``generate`` keeps them
+(:class:`poptune.engine.greedy.Steps`: its own stopping criteria, pads after EOS, its own stop). A configuration
+that has stopped leaves the batch. The sequences are ``generate``'s: bit for bit in bfloat16 on a CPU, where a
+product over many rows would round a few of them another way and the stack's products are taken so that every
+row gets a lone row's sums (:func:`_exact_rows`); up to float rounding in float32 and on CUDA (a matrix product
+over more rows may sum in another order there).
 
 Only what :func:`~poptune.engine.greedy.replayable` accepts (greedy, no logits processors, text prompts) is
 stacked; a configuration whose cache cannot be stacked (a compact cache that dropped tokens: the anchor K/V
@@ -180,8 +184,8 @@ def _exact_rows(model: Any) -> Iterator[None]:
 
 def _exact(module: Any, inner: Callable[..., Any]) -> Callable[..., Any]:
     """``module``'s forward ``inner`` over at most :data:`EXACT_ROWS` rows; over more, ``weight @ rows.T`` in blocks
-    of :data:`STACK_ROWS` (a product with a bias: ``inner`` over blocks of :data:`EXACT_ROWS`, its bias added in
-    the same rounding)."""
+    of :data:`STACK_ROWS` (a product with a bias: ``inner`` itself over blocks of :data:`EXACT_ROWS`, the bias
+    rounded in with the sums as ``F.linear`` rounds it)."""
     import torch
 
     def forward(x: "torch.Tensor") -> "torch.Tensor":
