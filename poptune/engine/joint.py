@@ -167,11 +167,11 @@ def _exact_rows(model: Any) -> Iterator[None]:
     lone row gets (:data:`EXACT_ROWS`, :data:`STACK_ROWS`): the stack's rows are decoded bit for bit as each
     configuration's own decode of a batch decodes them. Elsewhere (float32, CUDA) nothing changes: the stack's
     products are equal to the engine's within rounding there."""
-    import torch
     from torch import nn
 
-    weight = next(model.parameters())
-    if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
+    from poptune.device import dtype_of
+
+    if model.device.type != "cpu" or dtype_of(model) != "bfloat16":
         yield
         return
     patches = [Patch(m, functools.partial(_exact, m)) for m in model.modules() if isinstance(m, nn.Linear)]
@@ -427,17 +427,13 @@ def _decode(model: Any, groups: list[_Group], mask: "torch.Tensor") -> dict[int,
         while live := [g for g in groups if g.live]:
             fed = [g.fed(mask) for g in live]
             if shared and len(live) > 1:
-                head = model.get_output_embeddings()
-                patch = Patch(head, lambda _inner: lambda states: states)  # each forward hands back its hidden states
-                try:
-                    hidden = []
+                hidden = []
+                with _headless(model, True):  # each forward hands back its hidden states
                     for g, (tokens, rows_mask) in zip(live, fed):
                         with apply_pop(model, g.under):
                             hidden.append(decode_forward(model, tokens, rows_mask, g.cache))
-                finally:
-                    patch.undo()
                 with torch.no_grad():
-                    logits = head(torch.cat(hidden, dim=0))
+                    logits = model.get_output_embeddings()(torch.cat(hidden, dim=0))
             else:
                 parts = []
                 for g, (tokens, rows_mask) in zip(live, fed):
