@@ -28,6 +28,9 @@ with simulated paired outcomes of known true drop and flip rate, two tasks, and 
   study's clock affords rather than the ones its plan asks for.
 - **One task, a continuous outcome** (``onetask``, issue 56): a long-prompt likelihood study's certification (one
   task, 1.25%, futility on) at the caps its clock bought (232, 256), its plan asked (388) and the preset's most.
+- **The plan's chance against the race's power** (``calibration``, issue 56): what a plan line says a cap is worth
+  (:attr:`poptune.evaluate.racing.VerdictCost.chance`) beside the seeded races' power at that cap, for 0/1 and
+  continuous outcomes, one task and two.
 
 Usage::
 
@@ -58,7 +61,7 @@ POWER_CAPS = (("long-prompt", 16), ("quick", 64), ("standard", 128), ("thorough"
 POWER_FLIPS = (0.0, 0.05, 0.10, 0.20)
 CAP_FLIPS = (("10% flips", 0.10, False), ("4% flips", 0.04, False), ("losses only", 0.02, True))
 SECTIONS = ("budget", "caps", "power", "attempts", "hopeless", "futility", "plan", "levels", "studypower", "followup",
-            "unequal", "promise", "continuous", "bought", "onetask")
+            "unequal", "promise", "continuous", "bought", "onetask", "calibration")
 #: Caps per task a study's clock bought or would need (issue 56): the 2026-12-06 default run on the Xeon bought 372
 #: (its cost line asked 644 for 80% at the search's 4.5% flips); 256 and 512 around them.
 BOUGHT_CAPS = (256, 372, 512, 644)
@@ -178,6 +181,57 @@ def _one_task(replicates: int, power_replicates: int) -> list[str]:
     return lines
 
 
+#: Rows of the ``calibration`` section: (tasks, confidence, outcome, its flip rate or move sd, continuous, caps),
+#: the designs of the ``bought``, ``onetask`` and ``continuous`` sections.
+CALIBRATION = ((2, 0.975, "2.3% flips", 0.023, False, (256, 372, 512, 644)),
+               (2, 0.975, "4.5% flips", 0.045, False, (256, 372, 512, 644)),
+               (1, 0.975, "every item moves, sd 3 points", 0.03, True, ONE_TASK_CAPS),
+               (1, 0.975, f"every item moves, sd {100 * ONE_TASK_MOVE:g} points", ONE_TASK_MOVE, True, ONE_TASK_CAPS),
+               (1, 0.975, "every item moves, sd 8 points", 0.08, True, ONE_TASK_CAPS),
+               (2, 0.95, "every item moves, sd 2 points", 0.02, True, (128, 256)),
+               (2, 0.95, "every item moves, sd 5 points", 0.05, True, (128, 256)),
+               (2, 0.95, "every item moves, sd 10 points", 0.10, True, (128, 256)))
+
+
+def _calibration(replicates: int) -> list[str]:
+    """Issue 56: the chance a plan line gives a cap (:func:`poptune.evaluate.racing.verdict_cost`, from a drop of a
+    million items per task moving at the true rate, so that the one move a plan adds is nothing) beside the power
+    of seeded races to that cap (futility stop on, as a study's certification)."""
+    import math
+
+    from poptune.evaluate.decisions import Scenario, race_error
+    from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
+    from poptune.evaluate.racing import verdict_cost
+    from poptune.interval import Interval
+
+    lines = ["", "## The plan's chance against the race's power (true drop 0, budget 2 points)", "",
+             "What a plan line says a cap is worth (`VerdictCost.chance`, at the true flip rate or mean squared move) "
+             "and how often seeded races to that cap certify within 2 points: rounds from 32 items per task "
+             "doubling to the cap, futility stop on, 0/1 outcomes (`Scenario(0, flips)`) or F1-type scores every "
+             "item of which moves by a normal amount (`Scenario(0, 0, partial=True, noise=sd)`).", "",
+             "| tasks | confidence | outcome | cap per task | plan's chance | certified within | futile | undecided |",
+             "|---|---|---|---|---|---|---|---|"]
+    n = 1_000_000
+    for tasks, confidence, label, rate, continuous, caps in CALIBRATION:
+        names = "ab"[:tasks]
+        if continuous:
+            seen = PairedDrop(Interval(0.0, -3.0, 3.0), {t: n for t in names}, {t: n for t in names}, SEQUENTIAL,
+                              moved={t: n * rate * math.sqrt(2 / math.pi) for t in names},
+                              squares={t: n * rate * rate for t in names})
+            scenario = Scenario(0.0, 0.0, partial=True, noise=rate)
+        else:
+            seen = PairedDrop(Interval(0.0, -3.0, 3.0), {t: n for t in names}, {t: round(n * rate) for t in names},
+                              SEQUENTIAL)
+            scenario = Scenario(0.0, rate)
+        for cap in caps:
+            chance = verdict_cost(seen, 2.0, planned=cap, start=32, confidence=confidence).chance
+            rates = race_error(scenario, start=32, cap=cap, tasks=tasks, confidence=confidence,
+                               replicates=replicates, seed=cap + 60, futility=True)
+            lines.append(f"| {tasks} | {100 * confidence:g}% | {label} | {cap} | {100 * chance:.1f}% | "
+                         f"{100 * rates.within:.1f}% | {100 * rates.futile:.1f}% | {100 * rates.undecided:.1f}% |")
+    return lines
+
+
 def _hopeless(replicates: int) -> list[str]:
     """The items a race spends rejecting a configuration that loses 75 points."""
     from poptune.evaluate.decisions import Scenario, race_error
@@ -247,6 +301,7 @@ def _plan(replicates: int, errors: int) -> list[str]:
     from poptune.evaluate.decisions import Scenario, race_error
     from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
     from poptune.evaluate.racing import verdict_cost
+    from poptune.interval import Interval
 
     lines = ["", "## The study's plan: the certification sized from the search's flips (attempt 1, 1.25%)", "",
              "Each replicate draws the candidate's 64 search items (2 tasks x 32) at the true flip rate, sizes the cap "
@@ -262,7 +317,7 @@ def _plan(replicates: int, errors: int) -> list[str]:
         caps, items = [], 0
         for k in range(count):
             flipped = {t: int(sum(a != b for a, b in zip(*scenario.draw(rng, 32)))) for t in "ab"}
-            seen = PairedDrop(0.0, 0.0, 0.0, {"a": 32, "b": 32}, flipped, SEQUENTIAL)
+            seen = PairedDrop(Interval(0.0, 0.0, 0.0), {"a": 32, "b": 32}, flipped, SEQUENTIAL)
             cap = max(32, min(1024, verdict_cost(seen, 2.0, planned=1024, start=32, confidence=0.975).per_task))
             rates = race_error(scenario, start=32, cap=cap, confidence=0.975, replicates=1, seed=1000 + k,
                                futility=True)
@@ -486,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
         lines += _bought(args.power_replicates, args.replicates)
     if "onetask" in sections:
         lines += _one_task(args.replicates, args.power_replicates)
+    if "calibration" in sections:
+        lines += _calibration(args.power_replicates)
     lines += ["", f"Wall time: {time.monotonic() - started:.0f} s on this project's 2-core CPU."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

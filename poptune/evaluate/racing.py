@@ -262,7 +262,8 @@ class VerdictCost:
     Attributes:
         flip_rate: The share of items assumed to flip (seen so far, one added so that none seen is not 0,
             :func:`planning_rate`); for a continuous outcome, the mean squared difference per item
-            (:attr:`PairedDrop.flip_mass`), which sizes the score test as that many flips would.
+            (:attr:`PairedDrop.flip_mass`), the moves' spread the plan's stand-in sample has
+            (:func:`_test_variance`).
         per_task: Items per task the race's cap must allow for the verdict with probability ``power``.
         tasks: The race's tasks.
         budget: The budget the items are for (points).
@@ -271,8 +272,9 @@ class VerdictCost:
         planned: The items per task the race planned.
         power: The probability of the verdict the figures are sized for.
         chance: The probability that ``planned`` items per task certify ``budget`` at true drop 0 and this flip
-            rate (the last look's score test, as the size; the earlier looks add a little, so the seeded simulation
-            finds a few points more: ``leaderboards/decision-errors-simulated-*``, "What a time budget buys").
+            rate (the last look's score test, as the size; the earlier looks add a little and the futility stop
+            takes a little: the seeded simulation finds it within a few points, ``tests/evaluate/test_decisions.py``
+            and ``leaderboards/decision-errors-simulated-*``).
     """
 
     flip_rate: float
@@ -300,45 +302,93 @@ def planning_rate(drop: PairedDrop) -> float:
     return (mass + size * size) / (drop.total + 2)
 
 
-def _design(points: float, flips: float, per_task: int, start: int, growth: float, alpha: float
-            ) -> tuple[float, float, float, float]:
-    """The score test's terms for a verdict within ``points`` at true drop 0 (see :func:`verdict_cost`): the budget
-    as a share, the test's variance of one item at the budget, the statistic's spread when nothing is lost and the
-    last boundary of a design capped at ``per_task`` items per task."""
+def _continuous(drop: PairedDrop) -> bool:
+    """Whether ``drop``'s outcome is continuous (its squared moves known and not its flips' count): its test fits
+    the empirical likelihood over the moves and the scale's ends, not the counts of flips."""
+    return bool(drop.squares) and any(abs(drop.squares[t] - drop.flipped.get(t, 0)) > 1e-9 for t in drop.squares)
+
+
+#: Points of the sample a plan stands in for a continuous outcome's items by (:func:`_test_variance`).
+_STAND_IN = 64
+
+
+def _test_variance(mean: float, flips: float, b: float, continuous: bool) -> float:
+    """The score test's variance of one item at the budget ``b`` (a share), fitted to items whose mean difference
+    is ``mean`` and which move as ``flips`` says: Tango's restricted fit to that many flips, split to give the mean
+    (:func:`poptune.evaluate.paired.restricted_variance`), or, for a continuous outcome, the empirical likelihood's
+    (:func:`poptune.evaluate.paired.el_moments`) over normal moves of root mean square ``sqrt(flips)`` around the
+    mean. It grows as the mean falls below the budget: the more the fit must carry to reach it, the more its
+    weight sits at the scale's end -- for small moves almost all of it, which is why a few hundred items cannot
+    certify 2 points however little they move (about ``c^2 / b``, the binary bound with no flip)."""
+    import numpy as np
+    from scipy.stats import norm
+
+    from poptune.evaluate.paired import el_moments, restricted_variance
+
+    if not continuous:
+        return restricted_variance(max((flips - mean) / 2, 0.0), max((flips + mean) / 2, 0.0), 1.0, b)
+    moves = np.clip(mean + math.sqrt(flips) * norm.ppf((np.arange(_STAND_IN) + 0.5) / _STAND_IN), -1.0, 1.0)
+    return el_moments(moves, np.ones(_STAND_IN), b)[0]
+
+
+def _threshold(points: float, flips: float, per_task: int, tasks: int, start: int, growth: float, alpha: float,
+               continuous: bool) -> float | None:
+    """The largest mean difference (a share) at which a design capped at ``per_task`` items per task certifies
+    ``points`` at its last look: where ``b - mean - 1 / (2 N) = c * sqrt(V(mean) / N)``, ``c`` the design's last
+    boundary (:mod:`poptune.evaluate.groupseq`; its earlier looks add little under O'Brien-Fleming spending), the
+    test's continuity correction ``1 / (2 N)`` and ``V`` :func:`_test_variance`. None where no mean within 8
+    standard errors of 0 certifies it."""
+    from scipy.optimize import brentq
+
     from poptune.evaluate.groupseq import boundaries
-    from poptune.evaluate.paired import restricted_variance
 
-    b = points / 100
-    variance = restricted_variance(flips / 2, flips / 2, 1.0, b)  # the score test's, at the budget
-    spread = math.sqrt(flips / variance)  # the statistic's sd when the true drop is 0, below 1
+    b, n = points / 100, per_task * tasks
     last = boundaries([c / per_task for c in rounds(min(start, per_task), per_task, growth)], alpha)[-1]
-    return b, variance, spread, last
+
+    def margin(mean: float) -> float:  # >= 0 where the last look certifies
+        return b - mean - 1 / (2 * n) - last * math.sqrt(_test_variance(mean, flips, b, continuous) / n)
+
+    lowest = -8 * math.sqrt(flips / n)
+    if not continuous:
+        lowest = max(lowest, -flips)  # no more gains than flips
+    grid = [b + (lowest - b) * k / 64 for k in range(65)]  # from the budget down: the first mean that certifies
+    for upper, lower in zip(grid, grid[1:]):
+        if margin(lower) >= 0:
+            return lower if margin(upper) >= 0 else float(brentq(margin, lower, upper, xtol=1e-12))
+    return None
 
 
-def _items(points: float, flips: float, per_task: int, tasks: int, start: int, growth: float, alpha: float,
-           power: float) -> float:
-    """Items in all for a verdict within ``points`` with probability ``power`` at true drop 0 (see
-    :func:`verdict_cost`), for a design capped at ``per_task`` items per task."""
+def _chance(points: float, flips: float, per_task: int, tasks: int, start: int, growth: float, alpha: float,
+            continuous: bool = False) -> float:
+    """The probability that a design capped at ``per_task`` items per task certifies ``points`` at true drop 0
+    when items move as ``flips`` says: that the mean of ``N = per_task * tasks`` items, spread by
+    ``sqrt(flips / N)``, falls at or below :func:`_threshold`."""
     from scipy.stats import norm
 
-    b, variance, spread, last = _design(points, flips, per_task, start, growth, alpha)
-    k = (last + norm.isf(1 - power) * spread) * math.sqrt(variance)
-    root = (k + math.sqrt(k * k + 2 * b)) / (2 * b)  # sqrt(N) b - k = 1 / (2 sqrt(N)): the continuity correction
-    return root * root
+    mean = _threshold(points, flips, per_task, tasks, start, growth, alpha, continuous)
+    if mean is None:
+        return 0.0
+    if flips <= 0:  # nothing moves (a continuous outcome's moves too small to count): the mean is 0
+        return float(mean >= 0)
+    return float(norm.cdf(mean / math.sqrt(flips / (per_task * tasks))))
 
 
-def _chance(points: float, flips: float, per_task: int, tasks: int, start: int, growth: float, alpha: float
-            ) -> float:
-    """The probability that a design capped at ``per_task`` items per task certifies ``points`` at true drop 0:
-    :func:`_items` solved for its power at ``N = per_task * tasks``."""
-    from scipy.stats import norm
+def _items(points: float, flips: float, tasks: int, start: int, growth: float, alpha: float, power: float,
+           continuous: bool) -> int:
+    """The fewest items per task whose design certifies ``points`` with probability ``power`` (:func:`_chance`,
+    the design capped at that many), by bisection."""
+    def enough(per_task: int) -> bool:
+        return _chance(points, flips, per_task, tasks, start, growth, alpha, continuous) >= power
 
-    b, variance, spread, last = _design(points, flips, per_task, start, growth, alpha)
-    n = per_task * tasks
-    margin = (math.sqrt(n) * b - 1 / (2 * math.sqrt(n))) / math.sqrt(variance) - last
-    if spread <= 0:  # nothing moves (a continuous outcome's moves too small to count): the statistic is fixed
-        return float(margin > 0)
-    return float(norm.cdf(margin / spread))
+    lo, hi = 0, max(start, 1)
+    while not enough(hi):
+        lo, hi = hi, 2 * hi
+        if hi > 1 << 24:
+            return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid, hi)
+    return hi
 
 
 def verdict_cost(drop: PairedDrop, budget: float, *, planned: int, start: int, growth: float = 2.0,
@@ -346,26 +396,23 @@ def verdict_cost(drop: PairedDrop, budget: float, *, planned: int, start: int, g
     """The items per task a race of ``start`` items per task, growing to its cap, needs to certify ``budget``
     points with probability ``power`` when the true drop is 0 and items flip as often as in ``drop``.
 
-    The size is the score test's at the design's last boundary ``c`` (:mod:`poptune.evaluate.groupseq`; its
-    earlier looks add little under O'Brien-Fleming spending): the ``N`` items in all with
-    ``sqrt(N) * budget - 1 / (2 sqrt(N)) = (c + z_power * s) * sqrt(V)`` (the test's continuity correction of
-    ``1 / (2 N)`` included), ``V`` the test's variance of one item at the budget for this flip rate
-    (:func:`poptune.evaluate.paired.restricted_variance`) and ``s`` the statistic's spread when nothing is lost.
-    The seeded simulation checks the size (``tests/evaluate/test_decisions.py``).
+    The size is the score test's at the design's last look: the fewest items per task whose mean, at true drop 0,
+    falls under the highest mean that look certifies (:func:`_threshold`) with probability ``power``. The test's
+    variance is taken where that mean is, not at 0: below the budget it grows, most for a continuous outcome of
+    small moves, whose fit carries the budget by mass at the scale's end. The seeded simulation checks the sizes
+    and chances (``tests/evaluate/test_decisions.py``; ``leaderboards/decision-errors-simulated-*``).
     ``planned``: the cap the race had, per task.
     """
     if budget <= 0:
         raise ConfigError(f"a verdict's cost needs a positive budget, got {budget:g} points")
     tasks = max(len(drop.items), 1)
-    flips = planning_rate(drop)
+    flips, continuous = planning_rate(drop), _continuous(drop)
     alpha = (1 - confidence) / 2
-    per_task = max(start, 1)
-    for _ in range(4):  # the design's looks depend on the cap it is sized for
-        per_task = max(1, math.ceil(_items(budget, flips, per_task, tasks, start, growth, alpha, power) / tasks))
-    lo, hi = 1e-3, 100.0  # the smallest budget the planned items certify: bisection on the items it needs
-    for _ in range(40):
+    per_task = _items(budget, flips, tasks, start, growth, alpha, power, continuous)
+    lo, hi = 1e-3, 100.0  # the smallest budget the planned items certify with that probability: bisection
+    while hi - lo > 1e-3:
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if _items(mid, flips, planned, tasks, start, growth, alpha, power) <= planned * tasks \
+        lo, hi = (lo, mid) if _chance(mid, flips, planned, tasks, start, growth, alpha, continuous) >= power \
             else (mid, hi)
-    chance = _chance(budget, flips, planned, tasks, start, growth, alpha)
+    chance = _chance(budget, flips, planned, tasks, start, growth, alpha, continuous)
     return VerdictCost(flips, per_task, tasks, budget, hi, planned, power, chance)
