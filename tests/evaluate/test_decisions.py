@@ -99,8 +99,21 @@ def test_the_chance_of_an_outcome_that_never_moves_is_certain_or_nil():
     # the items either certify the budget or cannot (no division by its spread of 0).
     from poptune.evaluate.racing import _chance
 
-    assert _chance(2.0, 0.0, 512, 2, 32, 2.0, 0.0125) == 1.0
-    assert _chance(2.0, 0.0, 2, 1, 2, 2.0, 0.00625) == 0.0  # 2 items cannot show 2 points
+    for continuous in (False, True):
+        assert _chance(2.0, 0.0, 512, 2, 32, 2.0, 0.0125, continuous) == 1.0
+        assert _chance(2.0, 0.0, 2, 1, 2, 2.0, 0.00625, continuous) == 0.0  # 2 items cannot show 2 points
+
+
+def test_the_tests_variance_at_the_budget_grows_as_the_items_mean_falls_below_it():
+    # Why a plan takes it where the mean must fall to certify: the fit must carry budget - mean, and small moves
+    # carry little of it, so for them nearly all sits at the scale's end (about budget - mean + their spread).
+    from poptune.evaluate.racing import _test_variance
+
+    for flips, continuous in ((0.045, False), (0.049 ** 2, True)):
+        variances = [_test_variance(mean, flips, 0.02, continuous) for mean in (0.0, -0.005, -0.01)]
+        assert variances[0] < variances[1] < variances[2], variances
+    small = [_test_variance(mean, 0.049 ** 2, 0.02, True) for mean in (0.0, -0.01)]
+    assert small[1] - small[0] == pytest.approx(0.01, rel=0.15)  # almost one for one
 
 
 def test_a_lossless_configuration_is_certified_once_there_are_enough_items():
