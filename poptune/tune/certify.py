@@ -219,7 +219,15 @@ class CertificationPlan:
             else "all the certification's cap holds"
         return (f"{head}, {why}: a {budget:g}-point {kind}verdict needs about {self.needed * self.tasks:,} if the "
                 f"true drop is 0 and {rate}; these items certify about {self.smallest_budget:.1f} points "
-                f"as often ({100 * self.power:.0f}%), {budget:g} points {100 * self.chance:.0f}% of the time")
+                f"as often ({100 * self.power:.0f}%), {budget:g} points {100 * self.chance:.0f}% of the time"
+                f"{self._longer()}")
+
+    def _longer(self) -> str:
+        """Where the clock, not the cap, falls short: how much longer a time budget buys the verdict's items."""
+        if self.affordable is None or not self.affordable < self.needed <= self.supply or not self.seconds_per_item:
+            return ""
+        minutes = (self.needed - self.per_task) * self.tasks * self.seconds_per_item / 60
+        return f"; about {math.ceil(minutes)} more minutes of --time-budget buy the {self.needed * self.tasks:,}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

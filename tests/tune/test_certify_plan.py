@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 import types
 
@@ -63,7 +64,11 @@ def test_a_short_clock_buys_fewer_items_and_the_line_says_what_they_certify():
     assert plan.per_task == plan.affordable < plan.needed and 90 <= plan.affordable <= 100
     assert "all the time budget buys" in plan.line("x", 2.0) and plan.smallest_budget > 2.0
     # and what those items are worth: the chance they certify the budget itself, below the plan's 80%
-    assert 0.05 < plan.chance < 0.8 and plan.line("x", 2.0).endswith(f"2 points {100 * plan.chance:.0f}% of the time")
+    assert 0.05 < plan.chance < 0.8 and f"2 points {100 * plan.chance:.0f}% of the time; " in plan.line("x", 2.0)
+    # and how much longer a clock buys the verdict's items, at the cost per item measured (1 s here)
+    longer = math.ceil((plan.needed - plan.per_task) * plan.tasks / 60)
+    assert plan.line("x", 2.0).endswith(f"; about {longer} more minutes of --time-budget buy the "
+                                        f"{plan.needed * plan.tasks:,}")
     ample = plan_certification(study, evaluator, rows, 0.975, deadline=time.monotonic() + 36000)
     assert ample.per_task == ample.needed and ample.chance >= 0.8 > plan.chance
 
