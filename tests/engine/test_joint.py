@@ -238,8 +238,9 @@ def test_the_stacks_bfloat16_products_give_every_row_a_lone_rows_sums():
         module.weight.data = (torch.randn(out_features, in_features, generator=g) * 0.05).to(torch.bfloat16)
         rows = (torch.randn(STACK_ROWS, 1, in_features, generator=g) * 2).to(torch.bfloat16)
         alone = torch.cat([F.linear(rows[i], module.weight) for i in range(STACK_ROWS)])  # (72, out)
-        exact = _exact(module, module.forward)
-        for m in (1, 8, EXACT_ROWS, EXACT_ROWS + 1, 40, 64, STACK_ROWS):
-            assert torch.equal(exact(rows[:m])[:, 0], alone[:m]), (out_features, in_features, m)
+        for few in (False, True):  # up to EXACT_ROWS: F.linear itself, or (on an AMX CPU) the streamed product
+            exact = _exact(module, module.forward, few=few)
+            for m in (1, 2, 8, EXACT_ROWS, EXACT_ROWS + 1, 40, 64, STACK_ROWS):
+                assert torch.equal(exact(rows[:m])[:, 0], alone[:m]), (out_features, in_features, m, few)
         off += sum(not torch.equal(a, b) for a, b in zip(F.linear(rows[:, 0], module.weight), alone))
     assert off > 0

@@ -7,8 +7,12 @@ import pytest
 import torch
 from torch import nn
 
+from poptune.device import native_bf16
 from poptune.models import load_model
-from poptune.models.head import MAX_ROWS, RowsHead, use_rows_head
+from poptune.models.head import BF16_ROWS, MAX_ROWS, RowsHead, use_rows_head
+
+#: Whether this CPU has AMX, read at collection (the suite's session fixture then hides it: float32 everywhere).
+AMX = native_bf16()
 
 
 def _head(out: int = 300, width: int = 48, bias: bool = False) -> nn.Linear:
@@ -46,16 +50,37 @@ def test_a_few_rows_give_f_linears_logits_through_weight_times_hidden(shape, cal
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["many rows", "bias", "bfloat16", "empty"])
+@pytest.mark.parametrize("case", ["many rows", "bias", "bfloat16 rows", "float16", "empty"])
 def test_every_other_product_is_f_linears_own(case, calls):
     head = _head(bias=case == "bias")
-    rows = {"many rows": MAX_ROWS + 1, "empty": 0}.get(case, 4)
+    rows = {"many rows": MAX_ROWS + 1, "empty": 0, "bfloat16 rows": BF16_ROWS + 1}.get(case, 4)
     x = torch.randn(rows, 48)
-    if case == "bfloat16":
-        head, x = head.to(torch.bfloat16), x.to(torch.bfloat16)
+    if case.startswith(("bfloat16", "float16")):
+        dtype = torch.bfloat16 if case.startswith("bfloat16") else torch.float16
+        head, x = head.to(dtype), x.to(dtype)
     want = nn.functional.linear(x, head.weight, head.bias)
     use_rows_head(_Model(head))
     assert type(head) is RowsHead and torch.equal(head(x), want) and calls == ["linear"]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8, BF16_ROWS])
+def test_a_few_bfloat16_rows_take_the_streamed_product_on_an_amx_cpu_and_the_same_logits(rows, calls, monkeypatch):
+    """In bfloat16 the head streams its weight for up to BF16_ROWS rows where the CPU has AMX (elsewhere F.linear):
+    the logits are F.linear's bit for bit on such a CPU (Gemma 3's head's shape), so no remembered answer changes."""
+    import poptune.device
+
+    torch.manual_seed(0)
+    head = nn.Linear(640, 262144, bias=False, dtype=torch.bfloat16)
+    x = (torch.randn(rows, 640) * 2).to(torch.bfloat16)
+    use_rows_head(_Model(head))
+    for amx in (False, True):
+        monkeypatch.setattr(poptune.device, "native_bf16", lambda amx=amx: amx)
+        calls.clear()
+        got = head(x)
+        assert calls == (["rows"] if amx else ["linear"]) and got.shape == (rows, 262144) and got.is_contiguous()
+    if not AMX:
+        pytest.skip("bit-for-bit equality is this product's property on an AMX CPU (oneDNN's bfloat16 kernels)")
+    assert torch.equal(got, nn.functional.linear(x, head.weight))
 
 
 def test_only_an_exact_linear_head_is_replaced():
