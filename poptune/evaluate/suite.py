@@ -36,7 +36,7 @@ from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
 
 __all__ = [
     "EMBEDDED", "LIKELIHOOD_ITEMS", "LOWER_IS_BETTER", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "TaskRun",
-    "drop_of", "item_indices",
+    "drop_of", "harness_tasks", "item_indices",
     "measure_tasks", "primary", "run_eval", "resolve_tasks",
 ]
 
@@ -286,8 +286,10 @@ def _lm_eval_scores(model: Any, tokenizer: Any, config: PopConfig, tasks: Sequen
         lm = PopLM(pretrained=model, tokenizer=tokenizer, skip=config.skip, boundary=config.boundary,
                    offset=config.offset, layers=config.layers, kv=config.kv, batch_size=spec.batch_size,
                    prefill_chunk=spec.prefill_chunk)
-        out = lm_eval.evaluator.evaluate(lm, task_dict, samples=samples, bootstrap_iters=0, log_samples=True,
-                                         verbosity="WARNING")
+        # lm-eval yields the chosen documents in the dataset's order and names the k-th the k-th of ``samples``:
+        # asked in ascending order, every document keeps its own index (a study's items come shuffled)
+        out = lm_eval.evaluator.evaluate(lm, task_dict, samples={t: sorted(set(v)) for t, v in samples.items()},
+                                         bootstrap_iters=0, log_samples=True, verbosity="WARNING")
     scores, outcomes = {}, {}
     for name in tasks:
         metrics = out["results"][name]
@@ -319,10 +321,15 @@ def _synthetic_scores(model: Any, tokenizer: Any, config: PopConfig | None, task
     return TaskRun(scores, chosen, outcomes, {"synthetic_breakdown": {t: result.breakdown(t) for t in tasks}})
 
 
+def harness_tasks(tasks: Sequence[str]) -> list[str]:
+    """The tasks of ``tasks`` that lm-eval scores (not the embedded, prompt or likelihood-judged ones)."""
+    return [t for t in tasks if t not in EMBEDDED and t not in PROMPT_TASKS and t not in LIKELIHOOD_TASKS]
+
+
 def measure_tasks(model: Any, tokenizer: Any, config: PopConfig, spec: EvalSpec) -> TaskRun:
     """Scores of one configuration on ``spec``'s tasks, with every item's outcome (a likelihood-judged task's items
     read as prompt requests, :mod:`poptune.evaluate.judges`; their figures in ``details[LIKELIHOOD_ITEMS]``)."""
-    real = [t for t in spec.tasks if t not in EMBEDDED and t not in PROMPT_TASKS and t not in LIKELIHOOD_TASKS]
+    real = harness_tasks(spec.tasks)
     synthetic = [t for t in spec.tasks if t in EMBEDDED]
     run = TaskRun({}, {}, {})
     for task in (t for t in spec.tasks if t in LIKELIHOOD_TASKS):

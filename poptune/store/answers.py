@@ -30,8 +30,9 @@ __all__ = ["ANSWERS_FILE", "SCORING_VERSION", "FullAnswers", "answers_path", "it
 ANSWERS_FILE = "full-answers.sqlite"
 
 #: Bumped whenever poptune's scoring changes what an item scores: answers stored before are then missed.
-SCORING_VERSION = 3  # 2: the CPU's LM head for a few rows is weight @ hidden.T (poptune.models.head); 3: the full
-# model's likelihood of its own answer scored by one forward after its prefill (poptune.engine.speculate)
+SCORING_VERSION = 4  # 2: the CPU's LM head for a few rows is weight @ hidden.T (poptune.models.head); 3: the full
+# model's likelihood of its own answer scored by one forward after its prefill (poptune.engine.speculate); 4: an
+# lm-eval task's items named by their own index (before, items asked out of order came back under each other's)
 
 #: Seconds a write waits for another process's transaction.
 _TIMEOUT_S = 20.0

@@ -14,6 +14,11 @@ newer poptune keeps its attributes as they were):
   study without ``target_length`` timed its problem's ``target_length``, else its first length. A problem's
   fields added since take their defaults (:meth:`poptune.problem.problem.TuningProblem.from_dict`); an old study's
   ``full_accuracy`` without ``full_run`` (no per-item outcomes) is the full model's reference as it stands.
+- 1 to 2: nothing to migrate; from 2 on, the per-item outcomes of lm-eval's tasks are named by their own index.
+  Before, lm-eval named the documents of a round asked out of order (a study's shuffled items) by the order asked,
+  not their own: the full model's and a configuration's outcomes on the same round were paired right, but under
+  each other's indices, so a study stored before 2 on such tasks is read, never resumed
+  (:func:`poptune.tune.study.check_problem`).
 
 Read with their defaults, no schema change: a ``problem`` without ``objectives`` (stored before they had names)
 has TTFT and accuracy, in that order; a ``problem`` whose ``dtype`` is None (stored before studies named it)
@@ -42,10 +47,13 @@ from poptune.objectives.registry import get as get_objective
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["PROBLEM_ATTR", "SCHEMA_ATTR", "SCHEMA_VERSION", "StoredStudy", "migrate"]
+__all__ = ["INDEXED_SCHEMA", "PROBLEM_ATTR", "SCHEMA_ATTR", "SCHEMA_VERSION", "StoredStudy", "migrate"]
 
 #: The schema this poptune writes (see the module's docstring for what each version changed).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: The first schema whose lm-eval items' outcomes are named by their own index (see the module's docstring).
+INDEXED_SCHEMA = 2
 
 #: The attribute holding the schema version (absent from studies stored before it: version 0).
 SCHEMA_ATTR = "schema_version"

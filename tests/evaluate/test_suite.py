@@ -66,3 +66,19 @@ def test_eval_user_errors(capsys, argv, message):
     code = main(["eval", "--model", "tiny-llama", "--skip", "1", *argv])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_each_item_gets_its_own_outcome_whatever_the_order_its_items_come_in(eval_data):
+    """lm-eval yields a task's chosen documents in the dataset's order but names them by the order of the ``samples``
+    it was given: items asked in another order (a study's shuffled order) came back with each other's outcomes.
+    Each item scored in a shuffled call must get the figure it gets alone (bits per byte: a figure of its own)."""
+    from poptune.evaluate.suite import measure_tasks
+
+    model, tok = load_model("tiny-llama")
+    spec = EvalSpec(tasks=("longctx_squad_bpb",), data_dir=eval_data, batch_size=4, fidelity=None)
+    shuffled = measure_tasks(model, tok, PopConfig(skip=0), spec.with_samples({"longctx_squad_bpb": [2, 0, 1]}))
+    alone = {i: measure_tasks(model, tok, PopConfig(skip=0), spec.with_samples({"longctx_squad_bpb": [i]}))
+             .outcomes["longctx_squad_bpb"][0] for i in (0, 1, 2)}
+    assert shuffled.items["longctx_squad_bpb"] == [2, 0, 1]
+    assert min(abs(a - b) for a, b in [(alone[0], alone[1]), (alone[0], alone[2]), (alone[1], alone[2])]) > 1e-3
+    assert shuffled.outcomes["longctx_squad_bpb"] == pytest.approx([alone[2], alone[0], alone[1]], rel=1e-5)

@@ -165,18 +165,19 @@ def test_a_configuration_confirmed_above_its_ideal_leaves_the_front(problem, tmp
 
 
 def _old_study(url: str) -> None:
-    """A study as poptune wrote it before: three parameters on every trial, ``skip`` clipped."""
+    """A study as poptune wrote it before: three parameters on every trial, ``skip`` clipped (on an embedded task:
+    one stored before schema 2 on an lm-eval task is read, not resumed)."""
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
     from poptune.engine import BOUNDARIES
     from poptune.objectives.base import References
     from poptune.tune.objective import outcome as _outcome
 
-    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), lengths=(16,), decode_tokens=8)
+    problem = TuningProblem(model="tiny-llama", max_drop=None, tasks=("passkey",), lengths=(16,), decode_tokens=8)
     study = optuna.create_study(study_name="old", storage=url, directions=["minimize", "maximize"])
     study.set_user_attr("problem", problem.to_dict())
     study.set_user_attr("num_layers", LAYERS)
-    study.set_user_attr("full_accuracy", {"piqa": 0.75})
+    study.set_user_attr("full_accuracy", {"passkey": 0.75})
     study.set_user_attr("reference_prefill_ms", 100.0)
     dists = {"skip": IntDistribution(0, LAYERS - 1), "boundary": CategoricalDistribution(list(BOUNDARIES)),
              "offset": IntDistribution(0, 2)}
