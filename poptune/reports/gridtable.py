@@ -52,8 +52,9 @@ def _checks(attrs: "StoredStudy") -> str:
             "noisy; noisy trials re-timed and the front confirmed")
 
 
-def _record(storage: str | None, csv_path: Path) -> str:
-    """Where the raw record of the table lies, for its README."""
+def _record(storage: str | None, csv_path: Path, resumable: bool = True) -> str:
+    """Where the raw record of the table lies, for its README (``resumable``: whether a run may resume it,
+    :func:`poptune.tune.study.check_problem`)."""
     from poptune import store
 
     if storage and storage.startswith("journal:"):
@@ -64,8 +65,17 @@ def _record(storage: str | None, csv_path: Path) -> str:
                  else f"`{path}`")
         return (f"an Optuna journal file, {where}: the raw record (every trial with its per-item outcomes, timing "
                 "pairs and null checks; `optuna trials --storage-class JournalFileBackend` and optuna-dashboard read "
-                "it), from which the same command resumes on a machine of this hardware id")
+                "it), " + ("from which the same command resumes on a machine of this hardware id" if resumable else
+                           "stored before lm-eval's items kept their own index (schema 2): read, not resumed"))
     return f"`{store.public_url(storage)}`" if storage else "its study storage"
+
+
+def _resumable(attrs: "StoredStudy", problem: Any) -> bool:
+    """Whether a run may resume the stored grid: not one stored before schema 2 on lm-eval's tasks."""
+    from poptune.evaluate.suite import harness_tasks
+    from poptune.store.attributes import INDEXED_SCHEMA
+
+    return attrs.schema >= INDEXED_SCHEMA or not harness_tasks(problem.tasks)
 
 
 def _coverage(rows: list[dict[str, str]], space: list[Any], trial_s: list[float]) -> list[str]:
@@ -150,7 +160,7 @@ def _measured(study: Any, csv_path: Path, rows: list[dict[str, str]], s: dict[st
         "offset 0..2 where the block fits, 5 boundaries; skip 0 is the full model).", "",
         "## How it was measured", "",
         f"- A study (`poptune.tune.study.run_study`) with the `grid` sampler, {s['total']} trials (study "
-        f"`{study.study_name}`), stored in {_record(storage, csv_path)}; each configuration measured once, as any "
+        f"`{study.study_name}`), stored in {_record(storage, csv_path, _resumable(attrs, p))}; each configuration measured once, as any "
         "study trial.",
         f"- Workload: tasks {', '.join(p.tasks)}; items per task raced in rounds from {p.items_start} up to "
         f"{p.limit} until the drop's interval was decided against the budget ({s['budget']}); the drop is the paired "
