@@ -16,9 +16,9 @@ to every model it loads, so the per-configuration engine and the shared trunk us
 In bfloat16 on a CPU that multiplies it in hardware (AMX: where studies run in bfloat16), oneDNN's ``F.linear``
 gives each of up to 32 rows the sums that row gets alone, and so does ``weight @ hidden.T``: 1.3-1.6x faster for
 Gemma 3's head from 1 to 16 rows, 1.5-1.8x for its body's products from 2 rows (one row alone takes a slower
-kernel, so it goes as two, the first kept: :func:`streamed`). The head takes that product for up to :data:`BF16_ROWS` rows there: the same logits, bit
-for bit, in less time (``benchmarks/bench_lm_head.py --dtype bfloat16``); the stacked decode takes it for every
-linear product (:mod:`poptune.engine.joint`).
+kernel, so it goes as two, the first kept: :func:`streamed`). The head takes that product for up to
+:data:`BF16_ROWS` rows there: the same logits, bit for bit, in less time (``benchmarks/bench_lm_head.py --dtype
+bfloat16``); the stacked decode takes it for every linear product (:mod:`poptune.engine.joint`).
 """
 
 from __future__ import annotations

@@ -160,8 +160,8 @@ def _measured(study: Any, csv_path: Path, rows: list[dict[str, str]], s: dict[st
         "offset 0..2 where the block fits, 5 boundaries; skip 0 is the full model).", "",
         "## How it was measured", "",
         f"- A study (`poptune.tune.study.run_study`) with the `grid` sampler, {s['total']} trials (study "
-        f"`{study.study_name}`), stored in {_record(storage, csv_path, _resumable(attrs, p))}; each configuration measured once, as any "
-        "study trial.",
+        f"`{study.study_name}`), stored in {_record(storage, csv_path, _resumable(attrs, p))}; each configuration "
+        "measured once, as any study trial.",
         f"- Workload: tasks {', '.join(p.tasks)}; items per task raced in rounds from {p.items_start} up to "
         f"{p.limit} until the drop's interval was decided against the budget ({s['budget']}); the drop is the paired "
         "mean difference against the full model on the same items. Its 95% interval is recomputed from the "
