@@ -57,7 +57,8 @@ STACK_BYTES = 2 << 30
 #: Rows up to which oneDNN's bfloat16 ``F.linear`` on a CPU (AMX, the Xeon's) gives every row the sums a lone row
 #: gets. Above that it takes another path whose roundings differ for a few rows (measured: q_proj of Gemma-3-270M, 1
 #: row of 33 and 3 of 80 off by one bfloat16 step; the LM head likewise), enough to flip a near tie: a stack of 40
-#: rows gave 5/window-64/0 another greedy answer than its own ``generate`` on a batch of 8 embedded prompts.
+#: rows gave 5/window-64/0 another greedy answer than its own ``generate`` on a batch of 8 embedded prompts. The LM
+#: head's :data:`poptune.models.head.BF16_ROWS` is this bound (a literal here: this module imports no torch on load).
 EXACT_ROWS = 32
 
 #: Rows per product the stacked decode takes as ``weight @ rows.T`` where it has more than :data:`EXACT_ROWS`:

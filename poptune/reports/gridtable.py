@@ -70,14 +70,6 @@ def _record(storage: str | None, csv_path: Path, resumable: bool = True) -> str:
     return f"`{store.public_url(storage)}`" if storage else "its study storage"
 
 
-def _resumable(attrs: "StoredStudy", problem: Any) -> bool:
-    """Whether a run may resume the stored grid: not one stored before schema 2 on lm-eval's tasks."""
-    from poptune.evaluate.suite import harness_tasks
-    from poptune.store.attributes import INDEXED_SCHEMA
-
-    return attrs.schema >= INDEXED_SCHEMA or not harness_tasks(problem.tasks)
-
-
 def _coverage(rows: list[dict[str, str]], space: list[Any], trial_s: list[float]) -> list[str]:
     """A partial grid's progress: configurations measured per skip, and what the rest would take."""
     measured = {(int(r["skip"]), r["boundary"], int(r["offset"]), r.get("kv") or kv_registry.DEFAULT) for r in rows}
@@ -160,7 +152,7 @@ def _measured(study: Any, csv_path: Path, rows: list[dict[str, str]], s: dict[st
         "offset 0..2 where the block fits, 5 boundaries; skip 0 is the full model).", "",
         "## How it was measured", "",
         f"- A study (`poptune.tune.study.run_study`) with the `grid` sampler, {s['total']} trials (study "
-        f"`{study.study_name}`), stored in {_record(storage, csv_path, _resumable(attrs, p))}; each configuration "
+        f"`{study.study_name}`), stored in {_record(storage, csv_path, not attrs.unindexed_tasks)}; each configuration "
         "measured once, as any study trial.",
         f"- Workload: tasks {', '.join(p.tasks)}; items per task raced in rounds from {p.items_start} up to "
         f"{p.limit} until the drop's interval was decided against the budget ({s['budget']}); the drop is the paired "

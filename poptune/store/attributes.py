@@ -18,7 +18,7 @@ newer poptune keeps its attributes as they were):
   Before, lm-eval named the documents of a round asked out of order (a study's shuffled items) by the order asked,
   not their own: the full model's and a configuration's outcomes on the same round were paired right, but under
   each other's indices, so a study stored before 2 on such tasks is read, never resumed
-  (:func:`poptune.tune.study.check_problem`).
+  (:attr:`StoredStudy.unindexed_tasks`, read by :func:`poptune.tune.study.check_problem` and the grid's table).
 
 Read with their defaults, no schema change: a ``problem`` without ``objectives`` (stored before they had names)
 has TTFT and accuracy, in that order; a ``problem`` whose ``dtype`` is None (stored before studies named it)
@@ -133,6 +133,14 @@ class StoredStudy:
     def recorded(self) -> bool:
         """Whether the study records its tuning problem (every study poptune writes does, first of all)."""
         return PROBLEM_ATTR in self._raw()
+
+    @property
+    def unindexed_tasks(self) -> list[str]:
+        """The lm-eval tasks whose per-item outcomes may sit under each other's indices (stored before
+        :data:`INDEXED_SCHEMA`; empty otherwise): a study with any is read, never resumed."""
+        from poptune.evaluate.suite import harness_tasks
+
+        return harness_tasks(self.problem.get("tasks") or ()) if self.schema < INDEXED_SCHEMA else []
 
     @property
     def problem(self) -> dict[str, Any]:

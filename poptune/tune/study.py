@@ -65,7 +65,6 @@ from poptune.problem.evaluator import ConfigEvaluator
 from poptune.problem.presets import STANDARD
 from poptune.problem.problem import TuningProblem
 from poptune.problem.space import all_configs, check_enqueue, paper_default
-from poptune.store.attributes import INDEXED_SCHEMA
 from poptune.store.trials import is_answer
 from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
@@ -191,12 +190,9 @@ def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
     """Refuse to mix other settings into an existing study (before anything is written to it)."""
     from dataclasses import replace
 
-    from poptune.evaluate.suite import harness_tasks
-
     stored = store.StoredStudy.of(study).problem or None
     problem = problem.dtype_named()
-    if stored is not None and store.StoredStudy.of(study).schema < INDEXED_SCHEMA and (
-            tasks := harness_tasks(TuningProblem.from_dict(stored).tasks)):
+    if stored is not None and (tasks := store.StoredStudy.of(study).unindexed_tasks):
         raise ConfigError(
             f"study {study.study_name!r} was stored by an older poptune whose per-item outcomes on "
             f"{', '.join(tasks)} may sit under each other's indices (lm-eval named items asked out of order by that "
