@@ -109,3 +109,24 @@ def test_load_model_gives_every_model_the_rows_head_its_weights_and_ties_kept(na
         head.__class__ = nn.Linear
         plain = model(ids).logits
     torch.testing.assert_close(rows, plain, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not AMX, reason="taken only for bfloat16 rows on a CPU that multiplies them in hardware (AMX)")
+@pytest.mark.parametrize("rows", [1, 2, 8, 33, 72])
+def test_picks_taken_block_by_block_are_the_whole_products_argmax_first_of_ties(rows):
+    """On an AMX CPU, where the stacked decode takes it: streamed_picks gives every bfloat16 row the argmax of its
+    streamed logits, ties going to the first index (planted across blocks); each block's logits are bit for bit the
+    whole product's. The head is 2 blocks of Gemma 3's width."""
+    from poptune.models.head import PICK_BLOCK, streamed, streamed_picks
+
+    g = torch.Generator().manual_seed(rows)
+    weight = (torch.randn(2 * PICK_BLOCK, 640, generator=g) * 0.05).to(torch.bfloat16)
+    weight[PICK_BLOCK + 5] = weight[7]  # every row's logits tie at 7 and in the second block
+    hidden = torch.randn(rows, 640, generator=g).to(torch.bfloat16)
+    hidden[0] = weight[7] * 50  # row 0's maximum is the tie
+    whole = streamed(weight, hidden).contiguous()
+    picks = streamed_picks(weight, hidden)
+    assert torch.equal(picks, whole.argmax(dim=-1))
+    assert picks[0] == 7
+    halves = torch.cat([streamed(weight[s : s + PICK_BLOCK], hidden) for s in (0, PICK_BLOCK)], dim=1)
+    assert torch.equal(halves, whole)
