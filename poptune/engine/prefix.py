@@ -86,7 +86,11 @@ class PrefixStates:
     Args:
         max_bytes: Memory the states may take; beyond it the rows recorded first make room for new ones (a
             study's full model records the rows its configurations replay next: the certification's rounds after
-            the search's), a row of the batch being recorded never; a batch larger than that is not recorded.
+            the search's), a row of the batch being recorded never; a batch larger than that is not recorded. The
+            rows of a batch recorded whole share one copy of its states (one copy a prefill instead of two: the
+            recording of a 512-token batch of 8 went from 0.08-0.20 s to 0.04 s of its 0.9 s prefill on the 2-core
+            Xeon), freed with the last of them: while a batch's rows make room one by one, the memory held exceeds
+            the count by at most that batch.
     """
 
     def __init__(self, max_bytes: int = 2 << 30) -> None:
@@ -148,8 +152,10 @@ class PrefixStates:
             self.bytes -= self._rows.pop(older.pop(0)).numel() * stacked.element_size()
         if self.bytes + size * len(new) > self.max_bytes:
             return  # the batch alone is beyond the cap: a batch partly held is never replayed
+        whole = len(new) == len(keys)  # every row new: each keeps its view of the one copy (freed with the last)
         for key in new:
-            self._rows[key] = stacked[keys.index(key)].clone()
+            row = stacked[keys.index(key)]
+            self._rows[key] = row if whole else row.clone()
             self.bytes += size
             self.recorded += 1
 

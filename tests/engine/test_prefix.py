@@ -81,6 +81,32 @@ def test_the_rows_recorded_first_make_room_for_new_ones_at_the_byte_cap(shared):
     assert len(too_small) == 0 and too_small.bytes == 0
 
 
+
+def test_a_batch_recorded_whole_keeps_one_copy_and_a_batch_partly_held_copies_its_new_rows(shared):
+    """The rows of a batch all new share one copy of its states (one copy a prefill, not two); a batch whose other
+    rows were held already keeps its new rows apart (a view would hold the whole batch's states). Both replay."""
+    model, _ = shared("tiny-llama")
+    g = torch.Generator().manual_seed(5)
+    a, b, c = (torch.randint(5, 200, (1, 24), generator=g) for _ in range(3))
+    states = PrefixStates()
+    with states.attached(model), torch.inference_mode():
+        with apply_pop(model, PopConfig(skip=0)):
+            model(input_ids=torch.cat([a, b]), logits_to_keep=1)
+            model(input_ids=torch.cat([b, c]), logits_to_keep=1)  # b held: c alone is new
+        rows = list(states._rows.values())
+        assert len(rows) == 3
+        assert rows[0].untyped_storage().data_ptr() == rows[1].untyped_storage().data_ptr()
+        assert rows[2].untyped_storage().data_ptr() != rows[1].untyped_storage().data_ptr()
+        assert rows[2].untyped_storage().nbytes() == rows[2].numel() * rows[2].element_size()
+        with apply_pop(model, PopConfig(skip=2)):
+            replayed = model(input_ids=torch.cat([c, a]), logits_to_keep=1).logits
+            plain = PrefixStates(max_bytes=0)
+            with plain.attached(model):
+                alone = model(input_ids=torch.cat([c, a]), logits_to_keep=1).logits
+    assert states.replayed == 2 and plain.replayed == 0
+    assert torch.allclose(replayed, alone, atol=1e-5)
+
+
 @pytest.mark.integration
 def test_replay_on_gemma_3_across_its_sliding_window(gemma):
     model, tok = gemma
