@@ -252,9 +252,9 @@ def _picks(model: Any, hidden: "torch.Tensor", few: bool | None) -> "torch.Tenso
 
     head = model.get_output_embeddings()
     rows = hidden.reshape(-1, hidden.shape[-1]).to(head.weight.dtype)
-    if few and head.bias is None:
-        return torch.cat([streamed_picks(head.weight, part) for part in rows.split(STACK_ROWS)])
     with torch.no_grad():
+        if few and head.bias is None:
+            return torch.cat([streamed_picks(head.weight, part) for part in rows.split(STACK_ROWS)])
         return greedy_pick(head(rows[:, None]))[:, 0]
 
 
