@@ -5,9 +5,13 @@ of that product (float32, or ``--dtype bfloat16``) side by side in one process, 
 with the largest difference of their logits: :mod:`poptune.models.head` takes ``weight @ hidden.T``
 (:func:`~poptune.models.head.streamed`) up to ``MAX_ROWS`` float32 rows, ``BF16_ROWS`` bfloat16 rows on an AMX CPU.
 
+With ``--picks``, the greedy pick of a stacked decode step instead: the streamed product copied into row order and
+its argmax, against :func:`~poptune.models.head.streamed_picks` (block by block of the head, no whole copy), for 8 to
+72 rows, with whether they pick the same tokens.
+
 Usage::
 
-    python benchmarks/bench_lm_head.py [--vocab 262144] [--width 640] [--repeats 7] [--dtype bfloat16]
+    python benchmarks/bench_lm_head.py [--vocab 262144] [--width 640] [--repeats 7] [--dtype bfloat16] [--picks]
 
 Writes ``leaderboards/lm-head-gemma-3-270m-<hardware>.md`` (bfloat16: ``lm-head-gemma-3-270m-bfloat16-<hardware>.md``;
 or ``--out``): the default shape is Gemma-3-270M's head.
@@ -27,10 +31,12 @@ import torch
 from poptune.device import native_bf16
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import versions
-from poptune.models.head import BF16_ROWS, MAX_ROWS, streamed
+from poptune.models.head import BF16_ROWS, MAX_ROWS, PICK_BLOCK, streamed, streamed_picks
 
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = (1, 2, 4, 8, 10, 16, 18, 32, 64, 128, 256, 512)
+#: Rows of a stacked decode step (the full model and 8 configurations over batches of 1 to 8).
+PICK_ROWS = (8, 16, 32, 72)
 
 
 def _model(args: argparse.Namespace) -> str:
@@ -68,12 +74,34 @@ def _row(weight: torch.Tensor, m: int, repeats: int, limit: int) -> str:
             f"{'weight @ hidden.T' if m <= limit else 'F.linear'} |")
 
 
+def _pick_row(weight: torch.Tensor, m: int, repeats: int) -> str:
+    """The picks table's row for ``m`` rows: both ways' median milliseconds, the pairs' ratio, whether they agree."""
+    x = torch.randn(m, weight.shape[1]).to(weight.dtype)
+
+    def whole() -> torch.Tensor:
+        return streamed(weight, x).contiguous().max(dim=-1).indices
+
+    def blocks() -> torch.Tensor:
+        return streamed_picks(weight, x)
+
+    whole(), blocks()  # warm
+    times: dict[str, list[float]] = {"whole": [], "blocks": []}
+    for _ in range(repeats):  # interleaved: this shared machine drifts
+        times["whole"].append(_seconds(whole))
+        times["blocks"].append(_seconds(blocks))
+    a, b = (statistics.median(times[k]) * 1000 for k in ("whole", "blocks"))
+    ratios = [x / y for x, y in zip(times["whole"], times["blocks"])]
+    return (f"| {m} | {a:.1f} | {b:.1f} | **{statistics.median(ratios):.2f}x** [{min(ratios):.2f}, {max(ratios):.2f}] "
+            f"| {'yes' if torch.equal(whole(), blocks()) else 'NO'} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vocab", type=int, default=262144)
     parser.add_argument("--width", type=int, default=640)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--picks", action="store_true", help="time the greedy pick of a stacked step instead")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
@@ -81,14 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     limit = MAX_ROWS if args.dtype == "float32" else (BF16_ROWS if native_bf16() else 0)
     rows = []
     began = time.perf_counter()
-    for m in ROWS:
-        rows.append(_row(weight, m, args.repeats, limit))
+    for m in PICK_ROWS if args.picks else ROWS:
+        rows.append(_pick_row(weight, m, args.repeats) if args.picks else _row(weight, m, args.repeats, limit))
         print(rows[-1], file=sys.stderr, flush=True)
     hardware = fingerprint(torch.device("cpu"))
     v = versions()
     given = list(argv if argv is not None else sys.argv[1:])
     if args.out:
         given = [a.replace(args.out, "OUT") for a in given]
+    if args.picks:
+        return _write_picks(args, given, rows, hardware, v, time.perf_counter() - began)
     text = "\n".join([
         f"# The LM head's product for a few rows: `F.linear` against `weight @ hidden.T` ({args.dtype}, CPU)", "",
         f"- command: `{('python benchmarks/bench_lm_head.py ' + shlex.join(given)).strip()}`",
@@ -107,6 +137,29 @@ def main(argv: list[str] | None = None) -> int:
         "Ratios are measured side by side in one process; absolute times are indicative (a shared machine).", ""])
     name = _model(args) + ("" if args.dtype == "float32" else f"-{args.dtype}")
     out = Path(args.out) if args.out else ROOT / "leaderboards" / f"lm-head-{name}-{hardware.hardware_id}.md"
+    out.write_text(text)
+    print(text)
+    return 0
+
+
+def _write_picks(args: argparse.Namespace, given: list[str], rows: list[str], hardware, v: dict, wall: float) -> int:
+    text = "\n".join([
+        f"# A stacked decode step's greedy pick: the whole product copied, against block by block ({args.dtype}, CPU)",
+        "",
+        f"- command: `{('python benchmarks/bench_lm_head.py ' + shlex.join(given)).strip()}`",
+        f"- hardware: {hardware.hardware_id}; versions: torch {v.get('torch')}, poptune {v.get('poptune')}; "
+        f"{torch.get_num_threads()} threads",
+        f"- whole: `streamed(weight, rows)` copied into row order, then `max` over the {args.vocab} logits; blocks: "
+        f"`streamed_picks` ({PICK_BLOCK} rows of the head at a time); random weights; {args.repeats} interleaved "
+        f"pairs per row count, medians; wall time {wall:.0f} s",
+        "- the stacked decode takes blocks in bfloat16 on an AMX CPU (this one has "
+        f"{'AMX' if native_bf16() else 'none'})", "",
+        "| rows | whole ms | blocks ms | ratio [range] | same tokens |",
+        "| ---: | ---: | ---: | --- | --- |",
+        *rows, "",
+        "Ratios are measured side by side in one process; absolute times are indicative (a shared machine).", ""])
+    name = _model(args) + ("" if args.dtype == "float32" else f"-{args.dtype}")
+    out = Path(args.out) if args.out else ROOT / "leaderboards" / f"lm-head-picks-{name}-{hardware.hardware_id}.md"
     out.write_text(text)
     print(text)
     return 0

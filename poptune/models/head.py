@@ -58,10 +58,10 @@ def streamed_picks(weight: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     The product is taken block by block of ``weight``'s rows, :data:`PICK_BLOCK` at a time, each block's logits made
     contiguous while in cache and only their maxima kept. A caller of :func:`streamed` copies the whole (R, out)
     product into row order first: for Gemma 3's head and 72 bfloat16 rows on the 2-core Xeon that copy costs about
-    what the product costs (39 ms a pick this way against 61 ms). In bfloat16 on an AMX CPU, where the stacked
-    decode takes it (:mod:`poptune.engine.joint`), each block's logits are the whole product's, bit for bit
-    (``tests/models/test_head.py``); in float32 a lone row's product over fewer rows of the weight can round
-    otherwise."""
+    what the product costs (41 ms a pick this way against 65 ms; 8 rows alike: ``leaderboards/lm-head-picks-*``). In
+    bfloat16 on an AMX CPU, where the stacked decode takes it (:mod:`poptune.engine.joint`), each block's logits are
+    the whole product's, bit for bit (``tests/models/test_head.py``); in float32 a lone row's product over fewer rows
+    of the weight can round otherwise."""
     values, indices = [], []
     for start in range(0, weight.shape[0], PICK_BLOCK):
         best = streamed(weight[start : start + PICK_BLOCK], rows).contiguous().max(dim=-1)
