@@ -50,9 +50,22 @@ def _seconds(fn) -> float:
     return time.perf_counter() - start
 
 
+def _timed_pair(first, second, m: int, repeats: int) -> str:
+    """The first cells of a table's row for ``m`` rows: both ways' median milliseconds over ``repeats`` interleaved
+    pairs (this shared machine drifts) and the ratio of each pair (median and range), after one warm call each."""
+    first(), second()  # warm
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        times[0].append(_seconds(first))
+        times[1].append(_seconds(second))
+    a, b = (statistics.median(t) * 1000 for t in times)
+    ratios = [x / y for x, y in zip(*times)]
+    return f"| {m} | {a:.1f} | {b:.1f} | **{statistics.median(ratios):.2f}x** [{min(ratios):.2f}, {max(ratios):.2f}] "
+
+
 def _row(weight: torch.Tensor, m: int, repeats: int, limit: int) -> str:
-    """The table's row for ``m`` rows: both ways' median milliseconds, the ratio of each interleaved pair (median and
-    range), their logits' difference."""
+    """The table's row for ``m`` rows: ``F.linear`` against the streamed product (:func:`_timed_pair`), their
+    logits' difference, the way the head takes."""
     x = torch.randn(m, weight.shape[1]).to(weight.dtype)
 
     def linear() -> torch.Tensor:
@@ -61,21 +74,14 @@ def _row(weight: torch.Tensor, m: int, repeats: int, limit: int) -> str:
     def product() -> torch.Tensor:
         return streamed(weight, x).contiguous()
 
-    linear(), product()  # warm
-    times: dict[str, list[float]] = {"linear": [], "rows": []}
-    for _ in range(repeats):  # interleaved: this shared machine drifts
-        times["linear"].append(_seconds(linear))
-        times["rows"].append(_seconds(product))
-    a, b = (statistics.median(times[k]) * 1000 for k in ("linear", "rows"))
-    ratios = [x / y for x, y in zip(times["linear"], times["rows"])]
+    timed = _timed_pair(linear, product, m, repeats)
     diff = (linear().float() - product().float()).abs().max().item()
-    return (f"| {m} | {a:.1f} | {b:.1f} | **{statistics.median(ratios):.2f}x** [{min(ratios):.2f}, {max(ratios):.2f}] "
-            f"| {diff:.1e} | "
-            f"{'weight @ hidden.T' if m <= limit else 'F.linear'} |")
+    return f"{timed}| {diff:.1e} | {'weight @ hidden.T' if m <= limit else 'F.linear'} |"
 
 
 def _pick_row(weight: torch.Tensor, m: int, repeats: int) -> str:
-    """The picks table's row for ``m`` rows: both ways' median milliseconds, the pairs' ratio, whether they agree."""
+    """The picks table's row for ``m`` rows: the whole product's pick against the block picks (:func:`_timed_pair`),
+    whether they pick the same tokens."""
     x = torch.randn(m, weight.shape[1]).to(weight.dtype)
 
     def whole() -> torch.Tensor:
@@ -84,15 +90,8 @@ def _pick_row(weight: torch.Tensor, m: int, repeats: int) -> str:
     def blocks() -> torch.Tensor:
         return streamed_picks(weight, x)
 
-    whole(), blocks()  # warm
-    times: dict[str, list[float]] = {"whole": [], "blocks": []}
-    for _ in range(repeats):  # interleaved: this shared machine drifts
-        times["whole"].append(_seconds(whole))
-        times["blocks"].append(_seconds(blocks))
-    a, b = (statistics.median(times[k]) * 1000 for k in ("whole", "blocks"))
-    ratios = [x / y for x, y in zip(times["whole"], times["blocks"])]
-    return (f"| {m} | {a:.1f} | {b:.1f} | **{statistics.median(ratios):.2f}x** [{min(ratios):.2f}, {max(ratios):.2f}] "
-            f"| {'yes' if torch.equal(whole(), blocks()) else 'NO'} |")
+    timed = _timed_pair(whole, blocks, m, repeats)
+    return f"{timed}| {'yes' if torch.equal(whole(), blocks()) else 'NO'} |"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,49 +116,35 @@ def main(argv: list[str] | None = None) -> int:
     given = list(argv if argv is not None else sys.argv[1:])
     if args.out:
         given = [a.replace(args.out, "OUT") for a in given]
+    command = f"- command: `{('python benchmarks/bench_lm_head.py ' + shlex.join(given)).strip()}`"
+    machine = (f"- hardware: {hardware.hardware_id}; versions: torch {v.get('torch')}, poptune {v.get('poptune')}; "
+               f"{torch.get_num_threads()} threads")
+    wall = time.perf_counter() - began
     if args.picks:
-        return _write_picks(args, given, rows, hardware, v, time.perf_counter() - began)
+        title = ("A stacked decode step's greedy pick: the whole product copied, against block by block "
+                 f"({args.dtype}, CPU)")
+        about = [f"- whole: `streamed(weight, rows)` copied into row order, then `max` over the {args.vocab} logits; "
+                 f"blocks: `streamed_picks` ({PICK_BLOCK} rows of the head at a time); random weights; {args.repeats} "
+                 f"interleaved pairs per row count, medians; wall time {wall:.0f} s",
+                 f"- the stacked decode takes blocks in bfloat16 on an AMX CPU (this one has "
+                 f"{'AMX' if native_bf16() else 'none'})"]
+        header = ["| rows | whole ms | blocks ms | ratio [range] | same tokens |", "| ---: | ---: | ---: | --- | --- |"]
+    else:
+        title = f"The LM head's product for a few rows: `F.linear` against `weight @ hidden.T` ({args.dtype}, CPU)"
+        about = [f"- the product: rows x {args.width} by {args.width} x {args.vocab}"
+                 f"{' (Gemma 3' + chr(39) + 's LM head)' if _model(args) == 'gemma-3-270m' else ''}, random weights; "
+                 f"{args.repeats} interleaved pairs of the two ways per row count: milliseconds are medians, the ratio "
+                 f"is the pairs' median with their range; wall time {wall:.0f} s",
+                 "- used: what `poptune.models.head.RowsHead` takes at that many rows (up to "
+                 + (f"MAX_ROWS = {MAX_ROWS})" if args.dtype == "float32" else f"BF16_ROWS = {BF16_ROWS} on an AMX CPU; "
+                    f"this one has {'AMX' if native_bf16() else 'none'}; one row taken as two, the first kept)")]
+        header = ["| rows | F.linear ms | weight @ hidden.T ms | ratio [range] | max abs logit difference | used |",
+                  "| ---: | ---: | ---: | --- | ---: | --- |"]
     text = "\n".join([
-        f"# The LM head's product for a few rows: `F.linear` against `weight @ hidden.T` ({args.dtype}, CPU)", "",
-        f"- command: `{('python benchmarks/bench_lm_head.py ' + shlex.join(given)).strip()}`",
-        f"- hardware: {hardware.hardware_id}; versions: torch {v.get('torch')}, poptune {v.get('poptune')}; "
-        f"{torch.get_num_threads()} threads",
-        f"- the product: rows x {args.width} by {args.width} x {args.vocab}"
-        f"{' (Gemma 3' + chr(39) + 's LM head)' if _model(args) == 'gemma-3-270m' else ''}, random weights; "
-        f"{args.repeats} interleaved pairs of the two ways per row count: milliseconds are medians, the ratio is the "
-        f"pairs' median with their range; wall time {time.perf_counter() - began:.0f} s",
-        "- used: what `poptune.models.head.RowsHead` takes at that many rows (up to "
-        + (f"MAX_ROWS = {MAX_ROWS})" if args.dtype == "float32" else f"BF16_ROWS = {BF16_ROWS} on an AMX CPU; this "
-           f"one has {'AMX' if native_bf16() else 'none'}; one row taken as two, the first kept)"), "",
-        "| rows | F.linear ms | weight @ hidden.T ms | ratio [range] | max abs logit difference | used |",
-        "| ---: | ---: | ---: | --- | ---: | --- |",
-        *rows, "",
+        f"# {title}", "", command, machine, *about, "", *header, *rows, "",
         "Ratios are measured side by side in one process; absolute times are indicative (a shared machine).", ""])
-    name = _model(args) + ("" if args.dtype == "float32" else f"-{args.dtype}")
+    name = ("picks-" if args.picks else "") + _model(args) + ("" if args.dtype == "float32" else f"-{args.dtype}")
     out = Path(args.out) if args.out else ROOT / "leaderboards" / f"lm-head-{name}-{hardware.hardware_id}.md"
-    out.write_text(text)
-    print(text)
-    return 0
-
-
-def _write_picks(args: argparse.Namespace, given: list[str], rows: list[str], hardware, v: dict, wall: float) -> int:
-    text = "\n".join([
-        f"# A stacked decode step's greedy pick: the whole product copied, against block by block ({args.dtype}, CPU)",
-        "",
-        f"- command: `{('python benchmarks/bench_lm_head.py ' + shlex.join(given)).strip()}`",
-        f"- hardware: {hardware.hardware_id}; versions: torch {v.get('torch')}, poptune {v.get('poptune')}; "
-        f"{torch.get_num_threads()} threads",
-        f"- whole: `streamed(weight, rows)` copied into row order, then `max` over the {args.vocab} logits; blocks: "
-        f"`streamed_picks` ({PICK_BLOCK} rows of the head at a time); random weights; {args.repeats} interleaved "
-        f"pairs per row count, medians; wall time {wall:.0f} s",
-        "- the stacked decode takes blocks in bfloat16 on an AMX CPU (this one has "
-        f"{'AMX' if native_bf16() else 'none'})", "",
-        "| rows | whole ms | blocks ms | ratio [range] | same tokens |",
-        "| ---: | ---: | ---: | --- | --- |",
-        *rows, "",
-        "Ratios are measured side by side in one process; absolute times are indicative (a shared machine).", ""])
-    name = _model(args) + ("" if args.dtype == "float32" else f"-{args.dtype}")
-    out = Path(args.out) if args.out else ROOT / "leaderboards" / f"lm-head-picks-{name}-{hardware.hardware_id}.md"
     out.write_text(text)
     print(text)
     return 0
