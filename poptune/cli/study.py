@@ -66,6 +66,10 @@ def register(sub: Any) -> None:
                         help="clear the full model's remembered answers beside the storage file (full-answers.sqlite) "
                         "before the study: every item's reference is then scored again")
     parser.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER)
+    parser.add_argument("--batch", type=positive, default=1, metavar="TRIALS",
+                        help="trials asked of the sampler at once, their accuracy raced together: each batch of "
+                        "items is scored in one pass for all of them, the same measurements (default: 1; a GPU's "
+                        "decode steps cost about the same for many rows as for few)")
     add_storage(parser, study="<model>@<hardware-id>")
     parser.add_argument("--heartbeat", type=positive, default=HEARTBEAT_S,
                         help=f"seconds between trial heartbeats (default: {HEARTBEAT_S})")
@@ -142,7 +146,8 @@ def _spec(args: argparse.Namespace, problem: Any) -> Any:
                      baselines=method_list(args.baselines), calibration=calibration_spec(args),
                      baseline_ratios=_ratios(args.baseline_ratios), confirm=not args.no_confirm,
                      time_budget=None if args.time_budget is None else 60 * args.time_budget,
-                     plan_certification=args.certify is None, forget_answers=args.forget_answers)
+                     plan_certification=args.certify is None, forget_answers=args.forget_answers,
+                     batch=args.batch)
 
 
 def run_study(args: argparse.Namespace) -> int:

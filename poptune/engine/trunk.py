@@ -28,6 +28,12 @@ engine gives (the replayed path is the plain one's, :func:`poptune.engine.prefix
         with apply_pop(model, PopConfig(skip=6)):
             pop = score(model, items)                 # served: no forward at all
 
+**Peers** (``SharedTrunk(configs, peers=True)``, a batch of a study's trials raced together): the full model's
+outcomes are known already and its layer inputs recorded (:class:`~poptune.engine.prefix.PrefixStates`, attached
+by the caller), so no full-model pass leads; the first configuration to score a batch scores it for every
+configuration still racing (:meth:`SharedTrunk.racing`), their prefills replayed from the recorded states and
+their decodes stacked, and the others are served.
+
 Memory: one batch's layer inputs at a time (``L x B x T x C``), the waiting outputs (token ids, a few
 floats per request) and the stacked decode's caches, whose buffers are kept for the next batch
 (:class:`~poptune.engine.joint.StackBuffers`, up to :data:`~poptune.engine.joint.STACK_BYTES`); never a task's
@@ -102,15 +108,18 @@ class SharedTrunk:
 
     Args:
         configs: The POP configurations scored beside the full model (distinct, ``skip >= 1``).
+        peers: The configurations lead one another too: the first of those still racing (:meth:`racing`) to
+            score a batch scores it for all of them, replaying the full model's recorded layer inputs where the
+            caller attached them (:mod:`poptune.engine.prefix`).
 
     Attributes:
-        led: Batches the full model led (computed for every configuration).
-        served: Batches a configuration was served from the full model's lead.
+        led: Batches the full model (or a peer) led, computed for every configuration (still racing).
+        served: Batches a configuration was served from another's lead.
         alone: Calls computed alone (a batch no lead covered, or a model outside ``configs``).
         together: Led batches whose generations were decoded as one batch (:mod:`poptune.engine.joint`).
     """
 
-    def __init__(self, configs: Sequence[PopConfig]) -> None:
+    def __init__(self, configs: Sequence[PopConfig], *, peers: bool = False) -> None:
         from poptune.engine.joint import StackBuffers
 
         names = [_name(c) for c in configs]
@@ -120,6 +129,8 @@ class SharedTrunk:
             raise ConfigError(f"a shared trunk's configurations must be distinct, got {[str(c) for c in configs]}")
         self.configs = tuple(configs)
         self._names = frozenset(names)
+        self.peers = peers
+        self._racing = self.configs  # the peers a peer's lead scores a batch for
         self._waiting: dict[tuple[str, bytes], Any] = {}
         self._buffers = StackBuffers()  # the stacked decode's, kept from batch to batch
         self.led = self.served = self.alone = self.together = 0
@@ -133,6 +144,16 @@ class SharedTrunk:
         decode's buffers."""
         self._waiting.clear()
         self._buffers.clear()
+
+    def racing(self, configs: Sequence[PopConfig]) -> None:
+        """From now on a peer's lead scores its batches for ``configs`` only (those of :attr:`configs` whose races
+        go on); outputs still waiting for the others are dropped."""
+        names = {_name(c) for c in configs}
+        if not names <= self._names:
+            raise ConfigError(f"racing configurations must be the trunk's, got {[str(c) for c in configs]}")
+        self._racing = tuple(c for c in self.configs if _name(c) in names)
+        for key in [k for k in self._waiting if k[0] not in names]:
+            del self._waiting[key]
 
     @contextlib.contextmanager
     def attached(self, model: "nn.Module", *, keep: bool = False) -> Iterator["SharedTrunk"]:
@@ -151,32 +172,42 @@ class SharedTrunk:
 
         ``compute`` must score the batch under whatever configuration is applied to ``model`` when it is called
         (it is called again under each of :attr:`configs` when the full model leads) and must not apply one
-        itself. The full model's call leads; a configuration's call is served what the lead left for it. A
-        ``generation`` says what ``compute`` generates: the lead then decodes all configurations as one batch.
+        itself. The full model's call leads (a peer's too, :attr:`peers`); a configuration's call is served what
+        the lead left for it. A ``generation`` says what ``compute`` generates: the lead then decodes all
+        configurations as one batch.
         """
         from poptune.engine.joint import generate_together
-        from poptune.engine.prefix import PrefixStates
+        from poptune.engine.prefix import PrefixStates, attached_states
 
         me = _name(get_pop_config(model))
         waiting = self._waiting.pop((me, key), None)
         if waiting is not None:
             self.served += 1
             return waiting
-        if me != "full" or not self.configs:
+        if me == "full" and self._racing:  # the full model leads, its layer inputs recorded
+            lead, follow = PopConfig(skip=0), list(self._racing)
+            # for this batch only (bounded by the batch), or where peers race in the caller's states: later
+            # trials replay them
+            recording: Any = contextlib.nullcontext() if self.peers and attached_states(model) is not None \
+                else PrefixStates(max_bytes=1 << 62).attached(model)
+        elif self.peers and any(_name(c) == me for c in self._racing):  # a peer leads, the caller's states replayed
+            lead = next(c for c in self._racing if _name(c) == me)
+            follow = [c for c in self._racing if c is not lead]
+            recording = contextlib.nullcontext()
+        else:
             self.alone += 1
             return compute()
-        states = PrefixStates(max_bytes=1 << 62)  # one batch: bounded by the batch itself
-        with states.attached(model):
+        with recording:
             outs: list[Any] | None = None if generation is None else generate_together(
-                model, dict(generation.inputs), [PopConfig(skip=0), *self.configs], chunk=generation.chunk,
+                model, dict(generation.inputs), [lead, *follow], chunk=generation.chunk,
                 stopping=generation.stopping, buffers=self._buffers, **generation.kwargs)
             self.together += outs is not None
             if outs is None:
                 outs = [compute()]
-                for config in self.configs:
+                for config in follow:
                     with apply_pop(model, config):
                         outs.append(compute())
-        for config, each in zip(self.configs, outs[1:]):
+        for config, each in zip(follow, outs[1:]):
             self._waiting[(_name(config), key)] = each
         self.led += 1
         return outs[0]

@@ -48,8 +48,8 @@ from poptune.evaluate.paired import SEQUENTIAL, PairedDrop
 from poptune.evaluate.suite import LIKELIHOOD_ITEMS, LOWER_IS_BETTER, PRIMARY_METRIC, TaskRun, drop_of
 from poptune.evaluate.workload import Workload, rounds
 
-__all__ = ["RacingPolicy", "RaceResult", "VerdictCost", "race", "extend_run", "planned_looks", "verdict_cost",
-           "conditional_power", "planning_rate", "FUTILITY_POWER"]
+__all__ = ["RacingPolicy", "RaceResult", "VerdictCost", "race", "race_together", "extend_run", "planned_looks",
+           "verdict_cost", "conditional_power", "planning_rate", "FUTILITY_POWER"]
 
 #: ``race(futility=True)`` stops a race whose conditional power of a verdict within the budget is below this.
 FUTILITY_POWER = 0.05
@@ -167,39 +167,90 @@ def race(
         ConfigError: A budget over tasks whose metrics are all unbounded (bits per byte): their interval is an
             approximate one-look bootstrap, which cannot keep a verdict's error over a race's looks.
     """
+    return race_together(workload, policy, scores=[score], full=full, max_drop=max_drop, seed=seed,
+                         confidence=confidence, futility=futility, resize=resize)[0]
+
+
+def race_together(
+    workload: Workload,
+    policy: RacingPolicy,
+    *,
+    scores: Sequence[Callable[[dict[str, list[int]]], TaskRun]],
+    full: Callable[[dict[str, int]], TaskRun],
+    max_drop: float | None,
+    seed: int = 0,
+    confidence: float = 0.95,
+    futility: bool = False,
+    resize: Callable[[float, int], tuple[int, bool]] | None = None,
+    racing: Callable[[list[int]], None] | None = None,
+) -> list[RaceResult]:
+    """Race several configurations round by round: each of ``scores`` is :func:`race`'s ``score`` of one.
+
+    Every round's items are scored by each configuration still racing, one after the other, so a shared trunk
+    can score them all in one pass (:meth:`poptune.problem.evaluator.ConfigEvaluator.race_together`). Each race
+    stops on its own and is the race :func:`race` runs alone, look for look: the plan, the items and the
+    boundaries depend on no other configuration's outcomes. ``racing`` is told, before each round, the indices
+    of the configurations still racing; ``resize`` (one configuration only) and the rest are :func:`race`'s.
+    """
+    if resize is not None and len(scores) != 1:
+        raise ConfigError("a race's cap is resized from its own first round: race one configuration to resize it")
+    _check_bounded(workload, max_drop)
+    runs: list[TaskRun | None] = [None] * len(scores)
+    drops: list[PairedDrop | None] = [None] * len(scores)
+    results: list[RaceResult | None] = [None] * len(scores)
+    plan = planned_looks(workload, policy)
+    looks: list[dict[str, int]] = []
+    number = 0
+    while number < len(plan) and (alive := [i for i, r in enumerate(results) if r is None]):
+        wanted = plan[number]
+        number += 1
+        if racing is not None:
+            racing(alive)
+        started = time.perf_counter()
+        with progress.phase(f"round {number}: {max(wanted.values())} items per task", unit="request"):
+            reference = full(wanted)  # first: the full model's prefill of an item is what a reused state replays
+            for i in alive:
+                run = runs[i]
+                new = {t: workload.order[t][len(run.items[t]) if run else 0 : n] for t, n in wanted.items()}
+                runs[i] = extend_run(run, _complete(scores[i]({t: v for t, v in new.items() if v}), run, workload))
+        if resize is not None and number == 1:  # the design, fixed from the round's seconds, before its look
+            run = runs[0]
+            assert run is not None
+            cap, futility = resize(time.perf_counter() - started, sum(map(len, run.items.values())))
+            plan = planned_looks(workload, replace(policy, cap=max(cap, policy.start)))
+        looks.append(wanted)
+        progress.advance()
+        for i in alive:
+            run = runs[i]
+            assert run is not None
+            drop = drops[i] = drop_of(reference, run, seed=seed, confidence=confidence, looks=looks,
+                                      planned=plan[-1])
+            verdict = _decide(drop, max_drop, policy) or (
+                "futile" if futility and number < len(plan) and _futile(drop, max_drop, plan, confidence) else None)
+            if verdict is not None:
+                results[i] = RaceResult(run, drop, number, verdict)
+    done = []
+    for run, last, result in zip(runs, drops, results):
+        if result is None:
+            assert run is not None and last is not None and math.isfinite(last.mean)
+            result = RaceResult(run, last, len(plan), "cap")
+        done.append(result)
+    return done
+
+
+def _check_bounded(workload: Workload, max_drop: float | None) -> None:
+    """Refuse a budget over tasks whose metrics are all unbounded (:func:`race`'s ``ConfigError``)."""
     if max_drop is not None and workload.order and all(
             PRIMARY_METRIC.get(t) in LOWER_IS_BETTER for t in workload.order):
         raise ConfigError(f"an accuracy budget needs a bounded metric (accuracy, F1, exact match); "
                           f"{', '.join(sorted(workload.order))} score bits per byte, which no valid interval bounds: "
                           "race them without a budget")
-    run: TaskRun | None = None
-    drop: PairedDrop | None = None
-    plan = planned_looks(workload, policy)
-    looks: list[dict[str, int]] = []
-    number = 0
-    while number < len(plan):
-        wanted = plan[number]
-        number += 1
-        new = {t: workload.order[t][len(run.items[t]) if run else 0 : n] for t, n in wanted.items()}
-        new = {t: v for t, v in new.items() if v}
-        started = time.perf_counter()
-        with progress.phase(f"round {number}: {max(wanted.values())} items per task", unit="request"):
-            reference = full(wanted)  # first: the full model's prefill of an item is what a reused state replays
-            run = extend_run(run, _complete(score(new), run, workload))
-        if resize is not None and number == 1:  # the design, fixed from the round's seconds, before its look
-            cap, futility = resize(time.perf_counter() - started, sum(map(len, run.items.values())))
-            plan = planned_looks(workload, replace(policy, cap=max(cap, policy.start)))
-        looks.append(wanted)
-        drop = drop_of(reference, run, seed=seed, confidence=confidence, looks=looks, planned=plan[-1])
-        progress.advance()
-        verdict = _decide(drop, max_drop, policy)
-        if verdict is not None:
-            return RaceResult(run, drop, number, verdict)
-        if futility and max_drop is not None and number < len(plan) and drop.method == SEQUENTIAL and \
-                conditional_power(drop, max_drop, plan, confidence=confidence) < FUTILITY_POWER:
-            return RaceResult(run, drop, number, "futile")
-    assert run is not None and drop is not None and math.isfinite(drop.mean)
-    return RaceResult(run, drop, len(plan), "cap")
+
+
+def _futile(drop: PairedDrop, max_drop: float | None, plan: Sequence[Mapping[str, int]], confidence: float) -> bool:
+    """Whether a verdict within ``max_drop`` by the plan's last look has become hopeless (:data:`FUTILITY_POWER`)."""
+    return max_drop is not None and drop.method == SEQUENTIAL and \
+        conditional_power(drop, max_drop, plan, confidence=confidence) < FUTILITY_POWER
 
 
 def conditional_power(drop: PairedDrop, budget: float, plan: Sequence[Mapping[str, int]], *,

@@ -14,6 +14,9 @@ The model loads once, on first use. Both halves follow the problem's workload
   them: that records the states and answers POP replays, and checks that they still score as stored.
 - **Sharing** (:meth:`ConfigEvaluator.sharing`, a certification): the full model's scoring of a batch also
   scores the shared configurations from its trunk (:mod:`poptune.engine.trunk`), one batch's states at a time.
+- **Raced together** (:meth:`ConfigEvaluator.race_together`, a batch of a study's trials): several
+  configurations raced round by round, each batch scored once for all those still racing from the full model's
+  recorded states (a trunk of peers); each result waits for its configuration's :meth:`~ConfigEvaluator.evaluate`.
 - **Remembered answers** (:meth:`ConfigEvaluator.remember_answers`): the full model's outcome of an item is read
   from the answers file when it is there (:mod:`poptune.store.answers`), and stored when it is scored.
 """
@@ -88,6 +91,7 @@ class ConfigEvaluator:
         self._kv_fitter: KVFitter | None = None  # one residual stream of calibration text for every block
         self._trunk: SharedTrunk | None = None  # see sharing
         self.answers: FullAnswers | None = None  # see remember_answers
+        self._raced: dict[PopConfig, RaceResult] = {}  # see race_together
         self.scoring: dict[str, list[float]] = {}  # "full"/"pop" -> [seconds, items] scored (see seconds_per_item)
 
     @property
@@ -197,6 +201,12 @@ class ConfigEvaluator:
             self._trunk.clear()
             self._trunk = previous
 
+    @property
+    def _led(self) -> bool:
+        """Whether the full model's scoring leads a trunk of fresh items (:meth:`sharing`), recording no state of
+        the study's; peers raced together (:meth:`race_together`) replay and record the study's states."""
+        return self._trunk is not None and not self._trunk.peers
+
     def enable_state_reuse(self, max_bytes: int = STATE_BYTES) -> float:
         """Reuse the full model's layer inputs in POP prefills (:mod:`poptune.engine.prefix`).
 
@@ -260,7 +270,7 @@ class ConfigEvaluator:
 
         # Read only where nothing replays the full model's states (a certification, or no state reuse): a search
         # that reuses states runs the full model on its items anyway, and checks them against its stored run.
-        answers = self.answers if self._trunk is not None or self.states is None else None
+        answers = self.answers if self._led or self.states is None else None
         # A prompts file's details are per run, and a likelihood judge's POP side needs the full answers generated.
         local = (*PROMPT_TASKS, *LIKELIHOOD_TASKS)
         known = {t: answers.get(t, v) for t, v in missing.items()
@@ -303,7 +313,7 @@ class ConfigEvaluator:
         """
         from poptune.errors import MeasurementError
 
-        if self.states is None or self._full is None or self._trunk is not None:
+        if self.states is None or self._full is None or self._led:
             return  # sharing (a certification): the full model's items were led by the trunk or are remembered
         todo = {t: v for t, v in items.items() if v and not self._recorded.get(t, set()).issuperset(v)}
         if not todo:
@@ -413,8 +423,10 @@ class ConfigEvaluator:
             run = self.full_run()
             drop = PairedDrop.identical(run.counts)
         else:
-            with progress.phase("accuracy", unit="round"):
-                result = self.race_accuracy(config, transform=transform)
+            result = self._raced.pop(config, None) if transform is None else None
+            if result is None:
+                with progress.phase("accuracy", unit="round"):
+                    result = self.race_accuracy(config, transform=transform)
             run, drop = result.run, result.drop
         full = self._full.head(run.counts) if self._full else run
         if p.prompts is not None:  # means of the prompt figures, never a prompt's text
@@ -455,17 +467,53 @@ class ConfigEvaluator:
         p = self.problem
         workload = self.workload.after(fresh) if fresh else self.workload
 
+        def full(counts: dict[str, int]) -> "TaskRun":
+            return self.full_run({t: fresh + n for t, n in counts.items()}).tail(fresh)
+
+        return race(workload, policy or p.racing(), score=self._scorer(config, transform), full=full,
+                    max_drop=p.max_drop, seed=p.seed, confidence=confidence, futility=futility, resize=resize)
+
+    def _scorer(self, config: PopConfig, transform: Transform | None = None
+                ) -> Callable[[dict[str, list[int]]], "TaskRun"]:
+        """What a race of ``config`` scores its rounds with: the full model's states of a resumed study's stored
+        items recorded first (:meth:`_record_states`), a baseline's ``transform`` applied."""
         def score(items: dict[str, list[int]]) -> "TaskRun":
             if transform is None:
                 self._record_states(items)
             with applied(self.model, transform):
                 return self._score(config, items, reuse=transform is None)
 
-        def full(counts: dict[str, int]) -> "TaskRun":
-            return self.full_run({t: fresh + n for t, n in counts.items()}).tail(fresh)
+        return score
 
-        return race(workload, policy or p.racing(), score=score, full=full, max_drop=p.max_drop, seed=p.seed,
-                    confidence=confidence, futility=futility, resize=resize)
+    def race_together(self, configs: "Sequence[PopConfig]") -> None:
+        """Race the accuracy of ``configs`` (a batch of a study's trials) round by round together
+        (:func:`poptune.evaluate.racing.race_together`); each result waits for :meth:`evaluate` of its
+        configuration, which then races nothing.
+
+        Each batch of a round is scored once for every configuration still racing (a
+        :class:`~poptune.engine.trunk.SharedTrunk` of peers): their prefills replay the full model's recorded
+        states (state reuse) and their greedy decodes are stacked. Every race is the one :meth:`race_accuracy`
+        runs alone, outcome for outcome.
+        """
+        from poptune.engine.trunk import SharedTrunk
+        from poptune.evaluate.racing import race_together
+
+        configs = [c for c in dict.fromkeys(configs) if c.skip > 0 and c not in self._raced]
+        if not configs:
+            return
+        for config in configs:
+            self.prepare_kv(config)
+        trunk, p = SharedTrunk(configs, peers=True), self.problem
+        previous, self._trunk = self._trunk, trunk
+        try:
+            with progress.phase(f"accuracy of {len(configs)} configurations together", unit="round"):
+                results = race_together(self.workload, p.racing(), scores=[self._scorer(c) for c in configs],
+                                        full=self.full_run, max_drop=p.max_drop, seed=p.seed,
+                                        racing=lambda alive: trunk.racing([configs[i] for i in alive]))
+        finally:
+            trunk.clear()
+            self._trunk = previous
+        self._raced.update(zip(configs, results))
 
     def score_first(self, config: PopConfig, counts: dict[str, int], *,
                     transform: Transform | None = None, skip: int = 0) -> "TaskRun":

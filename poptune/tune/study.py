@@ -68,6 +68,7 @@ from poptune.problem.space import all_configs, check_enqueue, paper_default
 from poptune.store.trials import is_answer
 from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
+from poptune.tune.batch import run_batch
 from poptune.tune.certify import CLOSING_S, candidates, certify_front, check_follow_up, wants_certification
 from poptune.tune.interrupt import marking_interrupted
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
@@ -131,6 +132,9 @@ class StudySpec:
             problem's cap (:func:`poptune.tune.certify.plan_certification`); False: certify on the cap.
         remember_answers: Read and store the full model's outcomes in the answers file beside a file storage
             (:mod:`poptune.store.answers`); ``forget_answers``: clear that file first.
+        batch: Trials asked at once, their accuracy raced together (:mod:`poptune.tune.batch`): the same
+            measurements, the items of a batch scored in one pass for all its configurations; the sampler
+            proposes each batch from the trials told before it. 1: one trial at a time.
     """
 
     problem: TuningProblem
@@ -153,6 +157,7 @@ class StudySpec:
     plan_certification: bool = False
     remember_answers: bool = True
     forget_answers: bool = False
+    batch: int = 1
 
     @property
     def shared(self) -> bool:
@@ -173,6 +178,8 @@ class StudySpec:
             raise ConfigError(f"`time_budget` must be positive seconds, got {self.time_budget}")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"`timeout` must be positive seconds, got {self.timeout}")
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
+            raise ConfigError(f"`batch` must be a positive integer of trials, got {self.batch!r}")
         if isinstance(self.heartbeat_s, bool) or not isinstance(self.heartbeat_s, int) or self.heartbeat_s < 1:
             raise ConfigError(f"`heartbeat_s` must be a positive integer, got {self.heartbeat_s!r}")
         if self.sampler not in SAMPLERS:
@@ -274,11 +281,12 @@ def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tu
 
 def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec, budget: int,
           callbacks: list[Callable[..., None]] | None, stop_by: float | None = None,
-          last_end: float | None = None) -> None:
+          last_end: float | None = None, evaluator: ConfigEvaluator | None = None) -> None:
     """Run trials until the study holds ``budget`` completed ones (or the timeout, or ``stop_by``, a
     ``time.monotonic()`` after which no trial starts once the front holds a candidate, or ``last_end``, by which
     the search must be done: no trial starts that would end after it as long as this worker's trials took, once two
-    are complete; or too many failures)."""
+    are complete; or too many failures); ``spec.batch`` at a time where it may (:func:`_batch_size`,
+    :mod:`poptune.tune.batch`)."""
     import random
 
     from optuna.trial import TrialState
@@ -318,22 +326,44 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
             continue
         ran.clear()
         began = time.monotonic()
-        try:
-            study.optimize(run, n_trials=1, callbacks=callbacks, catch=(TrialFailed,), gc_after_trial=False)
-        except (ValueError, AssertionError):  # Optuna cannot tell a trial another worker failed as stale while
-            # this one ran it: ValueError, or its "Should not reach" assertion for a trial whose objective returned
-            if not ran or study._storage.get_trial(ran[-1]).state != TrialState.FAIL:
-                raise
-            log.warning("this worker's trial was failed as stale by another worker while it ran (its heartbeats "
-                        "lapsed: a loaded machine?); its retry measures the configuration again")
-        attempts += 1
-        took.append(time.monotonic() - began)
-        last = max(study.get_trials(deepcopy=False), key=lambda t: t.number)
-        failures += last.state == TrialState.FAIL
-        answered = answered + 1 if is_answer(last) else 0
+        size = _batch_size(study, spec, budget, evaluator, took, last_end)
+        if size > 1:
+            assert evaluator is not None  # a batch races on the study's own evaluator
+            ran.extend(run_batch(study, objective, size, race=evaluator.race_together, num_layers=evaluator.num_layers,
+                                 kv=spec.problem.kv, callbacks=callbacks or ()))
+        else:
+            try:
+                study.optimize(run, n_trials=1, callbacks=callbacks, catch=(TrialFailed,), gc_after_trial=False)
+            except (ValueError, AssertionError):  # Optuna cannot tell a trial another worker failed as stale while
+                # this one ran it: ValueError, or its "Should not reach" assertion for a trial whose objective returned
+                if not ran or study._storage.get_trial(ran[-1]).state != TrialState.FAIL:
+                    raise
+                log.warning("this worker's trial was failed as stale by another worker while it ran (its heartbeats "
+                            "lapsed: a loaded machine?); its retry measures the configuration again")
+        attempts += size
+        took.extend([(time.monotonic() - began) / size] * size)
+        for last in sorted((study._storage.get_trial(i) for i in ran), key=lambda t: t.number) if size > 1 else \
+                [max(study.get_trials(deepcopy=False), key=lambda t: t.number)]:
+            failures += last.state == TrialState.FAIL
+            answered = answered + 1 if is_answer(last) else 0
         if answered >= 2:  # the sampler keeps proposing measured points: give it an unmeasured one
             _enqueue_unmeasured(study, rng)
             answered = 0
+
+
+def _batch_size(study: "optuna.Study", spec: StudySpec, budget: int, evaluator: ConfigEvaluator | None,
+                took: list[float], last_end: float | None) -> int:
+    """Trials the next step asks at once: ``spec.batch``, within the budget still open and the time left before
+    ``last_end`` at this worker's seconds per trial; one until this process has scored the full model and one
+    configuration beside it alone (the cost per item a certification's plan prices)."""
+    from optuna.trial import TrialState
+
+    if spec.batch == 1 or evaluator is None or evaluator.seconds_per_item() is None:
+        return 1
+    size = min(spec.batch, budget - count(study, TrialState.COMPLETE, TrialState.RUNNING))
+    if last_end is not None and took:
+        size = min(size, int((last_end - time.monotonic()) / (sum(took) / len(took))))
+    return max(size, 1)
 
 
 def _enqueue_unmeasured(study: "optuna.Study", rng: Any) -> None:
@@ -489,7 +519,7 @@ def _run_study(
         if deadline is not None and spec.time_budget is not None:  # a deadline comes of a time budget
             stop_by, last_end = deadline - (1 - SEARCH_SHARE) * spec.time_budget, deadline - CLOSING_CHECKS * check_s
         _work(study, marking_interrupted(study, make_objective(study, evaluator, problem, budget)), spec, budget,
-              callbacks, stop_by, last_end)
+              callbacks, stop_by, last_end, evaluator)
     _finish(study, evaluator, spec, checks, deadline, check_s)
     return study
 

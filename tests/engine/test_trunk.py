@@ -170,6 +170,32 @@ def test_lm_eval_tasks_with_a_shared_trunk_equal_the_engine(shared, eval_data):
         assert together[config].outcomes == alone[config].outcomes, config
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_peers_lead_one_another_from_the_recorded_states_answer_for_answer(shared, name):
+    # A batch of a study's trials: the full model's states recorded once, no full-model pass leads; the first
+    # configuration to score a batch scores it for every peer still racing, and a retired peer is not computed.
+    from poptune.engine.prefix import PrefixStates
+
+    model, tok = shared(name)
+    items = _items(tok)
+    configs = CONFIGS[:4]
+    alone = {c: _outputs(model, tok, c, items) for c in configs}
+    states = PrefixStates(max_bytes=1 << 30)
+    trunk = SharedTrunk(configs, peers=True)
+    with states.attached(model):
+        _outputs(model, tok, PopConfig(skip=0), items)  # the study's full model: records its layer inputs
+        recorded, replayed = states.recorded, states.replayed
+        with trunk.attached(model):
+            trunk.racing(configs[:3])
+            together = {c: _outputs(model, tok, c, items) for c in configs}
+    batches = -(-len(items) // 4)
+    assert trunk.led == batches and trunk.served == batches * 2 and trunk.together == batches
+    assert trunk.alone == batches  # the retired peer: computed alone
+    assert states.recorded == recorded and states.replayed > replayed  # replayed, nothing recorded again
+    assert together == alone
+    assert len(trunk) == 0
+
+
 def test_a_configuration_outside_the_trunk_or_a_batch_no_lead_covered_computes_alone(shared):
     model, tok = shared("tiny-llama")
     items = _items(tok)[:4]
@@ -187,3 +213,5 @@ def test_bad_trunks_are_refused():
         SharedTrunk([PopConfig(skip=0)])
     with pytest.raises(ConfigError, match="distinct"):
         SharedTrunk([PopConfig(skip=2), PopConfig(skip=2)])
+    with pytest.raises(ConfigError, match="the trunk's"):
+        SharedTrunk([PopConfig(skip=2)], peers=True).racing([PopConfig(skip=3)])

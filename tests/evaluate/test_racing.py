@@ -108,3 +108,34 @@ def test_a_budget_on_bits_per_byte_alone_is_refused_before_any_item_is_scored():
     with pytest.raises(ConfigError, match="bounded metric"):
         race(w, RacingPolicy(start=16, cap=64), score=_scorer(lambda i: 1.0, calls), full=_full(w), max_drop=2.0)
     assert calls == []
+
+
+def test_races_run_together_are_each_the_race_run_alone():
+    # Three configurations: a total loss (rejected at the first look), one that flips every tenth item (rejected
+    # at the second) and one that loses nothing (within the budget at 256 items). Together, each stops where it
+    # stops alone, outcome for outcome, and a finished race is not scored again; the rounds are told who races.
+    from poptune.evaluate.racing import race_together
+
+    w, policy = _workload(512), RacingPolicy(start=64, cap=512)
+    outcomes = [lambda i: 0.0, lambda i: float(i % 10 != 0), lambda i: 1.0]
+    alone = [race(w, policy, score=_scorer(f, []), full=_full(w), max_drop=2.0) for f in outcomes]
+    calls: list[list[int]] = [[], [], []]
+    told: list[list[int]] = []
+    together = race_together(w, policy, scores=[_scorer(f, c) for f, c in zip(outcomes, calls)], full=_full(w),
+                             max_drop=2.0, racing=told.append)
+    assert [(r.stopped, r.rounds) for r in together] == [("beyond budget", 1), ("beyond budget", 2),
+                                                         ("within budget", 4)]
+    for a, b in zip(alone, together):
+        assert (a.stopped, a.rounds, a.run.outcomes, a.drop.to_dict()) == (b.stopped, b.rounds, b.run.outcomes,
+                                                                             b.drop.to_dict())
+    assert calls == [[64], [64, 64], [64, 64, 128, 256]]
+    assert told == [[0, 1, 2], [1, 2], [2], [2]]
+
+
+def test_only_a_lone_race_is_resized():
+    from poptune.evaluate.racing import race_together
+
+    w = _workload()
+    with pytest.raises(ConfigError, match="race one configuration"):
+        race_together(w, RacingPolicy(), scores=[_scorer(lambda i: 1.0, [])] * 2, full=_full(w), max_drop=2.0,
+                      resize=lambda seconds, items: (128, True))

@@ -1,0 +1,71 @@
+"""Trials asked in batches, their accuracy raced together: the measurements of one trial at a time."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from poptune import ConfigError, PopConfig, store
+from poptune.env import TuningProblem
+from poptune.problem.evaluator import ConfigEvaluator
+from poptune.tune.interrupt import INTERRUPTED
+from poptune.tune.study import StudySpec, run_study
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture
+def problem(eval_data):
+    return TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa", "passkey"), limit=4,
+                         data_dir=str(eval_data), lengths=(260,), repeats=1, decode_tokens=0, precision=None)
+
+
+def _measured(study):
+    """Each measured configuration's accuracy figures (latency is timed, so it differs run to run)."""
+    return {
+        str(PopConfig.from_dict(t.user_attrs["config"])): (t.values[1], t.user_attrs["drop"], t.user_attrs["items"])
+        for t in store.completed(study) if "remeasure_of" not in t.user_attrs}
+
+
+def test_a_batched_grid_measures_what_one_trial_at_a_time_measures(problem, tmp_path, monkeypatch):
+    raced: list[list[PopConfig]] = []
+    race = ConfigEvaluator.race_together
+    monkeypatch.setattr(ConfigEvaluator, "race_together", lambda self, configs: raced.append(list(configs))
+                        or race(self, configs))
+    spec = StudySpec(problem=problem, trials=5, sampler="grid", confirm=False)
+    one = run_study(StudySpec(**{**spec.__dict__, "storage": f"sqlite:///{tmp_path}/one.db"}))
+    assert raced == []
+    batched = run_study(StudySpec(**{**spec.__dict__, "storage": f"sqlite:///{tmp_path}/batched.db", "batch": 3}))
+    # the full model and the paper's rule alone (the cost of an item beside the full model is measured so),
+    # then the grid's next three raced together
+    assert len(raced) == 1 and len(raced[0]) == 3
+    assert _measured(batched) == _measured(one)
+    assert [t.state for t in batched.trials] == [optuna.trial.TrialState.COMPLETE] * 5
+
+
+def test_a_batch_stopped_before_its_trials_ran_queues_them_again(problem, tmp_path, monkeypatch):
+    def stop(self, configs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ConfigEvaluator, "race_together", stop)
+    url = f"sqlite:///{tmp_path}/s.db"
+    spec = StudySpec(problem=problem, trials=4, sampler="grid", confirm=False, storage=url, batch=2)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(spec)
+    study = optuna.load_study(study_name=store.study_names(store.open_storage(url, heartbeat=None))[0], storage=url)
+    failed = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    waiting = [t for t in study.trials if t.state == optuna.trial.TrialState.WAITING]
+    assert len(failed) == 2 and all(t.user_attrs["fail_reason"] == INTERRUPTED for t in failed)
+    assert sorted(str(t.system_attrs["fixed_params"]) for t in waiting) == sorted(str(t.params) for t in failed)
+
+    monkeypatch.undo()
+    study = run_study(spec)
+    assert len(store.completed(study)) == 4
+    assert not [t for t in study.trials if t.state in (optuna.trial.TrialState.RUNNING,
+                                                        optuna.trial.TrialState.WAITING)]
+
+
+def test_a_batch_must_be_a_positive_count(problem):
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ConfigError, match="`batch` must be a positive integer"):
+            StudySpec(problem=problem, batch=bad)
