@@ -45,16 +45,19 @@ __all__ = ["run_batch", "unmeasured"]
 log = logging.getLogger(__name__)
 
 
-def unmeasured(study: "optuna.Study", configs: Sequence[PopConfig], num_layers: int) -> list[PopConfig]:
+def unmeasured(study: "optuna.Study", configs: Sequence[PopConfig], num_layers: int,
+               batch: Sequence[int] = ()) -> list[PopConfig]:
     """Of ``configs``, the POP configurations (distinct, in order) that no trial of ``study`` completed or failed
-    measuring (an interrupted trial measured nothing): those a batch races."""
+    measuring (an interrupted trial measured nothing) and no running trial outside ``batch`` (trial numbers)
+    measures (another worker's: the batch's trial is answered from it): those a batch races."""
     from optuna.trial import TrialState
 
     from poptune.store.trials import fail_reason
 
     settled = {config_of(t, num_layers) for t in study.get_trials(deepcopy=False)
                if t.state == TrialState.COMPLETE
-               or (t.state == TrialState.FAIL and fail_reason(t) not in (None, INTERRUPTED))}
+               or (t.state == TrialState.FAIL and fail_reason(t) not in (None, INTERRUPTED))
+               or (t.state == TrialState.RUNNING and t.number not in batch)}
     return [c for c in dict.fromkeys(configs) if c.skip > 0 and c not in settled]
 
 
@@ -70,28 +73,27 @@ def run_batch(study: "optuna.Study", objective: Callable[["optuna.Trial"], Any],
     if is_heartbeat_enabled(study._storage):
         fail_stale(study)  # as optimize does before it asks: a killed worker's trials are retried
     trials: list["optuna.Trial"] = []
-    told: set[int] = set()
+    beats: dict[int, Any] = {}  # each trial's heartbeat, from its ask until it is told
     try:
-        with contextlib.ExitStack() as beats:
-            configs = []
-            for _ in range(size):
-                with warnings.catch_warnings():  # Optuna warns that heartbeats serve `optimize`: these beat too
-                    warnings.simplefilter("ignore", UserWarning)
-                    trial = study.ask()
-                trials.append(trial)
-                beat = get_heartbeat_thread(trial._trial_id, study._storage)
-                beat.start()  # as optimize's ``with`` does for its one trial
-                beats.callback(beat.join)
-                config = suggest_config(trial, num_layers, kv)
-                trial.set_user_attr("config", config.to_dict())  # written before the next is asked
-                configs.append(config)
-            _race(race, unmeasured(study, configs, num_layers))
-            for trial in trials:
-                _run_one(study, objective, trial, callbacks)
-                told.add(trial._trial_id)
+        configs = []
+        for _ in range(size):
+            with warnings.catch_warnings():  # Optuna warns that heartbeats serve `optimize`: these beat too
+                warnings.simplefilter("ignore", UserWarning)
+                trial = study.ask()
+            trials.append(trial)
+            beats[trial._trial_id] = beat = get_heartbeat_thread(trial._trial_id, study._storage)
+            beat.start()  # as optimize's ``with`` does for its one trial
+            config = suggest_config(trial, num_layers, kv)
+            trial.set_user_attr("config", config.to_dict())  # written before the next is asked
+            configs.append(config)
+        _race(race, unmeasured(study, configs, num_layers, [t.number for t in trials]))
+        for trial in trials:
+            _run_one(study, objective, trial, callbacks)
+            beats.pop(trial._trial_id).join()
     except BaseException:
         for trial in trials:
-            if trial._trial_id not in told:
+            if trial._trial_id in beats:  # not told: failed as interrupted, queued again
+                beats.pop(trial._trial_id).join()
                 _requeue(study, trial)
         raise
     return [t._trial_id for t in trials]

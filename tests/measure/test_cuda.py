@@ -125,3 +125,33 @@ def test_stacked_decode_on_cuda_equals_each_configurations_generate() -> None:
         for config, out in zip(configs, together, strict=True):
             with apply_pop(model, config):
                 assert torch.equal(out, generate(model, inputs, **kwargs)), config
+
+
+def test_peers_raced_together_on_cuda_equal_each_configurations_own_answers() -> None:
+    """A batch of a study's trials (``poptune study --batch``) on the GPU: the full model's states recorded once,
+    the first configuration to score a batch scores it for its peers (replayed prefills, stacked decode), and
+    every configuration's answers are its own ``generate``'s, token for token (float64, as above)."""
+    from poptune import apply_pop
+    from poptune.engine.prefix import PrefixStates
+    from poptune.engine.trunk import SharedTrunk
+    from poptune.evaluate.synthetic import passkey_items, run_synthetic
+
+    model, tok = load_model("tiny-llama", device="cuda", dtype="float32")
+    model = model.to(torch.float64)
+    items = passkey_items(tok, lengths=(260, 300), depths=(0.0, 0.5, 1.0), seed=3)
+    configs = [PopConfig(skip=3), PopConfig(skip=2, boundary="window-4", offset=1), PopConfig(skip=1, boundary="none")]
+
+    def answers(config: PopConfig) -> list[str]:
+        with apply_pop(model, config):
+            return [r["output"] for r in run_synthetic(model, tok, items, batch_size=4, max_new_tokens=6).records]
+
+    with torch.inference_mode():
+        alone = {c: answers(c) for c in configs}
+        states, trunk = PrefixStates(max_bytes=1 << 30), SharedTrunk(configs, peers=True)
+        with states.attached(model):
+            answers(PopConfig(skip=0))  # records the full model's layer inputs
+            with trunk.attached(model):
+                together = {c: answers(c) for c in configs}
+    assert together == alone
+    assert trunk.together == trunk.led > 0 and trunk.served == trunk.led * (len(configs) - 1)
+    assert states.replayed > 0

@@ -69,3 +69,21 @@ def test_a_batch_must_be_a_positive_count(problem):
     for bad in (0, -1, True, 2.0):
         with pytest.raises(ConfigError, match="`batch` must be a positive integer"):
             StudySpec(problem=problem, batch=bad)
+
+
+@pytest.mark.parametrize("sampler", ["structured", "tpe"])
+def test_the_structured_sampler_and_tpe_propose_batches(problem, tmp_path, monkeypatch, sampler):
+    # The structured sampler counts a running trial's configuration as taken: a batch of distinct ones. TPE may
+    # repeat one: the repeat is answered from storage and uses no budget, as in a sequential study.
+    raced: list[list[PopConfig]] = []
+    race = ConfigEvaluator.race_together
+    monkeypatch.setattr(ConfigEvaluator, "race_together", lambda self, configs: raced.append(list(configs))
+                        or race(self, configs))
+    study = run_study(StudySpec(problem=problem, trials=5, sampler=sampler, confirm=False, batch=3,
+                                storage=f"sqlite:///{tmp_path}/s.db"))
+    measured = [t for t in store.completed(study) if "reused_from" not in t.user_attrs]
+    assert len(measured) == 5 and len({str(t.user_attrs["config"]) for t in measured}) == 5
+    assert raced and all(len(set(map(str, batch))) == len(batch) for batch in raced)
+    if sampler == "structured":
+        assert len(raced[0]) == 3
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
