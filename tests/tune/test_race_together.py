@@ -8,6 +8,8 @@ from poptune import MeasurementError, PopConfig
 from poptune.problem.evaluator import ConfigEvaluator
 from poptune.problem.problem import TuningProblem
 
+from .test_evaluator_resume import _evaluator
+
 CONFIGS = [PopConfig(skip=2, boundary="last"), PopConfig(skip=1, boundary="none"), PopConfig(skip=3)]
 
 
@@ -16,14 +18,6 @@ def problem():
     return TuningProblem(model="tiny-llama", tasks=("passkey", "kv_recall"), max_drop=None, limit=8,
                          items_start=4, lengths=(320,), latency_points=0, repeats=1, precision=None,
                          decode_tokens=0)
-
-
-def _evaluator(problem, shared, stored=None):
-    evaluator = ConfigEvaluator(problem, model=shared("tiny-llama"))
-    evaluator.enable_state_reuse()
-    if stored is not None:
-        evaluator.restore_full_run(stored)
-    return evaluator
 
 
 def _raced(evaluator, monkeypatch):
