@@ -56,7 +56,7 @@ def _run(problem: TuningProblem, loaded, trials: int, batch: int, folder: Path) 
     for name in ("race_accuracy", "race_together"):
         _timed(evaluator, name, accuracy)
     _timed(evaluator, "_timed", latency)
-    spec = StudySpec(problem=problem, trials=trials, sampler="grid", storage=f"sqlite:///{folder}/batch-{batch}.db",
+    spec = StudySpec(problem=problem, trials=trials, sampler="grid", storage=f"sqlite:///{folder}/study.db",
                      confirm=False, batch=batch)
     began = time.perf_counter()
     study = run_study(spec, evaluator=evaluator)
@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         for batch in batches:
             print(f"batch {batch}", file=sys.stderr, flush=True)
-            runs.append(_run(problem, loaded, args.trials, batch, Path(folder)))
+            run = Path(folder) / f"run-{len(runs)}"  # an empty storage each
+            run.mkdir()
+            runs.append(_run(problem, loaded, args.trials, batch, run))
     first = runs[0]
     for run in runs[1:]:
         if run["measured"] != first["measured"]:
