@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from poptune import load_model
+from poptune.cli._args import config_list
 from poptune.device import dtype_of
 from poptune.measure.hardware import fingerprint
 from poptune.measure.provenance import typed_command, versions
@@ -49,7 +50,7 @@ def _timed(evaluator: ConfigEvaluator, name: str, spent: list[float]) -> None:
     setattr(evaluator, name, wrapped)
 
 
-def _run(problem: TuningProblem, loaded, trials: int, batch: int, folder: Path) -> dict:
+def _run(problem: TuningProblem, loaded, trials: int, batch: int, folder: Path, enqueue: tuple = ()) -> dict:
     """One study from an empty storage: its seconds, its races' seconds and what it measured."""
     evaluator = ConfigEvaluator(problem, model=loaded)
     accuracy, latency = [0.0], [0.0]
@@ -57,7 +58,7 @@ def _run(problem: TuningProblem, loaded, trials: int, batch: int, folder: Path) 
         _timed(evaluator, name, accuracy)
     _timed(evaluator, "_timed", latency)
     spec = StudySpec(problem=problem, trials=trials, sampler="grid", storage=f"sqlite:///{folder}/study.db",
-                     confirm=False, batch=batch)
+                     confirm=False, batch=batch, enqueue=enqueue)
     began = time.perf_counter()
     study = run_study(spec, evaluator=evaluator)
     seconds = time.perf_counter() - began
@@ -76,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", default="1,4,8", help="batch sizes, run in this order")
     parser.add_argument("--data-dir", help="the task pack's folder (with --long)")
     parser.add_argument("--long", action="store_true", help="the long-prompt pack (longctx_squad, longctx_qasper)")
+    parser.add_argument("--enqueue", metavar="SKIP/BOUNDARY/OFFSET[/KV],...",
+                        help="configurations measured first, after the full model and the paper's rule (in every "
+                        "run: the same ones), e.g. a search's moderate ones, whose races go to the cap")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
@@ -90,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"batch {batch}", file=sys.stderr, flush=True)
             run = Path(folder) / f"run-{len(runs)}"  # an empty storage each
             run.mkdir()
-            runs.append(_run(problem, loaded, args.trials, batch, run))
+            runs.append(_run(problem, loaded, args.trials, batch, run, config_list(args.enqueue, "--enqueue")))
     first = runs[0]
     for run in runs[1:]:
         if run["measured"] != first["measured"]:
@@ -110,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         f"- command: `{command.strip()}`",
         f"- hardware: {hardware.hardware_id}, {dtype_of(loaded[0])}; versions: poptune {v.get('poptune')}, "
         f"torch {v.get('torch')}, transformers {v.get('transformers')}",
-        f"- the study: {args.trials} measured configurations, the grid sampler (the same configurations in every "
-        "run), certification, A/A checks and confirmation off; each run from an empty storage, in this order, in one "
+        f"- the study: {args.trials} measured configurations, "
+        + (f"{args.enqueue} enqueued after the full model and the paper's rule, then " if args.enqueue else "")
+        + "the grid sampler (the same configurations in every run), certification, A/A checks and confirmation "
+        "off; each run from an empty storage, in this order, in one "
         "process on one loaded model; the full model and the paper's rule are measured alone in every run",
         "- latency: the timing pairs' seconds (per configuration, as one at a time); accuracy: the races' seconds "
         "(the full model's scoring of their items included); batch 1 / this: against the mean of the batch-1 runs",
@@ -124,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         "Ratios are measured in one process, runs back to back; absolute times are indicative"
         + (" (a shared 2-core CPU)." if hardware.kind == "cpu" else "."), ""])
     name = "gemma-3-270m" if args.model == "gemma-3" else args.model
-    name += "-long" if args.long else ""
+    name += ("-long" if args.long else "") + ("-enqueued" if args.enqueue else "")
     out = Path(args.out) if args.out else ROOT / "leaderboards" / f"batch-trials-{name}-{hardware.hardware_id}.md"
     out.write_text(text)
     print(text)
