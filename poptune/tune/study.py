@@ -342,8 +342,9 @@ def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec,
                             "lapsed: a loaded machine?); its retry measures the configuration again")
         attempts += size
         took.extend([(time.monotonic() - began) / size] * size)
-        for last in sorted((study._storage.get_trial(i) for i in ran), key=lambda t: t.number) if size > 1 else \
-                [max(study.get_trials(deepcopy=False), key=lambda t: t.number)]:
+        done = [study._storage.get_trial(i) for i in ran] if size > 1 else \
+            [max(study.get_trials(deepcopy=False), key=lambda t: t.number)]  # optimize's trial: the study's last
+        for last in sorted(done, key=lambda t: t.number):
             failures += last.state == TrialState.FAIL
             answered = answered + 1 if is_answer(last) else 0
         if answered >= 2:  # the sampler keeps proposing measured points: give it an unmeasured one
