@@ -68,8 +68,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--sampler", choices=SAMPLERS, default=DEFAULT_SAMPLER)
     parser.add_argument("--batch", type=positive, default=1, metavar="TRIALS",
                         help="trials asked of the sampler at once, their accuracy raced together: each batch of "
-                        "items is scored in one pass for all of them, the same measurements (default: 1; a GPU's "
-                        "decode steps cost about the same for many rows as for few)")
+                        "items is scored in one pass for all of them, the same measurements (default: 1; the "
+                        "structured sampler batches once its front holds a candidate; a GPU's decode steps cost "
+                        "about the same for many rows as for few)")
     add_storage(parser, study="<model>@<hardware-id>")
     parser.add_argument("--heartbeat", type=positive, default=HEARTBEAT_S,
                         help=f"seconds between trial heartbeats (default: {HEARTBEAT_S})")

@@ -356,10 +356,15 @@ def _batch_size(study: "optuna.Study", spec: StudySpec, budget: int, evaluator: 
                 took: list[float], last_end: float | None) -> int:
     """Trials the next step asks at once: ``spec.batch``, within the budget still open and the time left before
     ``last_end`` at this worker's seconds per trial; one until this process has scored the full model and one
-    configuration beside it alone (the cost per item a certification's plan prices)."""
+    configuration beside it alone (the cost per item a certification's plan prices), and, with the structured
+    sampler, until the front holds a candidate: its budget search is a bisection, each proposal placed by the
+    answers before it (a first batch of four proposed from two answers spent all four on hopeless blocks and
+    left the default study of 8 trials without a candidate: ``leaderboards/batch-trials-*``)."""
     from optuna.trial import TrialState
 
     if spec.batch == 1 or evaluator is None or evaluator.seconds_per_item() is None:
+        return 1
+    if spec.sampler == "structured" and not candidates(study, spec.problem.max_drop, 1):
         return 1
     size = min(spec.batch, budget - count(study, TrialState.COMPLETE, TrialState.RUNNING))
     if last_end is not None and took:

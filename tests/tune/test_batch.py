@@ -87,3 +87,25 @@ def test_the_structured_sampler_and_tpe_propose_batches(problem, tmp_path, monke
     if sampler == "structured":
         assert len(raced[0]) == 3
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+
+
+def test_the_structured_sampler_batches_once_its_front_holds_a_candidate(problem, monkeypatch):
+    # Its budget search is a bisection: until the front holds a candidate, each proposal waits for the answer
+    # before it; other samplers batch from the start (once an item's cost beside the full model is measured).
+    from types import SimpleNamespace
+
+    from poptune.tune import study as study_module
+
+    study = optuna.create_study(directions=["minimize", "maximize"])
+    measured = SimpleNamespace(seconds_per_item=lambda: 0.5)
+    front: list = []
+    monkeypatch.setattr(study_module, "candidates", lambda *a: front)
+
+    def size(sampler, evaluator=measured):
+        spec = StudySpec(problem=problem, sampler=sampler, batch=4)
+        return study_module._batch_size(study, spec, 8, evaluator, [], None)
+
+    assert size("structured") == 1 and size("grid") == 4 and size("tpe") == 4
+    assert size("grid", SimpleNamespace(seconds_per_item=lambda: None)) == 1
+    front.append("a candidate")
+    assert size("structured") == 4
