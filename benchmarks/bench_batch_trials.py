@@ -10,7 +10,8 @@ otherwise).
 
 Usage::
 
-    python benchmarks/bench_batch_trials.py [--trials 10] [--batches 1,4,8] [--data-dir ../shared/data --long]
+    python benchmarks/bench_batch_trials.py [--trials 10] [--batches 1,8,1,8] [--data-dir ../shared/data --long]
+    python benchmarks/bench_batch_trials.py --model gemma-3-1b --weights random --device cuda   # a GPU's figure
 
 Writes ``leaderboards/batch-trials-<model>-<hardware>.md`` (or ``--out``).
 """
@@ -80,13 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--enqueue", metavar="SKIP/BOUNDARY/OFFSET[/KV],...",
                         help="configurations measured first, after the full model and the paper's rule (in every "
                         "run: the same ones), e.g. a search's moderate ones, whose races go to the cap")
+    parser.add_argument("--weights", default="pretrained", choices=("pretrained", "random"),
+                        help="random: the architecture's cost without its weights (a GPU without the model's files; "
+                        "every outcome is then the full model's, so every race runs to its cap)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
     extra = {"tasks": ("longctx_squad", "longctx_qasper"), "data_dir": args.data_dir} if args.long else {}
-    problem = TuningProblem(model=args.model, device=args.device, certify_limit=0, **extra)
-    loaded = load_model(args.model, device=args.device, dtype=problem.dtype_named().dtype)
+    problem = TuningProblem(model=args.model, device=args.device, weights=args.weights, certify_limit=0, **extra)
+    loaded = load_model(args.model, device=args.device, dtype=problem.dtype_named().dtype, weights=args.weights)
     hardware = fingerprint(loaded[0].device)
     runs = []
     with tempfile.TemporaryDirectory() as folder:
@@ -109,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                             program=None)  # as a user types it, no path of this machine
     v = versions()
     text = "\n".join([
-        f"# A study's search, trials one at a time against in batches ({args.model}, "
+        f"# A study's search, trials one at a time against in batches ({args.model}"
+        f"{', random weights' if args.weights == 'random' else ''}, "
         f"{'the long-prompt pack' if args.long else 'the embedded tasks'})", "",
         f"- command: `{command.strip()}`",
         f"- hardware: {hardware.hardware_id}, {dtype_of(loaded[0])}; versions: poptune {v.get('poptune')}, "
@@ -130,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         "Ratios are measured in one process, runs back to back; absolute times are indicative"
         + (" (a shared 2-core CPU)." if hardware.kind == "cpu" else "."), ""])
     name = "gemma-3-270m" if args.model == "gemma-3" else args.model
-    name += ("-long" if args.long else "") + ("-enqueued" if args.enqueue else "")
+    name += ("-random" if args.weights == "random" else "") + ("-long" if args.long else "") + \
+        ("-enqueued" if args.enqueue else "")
     out = Path(args.out) if args.out else ROOT / "leaderboards" / f"batch-trials-{name}-{hardware.hardware_id}.md"
     out.write_text(text)
     print(text)

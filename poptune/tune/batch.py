@@ -5,8 +5,11 @@ its accuracy (a race over the workload's items, paired with the full model's out
 races on the same items in the same order, so a batch of trials can score them together: one pass per batch of
 items serves every configuration still racing (:meth:`poptune.problem.evaluator.ConfigEvaluator.race_together`:
 the full model's recorded layer inputs replayed, the greedy decodes stacked), and each race stops where it would
-have stopped alone, outcome for outcome. On a CPU a decode step of many rows costs more than one of few; on a GPU
-it costs about the same, so there the accuracy part of a batch of ``K`` trials costs little more than one's.
+have stopped alone, outcome for outcome. On this project's 2-core CPU a batch's races cost 1.2-1.6x less and its
+search is 1.0-1.09x shorter (``leaderboards/batch-trials-*``): a decode step of many rows costs more than one of few
+there. On a GPU it costs about what one of few does, which is what batches are for (unmeasured: no GPU lent
+since). :mod:`poptune.tune.study` sizes each step (the structured sampler batches once its front holds a
+candidate).
 
 :func:`run_batch` is ``study.optimize(objective, n_trials=K)`` with the races run first:
 
