@@ -104,7 +104,8 @@ class StoredTrial:
             measures again (neither: it measured its own configuration).
         details: A baseline's ratio, removed layers, scores and calibration.
         provenance: How it was measured (command, commit, threads, load).
-        seconds: Wall time from start to completion.
+        seconds: Wall time from start to completion; a trial of a batch, its own (its objective's and its share
+            of the batch's race: user attribute ``seconds``, :mod:`poptune.tune.batch`).
     """
 
     number: int
@@ -154,7 +155,8 @@ class StoredTrial:
             items=sum(items.values()) if items else None, feasible=bool(a.get("feasible", True)),
             noisy=bool(a.get("noisy")), reused_from=a.get("reused_from"), remeasure_of=a.get("remeasure_of"),
             details=a.get("details", {}), provenance=a.get("provenance"),
-            seconds=(end - start).total_seconds() if isinstance(start, datetime) and end else 0.0,
+            seconds=float(a["seconds"]) if "seconds" in a else  # a batched trial's own (poptune.tune.batch)
+            (end - start).total_seconds() if isinstance(start, datetime) and end else 0.0,
             _info=a,
         )
 
@@ -182,8 +184,9 @@ class StoredTrial:
         return Measurement.from_info(dict(self._info))
 
     def info(self) -> dict[str, Any]:
-        """A copy of everything stored, to store again (an answer from storage copies its trial's)."""
-        return dict(self._info)
+        """A copy of everything stored, to store again (an answer from storage copies its trial's), but a batched
+        trial's own seconds (the answer's are its own)."""
+        return {k: v for k, v in self._info.items() if k != "seconds"}
 
 
 def measured_table(study: "optuna.Study") -> dict[PopConfig, Measurement]:

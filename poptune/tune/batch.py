@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -89,9 +90,11 @@ def run_batch(study: "optuna.Study", objective: Callable[["optuna.Trial"], Any],
             config = suggest_config(trial, num_layers, kv)
             trial.set_user_attr("config", config.to_dict())  # written before the next is asked
             configs.append(config)
-        _race(race, unmeasured(study, configs, num_layers, [t.number for t in trials]))
-        for trial in trials:
-            _run_one(study, objective, trial, callbacks)
+        began = time.monotonic()
+        raced = _race(race, unmeasured(study, configs, num_layers, [t.number for t in trials]))
+        shares = {c: (time.monotonic() - began) / len(raced) for c in raced}  # each raced configuration's part
+        for trial, config in zip(trials, configs):
+            _run_one(study, objective, trial, callbacks, shares.pop(config, 0.0))
             beats.pop(trial._trial_id).join()
     except BaseException:
         for trial in trials:
@@ -102,28 +105,35 @@ def run_batch(study: "optuna.Study", objective: Callable[["optuna.Trial"], Any],
     return [t._trial_id for t in trials]
 
 
-def _race(race: Callable[[list[PopConfig]], None], configs: list[PopConfig]) -> None:
-    """``race(configs)`` where there are two or more; a memory error leaves each trial to race alone."""
+def _race(race: Callable[[list[PopConfig]], None], configs: list[PopConfig]) -> list[PopConfig]:
+    """``race(configs)`` where there are two or more; returns those raced (none: each trial races alone, as after a
+    memory error)."""
     if len(configs) < 2:
-        return
+        return []
     try:
         race(configs)
     except (MemoryError, MeasurementError, RuntimeError) as e:  # torch.OutOfMemoryError is a RuntimeError
         if isinstance(e, RuntimeError) and "out of memory" not in str(e):
             raise
         log.warning("racing %d configurations together failed (%s): each trial races alone", len(configs), e)
+        return []
+    return configs
 
 
 def _run_one(study: "optuna.Study", objective: Callable[["optuna.Trial"], Any], trial: "optuna.Trial",
-             callbacks: Sequence[Callable[..., None]]) -> None:
-    """Run one asked trial's objective and tell it, as ``optimize`` runs a trial."""
+             callbacks: Sequence[Callable[..., None]], share: float) -> None:
+    """Run one asked trial's objective and tell it, as ``optimize`` runs a trial. A completed trial's user
+    attribute ``seconds`` is its own time: its objective's and ``share`` of the batch's race (its start, when it
+    was asked, is the batch's)."""
     import optuna
     from optuna.study._tell import _tell_with_warning
     from optuna.trial import TrialState
 
     values, state = None, None
+    started = time.monotonic()
     try:
         values = objective(trial)
+        trial.set_user_attr("seconds", round(time.monotonic() - started + share, 3))
     except optuna.TrialPruned:
         state = TrialState.PRUNED
     except TrialFailed as e:

@@ -83,9 +83,10 @@ def test_the_structured_sampler_and_tpe_propose_batches(problem, tmp_path, monke
                                 storage=f"sqlite:///{tmp_path}/s.db"))
     measured = [t for t in store.completed(study) if "reused_from" not in t.user_attrs]
     assert len(measured) == 5 and len({str(t.user_attrs["config"]) for t in measured}) == 5
-    assert raced and all(len(set(map(str, batch))) == len(batch) for batch in raced)
-    if sampler == "structured":
-        assert len(raced[0]) == 3
+    # (the structured sampler batches once its front holds a candidate: after the paper's rule, or later where
+    # the timing puts the paper's rule off the front; its batch then takes the budget left, 2 or 3 trials)
+    assert all(len(batch) >= 2 and len(set(map(str, batch))) == len(batch) for batch in raced)
+    assert raced or sampler == "tpe"  # TPE's random start (seeded by the process) may repeat one: none to race
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
@@ -109,3 +110,18 @@ def test_the_structured_sampler_batches_once_its_front_holds_a_candidate(problem
     assert size("grid", SimpleNamespace(seconds_per_item=lambda: None)) == 1
     front.append("a candidate")
     assert size("structured") == 4
+
+
+def test_a_batched_trial_says_its_own_seconds(problem, tmp_path):
+    # A batch's trials start when they are asked, together: each one's time is its own objective's and its share
+    # of the batch's race, so their times add up to the batch's, not to a multiple of it (the progress line, the
+    # ETA and the grid table read them).
+    study = run_study(StudySpec(problem=problem, trials=5, sampler="grid", confirm=False, batch=3,
+                                storage=f"sqlite:///{tmp_path}/s.db"))
+    batched = [t for t in store.completed(study) if t.number >= 2]
+    assert all("seconds" in t.user_attrs for t in batched)
+    assert not any("seconds" in t.user_attrs for t in store.completed(study) if t.number < 2)  # asked alone
+    span = max(t.datetime_complete for t in batched) - min(t.datetime_start for t in batched)
+    own = [store.StoredTrial.of(t).seconds for t in batched]
+    assert all(s > 0 for s in own) and sum(own) <= span.total_seconds() + 1.0
+    assert "seconds" not in store.StoredTrial.of(batched[0]).info()  # an answer from storage times itself
