@@ -185,16 +185,17 @@ class ConfigEvaluator:
         return sum(seconds / items for seconds, items in self.scoring.values())
 
     @contextlib.contextmanager
-    def sharing(self, configs: "Sequence[PopConfig]") -> Iterator["SharedTrunk"]:
+    def sharing(self, configs: "Sequence[PopConfig]", *, peers: bool = False) -> Iterator["SharedTrunk"]:
         """Within the block, the full model's scoring of an item also scores ``configs`` on it, from its trunk
-        (:mod:`poptune.engine.trunk`): a configuration's later scoring of the same items computes nothing.
-        Each configuration is made ready for its K/V source first."""
+        (:mod:`poptune.engine.trunk`): a configuration's later scoring of the same items computes nothing
+        (``peers``: the configurations lead one another too, :meth:`race_together`). Each configuration is made
+        ready for its K/V source first."""
         from poptune.engine.trunk import SharedTrunk
 
         configs = [c for c in dict.fromkeys(configs) if c.skip > 0]
         for config in configs:
             self.prepare_kv(config)
-        previous, self._trunk = self._trunk, SharedTrunk(configs)
+        previous, self._trunk = self._trunk, SharedTrunk(configs, peers=peers)
         try:
             yield self._trunk
         finally:
@@ -495,24 +496,17 @@ class ConfigEvaluator:
         states (state reuse) and their greedy decodes are stacked. Every race is the one :meth:`race_accuracy`
         runs alone, outcome for outcome.
         """
-        from poptune.engine.trunk import SharedTrunk
         from poptune.evaluate.racing import race_together
 
         configs = [c for c in dict.fromkeys(configs) if c.skip > 0 and c not in self._raced]
         if not configs:
             return
-        for config in configs:
-            self.prepare_kv(config)
-        trunk, p = SharedTrunk(configs, peers=True), self.problem
-        previous, self._trunk = self._trunk, trunk
-        try:
-            with progress.phase(f"accuracy of {len(configs)} configurations together", unit="round"):
-                results = race_together(self.workload, p.racing(), scores=[self._scorer(c) for c in configs],
-                                        full=self.full_run, max_drop=p.max_drop, seed=p.seed,
-                                        racing=lambda alive: trunk.racing([configs[i] for i in alive]))
-        finally:
-            trunk.clear()
-            self._trunk = previous
+        p = self.problem
+        with self.sharing(configs, peers=True) as trunk, \
+                progress.phase(f"accuracy of {len(configs)} configurations together", unit="round"):
+            results = race_together(self.workload, p.racing(), scores=[self._scorer(c) for c in configs],
+                                    full=self.full_run, max_drop=p.max_drop, seed=p.seed,
+                                    racing=lambda alive: trunk.racing([configs[i] for i in alive]))
         self._raced.update(zip(configs, results))
 
     def score_first(self, config: PopConfig, counts: dict[str, int], *,

@@ -37,8 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig
 from poptune.errors import MeasurementError
-from poptune.tune.interrupt import INTERRUPTED
-from poptune.tune.objective import TrialFailed, config_of, fail_stale
+from poptune.tune.interrupt import INTERRUPTED, mark_interrupted
+from poptune.tune.objective import (
+    TrialFailed,
+    config_of,
+    fail_stale,
+    free_accelerator_memory,
+    one_configurations_fault,
+)
 from poptune.tune.params import suggest_config
 
 if TYPE_CHECKING:
@@ -92,7 +98,8 @@ def run_batch(study: "optuna.Study", objective: Callable[["optuna.Trial"], Any],
             configs.append(config)
         began = time.monotonic()
         raced = _race(race, unmeasured(study, configs, num_layers, [t.number for t in trials]))
-        shares = {c: (time.monotonic() - began) / len(raced) for c in raced}  # each raced configuration's part
+        share = (time.monotonic() - began) / max(len(raced), 1)
+        shares = dict.fromkeys(raced, share)  # each raced configuration's part of the race
         for trial, config in zip(trials, configs):
             _run_one(study, objective, trial, callbacks, shares.pop(config, 0.0))
             beats.pop(trial._trial_id).join()
@@ -113,8 +120,9 @@ def _race(race: Callable[[list[PopConfig]], None], configs: list[PopConfig]) -> 
     try:
         race(configs)
     except (MemoryError, MeasurementError, RuntimeError) as e:  # torch.OutOfMemoryError is a RuntimeError
-        if isinstance(e, RuntimeError) and "out of memory" not in str(e):
+        if not one_configurations_fault(e):
             raise
+        free_accelerator_memory()
         log.warning("racing %d configurations together failed (%s): each trial races alone", len(configs), e)
         return []
     return configs
@@ -161,7 +169,5 @@ def _requeue(study: "optuna.Study", trial: "optuna.Trial") -> None:
     with contextlib.suppress(Exception):  # the storage may be what is failing; the trial is then failed stale
         if study._storage.get_trial(trial._trial_id).state != TrialState.RUNNING:
             return
-        trial.set_user_attr("fail_reason", INTERRUPTED)
-        if {"skip", "boundary", "offset"} <= set(trial.params):
-            study.enqueue_trial(dict(trial.params))
+        mark_interrupted(study, trial)
         study.tell(trial, state=TrialState.FAIL)

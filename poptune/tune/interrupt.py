@@ -14,7 +14,7 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["INTERRUPTED", "Interrupted", "interruptible", "marking_interrupted", "exit_code"]
+__all__ = ["INTERRUPTED", "Interrupted", "interruptible", "mark_interrupted", "marking_interrupted", "exit_code"]
 
 #: The ``fail_reason`` of a trial stopped by a signal (not a fault of its configuration: it is measured again).
 INTERRUPTED = "interrupted"
@@ -78,9 +78,15 @@ def marking_interrupted(study: Any, objective: Callable[[Any], Any]) -> Callable
             return objective(trial)
         except KeyboardInterrupt:
             with contextlib.suppress(Exception):  # the storage may be what is failing; the trial fails regardless
-                trial.set_user_attr("fail_reason", INTERRUPTED)
-                if {"skip", "boundary", "offset"} <= set(trial.params):
-                    study.enqueue_trial(dict(trial.params))  # not skip_if_exists: this trial holds them
+                mark_interrupted(study, trial)
             raise
 
     return wrapped
+
+
+def mark_interrupted(study: Any, trial: Any) -> None:
+    """Record ``fail_reason = "interrupted"`` on a running ``trial`` and queue its configuration again (an
+    interrupted trial says nothing of its configuration); the caller fails it."""
+    trial.set_user_attr("fail_reason", INTERRUPTED)
+    if {"skip", "boundary", "offset"} <= set(trial.params):
+        study.enqueue_trial(dict(trial.params))  # not skip_if_exists: this trial holds them

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     import optuna
 
 __all__ = [
-    "POLL_S", "TrialFailed", "add_finished_trial", "count", "fail_stale", "make_objective", "outcome",
+    "POLL_S", "TrialFailed", "add_finished_trial", "count", "fail_stale", "free_accelerator_memory",
+    "make_objective", "one_configurations_fault", "outcome",
     "settle_reference", "store_full_run",
 ]
 
@@ -143,15 +144,22 @@ def _measure(evaluator: ConfigEvaluator, trial: "optuna.Trial", config: PopConfi
         with progress.phase(f"trial {trial.number} ({label})", unit="step"):
             return evaluator.evaluate(config)
     except (MemoryError, RuntimeError, MeasurementError) as e:  # torch.OutOfMemoryError is a RuntimeError
-        if not isinstance(e, (MemoryError, MeasurementError)) and not any(s in str(e) for s in _OOM_TEXT):
+        if not one_configurations_fault(e):
             raise
         reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        _free_accelerator_memory()
+        free_accelerator_memory()
         trial.set_user_attr("fail_reason", reason)
         raise TrialFailed(reason) from e
 
 
-def _free_accelerator_memory() -> None:
+def one_configurations_fault(error: Exception) -> bool:
+    """Whether ``error`` (a ``MemoryError``, ``RuntimeError`` or ``MeasurementError``) is one configuration's
+    measurement failing (out of memory, a non-finite result), not the study's."""
+    return isinstance(error, (MemoryError, MeasurementError)) or any(s in str(error) for s in _OOM_TEXT)
+
+
+def free_accelerator_memory() -> None:
+    """The accelerator's cached memory freed after a measurement ran out of it."""
     import torch
 
     if torch.cuda.is_available():
