@@ -12,7 +12,8 @@ prompts' last hidden states of all of them through the LM head as one batch for 
 logits are just the head's); then the stacked rows step together at full depth
 (:func:`poptune.engine.greedy.decode_forward`), every configuration's accounts kept as ``generate`` keeps them
 (:class:`poptune.engine.greedy.Steps`: its own stopping criteria, pads after EOS, its own stop). A configuration
-that has stopped leaves the batch. The sequences are ``generate``'s: bit for bit in bfloat16 on a CPU, where a
+that has stopped leaves the batch. Where the full model is stacked too, a row whose answer so far is the full model's
+is computed once with it in the layers below its block (:mod:`poptune.engine.repeats`). The sequences are ``generate``'s: bit for bit in bfloat16 on a CPU, where a
 product over many rows would round a few of them another way and the stack's products are taken so that every
 row gets a lone row's sums (:func:`_exact_rows`); up to float rounding in float32 and on CUDA (a matrix product
 over more rows may sum in another order there).
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from poptune.engine import PopConfig, apply_pop
 from poptune.engine.greedy import Steps, decode_forward, eos_ids, greedy_pick, replayable
 from poptune.engine.prefix import attached_states
+from poptune.engine.repeats import Repeats
 from poptune.engine.segments import generate as plain_generate
 from poptune.patching import Patch
 
@@ -273,8 +275,10 @@ def _decoded(model: Any, prefilled: list[tuple[int, _Row, "torch.Tensor"]], mask
     groups = []
     if stack:
         rows = [r for _, r in stack]
-        cache = _stacked([r.cache for r in rows], room, buffers or StackBuffers()) if len(rows) > 1 else rows[0].cache
-        groups.append(_Group(rows, cache, PopConfig(skip=0), stacked=len(rows) > 1))
+        repeats = Repeats.of([r.config for r in rows], [r.steps.seq[:, -1] for r in rows], len(rows[0].cache.layers))
+        cache = _stacked([r.cache for r in rows], room, buffers or StackBuffers(), repeats) \
+            if len(rows) > 1 else rows[0].cache
+        groups.append(_Group(rows, cache, PopConfig(skip=0), stacked=len(rows) > 1, repeats=repeats))
     groups += [_Group([r], r.cache, r.config, stacked=False) for _, r in alone]
     decoded = _decode(model, groups, mask) if groups else {}
     return out | {i: decoded[id(r)] for i, r in [*stack, *alone]}
@@ -292,11 +296,12 @@ def _bytes(cache: Any) -> int:
                for t in (layer.keys, layer.values))
 
 
-def _stacked(caches: list[Any], room: int, buffers: StackBuffers) -> Any:
+def _stacked(caches: list[Any], room: int, buffers: StackBuffers, repeats: Repeats | None) -> Any:
     """The first cache, its rows followed by every other cache's (same prompt: same lengths and windows), each
     layer's K/V in a buffer with ``room`` more positions, so that a decode step writes in place instead of
     copying the whole stack (a dynamic layer concatenates its K/V on every update). Each cache's K/V is copied
-    once, straight into its rows of the buffer (``buffers``), and let go."""
+    once, straight into its rows of the buffer (``buffers``), and let go; where rows repeat the full model's
+    (``repeats``), a layer's buffer holds only the rows that layer computes, with room for every row."""
     full, sliding = _roomy_layers()
     into = caches[0]
     for i, layer in enumerate(into.layers):
@@ -306,7 +311,8 @@ def _stacked(caches: list[Any], room: int, buffers: StackBuffers) -> Any:
                 c.layers[i] = None  # its K/V now live in the buffer only (each is a few MB per layer)
             like = parts[0][0]
             into.layers[i] = (sliding if layer.is_sliding else full)(
-                layer, parts, room, lambda shape, kv, i=i, like=like: buffers.take((i, kv), shape, like))
+                layer, parts, room, lambda shape, kv, i=i, like=like: buffers.take((i, kv), shape, like),
+                None if repeats is None else repeats.order[i])
     return into
 
 
@@ -321,21 +327,18 @@ def _roomy_layers() -> tuple[type, type]:
         keys: "torch.Tensor | None"  # typed as the cache layer mixin types them, for the classes below
         values: "torch.Tensor | None"
 
-        def _hold(self, parts: Parts, room: int, take: Callable[..., Any]) -> None:
+        def _hold(self, parts: Parts, room: int, take: Callable[..., Any], held: list[int] | None) -> None:
+            """``held``: the stack rows this layer holds, in its order (None: every row, in stack order)."""
             keys = parts[0][0]
             shape = (sum(k.shape[0] for k, _ in parts), keys.shape[1], keys.shape[2] + room, keys.shape[3])
             self._buffers = [take(shape, 0), take(shape, 1)]
-            row = 0
-            for k, v in parts:
-                self._buffers[0][row : row + k.shape[0], :, : k.shape[2]] = k
-                self._buffers[1][row : row + k.shape[0], :, : k.shape[2]] = v
-                row += k.shape[0]
+            self._rows = _fill(self._buffers, parts, held)
             self._start, self._end = 0, keys.shape[2]
             self.device, self.is_initialized = keys.device, True
             self._view()
 
         def _view(self) -> None:
-            self.keys, self.values = (b[:, :, self._start : self._end] for b in self._buffers)
+            self.keys, self.values = (b[: self._rows, :, self._start : self._end] for b in self._buffers)
 
         def _write(self, keys: "torch.Tensor", values: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
             new = keys.shape[2]
@@ -344,36 +347,43 @@ def _roomy_layers() -> tuple[type, type]:
                     (*b.shape[:2], self._end - self._start + 2 * new, b.shape[3]))], dim=2)
                     for b in self._buffers]
                 self._start, self._end = 0, self._end - self._start
-            self._buffers[0][:, :, self._end : self._end + new] = keys
-            self._buffers[1][:, :, self._end : self._end + new] = values
+            for b, kv in zip(self._buffers, (keys, values)):
+                b[: self._rows, :, self._end : self._end + new] = kv
             self._end += new
-            keys, values = (b[:, :, self._start : self._end] for b in self._buffers)
-            return keys, values
+            self._view()
+            return self.keys, self.values  # type: ignore[return-value]
 
         def batch_select_indices(self, indices: "torch.Tensor") -> None:
             """Keep the rows ``indices`` (ascending), moved to the front of the buffer in place: a gathered copy
             of a stack this size would pay its page faults again."""
-            for to, row in enumerate(indices.tolist()):
-                if to != row:
-                    for b in self._buffers:
-                        b[to] = b[row]
-            self._buffers = [b[: len(indices)] for b in self._buffers]
+            for to, row in [(to, row) for to, row in enumerate(indices.tolist()) if to != row]:
+                for b in self._buffers:
+                    b[to] = b[row]
+            self._rows = len(indices)
+            self._view()
+
+        def append_copy(self, row: int) -> None:
+            """Hold one more row, a copy of row ``row``'s K/V (a repeated row leaving its twin: :mod:`~poptune.
+            engine.repeats`)."""
+            for b in self._buffers:
+                b[self._rows, :, self._start : self._end] = b[row, :, self._start : self._end]
+            self._rows += 1
             self._view()
 
     class Full(Room, DynamicLayer):
-        def __init__(self, layer: Any, parts: Parts, room: int, take: Callable[..., Any]) -> None:
+        def __init__(self, layer: Any, parts: Parts, room: int, take: Callable[..., Any],
+                     held: list[int] | None) -> None:
             DynamicLayer.__init__(self)
-            self._hold(parts, room, take)
+            self._hold(parts, room, take, held)
 
         def update(self, key_states: "torch.Tensor", value_states: "torch.Tensor", *args: Any, **kwargs: Any) -> Any:
-            out = self._write(key_states, value_states)
-            self._view()
-            return out
+            return self._write(key_states, value_states)
 
     class Sliding(Room, DynamicSlidingWindowLayer):
-        def __init__(self, layer: Any, parts: Parts, room: int, take: Callable[..., Any]) -> None:
+        def __init__(self, layer: Any, parts: Parts, room: int, take: Callable[..., Any],
+                     held: list[int] | None) -> None:
             DynamicSlidingWindowLayer.__init__(self, layer.sliding_window)
-            self._hold(parts, room, take)
+            self._hold(parts, room, take, held)
             self.cumulative_length = layer.cumulative_length
 
         def update(self, key_states: "torch.Tensor", value_states: "torch.Tensor", *args: Any, **kwargs: Any) -> Any:
@@ -386,17 +396,39 @@ def _roomy_layers() -> tuple[type, type]:
     return Full, Sliding
 
 
+def _fill(buffers: list["torch.Tensor"], parts: "Parts", held: list[int] | None) -> int:
+    """Copy the stack rows ``held`` (None: all, in order) of ``parts`` (each cache's K/V) into the front rows of
+    ``buffers`` (K and V), runs of consecutive rows of one cache at a time; the rows copied."""
+    where = [(i, r) for i, (k, _) in enumerate(parts) for r in range(k.shape[0])]  # stack row -> its cache, row
+    runs: list[tuple[int, int]] = []  # (first stack row, rows)
+    for s in range(len(where)) if held is None else held:
+        if runs and sum(runs[-1]) == s and where[s][0] == where[runs[-1][0]][0]:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((s, 1))
+    row = 0
+    for first, count in runs:
+        part, r = where[first]
+        for buffer, kv in zip(buffers, parts[part]):
+            buffer[row : row + count, :, : kv.shape[2]] = kv[r : r + count]
+        row += count
+    return row
+
+
 class _Group:
     """Rows decoded over one cache under one configuration: a stack (under the full model: decode is full depth)
     or one unstackable configuration's rows (under its own: its cache needs it).
 
     In a stack, a prompt's row leaves as soon as ``generate`` would pad it whatever the model says (it ended, with
-    an EOS configured), a configuration when all its rows ended: the rest step on without them."""
+    an EOS configured), a configuration when all its rows ended: the rest step on without them. A stack with the
+    full model's rows computes rows that repeat them once below their blocks (``repeats``)."""
 
-    def __init__(self, rows: list[_Row], cache: Any, under: PopConfig, stacked: bool) -> None:
+    def __init__(self, rows: list[_Row], cache: Any, under: PopConfig, stacked: bool,
+                 repeats: Repeats | None = None) -> None:
         import torch
 
         self.live, self.cache, self.under, self.stacked = list(rows), cache, under, stacked
+        self.repeats = repeats
         self.held = {id(r): torch.arange(r.steps.seq.shape[0], device=r.steps.seq.device) for r in rows}
 
     def fed(self, mask: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
@@ -411,12 +443,16 @@ class _Group:
         import torch
 
         keep: list[int] = []
+        last: list[int] = []  # each row's token pushed: what it feeds next
         start = 0
         for r in self.live:
             mine = self.held[id(r)]
             new = tokens.new_full((r.steps.seq.shape[0],), r.steps.pad)  # a row that left: padded by push
             new[mine] = tokens[start : start + len(mine)]
-            if r.steps.push(new):
+            ended = r.steps.push(new)
+            if self.repeats is not None:
+                last.extend(r.steps.seq[mine, -1].tolist())
+            if ended:
                 out[id(r)] = r.steps.seq
             else:
                 stay = ~r.steps.padded()[mine] if self.stacked else torch.ones_like(mine, dtype=torch.bool)
@@ -424,7 +460,9 @@ class _Group:
                 self.held[id(r)] = mine[stay]
             start += len(mine)
         self.live = [r for r in self.live if id(r) not in out]
-        if self.live and len(keep) < tokens.shape[0]:
+        if self.repeats is not None and self.live:
+            self.repeats.step(last, keep, self.cache)
+        elif self.live and len(keep) < tokens.shape[0]:
             self.cache.batch_select_indices(torch.tensor(keep, device=tokens.device))
 
 
@@ -458,13 +496,13 @@ def _decode(model: Any, groups: list[_Group], mask: "torch.Tensor") -> dict[int,
                 hidden = []
                 with _headless(model, True):  # each forward hands back its hidden states
                     for g, (tokens, rows_mask) in zip(live, fed):
-                        with apply_pop(model, g.under):
+                        with apply_pop(model, g.under), _computing(model, g):
                             hidden.append(decode_forward(model, tokens, rows_mask, g.cache)[:, -1])
                 picked = _picks(model, torch.cat(hidden, dim=0), few)  # (R,)
             else:
                 parts = []
                 for g, (tokens, rows_mask) in zip(live, fed):
-                    with apply_pop(model, g.under):
+                    with apply_pop(model, g.under), _computing(model, g):
                         parts.append(decode_forward(model, tokens, rows_mask, g.cache))
                 picked = greedy_pick(torch.cat(parts, dim=0)[:, -1])  # (R,)
             start = 0
@@ -472,3 +510,11 @@ def _decode(model: Any, groups: list[_Group], mask: "torch.Tensor") -> dict[int,
                 g.take(picked[start : start + tokens.shape[0]], out)
                 start += tokens.shape[0]
     return out
+
+
+def _computing(model: Any, group: _Group) -> contextlib.AbstractContextManager[None]:
+    """Around a group's forward: its repeated rows computed once below their blocks (:mod:`poptune.engine.
+    repeats`), where it has any."""
+    from poptune.engine.pop import decoder_of
+
+    return contextlib.nullcontext() if group.repeats is None else group.repeats.computing(decoder_of(model))

@@ -166,6 +166,73 @@ def test_the_trunk_decodes_its_generations_together_and_the_comparison_has_teeth
     assert not torch.equal(sabotaged[configs[0]], outs[configs[0]])
 
 
+def _watched(monkeypatch, kind=None):
+    """The stacks' :class:`~poptune.engine.repeats.Repeats`, made as ``kind`` (default: the real one)."""
+    from poptune.engine.repeats import Repeats
+
+    made = []
+    real = (kind or Repeats).of
+
+    def of(*args):
+        made.append(real(*args))
+        return made[-1]
+
+    monkeypatch.setattr(joint.Repeats, "of", staticmethod(of))
+    return made
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3", "tiny-gemma3"])
+@pytest.mark.parametrize("stopping", [False, True])
+def test_rows_that_repeat_the_full_models_are_computed_once_below_their_blocks(shared, monkeypatch, name, stopping):
+    """Rows whose answer so far is the full model's take its outputs below their blocks, rows that leave it are
+    given its K/V there and computed from then on (both happen on the tiny Llama and Gemma-3), and every answer is
+    its ``generate``'s; with
+    rows and configurations ending apart too (the rows leave every layer's cache)."""
+    model, tok = shared(name)
+    inputs = _inputs(tok)
+    made = _watched(monkeypatch)
+    kwargs = {}
+    if stopping:
+        rows, n = inputs["input_ids"].shape
+        frequent = int(_alone(model, inputs, PopConfig(skip=0))[0, n + 2])
+        kwargs = {"stopping": lambda: StoppingCriteriaList([StopAfter(frequent, n, rows)]), "eos_token_id": frequent}
+    together = _together(model, inputs, **kwargs)
+    for config, out in zip(CONFIGS, together):
+        assert torch.equal(out, _alone(model, inputs, config, **kwargs)), config
+    assert len(made) == 1 and made[0].skipped > 0
+    assert made[0].copied > 0 or name == "tiny-qwen3"  # its repeating rows keep the full model's answers to the end
+
+
+def test_a_row_that_left_the_full_models_answer_but_is_still_served_its_outputs_is_caught(shared, monkeypatch):
+    """The equality above has teeth: rows told that every token is their twin's keep taking its outputs below their
+    blocks after their answers part, and answers change."""
+    from poptune.engine.repeats import Repeats
+
+    class Blind(Repeats):
+        def step(self, last, keep, cache):
+            super().step([0] * len(last), keep, cache)
+
+    model, tok = shared("tiny-llama")
+    inputs = _inputs(tok)
+    right = _together(model, inputs)
+    made = _watched(monkeypatch, Blind)
+    wrong = _together(model, inputs)
+    assert made and made[0].skipped > 0
+    assert any(not torch.equal(w, r) for w, r in zip(wrong, right))
+
+
+def test_no_row_repeats_where_the_full_model_is_not_stacked(shared, monkeypatch):
+    model, tok = shared("tiny-gemma3")
+    inputs = _inputs(tok)
+    made = _watched(monkeypatch)
+    configs = CONFIGS[1:]
+    with torch.inference_mode():
+        together = generate_together(model, inputs, configs, do_sample=False, max_new_tokens=NEW, pad_token_id=0)
+    assert made == [None]
+    for config, out in zip(configs, together):
+        assert torch.equal(out, _alone(model, inputs, config)), config
+
+
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
 @pytest.mark.parametrize("chunk", [None, 16])
 def test_the_layers_before_the_block_copied_from_the_full_models_cache_change_nothing(shared, name, chunk):
