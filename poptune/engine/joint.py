@@ -12,11 +12,11 @@ prompts' last hidden states of all of them through the LM head as one batch for 
 logits are just the head's); then the stacked rows step together at full depth
 (:func:`poptune.engine.greedy.decode_forward`), every configuration's accounts kept as ``generate`` keeps them
 (:class:`poptune.engine.greedy.Steps`: its own stopping criteria, pads after EOS, its own stop). A configuration
-that has stopped leaves the batch. Where the full model is stacked too, a row whose answer so far is the full model's
-is computed once with it in the layers below its block (:mod:`poptune.engine.repeats`). The sequences are ``generate``'s: bit for bit in bfloat16 on a CPU, where a
-product over many rows would round a few of them another way and the stack's products are taken so that every
-row gets a lone row's sums (:func:`_exact_rows`); up to float rounding in float32 and on CUDA (a matrix product
-over more rows may sum in another order there).
+that has stopped leaves the batch. Where the full model is stacked too, a row whose answer so far is the full
+model's is computed once with it in the layers below its block (:mod:`poptune.engine.repeats`). The sequences are
+``generate``'s: bit for bit in bfloat16 on a CPU, where a product over many rows would round a few of them another
+way and the stack's products are taken so that every row gets a lone row's sums (:func:`_exact_rows`); up to float
+rounding in float32 and on CUDA (a matrix product over more rows may sum in another order there).
 
 Only what :func:`~poptune.engine.greedy.replayable` accepts (greedy, no logits processors, text prompts) is
 stacked; a configuration whose cache cannot be stacked (a compact cache that dropped tokens: the anchor K/V

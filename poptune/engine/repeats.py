@@ -106,6 +106,7 @@ class Repeats:
         import torch
 
         kept = set(keep)
+        copied = self.copied
         for s in keep:
             twin = self.twins[s]
             if twin is not None and (twin not in kept or last[s] != last[twin]):
@@ -114,6 +115,8 @@ class Repeats:
                     self.order[j].append(s)
                 self.twins[s] = None
                 self.copied += 1
+        if self.copied == copied and len(keep) == len(self.starts):
+            return  # nothing changed: every layer computes the rows it did
         renumber = {s: i for i, s in enumerate(keep)}
         for j, order in enumerate(self.order):
             staying = [i for i, s in enumerate(order) if s in kept]
