@@ -23,6 +23,9 @@ Usage::
     python benchmarks/bench_item_cost.py --model llama-3.1 --weights random --device cuda   # a GPU's figure
 
 Random weights give meaningless answers at the real architecture's cost: the ways still have to agree.
+``--parts`` runs the many-configuration scenario's after way once more per chunk, its parts timed (the full model's
+prefill, the configurations' own, the stacked decode's forwards and token picks, the caches' stacking) and the
+stacks' row-layers counted, those taken from repeated rows among them: where an item's time goes.
 
 Writes ``leaderboards/item-cost-<model>-<hardware>.md`` (or ``--out``).
 """
@@ -30,6 +33,7 @@ Writes ``leaderboards/item-cost-<model>-<hardware>.md`` (or ``--out``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -79,6 +83,71 @@ def _ways(model, tok, spec, configs, full_cached: bool) -> dict:
             "full model alone": full_alone}
 
 
+def _parts(model, tok, spec, configs) -> dict[str, float]:
+    """The after way once more, its seconds by part: the stacked path's functions (``poptune.engine.joint``) timed
+    by wrapping them, and its stacks' row-layers, those computed once for rows that repeat the full model's
+    (``poptune.engine.repeats``) among them."""
+    from collections import defaultdict
+    from unittest import mock
+
+    from poptune.engine import joint
+    from poptune.engine.pop import get_pop_config
+
+    seconds: dict[str, float] = defaultdict(float)
+    made = []
+
+    def full(args):
+        config = get_pop_config(args[0])
+        return config is None or config.skip == 0
+
+    parts = {"plain_generate": lambda a: "prefills: the full model's" if full(a) else "prefills: the configurations'",
+             "decode_forward": lambda a: "decode steps: the stack" if full(a) else "decode steps: beside the stack",
+             "_picks": lambda a: "decode steps: tokens picked (LM head)", "_stacked": lambda a: "caches stacked"}
+
+    def timed(name, label):
+        real = getattr(joint, name)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                seconds[label(args)] += time.perf_counter() - start
+        return wrapper
+
+    real_of = joint.Repeats.of
+
+    def of(*args):
+        made.append(real_of(*args))
+        return made[-1]
+
+    with contextlib.ExitStack() as stack:
+        for name, label in parts.items():
+            stack.enter_context(mock.patch.object(joint, name, timed(name, label)))
+        stack.enter_context(mock.patch.object(joint.Repeats, "of", staticmethod(of)))
+        start = time.perf_counter()
+        _ways(model, tok, spec, configs, False)["after"]()
+        wall = time.perf_counter() - start
+    seconds["everything else (scoring, bookkeeping)"] = wall - sum(seconds.values())
+    seconds["row-layers not computed"] = sum(r.skipped for r in made if r)
+    seconds["row-layers"] = sum(r.total for r in made if r)
+    return seconds
+
+
+def _where(pack: str, label: str, items: int, parts: dict[str, float]) -> str:
+    """Where the after way's time went (``--parts``), a paragraph and a table."""
+    skipped = int(parts.pop("row-layers not computed"))
+    computed = int(parts.pop("row-layers")) - skipped
+    total = sum(parts.values())
+    lines = [f"Where the after way's time goes ({pack}, {label}; the way run once more per chunk, its parts timed by "
+             f"wrapping `poptune.engine.joint`'s functions: {total / items:.3f} s/item): the stacks computed "
+             f"{computed:,} row-layers and took {skipped:,} from the full model's rows they repeat "
+             f"({skipped / max(computed + skipped, 1):.0%}; `poptune/engine/repeats.py`).", "",
+             "| part | s/item | share |", "| --- | ---: | ---: |"]
+    lines += [f"| {name} | {seconds / items:.3f} | {seconds / total:.0%} |" for name, seconds in sorted(parts.items())]
+    return "\n".join([*lines, ""])
+
+
 def _chunk(model, tok, spec, configs, cached, flip):
     ways = _ways(model, tok, spec, configs, cached)
     names = list(ways)[::-1] if flip else list(ways)
@@ -100,7 +169,7 @@ def _spec(tasks, data_dir, chosen):
                     seed=0).with_samples(chosen)
 
 
-def _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_dir, warmup=False):
+def _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_dir, warmup=False, parts=None):
     limit = getattr(model.config, "max_position_embeddings", None)
     work = build_workload(tok, tasks, data_dir=data_dir, cap=32 + per_chunk * chunks, synthetic_lengths=(512,),
                           max_positions=limit, seed=0)
@@ -114,6 +183,9 @@ def _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_
         chosen = {t: work.order[t][32 + k * per_chunk: 32 + (k + 1) * per_chunk] for t in tasks}
         spec = _spec(tasks, data_dir, chosen)
         times = _chunk(model, tok, spec, configs, cached, flip=k % 2 == 1)
+        if parts is not None:
+            for name, value in _parts(model, tok, spec, configs).items():
+                parts[name] = parts.get(name, 0.0) + value
         n = sum(map(len, chosen.values()))
         items += n
         for name, seconds in times.items():
@@ -138,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weights", default="pretrained", choices=("pretrained", "random"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", help="default: the device's native precision (poptune.load_model)")
+    parser.add_argument("--parts", action="store_true",
+                        help="also run the many-configuration after way once more per chunk, timed by part")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     model, tok = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
@@ -147,14 +221,17 @@ def main(argv: list[str] | None = None) -> int:
         packs.append(("long prompts", ("longctx_squad", "longctx_qasper"), Path(args.data_dir), args.long_per_chunk,
                       args.long_chunks))
     many = args.configs.split(",")
-    rows = []
+    rows, where = [], []
     began = time.perf_counter()
     for pack, tasks, data_dir, per_chunk, chunks in packs:
         for label, configs, cached in ((f"full + 1 candidate ({args.candidate})", [_config(args.candidate)], True),
                                        (f"full + {len(many)} configurations", [_config(c) for c in many], False)):
             print(f"{pack}: {label}", file=sys.stderr, flush=True)
+            parts = {} if args.parts and not cached else None
             items, totals, ratios = _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_dir,
-                                              warmup=model.device.type == "cuda")
+                                              warmup=model.device.type == "cuda", parts=parts)
+            if parts:
+                where.append(_where(pack, label, items, parts))
             for way in [w for w in totals if w != "before"]:
                 per = ratios[way]
                 rows.append(f"| {pack} | {label} | {way} | {items} | {totals['before'] / items:.3f} | "
@@ -183,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "| workload | scored | way | items | before s/item | s/item | before/way (sums) | per chunk: median [range] |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
-        *rows, "",
+        *rows, "", *where,
         "Targets (issue 56): >= 1.6x for one candidate with nothing cached; cached within 10% of 1 + the "
         "candidate's prefill speedup (about 2.2x for 5/window-64/0); >= 4x for 8 configurations.",
         "",

@@ -47,7 +47,7 @@ class Repeats:
     def __init__(self, starts: list[int], twins: list[int | None], layers: int, device: Any) -> None:
         self.starts, self.twins, self.device = starts, twins, device
         self.order = [[s for s in range(len(starts)) if self._computes(s, j)] for j in range(layers)]
-        self.copied = self.skipped = 0  # rows copied when they left their twin; row-layers not computed
+        self.copied = self.skipped = self.total = 0  # rows that left their twin; row-layers not computed, in all
         self._index()
 
     @classmethod
@@ -91,6 +91,7 @@ class Repeats:
         """While held, each of ``decoder``'s layers that skips rows computes only its own and hands every row its
         output."""
         self.skipped += sum(len(self.starts) - len(order) for order in self.order)
+        self.total += len(self.starts) * len(self.order)
         patches = [Patch(decoder.layers[j], functools.partial(_layer, rows=rows[0], sources=rows[1]))
                    for j, rows in enumerate(self.layers) if rows is not None]
         try:

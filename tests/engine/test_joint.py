@@ -199,7 +199,7 @@ def test_rows_that_repeat_the_full_models_are_computed_once_below_their_blocks(s
     together = _together(model, inputs, **kwargs)
     for config, out in zip(CONFIGS, together):
         assert torch.equal(out, _alone(model, inputs, config, **kwargs)), config
-    assert len(made) == 1 and made[0].skipped > 0
+    assert len(made) == 1 and 0 < made[0].skipped < made[0].total
     assert made[0].copied > 0 or name == "tiny-qwen3"  # its repeating rows keep the full model's answers to the end
 
 
