@@ -104,8 +104,8 @@ def _parts(model, tok, spec, configs) -> dict[str, float]:
              "decode_forward": lambda a: "decode steps: the stack" if full(a) else "decode steps: beside the stack",
              "_picks": lambda a: "decode steps: tokens picked (LM head)", "_stacked": lambda a: "caches stacked"}
 
-    def timed(name, label):
-        real = getattr(joint, name)
+    def timed(name, label, owner=joint):
+        real = getattr(owner, name)
 
         def wrapper(*args, **kwargs):
             start = time.perf_counter()
@@ -125,10 +125,15 @@ def _parts(model, tok, spec, configs) -> dict[str, float]:
         for name, label in parts.items():
             stack.enter_context(mock.patch.object(joint, name, timed(name, label)))
         stack.enter_context(mock.patch.object(joint.Repeats, "of", staticmethod(of)))
+        stack.enter_context(mock.patch.object(joint, "generate_together", timed("generate_together", lambda a: "g")))
+        stack.enter_context(mock.patch.object(SharedTrunk, "run", timed("run", lambda a: "t", SharedTrunk)))
         start = time.perf_counter()
         _ways(model, tok, spec, configs, False)["after"]()
         wall = time.perf_counter() - start
-    seconds["everything else (scoring, bookkeeping)"] = wall - sum(seconds.values())
+    scored = seconds.pop("t") - seconds.pop("g")  # the trunk's batches that are not greedy generations
+    inside = sum(seconds.values())
+    seconds["log-likelihood forwards (multiple choice: the full model's, each configuration's)"] = scored
+    seconds["everything else (lm-eval, scoring, bookkeeping)"] = wall - inside - scored
     seconds["row-layers not computed"] = sum(r.skipped for r in made if r)
     seconds["row-layers"] = sum(r.total for r in made if r)
     return seconds
