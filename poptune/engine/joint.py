@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig, apply_pop
 from poptune.engine.greedy import Steps, decode_forward, eos_ids, greedy_pick, replayable
-from poptune.engine.prefix import attached_states
+from poptune.engine.prefix import lend_whole
 from poptune.engine.repeats import Repeats
 from poptune.engine.segments import generate as plain_generate
 from poptune.patching import Patch
@@ -142,7 +142,6 @@ def generate_together(model: Any, inputs: dict[str, Any], configs: Sequence[PopC
     if pad is None and eos:
         return None  # generate would pad finished rows with an EOS token and warn: leave that to it
     prompt = {"input_ids": ids, "attention_mask": mask}
-    states = attached_states(model)
     shares = _shares_head(model)
     done: dict[int, torch.Tensor] = {}
     prefilled: list[tuple[int, _Row, torch.Tensor]] = []  # each with its prompt's last hidden states or first token
@@ -151,8 +150,7 @@ def generate_together(model: Any, inputs: dict[str, Any], configs: Sequence[PopC
         with apply_pop(model, config), _headless(model, shares):
             first = plain_generate(model, prompt, chunk=chunk, max_length=n + 1, return_dict_in_generate=True,
                                    output_logits=shares, **kwargs)
-        if config.skip == 0 and states is not None and (chunk is None or chunk >= n):
-            states.lend(first.cache)  # the layers before every block: the full model's K/V, copied
+            lend_whole(model, first.cache, chunk, n)  # the layers before every block: the full model's K/V, copied
         row = _Row(config, Steps(ids, max_length, eos, int(pad or 0), stopping() if stopping else None), first.cache)
         prefilled.append((i, row, first.logits[-1] if shares else first.sequences[:, n]))
         held += _bytes(row.cache)

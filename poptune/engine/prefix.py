@@ -80,6 +80,20 @@ def attached_states(model: "nn.Module") -> "PrefixStates | None":
     return getattr(decoder_of(model), _ATTR, None)
 
 
+def lend_whole(model: "nn.Module", cache: Any, chunk: int | None, tokens: int) -> None:
+    """Where ``model`` runs without POP (or skip 0) with states attached and has just prefilled a whole prompt of
+    ``tokens`` (not chunks of it) into ``cache``, lend that cache to the replays of the batch
+    (:meth:`PrefixStates.lend`): a shared trunk's configurations then copy the layers before their blocks' K/V
+    instead of recomputing them, for greedy generations (:mod:`poptune.engine.joint`) and scored continuations
+    (:mod:`poptune.evaluate.scoring`) alike."""
+    from poptune.engine.pop import get_pop_config
+
+    states = attached_states(model)
+    config = get_pop_config(model)
+    if states is not None and (config is None or config.skip == 0) and (chunk is None or chunk >= tokens):
+        states.lend(cache)
+
+
 class PrefixStates:
     """Layer inputs of prefilled prompts, recorded from the full model and replayed under POP.
 

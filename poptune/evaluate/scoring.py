@@ -17,6 +17,7 @@ import torch
 
 from poptune.engine import stage
 from poptune.engine.greedy import greedy_pick
+from poptune.engine.prefix import lend_whole
 from poptune.engine.segments import prefill_prompt
 from poptune.models.vision import decode_position_ids
 
@@ -74,6 +75,7 @@ def iter_logprobs(
     device = next(model.parameters()).device
     ids, mask = _left_pad(keys, pad_id, device)
     out = prefill_prompt(model, {"input_ids": ids, "attention_mask": mask}, chunk=prefill_chunk)
+    lend_whole(model, out.cache, prefill_chunk, ids.shape[1])  # a trunk's configurations copy its layers' K/V
     first = torch.log_softmax(out.logits[:, -1].float(), dim=-1)  # (B, V)
     longer = []
     for i, (ctx, cont) in enumerate(zip(contexts, continuations)):

@@ -125,14 +125,22 @@ def _requests():
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
-def test_likelihoods_with_a_shared_trunk_equal_the_engine(shared, name):
+def test_likelihoods_with_a_shared_trunk_equal_the_engine(shared, monkeypatch, name):
+    """The configurations' prefills replay the layers before their blocks, those layers' K/V copied from the full
+    model's cache (lent by its scoring), and every likelihood is the engine's."""
+    from poptune.engine.prefix import PrefixStates
+
     model, tok = shared(name)
     contexts, continuations = _requests()
     alone = {c: _loglikelihoods(model, tok, c, contexts, continuations) for c in [PopConfig(skip=0), *CONFIGS]}
+    made = []
+    real = PrefixStates.__init__
+    monkeypatch.setattr(PrefixStates, "__init__", lambda self, *a, **k: (real(self, *a, **k), made.append(self))[0])
     trunk = SharedTrunk(CONFIGS)
     with trunk.attached(model):
         together = {c: _loglikelihoods(model, tok, c, contexts, continuations) for c in [PopConfig(skip=0), *CONFIGS]}
     assert trunk.led == 1 and trunk.served == len(CONFIGS)
+    assert sum(s.copied for s in made) > 0
     for config in alone:
         assert [g for _, g in together[config]] == [g for _, g in alone[config]], config
         assert max(abs(a - b) for (a, _), (b, _) in zip(together[config], alone[config])) <= 1e-4, config
