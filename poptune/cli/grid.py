@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from poptune.cli._args import LibraryDefault, add_model, add_preset, add_problem, add_storage, problem
-from poptune.cli._checks import finite
+from poptune.cli._checks import finite, positive
 
 
 def register(sub: Any) -> None:
@@ -31,6 +31,11 @@ def register(sub: Any) -> None:
     parser.add_argument("--out", default=LibraryDefault("poptune.tune.gridstudy:GridSpec.out"),
                         help="folder of the table, its README and (by default) the grid's journal file (default: "
                              "%(default)s/ of the current directory)")
+    parser.add_argument("--batch", type=positive, default=LibraryDefault("poptune.tune.gridstudy:GridSpec.batch"),
+                        metavar="CONFIGURATIONS",
+                        help="configurations measured at a time, their accuracy raced together: each batch of items "
+                        "is scored in one pass for all of them, the same measurements (default: %(default)s; a "
+                        "GPU's decode steps cost about the same for many rows as for few)")
     parser.add_argument("--table-only", action="store_true",
                         help="write the table and its README from the stored grid, measuring nothing")
     parser.set_defaults(run=run)
@@ -66,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"`--timeout` must be positive seconds, got {args.timeout:g}")
 
     spec = GridSpec(problem=problem(args), out=args.out, storage=args.storage, study=args.study,
-                    timeout=args.timeout, confirm=not args.no_confirm, table_only=args.table_only)
+                    timeout=args.timeout, confirm=not args.no_confirm, table_only=args.table_only, batch=args.batch)
     storage = storage_of(spec)
     progress: list[Any] = []
 

@@ -95,7 +95,7 @@ def _num_layers(problem: TuningProblem, storage: str, study: str | None) -> tupl
 
 def measure_grid(problem: TuningProblem, storage: str, *, study: str | None = None, timeout: float | None = None,
                  confirm: bool = True, callbacks: Sequence[Callable[..., None]] = (),
-                 announce: Callable[[int, int], None] | None = None) -> optuna.Study:
+                 announce: Callable[[int, int], None] | None = None, batch: int = 1) -> optuna.Study:
     """Run (or continue) the grid study of ``problem`` in ``storage``; returns it.
 
     Args:
@@ -106,6 +106,7 @@ def measure_grid(problem: TuningProblem, storage: str, *, study: str | None = No
         confirm: Run the A/A checks, re-measure noisy trials and confirm the front.
         callbacks: Optuna trial callbacks (progress lines).
         announce: Told ``(configurations, layers)`` once they are known, before the first trial.
+        batch: Configurations measured at a time, their accuracy raced together (``StudySpec.batch``).
     """
     import optuna
 
@@ -118,7 +119,7 @@ def measure_grid(problem: TuningProblem, storage: str, *, study: str | None = No
     num_layers, evaluator = _num_layers(problem, storage, study)
     total = len(all_configs(num_layers, problem.kv))
     spec = StudySpec(problem=problem, trials=total, sampler="grid", storage=storage, study=study,
-                     seed=problem.seed, timeout=timeout, confirm=confirm, sole_worker=True)
+                     seed=problem.seed, timeout=timeout, confirm=confirm, sole_worker=True, batch=batch)
     if announce is not None:
         announce(total, num_layers)
     return run_study(spec, evaluator=evaluator, callbacks=list(callbacks))
@@ -136,6 +137,8 @@ class GridSpec:
         timeout: Stop starting trials after this many seconds (resume later).
         confirm: Run the A/A checks, re-time noisy trials and confirm the front (``--no-confirm``: not).
         table_only: Write the table and README from the stored grid, measuring nothing.
+        batch: Configurations measured at a time, their accuracy raced together: each batch of items scored in
+            one pass for all of them (``poptune study --batch``); the same measurements.
     """
 
     problem: TuningProblem
@@ -145,6 +148,7 @@ class GridSpec:
     timeout: float | None = None
     confirm: bool = True
     table_only: bool = False
+    batch: int = 1
 
 
 def storage_of(spec: GridSpec) -> str:
@@ -177,7 +181,7 @@ def grid_study(spec: GridSpec, *, callbacks: Sequence[Callable[..., None]] = (),
     if spec.table_only:
         return stored_grid(spec.problem, storage, spec.study)
     return measure_grid(spec.problem, storage, study=spec.study, timeout=spec.timeout, confirm=spec.confirm,
-                        callbacks=callbacks, announce=announce)
+                        callbacks=callbacks, announce=announce, batch=spec.batch)
 
 
 def replay_grid(storage: str | None, *, model: str, tasks: tuple[str, ...], limit: int, lengths: tuple[int, ...],

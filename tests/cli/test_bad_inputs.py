@@ -182,7 +182,7 @@ def test_a_data_directory_that_is_a_file(capsys, scratch, no_work):
 
 
 @pytest.mark.parametrize("argv", [["leaderboard", "--seeds", "0"], [*STUDY, "--heartbeat", "0"],
-                                  [*STUDY, "--batch", "0"]])
+                                  [*STUDY, "--batch", "0"], ["grid", "--model", "tiny-llama", "--batch", "0"]])
 def test_counts_below_one(capsys, scratch, no_work, argv):
     line = _refused(capsys, scratch, *argv)
     assert "must be an integer in [1, 1,000,000], got 0" in line

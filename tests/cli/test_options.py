@@ -111,6 +111,7 @@ def _library() -> dict[tuple[str, str], object]:
                  ("importance", "samples"): imp.samples, ("importance", "length"): imp.prompt_tokens,
                  ("importance", "new_tokens"): imp.new_tokens, ("importance", "batch_size"): imp.batch_size,
                  ("importance", "seed"): imp.seed, ("grid", "out"): GridSpec(problem=problem).out,
+                 ("grid", "batch"): GridSpec(problem=problem).batch,
                  ("compare", "profiles"): PROFILES}
     return expected
 

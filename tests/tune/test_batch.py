@@ -125,3 +125,24 @@ def test_a_batched_trial_says_its_own_seconds(problem, tmp_path):
     own = [store.StoredTrial.of(t).seconds for t in batched]
     assert all(s > 0 for s in own) and sum(own) <= span.total_seconds() + 1.0
     assert "seconds" not in store.StoredTrial.of(batched[0]).info()  # an answer from storage times itself
+
+
+def test_poptune_grid_batch_reaches_the_grid_study(problem, tmp_path, monkeypatch):
+    """``poptune grid --batch K`` measures the grid K configurations at a time (the grid study's ``batch``)."""
+    from poptune.cli import main
+    from poptune.tune import study as study_module
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def measured(spec, **kwargs):
+        seen.append((spec.sampler, spec.batch))
+        raise Stop
+
+    monkeypatch.setattr(study_module, "run_study", measured)
+    with pytest.raises(Stop):
+        main(["grid", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "260",
+              "--out", str(tmp_path), "--batch", "3"])
+    assert seen == [("grid", 3)]
