@@ -24,8 +24,9 @@ Usage::
 
 Random weights give meaningless answers at the real architecture's cost: the ways still have to agree.
 ``--parts`` runs the many-configuration scenario's after way once more per chunk, its parts timed (the full model's
-prefill, the configurations' own, the stacked decode's forwards and token picks, the caches' stacking) and the
-stacks' row-layers counted, those taken from repeated rows among them: where an item's time goes.
+prefill, the configurations' own, the stacked decode's forwards and token picks, the caches' stacking, the trunk's
+log-likelihood forwards; on a GPU each part synchronized before it is read) and the stacks' row-layers counted,
+those taken from repeated rows among them: where an item's time goes.
 
 Writes ``leaderboards/item-cost-<model>-<hardware>.md`` (or ``--out``).
 """
@@ -90,11 +91,14 @@ def _parts(model, tok, spec, configs) -> dict[str, float]:
     from collections import defaultdict
     from unittest import mock
 
+    import torch
+
     from poptune.engine import joint
     from poptune.engine.pop import get_pop_config
 
     seconds: dict[str, float] = defaultdict(float)
     made = []
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
 
     def full(args):
         config = get_pop_config(args[0])
@@ -108,10 +112,12 @@ def _parts(model, tok, spec, configs) -> dict[str, float]:
         real = getattr(owner, name)
 
         def wrapper(*args, **kwargs):
+            sync()
             start = time.perf_counter()
             try:
                 return real(*args, **kwargs)
             finally:
+                sync()
                 seconds[label(args)] += time.perf_counter() - start
         return wrapper
 
