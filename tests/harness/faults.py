@@ -152,8 +152,12 @@ def two_processes_fault(folder: Path) -> dict:
     argv = [*STUDY, "--trials", "3", "--storage", f"sqlite:///{db}"]
     first = start(argv, folder)
     wait_mid_trial(first, db, complete=0)
+    first.send_signal(signal.SIGSTOP)  # it keeps its lock and cannot finish before the second starts
     started = time.monotonic()
-    code, err = run(argv, folder)
+    try:
+        code, err = run(argv, folder)
+    finally:
+        first.send_signal(signal.SIGCONT)
     seconds = time.monotonic() - started
     first.communicate(timeout=900)
     configs = measured_configs(db)

@@ -66,7 +66,13 @@ def test_a_second_process_on_one_sqlite_study_is_refused(tmp_path):
     argv = [*faults.STUDY, "--trials", "3", "--storage", f"sqlite:///{db}"]
     first = faults.start(argv, tmp_path)
     faults.wait_mid_trial(first, db, complete=0)
-    code, err = faults.run(argv, tmp_path)
+    # Stopped, the first keeps its lock (a flock goes only with the process) and cannot finish its few seconds of work
+    # before the second has started: without this the two raced (the first, done, let the second resume the study).
+    first.send_signal(signal.SIGSTOP)
+    try:
+        code, err = faults.run(argv, tmp_path)
+    finally:
+        first.send_signal(signal.SIGCONT)
     assert code == 2 and len(err.splitlines()) == 1
     assert "another process is running a study" in err and "journal:PATH" in err and "postgresql://" in err
     first.communicate(timeout=900)
