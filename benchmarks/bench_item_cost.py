@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, configs, cached in ((f"full + 1 candidate ({args.candidate})", [_config(args.candidate)], True),
                                        (f"full + {len(many)} configurations", [_config(c) for c in many], False)):
             print(f"{pack}: {label}", file=sys.stderr, flush=True)
-            parts = {} if args.parts and not cached else None
+            parts = {} if args.parts and not cached else None  # the many-configuration scenario's
             items, totals, ratios = _scenario(model, tok, args, tasks, configs, cached, per_chunk, chunks, data_dir,
                                               warmup=model.device.type == "cuda", parts=parts)
             if parts:

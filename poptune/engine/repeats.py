@@ -54,7 +54,7 @@ class Repeats:
     def of(cls, configs: Sequence[Any], last: Sequence["torch.Tensor"], layers: int) -> "Repeats | None":
         """For stacked configurations (``last``: each one's tokens so far, last column, one per prompt row);
         None where no row can repeat (no full model among them)."""
-        full = next((k for k, c in enumerate(configs) if c.skip == 0 and c.layers is None), None)
+        full = next((k for k, c in enumerate(configs) if c.skip == 0), None)
         if full is None or len(configs) < 2:
             return None
         rows = len(last[0])
@@ -62,7 +62,8 @@ class Repeats:
         twins: list[int | None] = []
         ends = [t.tolist() for t in last]
         for k, config in enumerate(configs):
-            start = 0 if k == full else min(config.skipped_layers(layers))
+            skipped = config.skipped_layers(layers)
+            start = min(skipped) if k != full and skipped else 0  # a configuration that skips nothing: no twin
             for p in range(rows):
                 starts.append(start)
                 same = k != full and start > 0 and ends[k][p] == ends[full][p]

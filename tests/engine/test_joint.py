@@ -221,6 +221,17 @@ def test_a_row_that_left_the_full_models_answer_but_is_still_served_its_outputs_
     assert any(not torch.equal(w, r) for w, r in zip(wrong, right))
 
 
+def test_a_configuration_that_skips_no_layer_beside_the_full_model_is_stacked_as_it(shared):
+    """``PopConfig(skip=0, layers=())`` skips nothing: no block, so no layers below one to repeat."""
+    model, tok = shared("tiny-llama")
+    inputs = _inputs(tok)
+    configs = [PopConfig(skip=0), PopConfig(skip=0, layers=()), PopConfig(skip=3)]
+    with torch.inference_mode():
+        together = generate_together(model, inputs, configs, do_sample=False, max_new_tokens=NEW, pad_token_id=0)
+    for config, out in zip(configs, together):
+        assert torch.equal(out, _alone(model, inputs, config)), config
+
+
 def test_no_row_repeats_where_the_full_model_is_not_stacked(shared, monkeypatch):
     model, tok = shared("tiny-gemma3")
     inputs = _inputs(tok)
