@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["ModelSpec", "resolve_model", "load_model", "load_tokenizer", "max_positions", "model_names",
-           "weights_fingerprint"]
+           "weights_fingerprint", "directory_fingerprint"]
 
 log = logging.getLogger(__name__)
 
@@ -223,10 +223,20 @@ def weights_fingerprint(name: str, weights: str = "pretrained") -> str:
         config = configs.tiny_config(spec.name) or configs.full_config(spec.name) or {"path": spec.path}
         digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         return f"random-seed0-config-{digest}"
-    directory = Path(_pretrained_dir(spec))
-    if spec.source == "embedded":
-        marker = json.loads((directory / "poptune-cache.json").read_text())
-        return f"gguf-sha256-{marker['gguf_sha256']}"
+    return directory_fingerprint(_pretrained_dir(spec))
+
+
+def directory_fingerprint(directory: "str | Path") -> str:
+    """The weights fingerprint of a model directory (what :func:`weights_fingerprint` records for a name that
+    loads it): the embedded model's cache folder, its GGUF's sha256; any other, a hash of ``config.json`` and of
+    the weight files' names and sizes. Serving runtimes check an exported configuration with it."""
+    import hashlib
+    import json
+
+    directory = Path(directory)
+    marker = directory / "poptune-cache.json"
+    if marker.is_file():
+        return f"gguf-sha256-{json.loads(marker.read_text())['gguf_sha256']}"
     files = hashlib.sha256((directory / "config.json").read_bytes())
     for path in sorted(directory.glob("*.safetensors")):
         files.update(f"{path.name}:{path.stat().st_size}".encode())

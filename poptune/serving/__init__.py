@@ -1,0 +1,3 @@
+"""POP where models are served: poptune's vLLM plugin (``vllm_plugin``, ``vllm_pop``, applied inside vLLM's own
+processes) and the worker a poptune process drives vLLM through (``vllm_worker``, run in vLLM's environment).
+Nothing here is imported by ``import poptune``."""
