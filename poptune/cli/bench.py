@@ -61,8 +61,33 @@ def register(sub: Any) -> None:
     parser.add_argument("--energy-seconds", type=finite, default=LibraryDefault(SPEC + "energy_seconds"),
                         help="per row and side, an energy block of at least this long for joules per prefill "
                              "(0: none; else >= 1; needs NVML, else the row says why) (default: %(default)s)")
+    parser.add_argument("--runtime", choices=("hf", "vllm"), default="hf",
+                        help="where POP runs: poptune's engine on the Hugging Face model (default), or vLLM with "
+                             "poptune's plugin (its own environment, docs/serving.md; text prompts, prefill only)")
     add_output(parser, "the result, with the hardware record,")
     parser.set_defaults(run=run)
+
+
+def _vllm_result(args: argparse.Namespace, config: Any, spec: Any, progress: Any) -> Any:
+    """The run through vLLM: the model's directory (the embedded model's cache folder, or a local one)."""
+    from poptune.errors import ConfigError
+    from poptune.measure.vllm_bench import run_vllm_bench
+    from poptune.models import load_tokenizer, resolve_model
+
+    model = resolve_model(args.model)
+    if model.source == "embedded":
+        from poptune.models.embedded import embedded_model_dir
+
+        directory = str(embedded_model_dir())
+    elif model.source == "local" and model.path is not None:
+        directory = model.path
+    else:
+        raise ConfigError(f"--runtime vllm loads a model directory (the embedded gemma-3 or a local one), not "
+                          f"{args.model!r}")
+    if args.device not in (None, "cpu") or args.weights != "pretrained":
+        raise ConfigError("--runtime vllm runs vLLM's CPU build on the pretrained weights here (docs/serving.md)")
+    return run_vllm_bench(directory, load_tokenizer(args.model), config, spec, model_name=args.model,
+                          progress=progress)
 
 
 def _ready(model: Any, tokenizer: Any, config: Any, args: argparse.Namespace, spec: Any) -> Any:
@@ -87,6 +112,8 @@ def _prompt_lengths(model: Any, tokenizer: Any, path: str, spec: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from poptune.errors import ConfigError
     from poptune.measure import RepeatPolicy
     from poptune.measure.bench import BenchSpec, run_bench
@@ -117,12 +144,8 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from poptune.engine import decoder_of
-    from poptune.models import load_model
-
-    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
-    config.check(len(decoder_of(model).layers))
-    spec = _ready(model, tokenizer, config, args, spec)
+    if args.runtime == "vllm":
+        spec = replace(spec, decode_tokens=0)
     steps = len(spec.images or spec.lengths) * (2 if spec.decode_tokens else 1) + spec.null_check
     with tqdm(total=steps, desc="bench", unit="measurement", leave=False) as bar:
 
@@ -130,8 +153,17 @@ def run(args: argparse.Namespace) -> int:
             bar.update(1)
             bar.set_postfix_str(done)
 
-        result = run_bench(model, tokenizer, config, spec, model_name=args.model, progress=progress,
-                           weights=args.weights)
+        if args.runtime == "vllm":
+            result = _vllm_result(args, config, spec, progress)
+        else:
+            from poptune.engine import decoder_of
+            from poptune.models import load_model
+
+            model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
+            config.check(len(decoder_of(model).layers))
+            spec = _ready(model, tokenizer, config, args, spec)
+            result = run_bench(model, tokenizer, config, spec, model_name=args.model, progress=progress,
+                               weights=args.weights)
 
     if args.json:
         emit(args, "", result.to_json())
@@ -165,6 +197,8 @@ def _print_result(args: argparse.Namespace, config: Any, spec: Any, result: Any,
 def _print_timing(result: Any) -> None:
     """Why energy per prefill is missing, and where CUDA graphs were asked for but did not apply (once each)."""
     energy = {row.energy_figures()["energy_reason"] for row in result.rows} - {None}
+    if result.provenance.get("runtime") == "vllm":
+        energy = {"not measured through vLLM"}
     graphs = {row.timing["reason"] for row in result.rows if row.timing and row.timing["reason"]}
     for note in sorted(energy):
         print(f"energy per prefill: {note}")
