@@ -287,8 +287,10 @@ class Repricing:
     round cost (:func:`poptune.evaluate.racing.race`'s ``resize``), and said in one line where the cap moves: the
     plan prices an item at the search's full-model and candidate scoring added up, while the certification shares
     the full model's trunk and scores in larger rounds (6.3 s against 4.9 s per item in a likelihood study here),
-    so its first figure buys fewer items than the time holds. Only the clock moves the cap, never an outcome: the
-    round's look comes after it.
+    so its first figure buys fewer items than the time holds. The round's look comes after the cap is set, but the
+    round's seconds are not outcome-free (they include generating the answers, whose lengths go with what the
+    answers are, and under the likelihood judge scoring them), so the re-sized cap may lean on the first round's
+    outcomes through the clock: the design's error is proven for a cap fixed in advance, not for this one.
 
     Attributes:
         plan: The plan said before spending; ``resized``: the one the race took after its first round.
