@@ -53,7 +53,8 @@ def test_the_cost_command_scores_new_items_into_a_new_record_and_a_tiny_lead_is_
 
     outcomes = {"a": [1.0, 0.0, 1.0, 0.0] * 4}
     record = {"tasks": ["a"], "_file": "methods-x.json", "skip": 64, "per_task": 16,
-              "command": "poptune compare --tasks a --skip 64 --items 16 --out /tmp/clone/leaderboards/raw/methods-x.json",
+              "command": "poptune compare --tasks a --skip 64 --items 16 "
+                         "--out /tmp/clone/leaderboards/raw/methods-x.json",
               "methods": [{"name": "pop", "outcomes": outcomes, "score_seconds": 16.0},
                           {"name": "base", "outcomes": {"a": [1.0, 1.0, 0.0, 0.0] * 4}, "score_seconds": 16.0}]}
     cost = decision_cost(record, "pop", "base", 20.0, 0.99)
