@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from poptune.baselines.methods import METHODS
@@ -136,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
     if timing_only and not profiles:
         raise ConfigError("`--tasks none` times only: it needs `--profiles`, not `none`")
     check_output_path(args.out)
+    if Path(args.out).exists():  # a record is added beside the others, never overwritten (issue 86)
+        raise ConfigError(f"{args.out} exists: a record is never overwritten (a follow-up scores new items into "
+                          "a new record: the board's cost line names one); give another --out")
     directory = data_dir(args.data_dir)
     tasks = resolve_tasks("embedded" if timing_only else ",".join(items(args.tasks)), directory)
     real = [t for t in tasks if t not in EMBEDDED]

@@ -15,8 +15,12 @@ the mean under the lead (``m_t`` each task's mean difference). The former size u
 and no correction, and planned races fell short of the power it promised. A task whose metric is not bounded
 (bits per byte: a bootstrap interval) keeps the sample variance, without the correction. The minutes are the record's
 own scoring times per item, every method
-of the table, scaled to that size: the cost of running its command again with ``--items n``, written to the
-record's own file under ``leaderboards/raw/``. Past :data:`MAX_ITEMS` per task no size is worth planning: the
+of the table, scaled to that size: the cost of its follow-up command, which scores **new items only**
+(``--skip`` past every item the record scored, ``--items n``: issue 86; raising ``--items`` alone would re-score a
+superset of the items already seen, optional stopping) and writes a **new record** beside the first under
+``leaderboards/raw/`` (``<name>-from-<skip>.json``; ``poptune compare`` refuses to overwrite a record). The
+follow-up's table is a test of its own, at its own level, on items its size was not chosen from; the two tables
+together err at most the sum of their levels. Past :data:`MAX_ITEMS` per task no size is worth planning: the
 board says so instead of a figure.
 """
 
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-__all__ = ["MAX_ITEMS", "Cost", "decision_cost", "items_to_decide"]
+__all__ = ["MAX_ITEMS", "Cost", "decision_cost", "follow_up", "items_to_decide"]
 
 #: Items per task past which the board does not plan a decision (more than any task of the data holds).
 MAX_ITEMS = 10_000
@@ -89,9 +93,20 @@ def decision_cost(record: Mapping[str, Any], pop: str, baseline: str, lead: floa
     tasks = len(record["tasks"])
     per_item = sum(e.get("score_seconds", 0.0) / max(sum(len(v) for v in e["outcomes"].values()), 1)
                    for e in record["methods"])
-    command = record.get("command", "")
-    command = re.sub(r"--items \d+", f"--items {per_task}", command) if "--items" in command else \
-        f"{command} --items {per_task}".strip()
-    if record.get("_file"):  # where the record is kept, whatever folder it was first written to
-        command = re.sub(r"--out \S+", f"--out leaderboards/raw/{record['_file']}", command)
-    return Cost(per_task, per_item * per_task * tasks / 60, command)
+    return Cost(per_task, per_item * per_task * tasks / 60, follow_up(record, per_task))
+
+
+def follow_up(record: Mapping[str, Any], per_task: int) -> str:
+    """The record's command again on ``per_task`` new items per task: ``--skip`` past every item the record
+    scored (its own skip plus its items per task), ``--items per_task``, and a new record beside it
+    (``--out leaderboards/raw/<name>-from-<skip>.json``), never the record it was made from (module docstring)."""
+    command = str(record.get("command", "") or "poptune compare")
+    seen = int(record.get("skip", 0) or 0) + int(record.get("per_task", 0) or 0)
+    for flag, value in (("--items", per_task), ("--skip", seen)):
+        command = re.sub(rf"{flag}[ =]\d+", f"{flag} {value}", command) if re.search(rf"{flag}[ =]\d+", command) \
+            else f"{command} {flag} {value}"
+    name = str(record.get("_file") or "")
+    stem = re.sub(r"(-from-\d+)?\.json$", "", name or re.sub(r".*--out[ =](\S+).*", r"\1", command).split("/")[-1])
+    out = f"leaderboards/raw/{stem}-from-{seen}.json"
+    return re.sub(r"--out[ =]\S+", f"--out {out}", command) if re.search(r"--out[ =]\S+", command) \
+        else f"{command} --out {out}"

@@ -166,11 +166,12 @@ class PairedDrop:
         return (self.hi - self.lo) / 2
 
     def within(self, budget: float) -> bool:
-        """Within ``budget`` at 95%: the interval's upper end is at most the budget."""
+        """Within ``budget`` at the interval's own level (:attr:`confidence`, two-sided: a certification's is 97.5%
+        or more): the interval's upper end is at most the budget."""
         return self.hi <= budget
 
     def beyond(self, budget: float) -> bool:
-        """Beyond ``budget`` at 95%: the interval's lower end exceeds the budget."""
+        """Beyond ``budget`` at the interval's own level (:attr:`confidence`): its lower end exceeds the budget."""
         return self.lo > budget
 
     def to_dict(self) -> dict[str, Any]:

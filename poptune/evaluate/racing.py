@@ -157,9 +157,11 @@ def race(
             either verdict; it gives up only a race that would almost surely not end within the budget.
         resize: Called once, with the seconds the first round took and its items, before its look: returns the
             cap (items per task) and whether the futility stop is on. The design's looks are fixed then, from the
-            clock, before any outcome is read, so the race is the one planned at that cap from the start, outcome
-            for outcome (a time-budgeted certification prices its items by what its own first round cost,
-            :class:`poptune.tune.certify.Repricing`).
+            clock, before the round's look (a time-budgeted certification prices its items by what its own first
+            round cost, :class:`poptune.tune.certify.Repricing`). The round's seconds are not outcome-free: they
+            include generating the answers, whose lengths go with what the answers are (and, under the likelihood
+            judge, scoring them), so the cap may lean on the first round's outcomes through its clock; the design's
+            error is proven for caps fixed in advance, not for this one (issue 86).
 
     Each round is a phase of :mod:`poptune.progress`.
 

@@ -20,7 +20,8 @@ from poptune.evaluate.paired import PairedDrop
 from poptune.store.front import FrontRow
 from poptune.tune.certify import ERROR, WITHIN, spent_error
 
-__all__ = ["budget_words", "claim", "verdict_cells", "verdict_line", "cost_lines", "bound_points"]
+__all__ = ["accuracy_lines", "budget_words", "claim", "verdict_cells", "verdict_line", "cost_lines", "bound_points",
+           "likelihood_column", "plot_labels"]
 
 #: What a likelihood judge's points are, said wherever its budget or verdict is (never an accuracy claim).
 LIKELIHOOD_MEANING = ("the paired drop, x100, of the mean probability of the full model's answer tokens under each "
@@ -35,7 +36,8 @@ def budget_words(budget: float, judge: str = ACCURACY_JUDGE) -> str:
 
 
 def _one_sided(record: Mapping[str, Any]) -> float:
-    return 100 * (1 - (1 - float(record["confidence"])) / 2)
+    """The one-sided level of a record's bound, in %, rounded off float noise (98.75, not 98.75000000000001)."""
+    return round(100 * (1 - (1 - float(record["confidence"])) / 2), 9)
 
 
 def _entries(record: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
@@ -50,7 +52,7 @@ def claim(entry: Mapping[str, Any], record: Mapping[str, Any]) -> str:
     drop = PairedDrop.from_dict(entry["drop"])
     beyond = str(entry.get("verdict", "")).startswith("certified beyond")
     bound = f"drop > {drop.lo:.2f}" if beyond else f"drop <= {drop.hi:.2f}"
-    return f"{bound} points (one-sided {_one_sided(record):.1f}%, valid at every look)"
+    return f"{bound} points (one-sided {_one_sided(record):.6g}%, valid at every look)"  # 98.75%, never 98.8%
 
 
 def _stop_note(entry: Mapping[str, Any]) -> str:
@@ -150,7 +152,7 @@ def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budge
     lines = [passed["line"]] if passed and passed.get("line") else []  # the fastest, whose verdict time could not buy
     kind = "likelihood " if judge == LIKELIHOOD_JUDGE else ""
     for row, entry in zip(rows, _entries(record)):
-        lines += _accuracy_cost_line(row, entry, budget)
+        lines += accuracy_lines(row, entry) + _accuracy_cost_line(row, entry, budget)
         cost = entry.get("cost")
         if not cost or not str(row.verdict).startswith("undecided"):
             continue
@@ -167,18 +169,57 @@ def cost_lines(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budge
     return lines
 
 
+def accuracy_lines(row: FrontRow, entry: Mapping[str, Any]) -> list[str]:
+    """Beside a likelihood verdict, the accuracy it did not judge, on the same fresh items: the paired drop of the
+    tasks' own metric with its own 95% interval, never certified, and the share of items whose answer changed
+    (:func:`poptune.tune.certify.accuracy_drop`). Nothing for a record stored without it."""
+    said = entry.get("accuracy_drop")
+    if not said or not said.get("drop"):
+        return []
+    drop = PairedDrop.from_dict(said["drop"])
+    line = (f"{row.label}: accuracy drop on the same items: {drop.mean:+.2f} [{drop.lo:+.2f}, {drop.hi:+.2f}] points "
+            f"(tasks' own metric, {100 * drop.confidence:g}%, not certified)")
+    if said.get("answers"):
+        line += (f"; answer changed on {said['changed']} of {said['answers']} items "
+                 f"({100 * said['changed'] / said['answers']:.1f}%)")
+    return [line]
+
+
 def _accuracy_cost_line(row: FrontRow, entry: Mapping[str, Any], budget: float) -> list[str]:
-    """Beside a likelihood verdict: what an accuracy verdict on the same tasks would cost, from the share of the
-    candidate's fresh items whose grade by the tasks' own metric changed
-    (:func:`poptune.tune.certify.accuracy_cost`)."""
+    """Beside a likelihood verdict: what an accuracy verdict on the same tasks would cost, from how far the
+    candidate's fresh items' grades by the tasks' own metric moved (:func:`poptune.tune.certify.accuracy_cost`):
+    the mean squared change, said as its root in points, is not a share of items (an F1 grade moves by part of a
+    point); the 80% is the score test's normal approximation at that spread, not simulated for F1 outcomes."""
     cost = entry.get("accuracy_cost")
     if not cost:
         return []
     return [f"{row.label}: beside its likelihood verdict, an accuracy verdict (the tasks' own metric) within "
             f"{budget:g} points needs about {cost['items']:,} items here (~{cost['minutes']:.0f} min at "
-            f"{cost['seconds_per_item']:.1f} s per item) for {100 * cost['power']:.0f}% power if the true drop is 0: "
-            f"{cost['flipped']} of its {cost['graded']:,} fresh items changed grade "
-            f"({100 * cost['flip_rate']:.1f}% with one added)"]
+            f"{cost['seconds_per_item']:.1f} s per item), sized for {100 * cost['power']:.0f}% power if the true drop "
+            f"is 0 by the normal approximation (a planning figure, not simulated for these outcomes): "
+            f"{cost['flipped']} of its {cost['graded']:,} fresh items changed grade, the grades moving by "
+            f"{100 * cost['flip_rate'] ** 0.5:.1f} points (root mean square, one more move of the size seen "
+            "counted in)"]
+
+
+def likelihood_column() -> Any:
+    """The tables' accuracy column of a likelihood-judged study, named by what it is: the mean probability of the
+    full model's answer tokens (%), not an accuracy (:class:`poptune.reports.prompts_lines.AccuracyColumn`)."""
+    from poptune.reports.prompts_lines import AccuracyColumn
+
+    return AccuracyColumn("answer prob", lambda row: f"{100 * row.accuracy:.2f}%",
+                          "answer prob: the mean probability of the full model's answer tokens under each "
+                          "configuration's prefill (%; the full model's on the reference items minus the paired "
+                          "likelihood drop): the likelihood judge's outcome, not the tasks' accuracy")
+
+
+def plot_labels(budget: float | None, judge: str = ACCURACY_JUDGE) -> tuple[str, str]:
+    """The plot's y-axis label and its budget line's label: what the study's judge measures, and the certified
+    bound's meaning (a certified point's lower bar is its bound at the certification's own level, never "95%")."""
+    line = f"budget: drop <= {budget:g} points (a certified point's lower bar, its certified bound, above the line)"
+    if judge == LIKELIHOOD_JUDGE:
+        return "mean probability of the full answer's tokens (%)", f"likelihood {line}"
+    return "mean accuracy (%)", f"accuracy {line}"
 
 
 def bound_points(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, full_accuracy: float) -> dict[str, Any]:

@@ -43,9 +43,10 @@ __all__ = ["Reference", "StudyReport", "references", "undecided", "front_table",
 _TASKS = {"passkey": "synthetic passkey retrieval", "kv_recall": "synthetic key-value recall"}
 
 #: A likelihood-judged study's note beside its front: what its accuracy column and drops are.
-LIKELIHOOD_NOTE = ("judged by likelihood (--judge likelihood): the accuracy column is the mean probability of the full "
-                   "model's answer tokens under each configuration's prefill, and every drop, budget and verdict here "
-                   "is that likelihood's (x100), never the tasks' accuracy")
+LIKELIHOOD_NOTE = ("judged by likelihood (--judge likelihood): the answer prob column is the mean probability of the "
+                   "full model's answer tokens under each configuration's prefill, and every drop, budget and verdict "
+                   "here is that likelihood's (x100), never the tasks' accuracy (the verdict's lines below say the "
+                   "accuracy drop on the same items)")
 
 
 @dataclass(frozen=True)
@@ -404,7 +405,8 @@ class StudyReport:
 
     def accuracy_column(self, *, certified: bool = False) -> AccuracyColumn | None:
         """A prompts study's accuracy column (answers unchanged, exact interval); None for any other study."""
-        return accuracy_column(self.stored, certified=certified)
+        return accuracy_column(self.stored, certified=certified) or (
+            certreport.likelihood_column() if self.judge == LIKELIHOOD_JUDGE else None)
 
     def prompts_lines(self) -> list[str]:
         """A prompts study's lines for the front and the reference rows (empty for any other study)."""
@@ -540,19 +542,17 @@ class StudyReport:
                   for t in self.trials]
         marked = {r.name if r.row.skip == 0 else f"{r.name} ({_label(r.row)})": replace(_plot_point(r.row), label="")
                   for r in self.references if r.row is not None}  # named in the legend, not labelled beside the point
-        budget = None
-        limit = self.budget
-        full = self.references[0].row
+        budget, limit, full = None, self.budget, self.references[0].row
+        ylabel, said = certreport.plot_labels(limit, self.judge)  # what the y axis is, by the study's judge
         if limit is not None and full is not None:
-            budget = (100 * full.accuracy - limit,
-                      f"budget: drop <= {limit:g} points at 95% (lower bar above the line)")
+            budget = (100 * full.accuracy - limit, said)
             marked.update(certreport.bound_points(self.certified, self.stored.certification, 100 * full.accuracy))
         title = f"{self.name}: POP configurations (skip/boundary/offset)"
         if objectives != DEFAULT:  # the front is on more (or other) objectives than the axes show
             title += f"\nfront on {', '.join(objectives)}; beside each point: " + ", ".join(
                 get(n).label for n in objectives if n not in DEFAULT)
         return pareto_plot(points, [_plot_point(r, objectives) for r in self.front], path, references=marked,
-                           budget=budget, title=title)
+                           budget=budget, title=title, ylabel=ylabel)
 
     def write(self, folder: str | Path, storage: str | None = None) -> tuple[Path, Path]:
         """Write ``<storage>.<study>.pareto.png`` and ``<storage>.<study>.md`` (which shows the plot, and ends

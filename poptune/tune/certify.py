@@ -60,8 +60,9 @@ if TYPE_CHECKING:
     from poptune.problem.problem import TuningProblem
 
 __all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "Repricing",
-           "accuracy_cost", "attempt_error", "attempt_items", "candidates", "certification_policy", "certify_front",
-           "check_follow_up", "plan_certification", "spent_error", "verdict_of", "wants_certification"]
+           "accuracy_cost", "accuracy_drop", "attempt_error", "attempt_items", "candidates", "certification_policy",
+           "certify_front", "check_follow_up", "plan_certification", "spent_error", "verdict_of",
+           "wants_certification"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
@@ -286,8 +287,10 @@ class Repricing:
     round cost (:func:`poptune.evaluate.racing.race`'s ``resize``), and said in one line where the cap moves: the
     plan prices an item at the search's full-model and candidate scoring added up, while the certification shares
     the full model's trunk and scores in larger rounds (6.3 s against 4.9 s per item in a likelihood study here),
-    so its first figure buys fewer items than the time holds. Only the clock moves the cap, never an outcome: the
-    round's look comes after it.
+    so its first figure buys fewer items than the time holds. The round's look comes after the cap is set, but the
+    round's seconds are not outcome-free (they include generating the answers, whose lengths go with what the
+    answers are, and under the likelihood judge scoring them), so the re-sized cap may lean on the first round's
+    outcomes through the clock: the design's error is proven for a cap fixed in advance, not for this one.
 
     Attributes:
         plan: The plan said before spending; ``resized``: the one the race took after its first round.
@@ -374,19 +377,46 @@ def accuracy_cost(run: Any, seconds: float, problem: "TuningProblem", confidence
     rate on these very items; the items a verdict within the budget needs at it (80% power, true drop 0, as
     :func:`_cost`) and their minutes at the seconds per item this certification spent (an accuracy item costs the
     same generation, without the teacher-forced scoring). None without graded items or a budget."""
-    from poptune.evaluate.paired import paired_drop
+    graded = _graded(run)
+    if not graded or not problem.max_drop:
+        return None
+    seen = _graded_drop(graded)  # flips and how much moved
+    _, figures = _priced(seen, problem, confidence, seconds / seen.total)
+    return {"graded": seen.total, "flipped": sum(seen.flipped.values()), **figures}
+
+
+def _graded(run: Any) -> dict[str, list[dict[str, Any]]]:
+    """Per task, the figures of a likelihood run's items graded by the task's own metric on both sides."""
     from poptune.evaluate.suite import LIKELIHOOD_ITEMS
 
     rows = (run.details.get(LIKELIHOOD_ITEMS) if run is not None else None) or {}
     graded = {task: [f for f in figures.values() if "correct" in f and "full_correct" in f]
               for task, figures in rows.items()}
-    graded = {task: found for task, found in graded.items() if found}
-    if not graded or not problem.max_drop:
+    return {task: found for task, found in graded.items() if found}
+
+
+def _graded_drop(graded: dict[str, list[dict[str, Any]]]) -> "PairedDrop":
+    """The paired drop of the tasks' own metric on ``graded``'s items: one look at 95% (a fixed-size interval)."""
+    from poptune.evaluate.paired import paired_drop
+
+    return paired_drop({t: [f["full_correct"] for f in found] for t, found in graded.items()},
+                       {t: [f["correct"] for f in found] for t, found in graded.items()})
+
+
+def accuracy_drop(run: Any) -> dict[str, Any] | None:
+    """Under the likelihood judge, the accuracy it did not judge, on the very items it judged: the paired drop of
+    the tasks' own metric (the grades each fresh item carries, :func:`accuracy_cost`) with its own paired interval
+    (the score test at 95%, one look: a continuous metric such as F1 by its empirical-likelihood fit,
+    :mod:`poptune.evaluate.paired`), and how many of those items' answers changed (not token for token the full
+    model's). Reported, never certified: the certification's looks and level are the likelihood's. None without
+    graded items."""
+    graded = _graded(run)
+    if not graded:
         return None
-    seen = paired_drop({t: [f["full_correct"] for f in found] for t, found in graded.items()},
-                       {t: [f["correct"] for f in found] for t, found in graded.items()})  # flips and how much moved
-    _, figures = _priced(seen, problem, confidence, seconds / seen.total)
-    return {"graded": seen.total, "flipped": sum(seen.flipped.values()), **figures}
+    drop = _graded_drop(graded)
+    answered = [f for found in graded.values() for f in found if "unchanged" in f]
+    return {"drop": drop.to_dict(), "items": drop.total, "answers": len(answered),
+            "changed": sum(1 for f in answered if not f["unchanged"])}
 
 
 def certify_front(study: "optuna.Study", evaluator: "ConfigEvaluator", *, planned: bool = False,
@@ -497,7 +527,8 @@ def _race_candidates(study: "optuna.Study", evaluator: "ConfigEvaluator", rows: 
                          accuracy=sum(scores.values()) / len(scores) if scores else None,
                          seconds=round(seconds, 1),
                          cost=_cost(searched, result.drop, seconds, p, _confidence(attempt + 1, len(rows)), used))
-            if p.judge == LIKELIHOOD_JUDGE:  # beside a likelihood verdict, what an accuracy one would cost
+            if p.judge == LIKELIHOOD_JUDGE:  # beside a likelihood verdict, the accuracy and what its verdict costs
+                entry["accuracy_drop"] = accuracy_drop(result.run)
                 entry["accuracy_cost"] = accuracy_cost(result.run, seconds, p, confidence)
             certified = entry["verdict"] == WITHIN
         entries.append(entry)

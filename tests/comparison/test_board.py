@@ -119,7 +119,9 @@ def test_an_undecided_row_says_what_its_decision_would_cost(tmp_path):
     assert "undecided at 24 items" in md
     line = next(x for x in md.splitlines() if x.startswith("- static 1 against pop a"))
     per_task = int(line.split("about ")[1].split(" items")[0])
-    assert per_task > few and f"`poptune compare --items {per_task} --out leaderboards/raw/methods-a.json`" in line
+    seen = record.get("skip", 0) + record["per_task"]  # every item the record scored: the follow-up skips them
+    assert per_task > few and (f"`poptune compare --items {per_task} --out leaderboards/raw/methods-a-from-{seen}.json "
+                                f"--skip {seen}`") in line
     assert f"~{2.0 * per_task / 60:,.0f} min" in line  # 48 s for 24 items, every method: 2 s per item
 
 

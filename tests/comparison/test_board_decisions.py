@@ -48,15 +48,23 @@ def test_the_items_a_decision_is_said_to_cost_give_about_the_power_promised():
     assert items_to_decide({"a": [1.0, 0.0]}, {"a": [1.0, 0.0]}, 0.0, 0.95) is None
 
 
-def test_the_cost_command_writes_the_kept_record_and_a_tiny_lead_is_not_planned():
-    from poptune.comparison.cost import MAX_ITEMS, decision_cost
+def test_the_cost_command_scores_new_items_into_a_new_record_and_a_tiny_lead_is_not_planned():
+    from poptune.comparison.cost import MAX_ITEMS, decision_cost, follow_up
 
     outcomes = {"a": [1.0, 0.0, 1.0, 0.0] * 4}
-    record = {"tasks": ["a"], "_file": "methods-x.json",
-              "command": "poptune compare --tasks a --items 16 --out /tmp/clone/leaderboards/raw/methods-x.json",
+    record = {"tasks": ["a"], "_file": "methods-x.json", "skip": 64, "per_task": 16,
+              "command": "poptune compare --tasks a --skip 64 --items 16 "
+                         "--out /tmp/clone/leaderboards/raw/methods-x.json",
               "methods": [{"name": "pop", "outcomes": outcomes, "score_seconds": 16.0},
                           {"name": "base", "outcomes": {"a": [1.0, 1.0, 0.0, 0.0] * 4}, "score_seconds": 16.0}]}
     cost = decision_cost(record, "pop", "base", 20.0, 0.99)
-    assert cost.command == f"poptune compare --tasks a --items {cost.per_task} --out leaderboards/raw/methods-x.json"
+    # past the 64 + 16 items already scored (never a superset of them), into a record beside the first
+    assert cost.command == (f"poptune compare --tasks a --skip 80 --items {cost.per_task} "
+                            "--out leaderboards/raw/methods-x-from-80.json")
+    again = follow_up({**record, "_file": "methods-x-from-80.json", "skip": 80, "per_task": 300,
+                       "command": cost.command}, 500)
+    assert again == "poptune compare --tasks a --skip 380 --items 500 --out leaderboards/raw/methods-x-from-380.json"
+    assert follow_up({"command": "poptune compare --items 8 --out r.json", "per_task": 8}, 20) == \
+        "poptune compare --items 20 --out leaderboards/raw/r-from-8.json --skip 8"
     assert cost.minutes == pytest.approx(2 * cost.per_task / 60)  # one second per item, two methods
     assert decision_cost(record, "pop", "base", 0.01, 0.99).per_task > MAX_ITEMS  # the board says "not decided"

@@ -38,6 +38,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         assert said in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "r.json").exists()
     assert main(["leaderboard", "--records", str(tmp_path / "none")]) == 2
+    capsys.readouterr()
+    (tmp_path / "r.json").write_text("{}")  # a record already there: never overwritten
+    assert main(base) == 2
+    err = capsys.readouterr().err.strip()
+    assert "never overwritten" in err and len(err.splitlines()) == 1, err
+    assert (tmp_path / "r.json").read_text() == "{}"
 
 
 def test_skip_scores_items_after_the_first_and_tasks_none_times_only(tmp_path, capsys):

@@ -6,6 +6,7 @@ never accuracy's."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -129,6 +130,34 @@ def test_beside_a_likelihood_verdict_the_accuracy_verdicts_cost_is_said():
     line, = cost_lines([row], {"candidates": [{"accuracy_cost": cost}]}, 2.0, [], judge=LIKELIHOOD_JUDGE)
     assert "beside its likelihood verdict, an accuracy verdict" in line and f"about {cost['items']:,} items" in line
     assert "10 of its 100 fresh items changed grade" in line
+    assert "moving by 32.8 points (root mean square" in line and "with one added" not in line  # not a share of items
+    assert "not simulated" in line  # the F1 sizing's power is a planning figure, not a simulated promise
+
+
+def test_beside_a_likelihood_verdict_the_accuracy_drop_on_the_same_items_is_printed():
+    from poptune.evaluate.paired import paired_drop
+    from poptune.evaluate.suite import LIKELIHOOD_ITEMS, TaskRun
+    from poptune.reports.certification import cost_lines
+    from poptune.store.front import FrontRow
+    from poptune.tune.certify import accuracy_drop
+
+    task = likelihood_task("passkey")
+    # F1-like grades: the full model's 0.8 on every item; the candidate's 0.3 on every 4th, its answer changed on 30
+    rows = {i: {"correct": 0.3 if i % 4 == 0 else 0.8, "full_correct": 0.8, "unchanged": float(i >= 30)}
+            for i in range(100)}
+    said = accuracy_drop(TaskRun({}, {}, {}, {LIKELIHOOD_ITEMS: {task: rows}}))
+    assert said is not None and said["items"] == 100 and (said["changed"], said["answers"]) == (30, 100)
+    expected = paired_drop({task: [0.8] * 100}, {task: [f["correct"] for f in rows.values()]})
+    assert said["drop"]["mean"] == pytest.approx(12.5) and said["drop"]["hi"] == pytest.approx(expected.hi)
+    assert accuracy_drop(TaskRun({}, {}, {}, {})) is None
+    row = FrontRow(trial=1, skip=2, boundary="last", offset=0, method="pop", speedup=1.1, drop=0.0, feasible=True,
+                   verdict="certified within")
+    line, = cost_lines([row], {"candidates": [{"accuracy_drop": said}]}, 2.0, [], judge=LIKELIHOOD_JUDGE)
+    assert re.fullmatch(r"2/last/0: accuracy drop on the same items: \+12\.50 \[\+\d+\.\d\d, \+\d+\.\d\d\] points "
+                        r"\(tasks' own metric, 95%, not certified\); answer changed on 30 of 100 items \(30\.0%\)",
+                        line), line
+    assert f"[{expected.lo:+.2f}, {expected.hi:+.2f}]" in line
+    assert cost_lines([row], {"candidates": [{}]}, 2.0, [], judge=LIKELIHOOD_JUDGE) == []  # stored before: nothing
 
 
 def test_its_outcome_equals_the_prompts_file_path(shared, tmp_path):

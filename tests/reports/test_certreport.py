@@ -30,6 +30,9 @@ def test_a_certified_row_states_its_bound_and_an_early_stop_is_marked():
     assert "-3.12" not in line  # the point estimate at a data-dependent stop is not the claim
     cell = certreport.verdict_cells([replace(ROW, verdict="certified within")], record)[0]
     assert "stopped at 256 of 512 planned items" in cell
+    first = certreport.claim(record["candidates"][0], {**record, "confidence": 0.975})  # a study's first attempt
+    assert "(one-sided 98.75%, valid at every look)" in first  # its level, never rounded up to 98.8%
+    assert "(one-sided 99.375%," in certreport.claim(record["candidates"][0], {**record, "confidence": 0.9875})
 
 
 def test_an_undecided_candidate_says_what_a_verdict_costs_and_the_command():

@@ -167,3 +167,26 @@ def test_a_report_never_replaces_another_studys(tmp_path):
     (url,) = _copies(tmp_path, "s.journal")
     md_x, _ = report.write_report(store.read_study(url, None), tmp_path, url)
     assert md_x != notes and notes.read_text() == "my notes\n"
+
+
+def test_a_likelihood_study_names_its_column_axis_and_budget_line_by_what_they_are(tmp_path, monkeypatch):
+    import poptune.plots as plots
+    from poptune.evaluate.judges import likelihood_task
+
+    problem = TuningProblem(model="tiny-llama", tasks=(likelihood_task("passkey"),), lengths=(16,), decode_tokens=8,
+                            max_drop=1.5)
+    spec = StudySpec(problem=problem, trials=4, sampler="grid", storage=f"sqlite:///{tmp_path}/s.db")
+    study = run_study(spec, evaluator=FakeEvaluator(problem))
+    built = report.StudyReport.of(study)
+    header = built.text().split("search front")[1].splitlines()[2]
+    assert "answer prob" in header and " accuracy " not in f" {header} "
+    seen = {}
+    monkeypatch.setattr(plots, "pareto_plot", lambda *a, **k: seen.update(k) or tmp_path / "p.png")
+    built.plot(tmp_path / "p.png")
+    assert seen["ylabel"] == "mean probability of the full answer's tokens (%)"
+    assert seen["budget"][1].startswith("likelihood budget: drop <= 1.5 points") and "95%" not in seen["budget"][1]
+    (tmp_path / "a").mkdir()
+    accuracy = report.StudyReport.of(_study(tmp_path / "a", max_drop=1.5))
+    monkeypatch.setattr(plots, "pareto_plot", lambda *a, **k: seen.update(k) or tmp_path / "p.png")
+    accuracy.plot(tmp_path / "q.png")
+    assert seen["ylabel"] == "mean accuracy (%)" and seen["budget"][1].startswith("accuracy budget")
