@@ -216,7 +216,8 @@ def likelihood_column() -> Any:
 def plot_labels(budget: float | None, judge: str = ACCURACY_JUDGE) -> tuple[str, str]:
     """The plot's y-axis label and its budget line's label: what the study's judge measures, and the certified
     bound's meaning (a certified point's lower bar is its bound at the certification's own level, never "95%")."""
-    line = f"budget: drop <= {budget:g} points (a certified point's lower bar, its certified bound, above the line)"
+    line = ("budget: none" if budget is None else
+            f"budget: drop <= {budget:g} points (a certified point's lower bar, its certified bound, above the line)")
     if judge == LIKELIHOOD_JUDGE:
         return "mean probability of the full answer's tokens (%)", f"likelihood {line}"
     return "mean accuracy (%)", f"accuracy {line}"
