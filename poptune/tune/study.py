@@ -70,7 +70,7 @@ from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
 from poptune.tune.batch import run_batch
 from poptune.tune.certify import CLOSING_S, candidates, certify_front, check_follow_up, wants_certification
-from poptune.tune.interrupt import marking_interrupted
+from poptune.tune.interrupt import marking_interrupted, requeue_lost
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
 from poptune.tune.params import params_of
 from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS, make_sampler
@@ -500,6 +500,7 @@ def _run_study(
     if name in store.study_names(storage):
         check_problem(optuna.load_study(study_name=name, storage=storage), problem)
     study, created = _open_study(spec, storage, name, num_layers)
+    requeue_lost(study)  # an interrupted full-model trial of a study run before it was queued again like any other
     if created or not study.get_trials(deepcopy=False):  # once per study, not once per worker
         for config in (PopConfig(skip=0), paper_default(num_layers)):  # the full model, then the paper's rule
             study.enqueue_trial(params_of(config, problem.kv), skip_if_exists=True)
