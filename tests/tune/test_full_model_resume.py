@@ -12,12 +12,13 @@ import pytest
 from optuna.trial import TrialState
 
 from poptune import PopConfig, store
+from poptune.env import TuningProblem
 from poptune.problem.space import paper_default
 from poptune.tune import objective as objective_module
 from poptune.tune.interrupt import INTERRUPTED, Interrupted, requeue_lost
 from poptune.tune.study import StudySpec, run_study
 
-from .fakes import LAYERS, FakeEvaluator, problem, quiet_timing  # noqa: F401  (fixtures)
+from .fakes import LAYERS, FakeEvaluator, quiet_timing  # noqa: F401  (the fixture is autouse: no real A/A pairs)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -41,6 +42,11 @@ class InterruptedAtFullModel(FakeEvaluator):
 
     def race_together(self, configs) -> None:
         """Nothing to race in a synthetic measurement."""
+
+
+@pytest.fixture
+def problem():
+    return TuningProblem(model="tiny-llama", max_drop=None, tasks=("piqa",), lengths=(16,), decode_tokens=8)
 
 
 @pytest.fixture(autouse=True)
