@@ -193,6 +193,12 @@ def read_records(folder: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def table_cell(text: str) -> str:
+    """``text`` as one Markdown table cell: a line break or ``|`` of a record's label (``"x\\n| fake | row |"``)
+    would otherwise end the row or add cells and rows to the table."""
+    return " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|")
+
+
 def _cells(row: Row, profiles: Sequence[str]) -> list[str]:
     speed = [_times(row.speed[p][k]) if p in row.speed else "1.00x (itself)" if row.method == "full" else ""
              for p in profiles for k in ("ttft", "tpot", "e2e")]
@@ -238,7 +244,7 @@ def _section(record: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
              "table: the board's tables are not corrected together). Each baseline meets the slowest POP row whose "
              "median TTFT ratio is at least its own (point medians, not intervals).",
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_cells(r, profiles)) + " |" for r in rows]
+    lines += ["| " + " | ".join(map(table_cell, _cells(r, profiles))) + " |" for r in rows]
     lines += ["", "Where a baseline is faster end to end than its paired POP row (static pruning shortens every decode "
               "step too):", "", *_wins(rows, profiles), ""]
     return lines + _costs(record, rows, row_confidence(len(baselines)))
