@@ -221,6 +221,15 @@ CASES: list[tuple[str, list[str]]] = [
                                                                "--init-from-importance", "{d}/huge-int.json"]),
         ("study --prompts: a 5000-digit integer", [*PROMPTS_STUDY, "--prompts", "{d}/huge-int.jsonl"]),
         ("study --prompts: deep nesting", [*PROMPTS_STUDY, "--prompts", "{d}/deep.jsonl"]),
+        ("study --storage sqlite:///:memory:", [*STUDY, "--storage", "sqlite:///:memory:"]),
+        ("study --storage ?mode=ro", [*STUDY, "--storage", "sqlite:///{d}/ok.db?mode=ro"]),
+        ("study --time-budget 1e308", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--time-budget", "1e308"]),
+        ("study --time-budget 0.001", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--time-budget", "0.001"]),
+        ("study --lengths 300,300", [*STUDY[:-2], "--lengths", "300,300", "--storage", "sqlite:///{d}/new.db"]),
+        ("bench --lengths 16,16", [*BENCH, "--lengths", "16,16"]),
+        ("pareto --out ''", ["pareto", "--storage", "sqlite:///{d}/ok.db", "--out", ""]),
+        ("leaderboard --out ''", ["leaderboard", "--storage", "sqlite:///{d}/ok.db", "--out", ""]),
+        ("study --study with a line break", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--study", "a\nb"]),
     )],
 ]
 
