@@ -267,7 +267,9 @@ def _sampler_seed(spec: StudySpec) -> int:
 
 
 def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tuple["optuna.Study", bool]:
-    """Create the study, or load it when it exists (another worker may create it at the same moment)."""
+    """Create the study, or load it when it exists (another worker may create it at the same moment); a loaded
+    study gets back what an interrupted trial lost (:func:`~poptune.tune.interrupt.requeue_lost`: a full-model
+    trial interrupted before it was queued again like any other)."""
     import optuna
 
     sampler = make_sampler(spec.sampler, _sampler_seed(spec), num_layers, spec.problem.kv,
@@ -276,7 +278,9 @@ def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tu
     try:
         return optuna.create_study(directions=objectives.directions(spec.problem.objectives), **kwargs), True
     except optuna.exceptions.DuplicatedStudyError:
-        return optuna.load_study(**kwargs), False
+        study = optuna.load_study(**kwargs)
+    requeue_lost(study)
+    return study, False
 
 
 def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec, budget: int,
@@ -500,7 +504,6 @@ def _run_study(
     if name in store.study_names(storage):
         check_problem(optuna.load_study(study_name=name, storage=storage), problem)
     study, created = _open_study(spec, storage, name, num_layers)
-    requeue_lost(study)  # an interrupted full-model trial of a study run before it was queued again like any other
     if created or not study.get_trials(deepcopy=False):  # once per study, not once per worker
         for config in (PopConfig(skip=0), paper_default(num_layers)):  # the full model, then the paper's rule
             study.enqueue_trial(params_of(config, problem.kv), skip_if_exists=True)
