@@ -27,8 +27,9 @@ PACKAGE = "poptune"
 
 #: Floors, lowest first: (rank, module or package prefix). A module takes the rank of its longest prefix.
 RANKS: tuple[tuple[int, str], ...] = (
-    (0, "poptune.errors"), (0, "poptune.files"), (0, "poptune.device"), (0, "poptune.progress"),
-    (0, "poptune.patching"), (0, "poptune.data"), (0, "poptune.plots"), (0, "poptune.transform"),
+    (0, "poptune.errors"), (0, "poptune.files"), (0, "poptune.jsonfile"), (0, "poptune.device"),
+    (0, "poptune.progress"), (0, "poptune.patching"), (0, "poptune.data"), (0, "poptune.plots"),
+    (0, "poptune.transform"),
     (0, "poptune.testing"), (0, "poptune.version"), (0, "poptune.cache"), (0, "poptune.interval"),
     (1, "poptune.models"),
     (2, "poptune.kv"), (2, "poptune.engine"), (2, "poptune.serving"),

@@ -477,14 +477,15 @@ def load_importance(path: str | os.PathLike[str]) -> ImportanceResult:
     Raises:
         DataError: the file is missing, not JSON, or not an importance result.
     """
+    from poptune.jsonfile import loads
+
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise DataError(f"cannot read {path}: {e.strerror or e}") from e
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path} is not JSON: {e}") from e
-    except RecursionError:
-        raise DataError(f"{path} is not a poptune importance file: nested too deeply") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not a poptune importance file: not UTF-8 text ({e.reason})") from None
+    data = loads(text, f"importance file {path}", DataError)
     if not isinstance(data, dict):
         raise DataError(f"{path} is not a poptune importance file")
     try:

@@ -90,6 +90,9 @@ def int_list(value: str | Iterable[str], option: str) -> list[int]:
         raise ConfigError(f"`{option}` must be comma-separated integers, got {','.join(parts)!r}") from e
     if not values:
         raise ConfigError(f"`{option}` must name at least one value")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise ConfigError(f"`{option}` names {', '.join(map(str, twice))} more than once: give each value once")
     return values
 
 
@@ -100,9 +103,24 @@ def check_args(args: argparse.Namespace) -> None:
         ConfigError: prompt lengths the model cannot hold, a data directory that is not a directory.
         ModelNotFoundError: an unknown model, where the lengths are checked against it.
     """
+    _check_empty(args)
     _check_data_dir(getattr(args, "data_dir", None))
     _check_prompts(args)
     _check_lengths(args)
+
+
+#: The options naming a file, folder, storage or study: given as empty text, each was read as its default
+#: (``--out ""``: ``pareto`` and ``export`` printed to stdout, ``leaderboard`` wrote into the current folder).
+_NAMED = ("out", "storage", "study", "config", "prompts", "records", "grid", "data_dir", "init_from_importance",
+          "model", "device", "prompt")
+
+
+def _check_empty(args: argparse.Namespace) -> None:
+    """No file, folder, storage or study option (:data:`_NAMED`) given as empty text."""
+    for name in _NAMED:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            raise ConfigError(f"`--{name.replace('_', '-')}` must not be empty")
 
 
 def _check_prompts(args: argparse.Namespace) -> None:

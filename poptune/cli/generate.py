@@ -63,10 +63,14 @@ def run(args: argparse.Namespace) -> int:
     from poptune.engine import decoder_of
     from poptune.measure.prefill import time_prefill_pair
     from poptune.measure.timing_prompts import demo_prompt
-    from poptune.models import load_model
+    from poptune.models import load_model, load_tokenizer, max_positions
 
+    at_hand = load_tokenizer(args.model, args.weights)  # the prompt against the context before the model loads
+    prompt = prompt_within(args, at_hand, max_positions(args.model, args.weights)) if at_hand is not None else None
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype, weights=args.weights)
     config.check(len(decoder_of(model).layers))
+    if prompt is None:  # no tokenizer or context at hand without loading: checked now, before any generation
+        prompt = prompt_within(args, tokenizer, getattr(decoder_of(model).config, "max_position_embeddings", None))
     if args.config and kv_registry.source(config.kv).export_key:  # what the export carries (calibrated: its maps)
         from poptune.models import weights_fingerprint
         from poptune.reports.export import load_carried
@@ -74,14 +78,15 @@ def run(args: argparse.Namespace) -> int:
         load_carried(args.config, model, fingerprint=weights_fingerprint(args.model, args.weights), force=args.force)
     else:
         prepare_kv(model, tokenizer, config, args)
-    inputs = tokenizer([args.prompt or demo_prompt()], return_tensors="pt").to(model.device)
+    inputs = tokenizer([prompt], return_tensors="pt").to(model.device)
     turns = [tokenizer(["\n\n" + text], add_special_tokens=False, return_tensors="pt")["input_ids"].to(model.device)
              for text in args.follow_up]
     pop_answers = converse(model, inputs, turns, config, args.max_new_tokens, chunk)
     full_answers = converse(model, inputs, turns, None, args.max_new_tokens, chunk)
     pair = time_prefill_pair(model, inputs, config, chunk)
     length = inputs["input_ids"].shape[1]
-    source = "your prompt" if args.prompt else "built-in demo: Pride and Prejudice, chapter 1, and a question"
+    source = "your prompt" if args.prompt else "built-in demo: Pride and Prejudice, chapter 1, and a question" + (
+        "" if prompt == demo_prompt() else f", cut to fit the model's context with {args.max_new_tokens} new tokens")
     chunked = f", prefilled in chunks of {chunk} tokens" if chunk else ""
     print(f"prompt: {length} tokens ({source}{chunked})")
     _print_answers(tokenizer, config, pop_answers[0], full_answers[0], args.max_new_tokens)
@@ -92,6 +97,38 @@ def run(args: argparse.Namespace) -> int:
         print(f"follow-up {i}: {text!r} ({turn.shape[1]} tokens, prefilled on top of the conversation's cache)")
         _print_answers(tokenizer, config, pop_answers[i], full_answers[i], args.max_new_tokens)
     return 0
+
+
+def prompt_within(args: argparse.Namespace, tokenizer: Any, limit: int | None) -> str:
+    """The prompt to generate from, checked against the model's context of ``limit`` positions (None: unknown):
+    the prompt, each follow-up and each turn's ``--max-new-tokens`` must fit, or a user's prompt is refused in one
+    line; the built-in demo passage is cut to fit (its question kept).
+
+    Raises:
+        ConfigError: the conversation does not fit the context.
+    """
+    from poptune.measure.timing_prompts import demo_prompt
+
+    def tokens(text: str, special: bool = True) -> int:
+        return len(tokenizer(text, add_special_tokens=special)["input_ids"])
+
+    room = args.max_new_tokens * (1 + len(args.follow_up)) + sum(tokens("\n\n" + t, False) for t in args.follow_up)
+    text = args.prompt if args.prompt is not None else demo_prompt()
+    if limit is None:
+        return text
+    need = tokens(text) + room
+    if args.prompt is None:
+        head, question = text.rsplit("\n\nQuestion:", 1)
+        while need > limit and len(head) > 1:  # the passage shortened in proportion until it fits
+            head = head[: int(len(head) * max(limit - room, 0) / (need - room) * 0.98)]
+            text = f"{head}\n\nQuestion:{question}"
+            need = tokens(text) + room
+    if need > limit:
+        what = "`--prompt`" if args.prompt is not None else "the built-in demo's question"
+        extra = f" and {len(args.follow_up)} `--follow-up` turn(s)" if args.follow_up else ""
+        raise ConfigError(f"{what} ({tokens(text)} tokens) with `--max-new-tokens {args.max_new_tokens}`{extra} "
+                          f"needs {need} positions; the model {args.model} holds {limit}")
+    return text
 
 
 def _print_answers(tokenizer: Any, config: Any, pop_ids: list[int], full_ids: list[int], most: int) -> None:

@@ -100,13 +100,19 @@ def register(sub: Any) -> None:
 TIME_BUDGET_MIN = 19.0
 
 
+#: ``--time-budget``'s range in minutes: under one a study cannot time one configuration beside the full model
+#: (0.001 used to be taken, the certification then run regardless); past a week is a typo (1e308 overflowed).
+TIME_BUDGET_RANGE = (1.0, 7 * 24 * 60.0)
+
+
 def _minutes(text: str) -> float | None:
-    """``--time-budget``: positive minutes, or ``none``."""
+    """``--time-budget``: minutes within :data:`TIME_BUDGET_RANGE`, or ``none``."""
     if text.strip().lower() == "none":
         return None
     value = finite(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive minutes or `none`, got {text!r}")
+    low, high = TIME_BUDGET_RANGE
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be minutes in [{low:g}, {high:g}] or `none`, got {text!r}")
     return value
 
 

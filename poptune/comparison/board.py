@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 from poptune.interval import Interval
+from poptune.jsonfile import loads
 
 __all__ = ["Row", "lead_of", "read_records", "row_confidence", "rows_of", "verdict_of", "write_methods_board"]
 
@@ -180,11 +180,10 @@ def read_records(folder: str | Path) -> list[dict[str, Any]]:
     records = []
     for path in paths:
         try:
-            data = json.loads(path.read_text())
+            text = path.read_text()
         except (OSError, ValueError) as e:
             raise ConfigError(f"cannot read the comparison record {path}: {e}") from e
-        except RecursionError:
-            raise ConfigError(f"cannot read the comparison record {path}: nested too deeply") from None
+        data = loads(text, f"comparison record {path}")
         if not isinstance(data, dict) or data.get("record") != _KIND or data.get("version") != _VERSION:
             shown = (data.get("record"), data.get("version")) if isinstance(data, dict) else type(data).__name__
             raise ConfigError(f"{path} is named as a methods comparison record but is not one of version {_VERSION} "
@@ -192,6 +191,12 @@ def read_records(folder: str | Path) -> list[dict[str, Any]]:
         check_record(data, path)
         records.append({**data, "_file": path.name})
     return records
+
+
+def table_cell(text: str) -> str:
+    """``text`` as one Markdown table cell: a line break or ``|`` of a record's label (``"x\\n| fake | row |"``)
+    would otherwise end the row or add cells and rows to the table."""
+    return " ".join(str(text).split()).replace("\\", "\\\\").replace("|", "\\|")
 
 
 def _cells(row: Row, profiles: Sequence[str]) -> list[str]:
@@ -239,7 +244,7 @@ def _section(record: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
              "table: the board's tables are not corrected together). Each baseline meets the slowest POP row whose "
              "median TTFT ratio is at least its own (point medians, not intervals).",
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_cells(r, profiles)) + " |" for r in rows]
+    lines += ["| " + " | ".join(map(table_cell, _cells(r, profiles))) + " |" for r in rows]
     lines += ["", "Where a baseline is faster end to end than its paired POP row (static pruning shortens every decode "
               "step too):", "", *_wins(rows, profiles), ""]
     return lines + _costs(record, rows, row_confidence(len(baselines)))

@@ -19,7 +19,6 @@ A prompt's *text* stays in memory: what is stored (:func:`prompt_hash`) is its h
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -164,11 +163,9 @@ def _parse(path: str | Path, file: Path, text: str) -> tuple[PromptRequest, ...]
 
 def _request(path: str | Path, n: int, line: str) -> PromptRequest:
     where = f"`--prompts` {path} line {n}"
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{where} is not JSON ({e.msg}); a JSON Lines file has one object per line, a .txt "
-                          "file one prompt per line") from None
+    from poptune.jsonfile import loads
+
+    data = loads(line, where, hint="; a JSON Lines file has one object per line, a .txt file one prompt per line")
     if not isinstance(data, dict):
         raise ConfigError(f"{where} is not a JSON object, got {type(data).__name__}")
     has_prompt, has_messages = "prompt" in data, "messages" in data

@@ -62,14 +62,16 @@ def git_commit(root: Path | None = None) -> str | None:
     """The commit of the checkout poptune is imported from (``+dirty`` with local changes), or None.
 
     Changes to measured outputs (``leaderboards/``, ``studies/``: a grid's committed journal grows while it is
-    measured) are not local changes of the code that measures. ``root``: another checkout (for tests)."""
+    measured) are not local changes of the code that measures. ``root``: another checkout (for tests). Git's state
+    is read without writing into the checkout: ``git status`` otherwise refreshes the index and takes its lock
+    (``.git/index.lock``), a write into the install tree that a read-only or shared checkout refuses (issue 87)."""
     root = root or Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return None
 
     def run(*cmd: str) -> str:
-        return subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
+        return subprocess.run(["git", "--no-optional-locks", "-C", str(root), *cmd], capture_output=True, text=True,
+                              timeout=10, check=True, env=dict(os.environ, GIT_OPTIONAL_LOCKS="0")).stdout.strip()
 
     try:
         commit = run("rev-parse", "HEAD")

@@ -196,14 +196,15 @@ def load_carried(path: str | Path, model: Any, *, fingerprint: str | None = None
 
 
 def _read(path: str | Path) -> dict:
+    from poptune.jsonfile import loads
+
     try:
-        data = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
     except FileNotFoundError as e:
         raise ConfigError(f"no configuration file {path}") from e
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path} is not a poptune configuration file: {e}") from e
-    except RecursionError:
-        raise ConfigError(f"{path} is not a poptune configuration file: nested too deeply") from None
+    data = loads(text, f"configuration file {path}")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ConfigError(f"{path} is not a poptune configuration file (expected format {FORMAT!r})")
     _check_fields(path, data)

@@ -50,6 +50,8 @@ def check_study_name(name: str | None) -> str | None:
     shown = name if len(name) <= 60 else f"{name[:40]}... ({len(name)} characters)"
     if not name.strip():
         raise ConfigError("a study name must not be empty")
+    if not name.isprintable():
+        raise ConfigError(f"study name {shown!r} must not hold a line break, tab or other control character")
     if name in (".", "..") or "/" in name or "\0" in name:
         raise ConfigError(f"study name {shown!r} cannot name its report files: it must not be '.' or '..' nor "
                           "hold '/'")
@@ -71,12 +73,26 @@ def check_url(url: str | None) -> str:
     try:
         from sqlalchemy.engine import make_url
 
-        backend = make_url(url).get_backend_name()
+        parsed = make_url(url)
+        backend = parsed.get_backend_name()
     except Exception as e:
         raise ConfigError(f"malformed storage URL {url!r}: {e}") from e
     if backend not in _BACKENDS:
         raise ConfigError(f"unsupported storage URL {public_url(url)!r} ({backend}): use {URL_FORMS}")
+    if backend == "sqlite":
+        _check_sqlite_url(url, parsed.database, dict(parsed.query))
     return url
+
+
+def _check_sqlite_url(url: str, database: str | None, query: dict[str, object]) -> None:
+    """Refuse an SQLite URL that cannot keep a study (in memory: gone when the command ends) or whose options
+    poptune would not honour (it opens the file itself: ``?mode=ro`` would be ignored), in one line."""
+    if not database or database == ":memory:" or query.get("mode") == "memory":
+        raise ConfigError(f"storage {url!r} is an in-memory SQLite database: nothing would be kept when the command "
+                          "ends; give a file, sqlite:///PATH")
+    if query:
+        raise ConfigError(f"storage {url!r}: SQLite URL options ({', '.join(sorted(query))}) are not honoured "
+                          "(poptune opens the file itself; readers never write); give sqlite:///PATH without `?...`")
 
 
 def is_server(url: str | None) -> bool:

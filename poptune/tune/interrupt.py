@@ -14,7 +14,8 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["INTERRUPTED", "Interrupted", "interruptible", "mark_interrupted", "marking_interrupted", "exit_code"]
+__all__ = ["INTERRUPTED", "Interrupted", "interruptible", "mark_interrupted", "marking_interrupted", "exit_code",
+           "measured_point", "requeue_lost"]
 
 #: The ``fail_reason`` of a trial stopped by a signal (not a fault of its configuration: it is measured again).
 INTERRUPTED = "interrupted"
@@ -88,5 +89,36 @@ def mark_interrupted(study: Any, trial: Any) -> None:
     """Record ``fail_reason = "interrupted"`` on a running ``trial`` and queue its configuration again (an
     interrupted trial says nothing of its configuration); the caller fails it."""
     trial.set_user_attr("fail_reason", INTERRUPTED)
-    if {"skip", "boundary", "offset"} <= set(trial.params):
+    if measured_point(trial.params):
         study.enqueue_trial(dict(trial.params))  # not skip_if_exists: this trial holds them
+
+
+def measured_point(params: dict[str, Any]) -> bool:
+    """Whether trial parameters ``params`` name a whole point of the space: the full model's (``skip`` 0 alone)
+    or a POP configuration's (``skip``, ``boundary`` and ``offset``); a trial interrupted before it wrote them all
+    named none, and nothing of it is queued again."""
+    return params.get("skip") == 0 or {"skip", "boundary", "offset"} <= set(params)
+
+
+def requeue_lost(study: Any) -> list[int]:
+    """Queue again each interrupted trial's point that no other trial holds (none completed, failed measuring,
+    runs or waits with its parameters): what a study interrupted in its full model's trial lost before the full
+    model's trial was queued again like any other. Returns the numbers of the trials whose point was queued."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+
+    def holds(trial: Any) -> bool:  # measured, measuring, queued, or failed for good (a stale one was retried)
+        return trial.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING) or (
+            trial.state == TrialState.FAIL and trial.user_attrs.get("fail_reason") not in (None, INTERRUPTED))
+
+    def held(params: dict[str, Any], number: int) -> bool:
+        return any(t.number != number and (t.params == params or t.system_attrs.get("fixed_params") == params)
+                   and holds(t) for t in trials)
+
+    lost = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get("fail_reason") == INTERRUPTED
+            and measured_point(t.params) and not held(t.params, t.number)]
+    points = {str(sorted(t.params.items())): t for t in lost}  # one each, however often interrupted
+    for trial in points.values():
+        study.enqueue_trial(dict(trial.params))
+    return sorted(t.number for t in points.values())

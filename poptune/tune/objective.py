@@ -108,8 +108,11 @@ def _settled(study: "optuna.Study", number: int, config: PopConfig, num_layers: 
 def _references(study: "optuna.Study", number: int, measurement: Measurement, num_layers: int) -> References:
     """The study's reference full-model figures: the full-model trial's, written once by that trial.
 
-    A trial finishing before the full-model trial waits for it; without one pending, the trial's own paired
-    full-model latency becomes the reference (as for the first trial of a study made without it).
+    A trial finishing while an earlier-numbered trial measures the full model waits for it; otherwise the trial's
+    own paired full-model latency becomes the reference (as for the first trial of a study made without it). A
+    full-model trial that waits in the queue, or is numbered after this one, is never waited for: the one process
+    that would run it may be this one (a full-model trial queued again after a signal or a killed worker is
+    numbered after the trials queued before it), and of any two trials only the later-numbered one waits.
     """
     from optuna.trial import TrialState
 
@@ -117,9 +120,9 @@ def _references(study: "optuna.Study", number: int, measurement: Measurement, nu
     while True:
         if store.reference_ms(study) is not None:
             return settle_reference(study, measurement)  # written: read (a study's TPOT reference it lacks, written)
-        pending = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
-                   if t.number != number and (config_of(t, num_layers) == full or
-                                              t.system_attrs.get("fixed_params", {}).get("skip") == 0)]
+        pending = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                   if t.number < number and (config_of(t, num_layers) == full or
+                                             t.system_attrs.get("fixed_params", {}).get("skip") == 0)]
         if measurement.config == full or not pending:
             return settle_reference(study, measurement)
         fail_stale(study)

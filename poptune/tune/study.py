@@ -70,7 +70,7 @@ from poptune.tune import trust
 from poptune.tune.baseline_trials import add_baselines, front_ratios
 from poptune.tune.batch import run_batch
 from poptune.tune.certify import CLOSING_S, candidates, certify_front, check_follow_up, wants_certification
-from poptune.tune.interrupt import marking_interrupted
+from poptune.tune.interrupt import marking_interrupted, requeue_lost
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
 from poptune.tune.params import params_of
 from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS, make_sampler
@@ -267,7 +267,9 @@ def _sampler_seed(spec: StudySpec) -> int:
 
 
 def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tuple["optuna.Study", bool]:
-    """Create the study, or load it when it exists (another worker may create it at the same moment)."""
+    """Create the study, or load it when it exists (another worker may create it at the same moment); a loaded
+    study gets back what an interrupted trial lost (:func:`~poptune.tune.interrupt.requeue_lost`: a full-model
+    trial interrupted before it was queued again like any other)."""
     import optuna
 
     sampler = make_sampler(spec.sampler, _sampler_seed(spec), num_layers, spec.problem.kv,
@@ -276,7 +278,9 @@ def _open_study(spec: StudySpec, storage: Any, name: str, num_layers: int) -> tu
     try:
         return optuna.create_study(directions=objectives.directions(spec.problem.objectives), **kwargs), True
     except optuna.exceptions.DuplicatedStudyError:
-        return optuna.load_study(**kwargs), False
+        study = optuna.load_study(**kwargs)
+    requeue_lost(study)
+    return study, False
 
 
 def _work(study: "optuna.Study", objective: Callable[..., Any], spec: StudySpec, budget: int,

@@ -116,8 +116,12 @@ def test_generate_follow_up_answers_are_the_models_own(capsys):
 def test_generate_without_prompt_runs_the_long_demo(capsys):
     code, out, _ = _run(capsys, "generate", "--model", "tiny-llama", "--skip", "3", "--max-new-tokens", "1")
     assert code == 0
-    tokens = len(load_model("tiny-llama")[1](demo_prompt())["input_ids"])
-    assert out.startswith(f"prompt: {tokens} tokens (built-in demo: Pride and Prejudice, chapter 1, and a question)")
+    tokens = len(load_model("tiny-llama")[1](demo_prompt())["input_ids"])  # past a tiny model's 4096 positions
+    first = out.splitlines()[0]
+    assert first.startswith("prompt: ") and first.endswith(" tokens (built-in demo: Pride and Prejudice, chapter 1, "
+                                                           "and a question, cut to fit the model's context with 1 new "
+                                                           "tokens)")
+    assert 3800 < int(first.split()[1]) <= 4095 < tokens
     assert tokens >= SHORT_PROMPT and SHORT_NOTE not in out
     assert re.search(r"^the two agree on their first [01] tokens \(POP generated 1, the full model 1, "
                      r"at most 1 each\)$", out, re.M)

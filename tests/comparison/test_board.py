@@ -73,6 +73,19 @@ def test_the_board_is_rebuilt_byte_for_byte_from_the_records(tmp_path):
     assert "1 of 1 baseline verdicts decided" in text
 
 
+def test_a_label_cannot_add_rows_or_cells_to_the_table(tmp_path):
+    """Issue 87: a record whose label holds a line break and ``|`` added a fake row to the Markdown table."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    fake = dict(_entry("static 1", "static-last", HALF, 1.2), label="x\n| full | fake | 99.99 |")
+    record = _record([_entry("full", "full", GOOD), _entry("pop a", "pop", GOOD, 1.3), fake])
+    (raw / "methods-w-m-cpu-x.json").write_text(json.dumps(record))
+    text = write_methods_board(raw, tmp_path / "a", command="c")[0].read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| method")]
+    assert len(rows) == 3 and sum(line.startswith("| full |") for line in rows) == 1
+    assert "| x \\| full \\| fake \\| 99.99 \\| |" in text
+
+
 def test_a_record_scored_without_timing_borrows_the_timings_of_its_machine(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()

@@ -213,6 +213,24 @@ CASES: list[tuple[str, list[str]]] = [
         ("study --init-from-importance: 12 layers", [*STUDY, "--storage", "sqlite:///{d}/new.db",
                                                     "--init-from-importance", "{d}/importance-12.json"]),
     )],
+    *[(f"issue-87: {name}", argv) for name, argv in (
+        ("generate --prompt past the context", [*GEN, "--skip", "1", "--prompt", "x" * 100_000]),
+        ("generate --config: a 5000-digit integer", [*GEN, "--config", "{d}/huge-int.json", "--prompt", "hi"]),
+        ("generate --config: a key twice", [*GEN, "--config", "{d}/key-twice.json", "--prompt", "hi"]),
+        ("study --init-from-importance: a 5000-digit integer", [*STUDY, "--storage", "sqlite:///{d}/new.db",
+                                                               "--init-from-importance", "{d}/huge-int.json"]),
+        ("study --prompts: a 5000-digit integer", [*PROMPTS_STUDY, "--prompts", "{d}/huge-int.jsonl"]),
+        ("study --prompts: deep nesting", [*PROMPTS_STUDY, "--prompts", "{d}/deep.jsonl"]),
+        ("study --storage sqlite:///:memory:", [*STUDY, "--storage", "sqlite:///:memory:"]),
+        ("study --storage ?mode=ro", [*STUDY, "--storage", "sqlite:///{d}/ok.db?mode=ro"]),
+        ("study --time-budget 1e308", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--time-budget", "1e308"]),
+        ("study --time-budget 0.001", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--time-budget", "0.001"]),
+        ("study --lengths 300,300", [*STUDY[:-2], "--lengths", "300,300", "--storage", "sqlite:///{d}/new.db"]),
+        ("bench --lengths 16,16", [*BENCH, "--lengths", "16,16"]),
+        ("pareto --out ''", ["pareto", "--storage", "sqlite:///{d}/ok.db", "--out", ""]),
+        ("leaderboard --out ''", ["leaderboard", "--storage", "sqlite:///{d}/ok.db", "--out", ""]),
+        ("study --study with a line break", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--study", "a\nb"]),
+    )],
 ]
 
 
@@ -286,6 +304,10 @@ def hostile_files(folder: Path) -> None:
     (folder / "other-weights.json").write_text(json.dumps(dict(config, model=dict(
         config["model"], weights_fingerprint="random-seed0-config-0000000000000000"))))
     (folder / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "huge-int.json").write_text('{"format": "poptune-config/1", "num_layers": ' + "1" * 5000 + "}")
+    (folder / "key-twice.json").write_text(json.dumps(config)[:-1] + ', "model": ' + json.dumps(config["model"]) + "}")
+    (folder / "huge-int.jsonl").write_text('{"prompt": "hi", "max_tokens": ' + "1" * 5000 + "}\n")
+    (folder / "deep.jsonl").write_text('{"messages": ' + "[" * 50_000 + "]" * 50_000 + "}\n")
     for name, text in (("records", json.dumps({"record": "poptune-methods", "version": 1, "profiles": 3})),
                        ("deep-records", "[" * 100_000 + "]" * 100_000)):
         (folder / name).mkdir()

@@ -6,8 +6,9 @@ Usage::
     python -m tests.harness.faults -k sigint       # only faults whose name holds "sigint"
 
 Faults: kill -9 mid-trial then the same command again, SIGINT and SIGTERM mid-trial (time to exit, the summary
-line) then the same command again, a second process on the same SQLite study, a full disk (a 1 MiB tmpfs filled
-up, as root), a read-only output folder, a journal whose last record a killed writer cut (then the same command).
+line) then the same command again, SIGINT and kill -9 in the full model's trial then the same command (issue 87),
+a second process on the same SQLite study, a full disk (a 1 MiB tmpfs filled up, as root), a read-only output
+folder, a journal whose last record a killed writer cut (then the same command).
 For each: the exit code, the line printed, the seconds, and what was lost
 (completed trials before the fault against after the recovery; a configuration measured twice).
 """
@@ -39,9 +40,9 @@ def start(argv: list[str], cwd: Path) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, errors="replace")
 
 
-def run(argv: list[str], cwd: Path) -> tuple[int, str]:
+def run(argv: list[str], cwd: Path, timeout: float = 900) -> tuple[int, str]:
     done = subprocess.run([sys.executable, "-m", "poptune", *argv], cwd=cwd, env=_env(), capture_output=True,
-                          text=True, errors="replace", timeout=900)
+                          text=True, errors="replace", timeout=timeout)
     return done.returncode, _lines(done.stderr)
 
 
@@ -145,6 +146,29 @@ def kill9_fault(folder: Path) -> dict:
     return dict(exit=proc.returncode, line=f"resume: exit {code} in {time.monotonic() - started:.0f} s", seconds=0.0,
                 lost=f"{len(before)} completed before, {'all kept' if not lost else f'{lost} lost'}; the killed trial "
                      f"{stale} failed as stale and retried; {len(after)} completed after the resume")
+
+
+def full_model_fault(folder: Path, signum: int) -> dict:
+    """SIGINT or kill -9 while trial 0 measures the full model, then the same command (issue 87): the full model's
+    trial is queued again and measured by the resuming process, which never waits for it itself."""
+    db = folder / "s.db"
+    argv = [*STUDY[:-4], "--heartbeat", "1", "--no-confirm", "--trials", "3", "--storage", f"sqlite:///{db}"]
+    proc = start(argv, folder)
+    wait_mid_trial(proc, db, complete=0)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=60)
+    if signum == signal.SIGKILL:
+        time.sleep(3.5)  # past the grace period of three 1 s heartbeats
+    started = time.monotonic()
+    try:
+        code, _ = run(argv, folder, timeout=300)
+    except subprocess.TimeoutExpired:
+        code = None
+    configs = measured_configs(db)
+    full = sum('"skip": 0' in c for c in configs)
+    return dict(exit=proc.returncode, line=f"resume: exit {code} in {time.monotonic() - started:.0f} s",
+                seconds=0.0, lost=f"the full model measured {full} time(s) after the resume; {len(configs)} "
+                                  f"configurations measured, {len(configs) - len(set(configs))} twice")
 
 
 def two_processes_fault(folder: Path) -> dict:
@@ -278,6 +302,8 @@ FAULTS = {
     "kill -9 mid-trial, then the same command": kill9_fault,
     "SIGINT mid-trial, then the same command": lambda d: signal_fault(d, signal.SIGINT),
     "SIGTERM mid-trial, then the same command": lambda d: signal_fault(d, signal.SIGTERM),
+    "SIGINT in the full model's trial, then the same command": lambda d: full_model_fault(d, signal.SIGINT),
+    "kill -9 in the full model's trial, then the same command": lambda d: full_model_fault(d, signal.SIGKILL),
     "two processes on one SQLite study": two_processes_fault,
     "full disk (1 MiB tmpfs) on resume": full_disk_fault,
     "read-only output folder (bench --out)": read_only_output_fault,

@@ -61,6 +61,14 @@ def test_kill_9_mid_trial_loses_only_that_trial(tmp_path):
     assert "RUNNING" not in [s for _, s in faults.states(db)]
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL])
+def test_the_full_models_trial_stopped_is_measured_on_resume(tmp_path, signum):
+    """Issue 87: Ctrl-C lost the full model's trial for good; after kill -9 the resume waited for it for ever."""
+    row = faults.full_model_fault(tmp_path, signum)
+    assert row["line"].startswith("resume: exit 0"), row
+    assert row["lost"].startswith("the full model measured 1 time(s)") and row["lost"].endswith(", 0 twice"), row
+
+
 def test_a_second_process_on_one_sqlite_study_is_refused(tmp_path):
     db = tmp_path / "s.db"
     argv = [*faults.STUDY, "--trials", "3", "--storage", f"sqlite:///{db}"]

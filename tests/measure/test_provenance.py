@@ -51,6 +51,26 @@ def test_the_commit_is_dirty_with_code_changes_not_with_measured_outputs(tmp_pat
     assert provenance.git_commit(tmp_path) == clean + "+dirty"
 
 
+def test_the_commit_is_read_without_writing_into_the_checkout(tmp_path):
+    """``git status`` refreshes a stale index and takes ``.git/index.lock`` to write it: a write into the install
+    tree on every run (issue 87). Read with ``--no-optional-locks``, the index stays as it was."""
+    import os
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("one\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    index = tmp_path / ".git" / "index"
+    os.utime(tmp_path / "code.py", ns=(1, 1))  # the index's stat of it stale: git status would rewrite the index
+    before = (index.stat().st_mtime_ns, index.read_bytes())
+    assert provenance.git_commit(tmp_path) is not None
+    assert (index.stat().st_mtime_ns, index.read_bytes()) == before
+
+
 def test_one_record_states_command_hardware_versions_and_date():
     hardware = {"hardware_id": "cpu-amd-epyc-2t", "name": "AMD EPYC 7B13", "kind": "cpu"}
     record = provenance.Provenance.here(command="poptune compare", hardware=hardware).to_dict()

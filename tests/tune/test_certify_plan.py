@@ -123,7 +123,7 @@ def test_the_cost_line_prices_the_smallest_budget_for_the_items_the_attempt_plan
     assert cost["items"] == verdict_cost(drop, 2.0, planned=1024, start=32, confidence=0.9875).items  # unchanged
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "nan", "soon"])
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "soon", "0.001", "1e308", "20000"])
 def test_a_bad_time_budget_is_one_line(capsys, value):
     from poptune.cli import main
 
