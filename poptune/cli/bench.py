@@ -25,6 +25,7 @@ from poptune.cli._args import (
     prepare_kv,
     write_text,
 )
+from poptune.cli._runtime import add_runtime, vllm_model_dir
 
 #: The library's defaults of bench's options: the spec's fields and the default timing policy's.
 SPEC, POLICY = "poptune.measure.benchrecord:BenchSpec.", "poptune.measure.benchrecord:DEFAULT_POLICY."
@@ -61,32 +62,17 @@ def register(sub: Any) -> None:
     parser.add_argument("--energy-seconds", type=finite, default=LibraryDefault(SPEC + "energy_seconds"),
                         help="per row and side, an energy block of at least this long for joules per prefill "
                              "(0: none; else >= 1; needs NVML, else the row says why) (default: %(default)s)")
-    parser.add_argument("--runtime", choices=("hf", "vllm"), default="hf",
-                        help="where POP runs: poptune's engine on the Hugging Face model (default), or vLLM with "
-                             "poptune's plugin (its own environment, docs/serving.md; text prompts, prefill only)")
+    add_runtime(parser, "text prompts, prefill only")
     add_output(parser, "the result, with the hardware record,")
     parser.set_defaults(run=run)
 
 
 def _vllm_result(args: argparse.Namespace, config: Any, spec: Any, progress: Any) -> Any:
-    """The run through vLLM: the model's directory (the embedded model's cache folder, or a local one)."""
-    from poptune.errors import ConfigError
+    """The run through vLLM on the model's directory."""
     from poptune.measure.vllm_bench import run_vllm_bench
-    from poptune.models import load_tokenizer, resolve_model
+    from poptune.models import load_tokenizer
 
-    model = resolve_model(args.model)
-    if model.source == "embedded":
-        from poptune.models.embedded import embedded_model_dir
-
-        directory = str(embedded_model_dir())
-    elif model.source == "local" and model.path is not None:
-        directory = model.path
-    else:
-        raise ConfigError(f"--runtime vllm loads a model directory (the embedded gemma-3 or a local one), not "
-                          f"{args.model!r}")
-    if args.device not in (None, "cpu") or args.weights != "pretrained":
-        raise ConfigError("--runtime vllm runs vLLM's CPU build on the pretrained weights here (docs/serving.md)")
-    return run_vllm_bench(directory, load_tokenizer(args.model), config, spec, model_name=args.model,
+    return run_vllm_bench(vllm_model_dir(args), load_tokenizer(args.model), config, spec, model_name=args.model,
                           progress=progress)
 
 

@@ -24,6 +24,7 @@ from poptune.cli._args import (
     prepare_kv,
     write_text,
 )
+from poptune.cli._runtime import add_runtime, vllm_model_dir
 
 
 def register(sub: Any) -> None:
@@ -46,18 +47,17 @@ def register(sub: Any) -> None:
     add_prefill_chunk(parser)
     parser.add_argument("--fidelity-pairs", type=count, default=LibraryDefault(spec + "fidelity.pairs"),
                         help="text pairs for fidelity, 0 to skip (default: %(default)s)")
+    add_runtime(parser, "the embedded generation tasks")
     add_output(parser, "the result")
     parser.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from poptune.evaluate.fidelity import FidelitySpec
+def _tasks(args: argparse.Namespace, directory: Any) -> Any:
+    """The tasks asked for (a prompts file's judge, or ``--tasks`` resolved), their data checked."""
     from poptune.evaluate.prompts import JUDGES
-    from poptune.evaluate.suite import EMBEDDED, EvalSpec, resolve_tasks, run_eval
-    from poptune.evaluate.taskpack import check_data, data_dir
+    from poptune.evaluate.suite import EMBEDDED, resolve_tasks
+    from poptune.evaluate.taskpack import check_data
 
-    config = pop_config(args)
-    directory = data_dir(args.data_dir)
     given = ",".join(items(args.tasks)) if args.tasks is not None else None
     tasks = (JUDGES[args.judge or "answers"],) if args.prompts else resolve_tasks(given, directory)
     if directory is not None and not args.prompts:
@@ -66,17 +66,32 @@ def run(args: argparse.Namespace) -> int:
         from poptune.evaluate.judges import judged_tasks
 
         tasks = judged_tasks(tasks, defaults=args.tasks is None)
+    return tasks
+
+
+def run(args: argparse.Namespace) -> int:
+    from poptune.evaluate.fidelity import FidelitySpec
+    from poptune.evaluate.suite import EvalSpec, run_eval
+    from poptune.evaluate.taskpack import data_dir
+
+    config = pop_config(args)
+    directory = data_dir(args.data_dir)
+    tasks = _tasks(args, directory)
+    fidelity = args.fidelity_pairs and not args.prompts and args.runtime == "hf"  # vLLM serves no prompt logprobs
     spec = EvalSpec(
         tasks=tasks,
         data_dir=directory,
         limit=args.limit,
         batch_size=args.batch_size,
-        fidelity=FidelitySpec(pairs=args.fidelity_pairs) if args.fidelity_pairs and not args.prompts else None,
+        fidelity=FidelitySpec(pairs=args.fidelity_pairs) if fidelity else None,
         prefill_chunk=prefill_chunk(args),
         prompts=args.prompts,
     )
     if args.out:
         check_output_path(args.out)
+
+    if args.runtime == "vllm":
+        return _through_vllm(args, config, spec)
 
     from tqdm import tqdm
 
@@ -113,6 +128,26 @@ def run(args: argparse.Namespace) -> int:
             f"(ppl {f.ppl_full:.2f} / {f.ppl_pop:.2f}), top-1 agreement {100 * f.top1_agreement:.1f}%, "
             f"KL(full||POP) {f.kl:.4f} nats"
         )
+    if args.out:
+        write_text(args.out, data)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _through_vllm(args: argparse.Namespace, config: Any, spec: Any) -> int:
+    """``--runtime vllm``: the embedded tasks answered by vLLM with and without POP, graded and paired here."""
+    from poptune.evaluate.vllm_eval import run_vllm_eval
+    from poptune.models import load_tokenizer
+
+    result = run_vllm_eval(vllm_model_dir(args), load_tokenizer(args.model), config, spec)
+    data = json.dumps({"model": args.model, **result.to_dict()}, indent=2)
+    if args.json:
+        emit(args, "", data)
+        return 0
+    print(f"{args.model} [{config}] through vLLM" + (f", {args.limit} items per task" if args.limit else ""))
+    print(result.table())
+    changed = result.details["answers_changed"]
+    print(f"answers changed against vLLM's full model: {changed['changed']} of {changed['items']} items")
     if args.out:
         write_text(args.out, data)
         print(f"wrote {args.out}")

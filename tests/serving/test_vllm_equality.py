@@ -132,3 +132,22 @@ def test_a_configuration_that_does_not_fit_stops_the_start_in_one_line(tmp_path:
     directory = _save_tiny("tiny-llama", tmp_path / "llama")
     with pytest.raises(ConfigError, match=r"`skip` must be in \[0, 5\]"):
         VllmEngine(directory, pop={"pop_config": {"skip": 9}}, engine=CHUNKED)
+
+
+@pytest.mark.integration
+def test_gemma_3_270m_served_with_pop_answers_as_the_engine() -> None:
+    """The embedded Gemma-3-270M, skip 6 of 18: a prompt past its 512-token window and a short one, batched,
+    chunked prefill forced (256 tokens a step)."""
+    from poptune.measure.timing_prompts import prompt_batch
+    from poptune.models import load_tokenizer
+    from poptune.models.embedded import embedded_model_dir
+
+    directory = embedded_model_dir()
+    tokenizer = load_tokenizer("gemma-3")
+    prompts = [prompt_batch(tokenizer, n)["input_ids"][0].tolist() for n in (700, 90)]
+    config = PopConfig(skip=6, boundary="last")
+    engine = {"enable_chunked_prefill": True, "max_num_batched_tokens": 256, "max_num_seqs": 4,
+              "max_model_len": 1024}
+    with VllmEngine(directory, pop={"pop_config": config.to_dict()}, engine=engine) as served:
+        answers = served.generate(prompts, max_tokens=NEW_TOKENS, logprobs=5, ignore_eos=True)["answers"]
+    assert _agree(answers, _engine_answers(directory, config, prompts)) == []

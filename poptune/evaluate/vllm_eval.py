@@ -1,0 +1,75 @@
+"""The embedded tasks' accuracy through vLLM: POP served with poptune's plugin against vLLM's full model.
+
+The vLLM runtime of ``poptune eval`` (``--runtime vllm``): the same items as ``run_eval`` takes (the workload's
+first ``limit`` of each task, too-long prompts skipped), their prompts tokenized as poptune's engine tokenizes them,
+answered greedily by two vLLM engines (POP's and the full model's, :class:`~poptune.serving.vllm_client.VllmEngine`)
+and graded by the tasks' own rule (:func:`poptune.evaluate.synthetic.is_correct`); the drop is paired over the same
+items as ``run_eval``'s. Generation tasks only: vLLM under POP serves no prompt log-probabilities, so tasks judged by
+likelihood (lm-eval's multiple choice, the likelihood judge) are refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from poptune.engine import PopConfig
+from poptune.errors import ConfigError
+from poptune.evaluate.paired import paired_drop
+from poptune.evaluate.suite import EMBEDDED, EvalResult, EvalSpec, TaskRun, drop_of
+from poptune.evaluate.synthetic import ANSWER_TOKENS, is_correct
+from poptune.serving.vllm_client import VllmEngine
+
+__all__ = ["run_vllm_eval"]
+
+
+def _answers(engine: VllmEngine, prompts: list[list[int]]) -> list[list[int]]:
+    return [a["tokens"] for a in engine.generate(prompts, max_tokens=ANSWER_TOKENS)["answers"]]
+
+
+def run_vllm_eval(directory: str | Path, tokenizer: Any, config: PopConfig, spec: EvalSpec, *,
+                  engine: dict[str, Any] | None = None) -> EvalResult:
+    """Accuracy of ``config`` served by vLLM and of vLLM's full model on ``spec``'s embedded tasks, paired.
+
+    Raises:
+        ConfigError: A task other than the embedded generation tasks, fidelity or chunked prefill asked for.
+    """
+    from transformers import AutoConfig
+
+    from poptune.evaluate.workload import build_workload, synthetic_pool
+
+    other = [t for t in spec.tasks if t not in EMBEDDED]
+    if other or spec.fidelity is not None or spec.prefill_chunk or spec.prompts:
+        raise ConfigError(f"the vLLM runtime scores the embedded generation tasks ({', '.join(EMBEDDED)}) only, "
+                          f"without fidelity or --prefill-chunk; got {', '.join(other) or 'those options'}")
+    context = AutoConfig.from_pretrained(directory).get_text_config().max_position_embeddings
+    workload = build_workload(tokenizer, spec.tasks, data_dir=None, cap=spec.limit,
+                              synthetic_lengths=spec.synthetic_lengths, max_positions=context, seed=spec.seed)
+    items = []
+    for task in spec.tasks:
+        chosen = list(workload.order[task])
+        pool = synthetic_pool(tokenizer, task, max(chosen) + 1, lengths=spec.synthetic_lengths, seed=spec.seed)
+        items += [pool[i] for i in chosen]
+    prompts = [tokenizer(item.prompt)["input_ids"] for item in items]
+    longest = max(map(len, prompts)) + ANSWER_TOKENS
+    settings = {"max_model_len": longest, "max_num_batched_tokens": max(longest, 2048)} | dict(engine or {})
+    with VllmEngine(directory, pop={"pop_config": config.to_dict()}, engine=settings) as pop, \
+            VllmEngine(directory, engine=settings) as full:
+        answers = {"full": _answers(full, prompts), "pop": _answers(pop, prompts)}
+    runs = {}
+    for side, tokens in answers.items():
+        correct = [is_correct(tokenizer.decode(t, skip_special_tokens=True), item.answer)
+                   for t, item in zip(tokens, items)]
+        outcomes = {task: [float(c) for c, item in zip(correct, items) if item.task == task] for task in spec.tasks}
+        scores = {task: {"acc": sum(o) / len(o)} for task, o in outcomes.items()}
+        runs[side] = TaskRun(scores, {t: list(workload.order[t]) for t in spec.tasks}, outcomes, {})
+    full_run, pop_run = runs["full"], runs["pop"]
+    changed = sum(a != b for a, b in zip(answers["full"], answers["pop"]))
+    return EvalResult(
+        config=config, scores={t: {"full": full_run.scores[t], "pop": pop_run.scores[t]} for t in spec.tasks},
+        items=pop_run.counts, fidelity=None,
+        details={"runtime": "vllm", "answers_changed": {"changed": changed, "items": len(items)},
+                 "skipped_too_long": workload.skipped},
+        paired=drop_of(full_run, pop_run, seed=spec.seed),
+        task_drops={t: paired_drop({t: full_run.outcomes[t]}, {t: pop_run.outcomes[t]}, scale=100.0, seed=spec.seed)
+                    for t in spec.tasks})
