@@ -89,7 +89,7 @@ def _check_sqlite_url(url: str, database: str | None, query: dict[str, object]) 
     poptune would not honour (it opens the file itself: ``?mode=ro`` would be ignored), in one line."""
     if not database or database == ":memory:" or query.get("mode") == "memory":
         raise ConfigError(f"storage {url!r} is an in-memory SQLite database: nothing would be kept when the command "
-                          "ends; give a file, sqlite:///PATH")
+                          "ends: it needs a file path, sqlite:///PATH")
     if query:
         raise ConfigError(f"storage {url!r}: SQLite URL options ({', '.join(sorted(query))}) are not honoured "
                           "(poptune opens the file itself; readers never write); give sqlite:///PATH without `?...`")
