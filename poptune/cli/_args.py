@@ -314,6 +314,7 @@ def problem(args: argparse.Namespace) -> Any:
         kv=kv_sources(args.kv), certify_limit=certify,
         prompts=str(Path(prompts).expanduser().resolve()) if prompts else None,
         prompts_sha256=_prompts_sha256(prompts), store_prompts=bool(getattr(args, "store_prompts", False)),
+        runtime=getattr(args, "runtime", "hf"),
     )
 
 

@@ -4,7 +4,6 @@ loads for them."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 __all__ = ["add_runtime", "vllm_model_dir"]
 
@@ -23,16 +22,8 @@ def vllm_model_dir(args: argparse.Namespace) -> str:
         ConfigError: Another kind of model (tiny configs, hub ids), another device or random weights.
     """
     from poptune.errors import ConfigError
-    from poptune.models import resolve_model
+    from poptune.models.registry import model_directory
 
     if getattr(args, "device", None) not in (None, "cpu") or getattr(args, "weights", "pretrained") != "pretrained":
         raise ConfigError("--runtime vllm runs vLLM's CPU build on the pretrained weights here (docs/serving.md)")
-    model: Any = resolve_model(args.model)
-    if model.source == "embedded":
-        from poptune.models.embedded import embedded_model_dir
-
-        return str(embedded_model_dir())
-    if model.source == "local" and model.path is not None:
-        return str(model.path)
-    raise ConfigError(f"--runtime vllm loads a model directory (the embedded gemma-3 or a local one), not "
-                      f"{args.model!r}")
+    return model_directory(args.model)

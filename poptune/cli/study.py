@@ -28,6 +28,7 @@ from poptune.cli._args import (
 )
 from poptune.cli._args import problem as problem_of
 from poptune.cli._bars import Bars
+from poptune.cli._runtime import add_runtime
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 from poptune.objectives import registry as objectives
@@ -92,6 +93,7 @@ def register(sub: Any) -> None:
                         help="comma-separated ratios in (0, 1) for --baselines (default: those "
                         "of POP's front and the paper's rule, skip / L)")
     add_calibration(parser)
+    add_runtime(parser, "the embedded generation tasks; the verdict names it")
     parser.set_defaults(run=run_study)
 
 

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["ModelSpec", "resolve_model", "load_model", "load_tokenizer", "max_positions", "model_names",
-           "weights_fingerprint", "directory_fingerprint"]
+           "weights_fingerprint", "directory_fingerprint",
+           "model_directory"]
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +225,20 @@ def weights_fingerprint(name: str, weights: str = "pretrained") -> str:
         digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
         return f"random-seed0-config-{digest}"
     return directory_fingerprint(_pretrained_dir(spec))
+
+
+def model_directory(name: str) -> str:
+    """The Hugging Face model directory a serving engine loads for ``name``: the embedded model's cache folder
+    (built on first use) or a local directory.
+
+    Raises:
+        ConfigError: A tiny random model or a hub id (no directory of weights here to serve).
+    """
+    spec = resolve_model(name)
+    if spec.source not in ("embedded", "local"):
+        raise ConfigError(f"a serving engine loads a model directory (the embedded gemma-3 or a local one), not "
+                          f"{name!r}")
+    return _pretrained_dir(spec)
 
 
 def directory_fingerprint(directory: "str | Path") -> str:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from poptune import progress
 from poptune.device import dtype_of
 from poptune.engine import PopConfig, decoder_of
+from poptune.problem import runtime as runtimes
 from poptune.problem.problem import TuningProblem
 from poptune.store.measurement import Measurement
 from poptune.transform import Transform, applied
@@ -93,6 +94,14 @@ class ConfigEvaluator:
         self.answers: FullAnswers | None = None  # see remember_answers
         self._raced: dict[PopConfig, RaceResult] = {}  # see race_together
         self.scoring: dict[str, list[float]] = {}  # "full"/"pop" -> [seconds, items] scored (see seconds_per_item)
+        self._runtime: runtimes.Runtime | None = None
+
+    @property
+    def runtime(self) -> runtimes.Runtime:
+        """Where configurations are timed and scored (:mod:`poptune.problem.runtime`), made on first use."""
+        if self._runtime is None:
+            self._runtime = runtimes.make(self.problem)
+        return self._runtime
 
     @property
     def model(self) -> Any:
@@ -159,18 +168,16 @@ class ConfigEvaluator:
                         synthetic_lengths=p.synthetic_lengths, seed=p.seed, prompts=p.prompts)
 
     def _score(self, config: PopConfig, items: dict[str, list[int]], *, reuse: bool = True) -> "TaskRun":
-        from poptune.evaluate.suite import measure_tasks
-
         spec = self._eval_spec().with_samples(items)
         if not reuse:  # a baseline's changed model must neither record nor replay nor lead
-            return measure_tasks(self.model, self.tokenizer, config, spec)
+            return self.runtime.score(self.model, self.tokenizer, config, spec)
         started = time.perf_counter()
         with contextlib.ExitStack() as stack:
             if self.states is not None:  # the full model records its prefills, POP replays them
                 stack.enter_context(self.states.attached(self.model))
             if self._trunk is not None:  # the full model's batches also score the shared configurations
                 stack.enter_context(self._trunk.attached(self.model, keep=True))
-            run = measure_tasks(self.model, self.tokenizer, config, spec)
+            run = self.runtime.score(self.model, self.tokenizer, config, spec)
         if self._trunk is None:  # what an item costs alone: the full model's, and a configuration's beside it
             spent = self.scoring.setdefault("full" if config.skip == 0 else "pop", [0.0, 0])
             spent[0] += time.perf_counter() - started
@@ -260,6 +267,8 @@ class ConfigEvaluator:
                         synthetic_lengths=list(p.synthetic_lengths), data_dir=p.data_dir,
                         prompts=p.prompts_sha256 or p.prompts, torch=torch.__version__,
                         transformers=transformers.__version__)
+        if p.runtime != "hf":  # another engine's answers are its own (the keys of poptune's engine's unchanged)
+            settings["runtime"] = p.runtime
         self.answers = FullAnswers(path, settings)
         return self.answers
 
@@ -379,7 +388,7 @@ class ConfigEvaluator:
 
     def _latency(self, config: PopConfig, transform: Transform | None) -> tuple[Any, dict[int, float]]:
         from poptune.measure import RepeatPolicy
-        from poptune.measure.bench import BenchSpec, run_bench
+        from poptune.measure.bench import BenchSpec
         from poptune.models.vision import ImageSize
 
         p = self.problem
@@ -393,8 +402,7 @@ class ConfigEvaluator:
             images=(ImageSize.parse(p.image),) if p.image is not None else (),
             null_check=False,  # the study times its A/A pairs once per run (poptune.tune.study)
         )
-        bench = run_bench(self.model, self.tokenizer, config, spec, model_name=p.model, transform=transform,
-                          weights=p.weights)
+        bench = self.runtime.bench(self.model, self.tokenizer, config, spec, transform=transform)
         weights = {n: w for n, w in points} if p.weighted else {}
         return bench, weights
 

@@ -95,6 +95,8 @@ class TuningProblem:
             (:attr:`~poptune.objectives.base.Objective.requires`: ``tpot`` needs ``decode_tokens``).
         prompts_sha256: The SHA-256 of the prompts file's bytes (:func:`poptune.evaluate.prompts.prompts_sha256`):
             a resumed study compares it, not the file's path (None: a study stored before it, compared by path).
+        runtime: Where the configurations are timed and scored (:data:`poptune.problem.runtime.RUNTIMES`): ``hf``,
+            poptune's engine on the Hugging Face model, or ``vllm``, vLLM with poptune's plugin.
     """
 
     model: str = "gemma-3"
@@ -126,6 +128,7 @@ class TuningProblem:
     store_prompts: bool = False
     prompts_sha256: str | None = None
     objectives: tuple[str, ...] = DEFAULT_OBJECTIVES
+    runtime: str = "hf"
 
     def __post_init__(self) -> None:
         if self.image is not None:
@@ -175,6 +178,9 @@ class TuningProblem:
         if not self.max_seconds > 0:
             raise ConfigError(f"`max_seconds` must be > 0, got {self.max_seconds}")
         check_problem(check_objectives(self.objectives), self)
+        from poptune.problem import runtime
+
+        runtime.check(self)
 
     def _check_synthetic_supply(self) -> None:
         """A synthetic task's items are built up front: a cap beyond what its generator gives is refused."""

@@ -94,10 +94,18 @@ def _speed_source(row: FrontRow, confirmations: Mapping[str, Any] | None) -> str
 
 
 def verdict_line(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None,
-                 confirmations: Mapping[str, Any] | None = None, judge: str = ACCURACY_JUDGE) -> str:
+                 confirmations: Mapping[str, Any] | None = None, judge: str = ACCURACY_JUDGE,
+                 runtime: str = "hf") -> str:
     """What the certification decided, in one line: the fastest configuration certified within the budget and
     the bound it is certified at, or why none is; ``confirmations`` (the study's confirmed figures by trial)
-    say which timing its speed comes from; ``judge``: what the budget bounds (a likelihood verdict says so)."""
+    say which timing its speed comes from; ``judge``: what the budget bounds (a likelihood verdict says so);
+    ``runtime``: the engine that timed and scored it, named unless it is poptune's own."""
+    line = _verdict(rows, record, budget, confirmations, judge)
+    return line if runtime == "hf" else f"{line} [runtime {runtime}: timed and scored through it]"
+
+
+def _verdict(rows: Sequence[FrontRow], record: Mapping[str, Any] | None, budget: float | None,
+             confirmations: Mapping[str, Any] | None, judge: str) -> str:
     if budget is None:
         return f"no {judge} budget: nothing to certify"
     if not record:

@@ -275,7 +275,8 @@ def verdict_line(study: "optuna.Study") -> str:
     """What the certification decided, in one line: the fastest configuration certified within the budget."""
     stored = store.StoredStudy.of(study)
     return certreport.verdict_line(store.certified(study), stored.certification, stored.max_drop,
-                                   stored.confirmations, judge_of(stored.problem.get("tasks", ())))
+                                   stored.confirmations, judge_of(stored.problem.get("tasks", ())),
+                                   stored.problem.get("runtime", "hf"))
 
 
 def order_line(study: "optuna.Study") -> str:
@@ -416,7 +417,7 @@ class StudyReport:
     def verdict_line(self) -> str:
         """What the certification decided, in one line."""
         return certreport.verdict_line(self.certified, self.stored.certification, self.budget,
-                                       self.stored.confirmations, self.judge)
+                                       self.stored.confirmations, self.judge, self.stored.problem.get("runtime", "hf"))
 
     def cost_lines(self) -> list[str]:
         """What a verdict on each undecided candidate would cost here

@@ -116,6 +116,12 @@ class VllmEngine:
         return self._ask({"op": "generate", "prompts": prompts, "max_tokens": max_tokens, "logprobs": logprobs,
                           "prompt_logprobs": prompt_logprobs, "ignore_eos": ignore_eos})
 
+    def configure(self, config: dict[str, Any]) -> None:
+        """Serve the configuration ``config`` (a :meth:`PopConfig.to_dict <poptune.engine.pop.PopConfig.to_dict>`)
+        from now on: an engine started with the plugin (``pop``) changes it without a restart."""
+        self._ask({"op": "configure", "pop_config": config})
+        self.pop = {"pop_config": config}
+
     def close(self) -> None:
         """Stop the worker (and the processes vLLM started under it)."""
         if self._process.poll() is None:

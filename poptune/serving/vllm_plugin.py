@@ -34,7 +34,7 @@ from typing import Any
 
 from poptune.errors import ConfigError
 
-__all__ = ["ENV", "register", "requested_config"]
+__all__ = ["ENV", "reconfigure", "register", "requested_config"]
 
 #: The environment variable naming an exported configuration to serve with POP.
 ENV = "POPTUNE_VLLM_EXPORT"
@@ -102,6 +102,26 @@ def _after_load(load_model: Any) -> Any:
         return out
 
     return wrapped
+
+
+def reconfigure(worker: Any, pop_config: dict[str, Any]) -> str:
+    """Serve another configuration on a running engine's worker (vLLM's ``collective_rpc`` calls it on each one):
+    the skipped layers of the last one restored, the new one applied. The engine must have started with the plugin.
+
+    Raises:
+        ConfigError: An engine started without poptune's plugin, or a configuration that does not fit.
+    """
+    from poptune.engine.pop import PopConfig
+    from poptune.serving import vllm_pop
+
+    runner = worker.model_runner
+    state = _STATES.get(id(runner))
+    if state is None:
+        raise ConfigError("this vLLM engine was started without poptune's plugin: it cannot change configuration")
+    config = PopConfig.from_dict(dict(pop_config))
+    state.remove()
+    _STATES[id(runner)] = vllm_pop.apply(runner.model, config)
+    return str(config)
 
 
 def _planning(build: Any) -> Any:

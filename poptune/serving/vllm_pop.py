@@ -30,6 +30,7 @@ runs and tests); other backends are refused by name when POP is applied (``docs/
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -133,6 +134,13 @@ class PopState:
         self.config = config
         self.skipped = skipped
         self.current: StepPlan | None = None
+        self._undo: list[Callable[[], None]] = []
+
+    def remove(self) -> None:
+        """Give the skipped layers their own forwards back (the model serves in full until POP is applied again)."""
+        while self._undo:
+            self._undo.pop()()
+        self.current = None
 
     def plan(self, positions: "torch.Tensor", query_start_loc: "torch.Tensor", prompt_lens: "torch.Tensor") -> None:
         """Set the plan of the step about to run (called by the model runner's hook, once per step)."""
@@ -173,8 +181,18 @@ def apply(model: Any, config: "PopConfig") -> PopState:
                                         f", not {impl} (docs/serving.md)")
     state = PopState(config, skipped)
     for i in skipped:
-        layers[i].forward = skipped_forward(layers[i], layers[i].forward, state)
+        layer = layers[i]
+        own = vars(layer).get("forward")  # None: the class's forward was in effect
+        layer.forward = skipped_forward(layer, layer.forward, state)
+        state._undo.append(functools.partial(_restore, layer, own))
     return state
+
+
+def _restore(layer: Any, own: Any) -> None:
+    if own is None:
+        del layer.forward
+    else:
+        layer.forward = own
 
 
 def write_pruned_kv(layer: Any, x: "torch.Tensor", positions: "torch.Tensor", slots: "torch.Tensor") -> None:

@@ -10,6 +10,8 @@ own logging keeps standard output and error). Requests:
 - ``{"op": "generate", "prompts": [[ids...]...], "max_tokens": N, "logprobs": K, "prompt_logprobs": K | null}``:
   greedy generation of every prompt at once; answers each prompt's tokens and, with ``logprobs``, each generated
   token's top-K log-probabilities, and the call's seconds (perf_counter around ``LLM.generate``).
+- ``{"op": "configure", "pop_config": {...}}``: serve another configuration from now on (an engine started with the
+  plugin; :func:`poptune.serving.vllm_plugin.reconfigure` on each of its workers).
 - ``{"op": "quit"}``.
 
 An error answers ``{"error": "...", "kind": "..."}`` and the worker keeps serving (a request vLLM refused), except at
@@ -74,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
                 answer: dict[str, Any] = {"ok": True}
             elif op == "generate" and llm is not None:
                 answer = _generate(llm, request)
+            elif op == "configure" and llm is not None:
+                from poptune.serving.vllm_plugin import reconfigure
+
+                answer = {"configs": llm.collective_rpc(reconfigure, args=(request["pop_config"],))}
             else:
                 answer = {"error": f"unknown or premature request {op!r}", "kind": "InputError"}
         except Exception as e:  # noqa: BLE001 -- answered to the driver, which raises it as one line

@@ -590,7 +590,7 @@ def _finish(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec, 
 def _prepare(study: "optuna.Study", evaluator: ConfigEvaluator, spec: StudySpec) -> None:
     """State reuse checked and on; the full model's stored outcomes restored, or its reference measured."""
     stored = store.StoredStudy.of(study)
-    if spec.reuse_states and spec.problem.image is None and evaluator.states is None:
+    if spec.reuse_states and spec.problem.image is None and evaluator.states is None and spec.problem.runtime == "hf":
         stored.set_state_reuse_check(evaluator.enable_state_reuse())
     full_run = stored.full_run
     if full_run:

@@ -57,7 +57,7 @@ def _time(evaluator: "ConfigEvaluator", config: PopConfig, pairs: int, warmup: i
     """Prefill pair records of ``config`` against the full model and its ideal, per timed prompt length
     (default: the problem's target prompt)."""
     from poptune.measure import RepeatPolicy
-    from poptune.measure.bench import BenchSpec, run_bench
+    from poptune.measure.bench import BenchSpec
     from poptune.models.vision import ImageSize
 
     p = evaluator.problem
@@ -65,7 +65,7 @@ def _time(evaluator: "ConfigEvaluator", config: PopConfig, pairs: int, warmup: i
                      images=(ImageSize.parse(p.image),) if p.image is not None else (),
                      policy=RepeatPolicy(warmup=warmup, min_repeats=pairs, max_repeats=pairs, min_seconds=0.0))
     evaluator.prepare_kv(config)  # a calibrated configuration measured by an earlier run: its maps (cached)
-    rows = run_bench(evaluator.model, evaluator.tokenizer, config, spec, model_name=p.model).rows
+    rows = evaluator.runtime.bench(evaluator.model, evaluator.tokenizer, config, spec).rows
     return {row.length: (row.prefill, row.ideal) for row in rows}
 
 

@@ -35,6 +35,9 @@ FAMILIES = {  # name: (tiny config, the configuration served)
 }
 
 
+RECONFIGURED = PopConfig(skip=2, boundary="window-2")
+
+
 def _prompts() -> list[list[int]]:
     lengths = [40, 70, 5, 130, 17]
     return [[1] + [(7 * i + 13 * j) % 250 + 3 for j in range(n)] for i, n in enumerate(lengths)]
@@ -86,7 +89,9 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         with pytest.raises(ConfigError, match="prompt log-probabilities"):
             engine.generate(_prompts()[:1], max_tokens=1, prompt_logprobs=1)
         again = engine.generate(_prompts()[:1], max_tokens=NEW_TOKENS, ignore_eos=True)["answers"]  # still serving
-    return {"directory": directory, "config": config, "answers": answers, "again": again}
+        engine.configure(RECONFIGURED.to_dict())  # the same engine, another configuration, no restart
+        other = engine.generate(_prompts(), max_tokens=NEW_TOKENS, logprobs=5, ignore_eos=True)["answers"]
+    return {"directory": directory, "config": config, "answers": answers, "again": again, "other": other}
 
 
 def _agree(vllm: list[dict[str, Any]], engine: list[dict[str, Any]]) -> list[str]:
@@ -106,6 +111,11 @@ def test_vllm_with_the_plugin_answers_as_the_engine(served: dict[str, Any]) -> N
     engine = _engine_answers(served["directory"], served["config"], _prompts())
     assert _agree(served["answers"], engine) == []
     assert served["again"][0]["tokens"] == served["answers"][0]["tokens"]  # a refused request changed nothing
+
+
+def test_an_engine_given_another_configuration_answers_as_the_engine_with_it(served: dict[str, Any]) -> None:
+    assert _agree(served["other"], _engine_answers(served["directory"], RECONFIGURED, _prompts())) == []
+    assert _agree(served["other"], _engine_answers(served["directory"], served["config"], _prompts())) != []
 
 
 @pytest.mark.parametrize("swap", ["boundary", "depth"])
