@@ -61,7 +61,8 @@ def _load(python: str, model: str, port: int, rate: float, args: argparse.Namesp
                "--ignore-eos", "--percentile-metrics", "ttft,itl,e2el", "--metric-percentiles", "50,99",
                "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name]
     subprocess.run(command, check=True, timeout=args.run_limit, stdout=subprocess.DEVNULL)
-    return json.loads(out.read_text())
+    result = json.loads(out.read_text())
+    return {k: v for k, v in result.items() if not (isinstance(v, str) and v.startswith("/"))}  # no machine paths
 
 
 def _row(side: str, rate: float, result: dict) -> str:

@@ -57,6 +57,7 @@ def run_vllm_bench(directory: str | Path, tokenizer: Any, config: PopConfig, spe
                           "chunks long prompts itself)")
     text = AutoConfig.from_pretrained(directory).get_text_config()
     config.check(text.num_hidden_layers)
+    load_start = load_average()
     with contextlib.ExitStack() as stack:
         if engines is None:
             settings = engine_settings(spec.lengths, spec.batch_size) | dict(engine or {})
@@ -71,7 +72,8 @@ def run_vllm_bench(directory: str | Path, tokenizer: Any, config: PopConfig, spe
     check = NullCheck(length=spec.lengths[0], aa=aa, decode={}, above_ideal=[r.length for r in rows if r.above_ideal])
     return BenchResult(model=model_name, config=config, spec=replace(spec, decode_tokens=0), rows=rows,
                        hardware=hardware, telemetry={}, versions=dict(made.versions or {}), date=made.date or "",
-                       dtype="float32", null_check=check, provenance={"runtime": "vllm", "load_end": load_average()},
+                       dtype="float32", null_check=check,
+                       provenance={"runtime": "vllm", "load_start": load_start, "load_end": load_average()},
                        ideal_assumption="dense FLOPs of the prefill; vLLM's time to first token also holds its "
                                         "scheduling and the first token's sampling")
 

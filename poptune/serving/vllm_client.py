@@ -116,11 +116,13 @@ class VllmEngine:
         return self._ask({"op": "generate", "prompts": prompts, "max_tokens": max_tokens, "logprobs": logprobs,
                           "prompt_logprobs": prompt_logprobs, "ignore_eos": ignore_eos})
 
-    def configure(self, config: dict[str, Any]) -> None:
+    def configure(self, config: dict[str, Any]) -> list[str]:
         """Serve the configuration ``config`` (a :meth:`PopConfig.to_dict <poptune.engine.pop.PopConfig.to_dict>`)
-        from now on: an engine started with the plugin (``pop``) changes it without a restart."""
-        self._ask({"op": "configure", "pop_config": config})
+        from now on: an engine started with the plugin (``pop``) changes it without a restart. Returns what each
+        of its workers applied."""
+        applied: list[str] = self._ask({"op": "configure", "pop_config": config})["configs"]
         self.pop = {"pop_config": config}
+        return applied
 
     def close(self) -> None:
         """Stop the worker (and the processes vLLM started under it)."""

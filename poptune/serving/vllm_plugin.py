@@ -11,7 +11,7 @@ does nothing until a configuration is asked for, in vLLM's own option for plugin
 check). An exported file is refused for other weights (its ``weights_fingerprint`` against the served model
 directory's, :func:`poptune.models.registry.directory_fingerprint`) unless ``"force": true``.
 
-What it changes, in three places (each wrapped, never replaced, so vLLM's own code still runs):
+What it changes, in four places (each wrapped, never replaced, so vLLM's own code still runs):
 
 - the model runner's ``load_model``: after vLLM loads the model, POP is applied to it
   (:func:`poptune.serving.vllm_pop.apply`); a configuration that does not fit, an architecture or attention
@@ -19,6 +19,8 @@ What it changes, in three places (each wrapped, never replaced, so vLLM's own co
   what a longer prompt's POP writes there) stop the start with one line;
 - the runner's ``_build_attention_metadata``: the step's plan (which tokens are deep) from the runner's prompt
   lengths and positions, the one thing vLLM's model forward is not given;
+- the CPU build's GEMM dispatch, which packs a layer's weights and drops them: a fused QKV projection's K and V rows
+  are kept first, so the pruned tokens' K/V cost only those rows;
 - the input processor's parameter check: a request asking for prompt log-probabilities is refused (POP's shallow
   prefill does not compute them as the full model would), as vLLM refuses them with its own fast prefill; the
   server keeps serving.
@@ -105,7 +107,8 @@ def _after_load(load_model: Any) -> Any:
 
 
 def reconfigure(worker: Any, pop_config: dict[str, Any]) -> str:
-    """Serve another configuration on a running engine's worker (vLLM's ``collective_rpc`` calls it on each one):
+    """Serve another configuration on a running engine's worker (vLLM's ``collective_rpc("poptune_reconfigure")``
+    calls it on each one, a method of vLLM's workers by name: a function would need vLLM's pickle fallback):
     the skipped layers of the last one restored, the new one applied. The engine must have started with the plugin.
 
     Raises:
@@ -121,7 +124,9 @@ def reconfigure(worker: Any, pop_config: dict[str, Any]) -> str:
     config = PopConfig.from_dict(dict(pop_config))
     state.remove()
     _STATES[id(runner)] = vllm_pop.apply(runner.model, config)
-    return str(config)
+    layers = vllm_pop.decoder_of(runner.model).layers
+    kept = sum(layers[i].self_attn.qkv_proj in vllm_pop.KV_ROWS for i in _STATES[id(runner)].skipped)
+    return f"{config}; K/V rows kept for {kept} of its {len(_STATES[id(runner)].skipped)} skipped layers"
 
 
 def _planning(build: Any) -> Any:
@@ -150,6 +155,35 @@ def _refusing_prompt_logprobs(validate: Any) -> Any:
     return wrapped
 
 
+def _keeping_kv_rows(dispatch: Any) -> Any:
+    """vLLM's CPU GEMM dispatch, which packs a layer's weight and drops it: for a fused QKV projection of a model
+    served with POP, its K and V rows are kept first (:data:`poptune.serving.vllm_pop.KV_ROWS`)."""
+
+    @functools.wraps(dispatch)
+    def wrapped(layer: Any, *args: Any, **kwargs: Any) -> Any:
+        weight = getattr(layer, "weight", None)
+        if type(layer).__name__ == "QKVParallelLinear" and weight is not None and weight.ndim == 2 \
+                and not weight.is_meta and _serving_pop():
+            from poptune.serving.vllm_pop import KV_ROWS
+
+            rows = layer.num_heads * layer.head_size
+            bias = getattr(layer, "bias", None)
+            KV_ROWS[layer] = (weight[rows:].detach().clone(), None if bias is None else bias[rows:].detach().clone())
+        return dispatch(layer, *args, **kwargs)
+
+    return wrapped
+
+
+def _serving_pop() -> bool:
+    from vllm.config import get_current_vllm_config_or_none
+
+    config = get_current_vllm_config_or_none()
+    try:
+        return config is not None and requested_config(config) is not None
+    except ConfigError:  # said in one line when the model is loaded and POP applied
+        return False
+
+
 def register() -> None:
     """vLLM's entry point: wrap the runner and input processor once per process (vLLM may call it again)."""
     from vllm.v1.engine.input_processor import InputProcessor
@@ -157,7 +191,12 @@ def register() -> None:
 
     if getattr(GPUModelRunner, "_poptune_registered", False):
         return
+    from vllm.model_executor.layers import utils as layer_utils
+    from vllm.v1.worker.gpu_worker import Worker
+
+    Worker.poptune_reconfigure = reconfigure  # what LLM.collective_rpc("poptune_reconfigure", ...) calls by name
     GPUModelRunner._build_attention_metadata = _planning(GPUModelRunner._build_attention_metadata)
+    layer_utils.dispatch_cpu_unquantized_gemm = _keeping_kv_rows(layer_utils.dispatch_cpu_unquantized_gemm)
     InputProcessor._validate_params = _refusing_prompt_logprobs(InputProcessor._validate_params)
     runners = [GPUModelRunner]
     try:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,6 +51,11 @@ SUPPORTED_BACKENDS = ("CPUAttentionBackendImpl",)
 
 #: vLLM's decoder classes (the module owning ``layers``) POP runs on: the seed's three families.
 SUPPORTED_DECODERS = ("LlamaModel", "Qwen3Model", "Gemma3Model")
+
+
+#: The K and V rows (weight, bias) of fused QKV projections, kept by the plugin when vLLM's CPU build packs the fused
+#: weight for its own GEMM (and drops it): the pruned tokens' K/V are then computed without the query rows.
+KV_ROWS: "weakref.WeakKeyDictionary[Any, tuple[torch.Tensor, torch.Tensor | None]]" = weakref.WeakKeyDictionary()
 
 
 def deep_tokens(positions: "torch.Tensor", query_start_loc: "torch.Tensor", prompt_lens: "torch.Tensor",
@@ -198,14 +204,19 @@ def _restore(layer: Any, own: Any) -> None:
 def write_pruned_kv(layer: Any, x: "torch.Tensor", positions: "torch.Tensor", slots: "torch.Tensor") -> None:
     """Write the K/V of tokens with hidden state ``x`` (Tp, C) into the layer's paged cache at ``slots``.
 
-    The layer's own input norm, its fused QKV projection (K and V kept), its key norm per head where it has one, and
-    its rotary embedding.
+    The layer's own input norm, the K and V rows of its fused QKV projection (:data:`KV_ROWS`; else the whole
+    projection, the query rows dropped), its key norm per head where it has one, and its rotary embedding.
     """
+    import torch.nn.functional as F
+
     attn_module = layer.self_attn
     h = layer.input_layernorm(x)  # (Tp, C)
-    # The whole fused projection: vLLM's CPU build repacks its weights for its own GEMM, so the K/V rows cannot be
-    # sliced out of it; the query rows are computed and dropped (docs/serving.md prices it).
-    _, k, v = attn_module.qkv_proj(h)[0].split([attn_module.q_size, attn_module.kv_size, attn_module.kv_size], dim=-1)
+    kept = KV_ROWS.get(attn_module.qkv_proj)
+    if kept is not None:  # the K/V rows kept when vLLM packed the fused weight: no query rows computed
+        k, v = F.linear(h, *kept).split([attn_module.kv_size, attn_module.kv_size], dim=-1)
+    else:  # the whole fused projection, the query rows dropped
+        q_size, kv_size = attn_module.q_size, attn_module.kv_size
+        _, k, v = attn_module.qkv_proj(h)[0].split([q_size, kv_size, kv_size], dim=-1)
     norm = getattr(attn_module, "k_norm", None)
     if norm is not None:
         k = norm(k.unflatten(-1, (-1, attn_module.head_dim))).flatten(-2)

@@ -11,7 +11,7 @@ own logging keeps standard output and error). Requests:
   greedy generation of every prompt at once; answers each prompt's tokens and, with ``logprobs``, each generated
   token's top-K log-probabilities, and the call's seconds (perf_counter around ``LLM.generate``).
 - ``{"op": "configure", "pop_config": {...}}``: serve another configuration from now on (an engine started with the
-  plugin; :func:`poptune.serving.vllm_plugin.reconfigure` on each of its workers).
+  plugin; :func:`poptune.serving.vllm_plugin.reconfigure` on each of its workers, by name).
 - ``{"op": "quit"}``.
 
 An error answers ``{"error": "...", "kind": "..."}`` and the worker keeps serving (a request vLLM refused), except at
@@ -77,9 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             elif op == "generate" and llm is not None:
                 answer = _generate(llm, request)
             elif op == "configure" and llm is not None:
-                from poptune.serving.vllm_plugin import reconfigure
-
-                answer = {"configs": llm.collective_rpc(reconfigure, args=(request["pop_config"],))}
+                answer = {"configs": llm.collective_rpc("poptune_reconfigure", args=(request["pop_config"],))}
             else:
                 answer = {"error": f"unknown or premature request {op!r}", "kind": "InputError"}
         except Exception as e:  # noqa: BLE001 -- answered to the driver, which raises it as one line

@@ -89,9 +89,10 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         with pytest.raises(ConfigError, match="prompt log-probabilities"):
             engine.generate(_prompts()[:1], max_tokens=1, prompt_logprobs=1)
         again = engine.generate(_prompts()[:1], max_tokens=NEW_TOKENS, ignore_eos=True)["answers"]  # still serving
-        engine.configure(RECONFIGURED.to_dict())  # the same engine, another configuration, no restart
+        applied = engine.configure(RECONFIGURED.to_dict())  # the same engine, another configuration, no restart
         other = engine.generate(_prompts(), max_tokens=NEW_TOKENS, logprobs=5, ignore_eos=True)["answers"]
-    return {"directory": directory, "config": config, "answers": answers, "again": again, "other": other}
+    return {"directory": directory, "config": config, "answers": answers, "again": again, "other": other,
+            "applied": applied}
 
 
 def _agree(vllm: list[dict[str, Any]], engine: list[dict[str, Any]]) -> list[str]:
@@ -114,6 +115,8 @@ def test_vllm_with_the_plugin_answers_as_the_engine(served: dict[str, Any]) -> N
 
 
 def test_an_engine_given_another_configuration_answers_as_the_engine_with_it(served: dict[str, Any]) -> None:
+    # and its pruned tokens' K/V came from the K/V rows kept when vLLM packed the weights, not the whole projection
+    assert served["applied"] == [f"{RECONFIGURED}; K/V rows kept for 2 of its 2 skipped layers"]
     assert _agree(served["other"], _engine_answers(served["directory"], RECONFIGURED, _prompts())) == []
     assert _agree(served["other"], _engine_answers(served["directory"], served["config"], _prompts())) != []
 
