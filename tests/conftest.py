@@ -167,3 +167,15 @@ def read_only_dir(tmp_path):
         folder.chmod(stat.S_IRUSR | stat.S_IXUSR)
         yield folder
         folder.chmod(stat.S_IRWXU)
+
+
+@pytest.fixture
+def no_model_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading any model fails the test: a refusal of bad input must come before a model loads."""
+    import poptune.models.registry as registry
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was loaded before the input was checked")
+
+    monkeypatch.setattr(registry, "_random_model", refuse)
+    monkeypatch.setattr(registry, "_from_pretrained", refuse)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import time
 
@@ -11,31 +10,12 @@ import optuna
 import pytest
 
 from poptune import store
-from poptune.cli import main
 from poptune.env import TuningProblem
 from poptune.errors import ConfigError
+from tests.refusals import refused as _refused
 
 STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "300", "--repeats", "1",
          "--trials", "1"]
-
-
-def _files(folder) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _refused(capsys, folder, *argv) -> str:
-    """Run ``poptune argv`` in ``folder``; assert exit 2, one stderr line, no file touched; return the line."""
-    before = _files(folder)
-    try:
-        code = main(list(argv))
-    except SystemExit as e:  # argparse's own errors
-        code = e.code
-    out, err = capsys.readouterr()
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert _files(folder) == before
-    return err.strip()
 
 
 @pytest.fixture

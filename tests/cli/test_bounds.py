@@ -4,34 +4,14 @@ exit 2, nothing written."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
-from poptune.cli import main
+from tests.refusals import refused as _refused
 
 STUDY = ["study", "--model", "tiny-llama", "--tasks", "passkey", "--limit", "2", "--lengths", "300", "--repeats", "1",
          "--trials", "1"]
 BENCH = ["bench", "--model", "tiny-llama", "--skip", "1", "--repeats", "1", "--min-seconds", "0", "--decode-tokens",
          "0"]
-
-
-def _files(folder) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _refused(capsys, folder, *argv: str) -> str:
-    before = _files(folder)
-    try:
-        code = main(list(argv))
-    except SystemExit as e:  # argparse's own errors
-        code = e.code
-    _, err = capsys.readouterr()
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert _files(folder) == before
-    return err.strip()
 
 
 @pytest.fixture

@@ -13,18 +13,6 @@ from poptune.models import load_tokenizer, max_positions
 GEN = ["generate", "--model", "tiny-llama", "--skip", "1", "--max-new-tokens", "2"]
 
 
-@pytest.fixture
-def no_model_load(monkeypatch):
-    """Loading any model fails the test: the refusal must come before a model loads."""
-    import poptune.models.registry as registry
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the prompt was checked")
-
-    monkeypatch.setattr(registry, "_random_model", refuse)
-    monkeypatch.setattr(registry, "_from_pretrained", refuse)
-
-
 def _refused(capsys, *argv: str) -> str:
     started = time.monotonic()
     code = main(list(argv))

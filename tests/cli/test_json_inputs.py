@@ -3,44 +3,14 @@ thousands of digits, deep nesting or a key given twice is one line and exit 2, b
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import pytest
 
-from poptune.cli import main
+from tests.refusals import refused as _refused
 
 STUDY = ["study", "--model", "tiny-llama", "--limit", "2", "--repeats", "1", "--trials", "1"]
 HUGE = "1" * 5000
-
-
-def _files(folder) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _refused(capsys, folder, *argv: str) -> str:
-    before = _files(folder)
-    try:
-        code = main(list(argv))
-    except SystemExit as e:
-        code = e.code
-    _, err = capsys.readouterr()
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert _files(folder) == before
-    return err.strip()
-
-
-@pytest.fixture
-def no_model_load(monkeypatch):
-    import poptune.models.registry as registry
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the input was checked")
-
-    monkeypatch.setattr(registry, "_random_model", refuse)
-    monkeypatch.setattr(registry, "_from_pretrained", refuse)
 
 
 @pytest.mark.parametrize("text, message", [

@@ -5,7 +5,6 @@ refused, not applied."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -15,29 +14,11 @@ import pytest
 from poptune.baselines.importance import ImportanceResult, ImportanceSpec
 from poptune.cli import main
 from poptune.reports.export import FORMAT
+from tests.refusals import refused as _refused
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG_PROMPTS = ROOT / "leaderboards" / "raw" / "methods-long-prompts-gemma-3-270m-cpu-intel-xeon-processor-2t.json"
 DEEP = "[" * 100_000 + "]" * 100_000
-
-
-def _files(folder) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def _refused(capsys, folder, *argv) -> str:
-    """Run ``poptune argv``; assert exit 2, one stderr line, no traceback, no file touched; return the line."""
-    before = _files(folder)
-    try:
-        code = main(list(argv))
-    except SystemExit as e:
-        code = e.code
-    _, err = capsys.readouterr()
-    assert code == 2, err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert _files(folder) == before
-    return err.strip()
 
 
 @pytest.fixture
