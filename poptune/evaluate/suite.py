@@ -37,7 +37,7 @@ from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
 __all__ = [
     "EMBEDDED", "LIKELIHOOD_ITEMS", "LOWER_IS_BETTER", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "TaskRun",
     "drop_of", "harness_tasks", "item_indices",
-    "measure_tasks", "primary", "run_eval", "resolve_tasks",
+    "measure_tasks", "primary", "run_eval", "resolve_tasks", "task_drops",
 ]
 
 log = logging.getLogger(__name__)
@@ -428,12 +428,6 @@ def run_eval(
         if progress:
             progress(f"tasks ({which})")
     full, pop = runs["full"], runs["pop"]
-    task_drops = {}
-    for task in pop.outcomes:
-        lower = PRIMARY_METRIC[task] in LOWER_IS_BETTER
-        task_drops[task] = paired_drop({task: full.outcomes[task]}, {task: pop.outcomes[task]},
-                                       lower_is_better=[task] if lower else [], scale=1.0 if lower else 100.0,
-                                       seed=spec.seed)
     fidelity = None
     if spec.fidelity is not None:
         if spec.data_dir is not None:
@@ -446,4 +440,14 @@ def run_eval(
         if progress:
             progress("fidelity")
     return EvalResult(config=config, scores=scores, items=pop.counts, fidelity=fidelity, details=details,
-                      paired=drop_of(full, pop, seed=spec.seed), task_drops=task_drops)
+                      paired=drop_of(full, pop, seed=spec.seed), task_drops=task_drops(full, pop, seed=spec.seed))
+
+
+def task_drops(full: TaskRun, pop: TaskRun, *, seed: int = 0) -> dict[str, PairedDrop]:
+    """Each task's paired drop of ``pop`` against ``full`` on the same items (bits per byte: POP - full)."""
+    drops = {}
+    for task in pop.outcomes:
+        lower = PRIMARY_METRIC[task] in LOWER_IS_BETTER
+        drops[task] = paired_drop({task: full.outcomes[task]}, {task: pop.outcomes[task]},
+                                  lower_is_better=[task] if lower else [], scale=1.0 if lower else 100.0, seed=seed)
+    return drops

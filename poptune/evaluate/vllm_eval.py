@@ -15,8 +15,7 @@ from typing import Any
 
 from poptune.engine import PopConfig
 from poptune.errors import ConfigError
-from poptune.evaluate.paired import paired_drop
-from poptune.evaluate.suite import EMBEDDED, EvalResult, EvalSpec, TaskRun, drop_of
+from poptune.evaluate.suite import EMBEDDED, EvalResult, EvalSpec, TaskRun, drop_of, task_drops
 from poptune.evaluate.synthetic import ANSWER_TOKENS, is_correct
 from poptune.serving.vllm_client import VllmEngine
 
@@ -92,6 +91,4 @@ def run_vllm_eval(directory: str | Path, tokenizer: Any, config: PopConfig, spec
         items=pop_run.counts, fidelity=None,
         details={"runtime": "vllm", "answers_changed": {"changed": changed, "items": len(full_answers)},
                  "skipped_too_long": workload.skipped},
-        paired=drop_of(full_run, pop_run, seed=spec.seed),
-        task_drops={t: paired_drop({t: full_run.outcomes[t]}, {t: pop_run.outcomes[t]}, scale=100.0, seed=spec.seed)
-                    for t in spec.tasks})
+        paired=drop_of(full_run, pop_run, seed=spec.seed), task_drops=task_drops(full_run, pop_run, seed=spec.seed))

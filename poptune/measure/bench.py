@@ -32,7 +32,7 @@ from poptune.measure.energy import IdleReading, energy_pair, idle_power
 from poptune.measure.flops import assumption, prefill_flops, vision_flops
 from poptune.measure.graphs import DECODE_EAGER, capture, graph_inputs, mask_label
 from poptune.measure.hardware import fingerprint
-from poptune.measure.nullcheck import AA_PAIRS, NullCheck, aa_figures, figures
+from poptune.measure.nullcheck import NullCheck, aa_figures, aa_policy, figures
 from poptune.measure.nvml import NvmlDevice
 from poptune.measure.prefill import cache_bytes, decode, prefill
 from poptune.measure.provenance import Provenance, load_average, provenance
@@ -184,9 +184,7 @@ def _null_check(model: Any, prompt: _PromptRow, rows: list[BenchRow], spec: Benc
         def full() -> Any:
             return prefill(model, inputs, None, spec.prefill_chunk)
 
-        policy = replace(spec.policy, min_repeats=max(AA_PAIRS, spec.policy.min_repeats), precision=None,
-                         max_repeats=max(AA_PAIRS, spec.policy.max_repeats))  # the test's power needs its pairs
-        aa = aa_figures(measure_pair(full, full, timer=timer, policy=policy))
+        aa = aa_figures(measure_pair(full, full, timer=timer, policy=aa_policy(spec.policy)))
     return NullCheck(length=prompt.length, aa=aa,
                      decode={row.length: figures(row.decode) for row in rows if row.decode is not None},
                      above_ideal=[row.length for row in rows if row.above_ideal])

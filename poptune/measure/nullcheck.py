@@ -31,15 +31,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from poptune.errors import ConfigError
 from poptune.interval import Interval
 from poptune.measure.records import PairRecord
 from poptune.measure.stats import MIN_JUDGED, median_ci
 
-__all__ = ["AA_ALPHA", "AA_MARGIN", "AA_PAIRS", "TOLERANCE", "Equivalence", "NullCheck", "aa_figures", "aa_reasons",
-           "above_ideal", "equivalence", "figures", "noisy_reasons"]
+if TYPE_CHECKING:
+    from poptune.measure.timer import RepeatPolicy
+
+__all__ = ["AA_ALPHA", "AA_MARGIN", "AA_PAIRS", "TOLERANCE", "Equivalence", "NullCheck", "aa_figures", "aa_policy",
+           "aa_reasons", "above_ideal", "equivalence", "figures", "noisy_reasons"]
 
 #: How far from 1 an identical-work interval may lie (decode pairs, and A/A records made before the
 #: equivalence test) before the machine counts as too noisy.
@@ -103,6 +106,15 @@ def equivalence(ratios: Sequence[float], *, margin: float = AA_MARGIN, alpha: fl
     if not 0.0 < alpha < 0.5:
         raise ConfigError(f"`alpha` must be in (0, 0.5), got {alpha}")
     return Equivalence(speedup=median_ci(ratios, 1.0 - 2.0 * alpha), pairs=len(ratios), margin=margin, alpha=alpha)
+
+
+def aa_policy(policy: "RepeatPolicy") -> "RepeatPolicy":
+    """The repeat policy of an A/A pair timed beside ``policy``'s rows: at least :data:`AA_PAIRS` pairs and no
+    precision stop (the equivalence test's power needs its pairs)."""
+    from dataclasses import replace
+
+    return replace(policy, min_repeats=max(AA_PAIRS, policy.min_repeats), precision=None,
+                   max_repeats=max(AA_PAIRS, policy.max_repeats))
 
 
 def aa_figures(pair: PairRecord, *, margin: float = AA_MARGIN, alpha: float = AA_ALPHA) -> dict[str, Any]:

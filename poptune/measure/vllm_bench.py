@@ -22,7 +22,7 @@ from poptune.errors import ConfigError
 from poptune.measure.benchrecord import BenchResult, BenchRow, BenchSpec
 from poptune.measure.flops import prefill_flops
 from poptune.measure.hardware import fingerprint
-from poptune.measure.nullcheck import AA_PAIRS, NullCheck, aa_figures
+from poptune.measure.nullcheck import NullCheck, aa_figures, aa_policy
 from poptune.measure.provenance import Provenance, load_average
 from poptune.measure.timer import Timer, measure_pair
 from poptune.measure.timing_prompts import prompt_batch
@@ -99,10 +99,8 @@ def _timed(engines: "tuple[VllmEngine, VllmEngine]", tokenizer: Any, text: Any, 
             progress(f"prefill {n}")
     aa = None
     if spec.null_check:
-        policy = replace(spec.policy, min_repeats=max(AA_PAIRS, spec.policy.min_repeats), precision=None,
-                         max_repeats=max(AA_PAIRS, spec.policy.max_repeats))
         first = _call(full, batches[spec.lengths[0]])
-        aa = aa_figures(measure_pair(first, first, timer=timer, policy=policy))
+        aa = aa_figures(measure_pair(first, first, timer=timer, policy=aa_policy(spec.policy)))
         if progress:
             progress("A/A check")
     return rows, aa
