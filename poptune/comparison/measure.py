@@ -75,7 +75,7 @@ def methods_for(evaluator: "ConfigEvaluator", pop: Sequence[PopConfig], baseline
     rows = [Method("full", "full", "full model", 0.0, PopConfig(skip=0))]
     for config in pop:
         config.check(layers)
-        label = f"{config.skip}/{config.boundary}/{config.offset}"
+        label = config.label
         rows.append(Method(f"pop {label}", "pop", label, config.skip / layers, config))
     memo: dict[str, Any] = {}
     for method in baselines:

@@ -126,10 +126,7 @@ class PopLM(HFLM):
     @property
     def config_tag(self) -> str:
         """A file-name-safe name of the configuration, e.g. ``pop-skip6-last-off0``."""
-        c = self.pop_config
-        source = registry.source(c.kv)
-        tag = f"pop-skip{c.skip}-{c.boundary}-off{c.offset}" + (f"-{source.tag}" if source.tag else "")
-        return tag if c.layers is None else f"{tag}-layers{'_'.join(map(str, c.layers))}"
+        return self.pop_config.tag
 
     def set_cache_hook(self, cache_hook: Any) -> None:
         """Refuse an lm-eval request cache that another configuration could share.

@@ -79,7 +79,7 @@ def check_enqueue(configs: Sequence[PopConfig], num_layers: int, kv: tuple[str, 
     space = set(all_configs(num_layers, kv))
     for config in configs:
         if config not in space:
-            label = f"{config.skip}/{config.boundary}/{config.offset}"
+            label = config.label
             try:
                 config.check(num_layers)
             except ConfigError as e:

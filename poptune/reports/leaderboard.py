@@ -29,7 +29,6 @@ from poptune import store
 from poptune.baselines.methods import METHODS
 from poptune.errors import ConfigError
 from poptune.interval import Interval
-from poptune.kv import registry as kv_registry
 from poptune.objectives.accuracy import ACCURACY
 from poptune.objectives.registry import DEFAULT, get, named
 from poptune.store.trials import StoredTrial
@@ -80,9 +79,7 @@ def _entry(trial: StoredTrial, num_layers: int, note: str = "", confirmed: dict[
     if method == "pop" and config.skip == 0:
         method, label, ratio = "full", "full model", 0.0
     elif method == "pop":
-        label, ratio = f"skip {config.skip}, {config.boundary}, offset {config.offset}", config.skip / num_layers
-        kv = kv_registry.source(config.kv).label
-        label += f", {kv}" if kv else ""
+        label, ratio = config.title, config.skip / num_layers
     elif method == "wanda":
         label, ratio = f"{100 * details['ratio']:.0f}% unstructured", details["ratio"]
     elif method == "width":
