@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from poptune.baselines.scores import angular_distances, block_influence, wanda_prune
 from poptune.baselines.surgery import LayerRemoval, SparseWeights
+from poptune.boundary import registry as boundary_registry
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError
 from poptune.kvfit.calibration import (
@@ -334,7 +335,7 @@ def build_baseline(model: "nn.Module", tokenizer: Any, method: str, ratio: float
             order = _lowest(scores, k)
             details.update(removed=sorted(order), order=order, scores=scores)
         if method == "shortgpt-gen":
-            pop = PopConfig(skip=k, boundary="none", layers=tuple(sorted(order)))
+            pop = PopConfig(skip=k, boundary=boundary_registry.PRUNE_ALL, layers=tuple(sorted(order)))
             return Baseline(method, ratio, None, pop, details)
         return Baseline(method, ratio, LayerRemoval(tuple(details["removed"])), details=details)
     if method == "sleb":

@@ -9,9 +9,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from poptune.boundary import registry as boundary_registry
 from poptune.cli._checks import budget, count, finite, int_list, positive  # noqa: F401  (shared with the commands)
 from poptune.cli._options import LibraryDefault, add_option, comma_list, default_of, items, resolve_defaults
-from poptune.engine import BOUNDARIES, PopConfig
+from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.files import write_text
 from poptune.kv import registry as kv_registry
@@ -78,7 +79,7 @@ def add_pop(parser: argparse.ArgumentParser, *, skip_required: bool = True) -> N
     group = parser.add_argument_group("POP configuration")
     group.add_argument("--skip", type=count, required=skip_required, help="layers skipped in prefill")
     group.add_argument("--boundary", default=default_of(PopConfig, "boundary"),
-                       help=f"one of {', '.join(BOUNDARIES)} (default: %(default)s)")
+                       help=f"one of {', '.join(boundary_registry.NAMES)} (default: %(default)s)")
     group.add_argument("--offset", type=count, default=default_of(PopConfig, "offset"),
                        help="final layers kept even in prefill (default: %(default)s)")
     add_option(group, "--kv")  # one configuration: one source (pop_config)

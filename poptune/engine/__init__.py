@@ -8,7 +8,8 @@ block's forward and masks), ``segments`` (prompts fed in segments: chunked prefi
 (several configurations' generations stacked) and ``speculate`` (greedy POP generation verified in rounds).
 """
 
-from poptune.engine.config import BOUNDARIES, PopConfig
+from poptune.boundary.registry import BOUNDARIES
+from poptune.engine.config import PopConfig
 from poptune.engine.pop import (
     STAGES,
     PopHandle,

@@ -15,23 +15,19 @@ The forms:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from poptune.boundary import registry as boundary_registry
+from poptune.boundary.rule import BoundaryRule
 from poptune.errors import ConfigError
 from poptune.kv import registry
 
-__all__ = ["BOUNDARIES", "FIELDS", "PopConfig"]
-
-#: The boundary rules the tuner searches; ``window-<W>`` for any positive W is accepted too.
-BOUNDARIES: tuple[str, ...] = ("none", "last", "window-4", "window-16", "window-64")
+__all__ = ["FIELDS", "PopConfig"]
 
 #: The fields of a configuration's record.
 FIELDS: tuple[str, ...] = ("skip", "boundary", "offset", "layers", "kv")
-
-_WINDOW = re.compile(r"^window-([1-9][0-9]*)$")
 
 
 @dataclass(frozen=True)
@@ -40,9 +36,9 @@ class PopConfig:
 
     Args:
         skip: Number of layers skipped in prefill (0 = the full model).
-        boundary: ``"none"`` (the whole prompt is pruned), ``"last"`` (tokens 1..N-1 pruned, token N through
-            the full model: the paper's rule) or ``"window-W"`` (the last W prompt tokens through the full
-            model).
+        boundary: Which final prompt tokens run through the full model, the name of a rule of
+            :mod:`poptune.boundary.registry` (``none``: the whole prompt is pruned; the paper's ``last``: tokens
+            1..N-1 pruned, token N through the full model; ``window-W``: the last W prompt tokens).
         offset: Number of final layers kept even in prefill. The skipped block is
             ``[L - offset - skip, L - offset)``; the paper's case is 0.
         layers: An explicit set of skipped layers instead of a final block (for baselines that choose layers by
@@ -53,7 +49,7 @@ class PopConfig:
     """
 
     skip: int
-    boundary: str = "last"
+    boundary: str = boundary_registry.DEFAULT
     offset: int = 0
     layers: tuple[int, ...] | None = None
     kv: str = registry.DEFAULT
@@ -65,12 +61,7 @@ class PopConfig:
                 raise ConfigError(f"`{name}` must be an integer, got {value!r}")
             if value < 0:
                 raise ConfigError(f"`{name}` must be >= 0, got {value}")
-        if not isinstance(self.boundary, str) or (
-            self.boundary not in ("none", "last") and not _WINDOW.match(self.boundary)
-        ):
-            raise ConfigError(
-                f"`boundary` must be one of {', '.join(BOUNDARIES)} (or window-<W>), got {self.boundary!r}"
-            )
+        boundary_registry.rule(self.boundary)
         if self.layers is not None:
             layers = self.layers
             if not isinstance(layers, tuple) or any(isinstance(i, bool) or not isinstance(i, int) for i in layers):
@@ -82,13 +73,14 @@ class PopConfig:
         registry.source(self.kv).check(self)
 
     @property
+    def rule(self) -> BoundaryRule:
+        """The boundary rule (:mod:`poptune.boundary.registry`): which tokens go deep."""
+        return boundary_registry.rule(self.boundary)
+
+    @property
     def boundary_width(self) -> int:
-        """Number of final prompt tokens that run through the full model (0 for ``none``)."""
-        if self.boundary == "none":
-            return 0
-        if self.boundary == "last":
-            return 1
-        return int(self.boundary.split("-", 1)[1])
+        """Number of final prompt tokens that run through the full model (the rule's width; 0: none)."""
+        return self.rule.width
 
     def check(self, num_layers: int) -> None:
         """Raise :class:`ConfigError` unless this configuration fits a model with ``num_layers`` layers."""
@@ -139,7 +131,7 @@ class PopConfig:
     # -- fields given as text
 
     @classmethod
-    def from_fields(cls, skip: Any = 0, boundary: Any = "last", offset: Any = 0, layers: Any = None,
+    def from_fields(cls, skip: Any = 0, boundary: Any = boundary_registry.DEFAULT, offset: Any = 0, layers: Any = None,
                     kv: Any = None, *, who: str = "a configuration") -> "PopConfig":
         """The configuration of fields given as text (or values): integers as digits, ``layers`` as ``3-5-9``
         (or ``3,5,9``; ``skip`` then defaults to their number), a ``boundary`` of None read as ``none`` (lm-eval
@@ -159,7 +151,7 @@ class PopConfig:
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{who}: `skip`, `offset` and `layers` must be integers, got skip={skip!r}, "
                               f"offset={offset!r}, layers={layers!r}") from e
-        boundary = "none" if boundary is None else str(boundary).strip()
+        boundary = boundary_registry.PRUNE_ALL if boundary is None else str(boundary).strip()
         kv = str(kv).strip() if kv is not None and str(kv).strip() else registry.DEFAULT
         return cls(skip=skip, boundary=boundary, offset=offset, layers=layers, kv=kv)
 

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine.block import cache_context, mask_layout, skipping
-from poptune.engine.config import BOUNDARIES, PopConfig
+from poptune.engine.config import PopConfig
 from poptune.errors import ConfigError, InputError, UnsupportedModelError
 from poptune.kv import registry
 from poptune.kv.source import Segment
@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["BOUNDARIES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config", "decoder_of",
+__all__ = ["STAGES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config", "decoder_of",
            "stage"]
 
 # Decoder classes (the module owning `layers`) the engine knows, by the model family they belong to.
@@ -242,7 +242,7 @@ def _pop_forward(
     n = tokens.shape[1] if tokens is not None else 0
     past = cache.get_seq_length() if cache is not None else 0
     kind = state.stage or ("decode" if n == 1 and past > 0 else "prompt")
-    pruned = n if kind == "chunk" else n - state.config.boundary_width
+    pruned = n if kind == "chunk" else state.config.rule.pruned(n)
     # Prefix states (see poptune.engine.prefix) are whole prompts from position 0: segments over a cache never use them.
     prefix = getattr(decoder, "_poptune_prefix_states", None) if past == 0 else None
     if state.config.skip == 0 or kind == "decode" or pruned <= 0:

@@ -24,6 +24,7 @@ from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
 
 from poptune import progress
+from poptune.boundary import registry as boundary_registry
 from poptune.engine import apply_pop, decoder_of
 from poptune.engine.prefix import attached_states
 from poptune.engine.segments import chunk_bounds
@@ -88,7 +89,7 @@ class PopLM(HFLM):
         self,
         pretrained: Any = "gemma-3",
         skip: int = 0,
-        boundary: str = "last",
+        boundary: str = boundary_registry.DEFAULT,
         offset: int = 0,
         layers: tuple[int, ...] | str | None = None,
         kv: str = registry.DEFAULT,

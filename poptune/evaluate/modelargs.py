@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from poptune.boundary import registry as boundary_registry
 from poptune.engine import PopConfig
 from poptune.kv import registry
 
 __all__ = ["check_model_args", "option_values", "pop_config"]
 
 
-def pop_config(skip: Any = 0, boundary: Any = "last", offset: Any = 0, layers: Any = None,
+def pop_config(skip: Any = 0, boundary: Any = boundary_registry.DEFAULT, offset: Any = 0, layers: Any = None,
                kv: Any = registry.DEFAULT) -> PopConfig:
     """The configuration of ``--model_args`` values (strings there; lm-eval splits on commas, so layers are
     dash-separated: ``layers=3-5-9``), read by :meth:`PopConfig.from_fields`, or a one-line ConfigError."""
