@@ -119,11 +119,11 @@ def _kv_fit_spec(args, tokenizer, directory, tasks) -> KVFitSpec:
     if args.kv_fit == "wikitext":
         return KVFitSpec(data_dir=str(directory))
     from poptune.evaluate.suite import item_indices
-    from poptune.evaluate.workload import Workload, _real_prompts, calibration_prompts
+    from poptune.evaluate.workload import Workload, calibration_prompts, task_prompts
     from poptune.kvfit.fit import PROMPT_TOKENS
 
     named = [t for t in tasks if not t.endswith("_bpb")]
-    texts = _real_prompts(named, directory)
+    texts = task_prompts(named, directory)
     workload = Workload({t: item_indices(len(texts[t]), args.limit) for t in named}, {t: [] for t in named})
     prompts, source = calibration_prompts(tokenizer, workload, data_dir=directory, count=32, max_tokens=PROMPT_TOKENS)
     print(f"K/V maps fitted on: {source}", flush=True)

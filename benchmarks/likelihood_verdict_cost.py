@@ -58,10 +58,10 @@ def _outcomes(model: str, task: str, data_dir: Path, configs: list, items: int, 
 
 def _counts_bound(d, upper: bool) -> float:
     """The one-look 95% bound of the former fit: each move taken for its share of a flip (Tango's counts)."""
-    from poptune.evaluate.paired import _bound_of
+    from poptune.evaluate.paired import bound_of_counts
 
     tasks = ((float(-d[d < 0].sum()), float(d[d > 0].sum()), int(d.size), float(d.mean())),)
-    return 100 * _bound_of(tasks, 1.959964, upper)
+    return 100 * bound_of_counts(tasks, 1.959964, upper)
 
 
 def _row(task: str, label: str, full: list[float], other: list[float]) -> str:

@@ -21,8 +21,10 @@ _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["PROFILES", "Profile", "compare", "methods_for"], "poptune.comparison.measure"),
     "write_methods_board": "poptune.comparison.board",
     "cache_dir": "poptune.cache",
-    **dict.fromkeys(["BOUNDARIES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "get_pop_config", "remove_pop",
-                     "stage"], "poptune.engine.pop"),
+    "BOUNDARIES": "poptune.boundary.registry",
+    "PopConfig": "poptune.engine.config",
+    **dict.fromkeys(["STAGES", "PopHandle", "apply_pop", "get_pop_config", "remove_pop", "stage"],
+                    "poptune.engine.pop"),
     "KVFitSpec": "poptune.kvfit.fit",
     **dict.fromkeys(["attach_kv_maps", "detach_kv_maps", "prepare_kv"], "poptune.kvfit.prepare"),
     "KVMaps": "poptune.kv.maps",
@@ -47,13 +49,13 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ imports on first use
     from poptune.baselines import Baseline, LayerRemoval, build_baseline
+    from poptune.boundary.registry import BOUNDARIES
     from poptune.cache import cache_dir
     from poptune.comparison.board import write_methods_board
     from poptune.comparison.measure import PROFILES, Profile, compare, methods_for
+    from poptune.engine.config import PopConfig
     from poptune.engine.pop import (
-        BOUNDARIES,
         STAGES,
-        PopConfig,
         PopHandle,
         apply_pop,
         get_pop_config,

@@ -32,7 +32,7 @@ RANKS: tuple[tuple[int, str], ...] = (
     (0, "poptune.transform"),
     (0, "poptune.testing"), (0, "poptune.version"), (0, "poptune.cache"), (0, "poptune.interval"),
     (1, "poptune.models"),
-    (2, "poptune.kv"), (2, "poptune.engine"), (2, "poptune.serving"),
+    (2, "poptune.kv"), (2, "poptune.boundary"), (2, "poptune.engine"), (2, "poptune.serving"),
     (3, "poptune.measure"), (3, "poptune.evaluate"), (3, "poptune.kvfit"),
     (4, "poptune.baselines"), (4, "poptune.objectives"),
     (5, "poptune.store"),

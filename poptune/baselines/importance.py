@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from poptune.boundary import registry as boundary_registry
 from poptune.device import dtype_of
 from poptune.engine import PopConfig, decoder_of, get_pop_config
 from poptune.errors import ConfigError, DataError, UnsupportedModelError
@@ -468,7 +469,7 @@ def propose_block(prefill_importance: Sequence[float], ratio: float, max_offset:
         )
     offsets = range(min(max_offset, num_layers - 1 - skip) + 1)
     best = min(offsets, key=lambda o: (sum(values[num_layers - o - skip : num_layers - o]), o))
-    return PopConfig(skip=skip, boundary="last", offset=best)
+    return PopConfig(skip=skip, boundary=boundary_registry.DEFAULT, offset=best)
 
 
 def load_importance(path: str | os.PathLike[str]) -> ImportanceResult:

@@ -26,7 +26,12 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["LayerRemoval", "SparseWeights"]
+__all__ = ["LayerRemoval", "SparseWeights", "removal_keeping"]
+
+
+def removal_keeping(total: int, layers: list[int]) -> tuple[int, ...]:
+    """The original indices a removal takes away so that only ``layers`` (in order) of ``total`` are left."""
+    return tuple(i for i in range(total) if i not in set(layers))
 
 
 @dataclass(frozen=True, eq=False)

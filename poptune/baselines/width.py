@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from poptune.baselines.method import Baseline, BaselineMethod, Build
 from poptune.engine import decoder_of
 from poptune.errors import ConfigError
 from poptune.transform import Transform
@@ -33,10 +34,10 @@ from poptune.transform import Transform
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["MlpSwap", "channel_share", "width_pruned"]
+__all__ = ["METHOD", "PRUNER", "MlpSwap", "Width", "channel_share", "width_pruned"]
 
 #: How the channels are scored and which library prunes them (stored with the measurement).
-METHOD = "torch-pruning DependencyGraph, GroupMagnitudeImportance (L2) per MLP, same share in every layer"
+PRUNER = "torch-pruning DependencyGraph, GroupMagnitudeImportance (L2) per MLP, same share in every layer"
 
 
 @dataclass(frozen=True, eq=False)
@@ -119,5 +120,22 @@ def width_pruned(model: "nn.Module", ratio: float) -> MlpSwap:
         mlps.append(mlp.eval())
     removed = sum(_count(layer.mlp) for layer in layers) - sum(_count(m) for m in mlps)
     details = {"channel_share": share, "channels_kept": kept, "parameters_removed": removed,
-               "layer_parameters": sum(_count(layer) for layer in layers), "pruner": METHOD, "removed": []}
+               "layer_parameters": sum(_count(layer) for layer in layers), "pruner": PRUNER, "removed": []}
     return MlpSwap(tuple(mlps), details)
+
+
+class Width(BaselineMethod):
+    name = "width"
+    summary = "width pruning: every MLP loses the same share of its channels (torch-pruning's dependency graph)"
+    removes_layers = False
+    counts_layers = False
+
+    def build(self, build: Build) -> Baseline:
+        swap = width_pruned(build.model, build.ratio)
+        return Baseline(self.name, build.ratio, swap, details=swap.describe(), percent=True)
+
+    def label(self, details: Mapping[str, Any], num_layers: int) -> tuple[str, float]:
+        return f"{100 * details['channel_share']:.0f}% of MLP channels", details["ratio"]
+
+
+METHOD = Width()

@@ -9,9 +9,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from poptune.boundary import registry as boundary_registry
 from poptune.cli._checks import budget, count, finite, int_list, positive  # noqa: F401  (shared with the commands)
 from poptune.cli._options import LibraryDefault, add_option, comma_list, default_of, items, resolve_defaults
-from poptune.engine import BOUNDARIES, PopConfig
+from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.files import write_text
 from poptune.kv import registry as kv_registry
@@ -78,7 +79,7 @@ def add_pop(parser: argparse.ArgumentParser, *, skip_required: bool = True) -> N
     group = parser.add_argument_group("POP configuration")
     group.add_argument("--skip", type=count, required=skip_required, help="layers skipped in prefill")
     group.add_argument("--boundary", default=default_of(PopConfig, "boundary"),
-                       help=f"one of {', '.join(BOUNDARIES)} (default: %(default)s)")
+                       help=f"one of {', '.join(boundary_registry.NAMES)} (default: %(default)s)")
     group.add_argument("--offset", type=count, default=default_of(PopConfig, "offset"),
                        help="final layers kept even in prefill (default: %(default)s)")
     add_option(group, "--kv")  # one configuration: one source (pop_config)
@@ -126,7 +127,7 @@ def prefill_chunk(args: argparse.Namespace) -> int | None:
 
 def pop_config(args: argparse.Namespace) -> PopConfig:
     (kv,) = kv_sources(args.kv, one=True)
-    return PopConfig(skip=args.skip, boundary=args.boundary, offset=args.offset, kv=kv)
+    return PopConfig.from_fields(args.skip, args.boundary, args.offset, kv=kv, who="the command line")
 
 
 def check_output_path(path: str) -> None:
@@ -374,22 +375,9 @@ def method_list(value: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def config_list(value: str | Iterable[str] | None, option: str) -> tuple[PopConfig, ...]:
-    """``option``'s comma-separated configurations: ``SKIP/BOUNDARY/OFFSET`` or ``SKIP/BOUNDARY/OFFSET/KV``; any
-    other field count or K/V source is refused (a fourth field is never ignored)."""
-    configs = []
-    for part in items(value):
-        fields = part.split("/")
-        try:
-            if len(fields) not in (3, 4):
-                raise ValueError(part)
-            skip, boundary, offset = int(fields[0]), fields[1], int(fields[2])
-        except ValueError as e:
-            raise ConfigError(f"`{option}` takes SKIP/BOUNDARY/OFFSET items (or SKIP/BOUNDARY/OFFSET/KV), got "
-                              f"{part!r}") from e
-        kv = fields[3] if len(fields) == 4 else kv_registry.DEFAULT
-        kv_registry.source(kv, what=f"`{option}` item {part!r}: its K/V source")
-        configs.append(PopConfig(skip=skip, boundary=boundary, offset=offset, kv=kv))
-    return tuple(configs)
+    """``option``'s comma-separated configurations, each a label :meth:`PopConfig.parse` reads
+    (``SKIP/BOUNDARY/OFFSET`` or ``SKIP/BOUNDARY/OFFSET/KV``)."""
+    return tuple(PopConfig.parse(part, option) for part in items(value))
 
 
 def ratio_list(value: str | Iterable[str], option: str) -> tuple[float, ...]:

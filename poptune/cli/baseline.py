@@ -6,7 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from poptune.baselines.methods import METHODS, WANDA_SPARSITY
+from poptune.baselines.methods import BASELINES, METHODS
+from poptune.baselines.methods import method as baseline_method
 from poptune.cli._args import (
     PAPER_RATIO,
     add_calibration,
@@ -25,8 +26,8 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("baseline", help="measure a structured-pruning baseline beside the full model")
     add_model(parser)
     parser.add_argument("--method", required=True, choices=METHODS)
-    parser.add_argument("--ratio", type=finite, help=f"share of layers removed (default: 1/3; wanda: its sparsity, "
-                        f"default {WANDA_SPARSITY})")
+    own = "; ".join(f"{m.ratio_name}: default {m.own_ratio}" for m in BASELINES if m.own_ratio is not None)
+    parser.add_argument("--ratio", type=finite, help=f"share of layers removed (default: 1/3; {own})")
     add_problem(parser)
     add_calibration(parser)
     add_output(parser, "the measurement")
@@ -66,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
 
     spec = problem(args)
     calib = calibration_spec(args)
-    ratio = args.ratio if args.ratio is not None else (WANDA_SPARSITY if args.method == "wanda" else PAPER_RATIO)
-    check_ratio(ratio, "wanda's `ratio` (sparsity)" if args.method == "wanda" else "`ratio`")  # before loading
+    chosen = baseline_method(args.method)
+    ratio = args.ratio if args.ratio is not None else (chosen.own_ratio or PAPER_RATIO)
+    check_ratio(ratio, chosen.ratio_name)  # before loading
     if args.out:
         check_output_path(args.out)
     evaluator = ConfigEvaluator(spec)

@@ -76,7 +76,7 @@ def _pop(value: Any) -> tuple[Any, ...]:
         raise ConfigError("`--pop` needs at least one configuration")
     if not all(kv_registry.is_default(c.kv) for c in configs):
         raise ConfigError("`--pop` compares POP with the layers' own K/V only (SKIP/BOUNDARY/OFFSET)")
-    twice = sorted({f"{c.skip}/{c.boundary}/{c.offset}" for c in configs if configs.count(c) > 1})
+    twice = sorted({c.label for c in configs if configs.count(c) > 1})
     if twice:
         raise ConfigError(f"`--pop` names {', '.join(twice)} twice: each row once")
     return configs

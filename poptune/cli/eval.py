@@ -31,12 +31,12 @@ def register(sub: Any) -> None:
     parser = sub.add_parser("eval", help="accuracy under POP vs the full model (lm-eval tasks, synthetic, fidelity)")
     add_model(parser)
     add_pop(parser)
+    from poptune.evaluate.tasks.registry import help_text
+
     parser.add_argument(
         "--tasks", type=comma_list,
-        help="comma-separated: piqa,arc_easy,arc_challenge,hellaswag,winogrande,boolq,passkey,kv_recall, "
-        "embedded, the long-prompt tasks longctx_{squad,drop,coqa,gsm8k,qasper} (group: longctx) and "
-        "longctx_{squad,drop,coqa,gsm8k}_bpb (group: longctx_bpb) (default: the six short real tasks with a data "
-        "directory, else embedded)",
+        help=f"comma-separated: the task pack's {help_text()}; the synthetic passkey,kv_recall (group: embedded) "
+        "(default: the six short real tasks with a data directory, else embedded)",
     )
     parser.add_argument("--limit", type=count, help="items per task, evenly spaced over the set (same items every run)")
     add_option(parser, "--data-dir")

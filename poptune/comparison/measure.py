@@ -69,17 +69,18 @@ def methods_for(evaluator: "ConfigEvaluator", pop: Sequence[PopConfig], baseline
                 ratios: Sequence[float], calibration: Any = None,
                 progress: Callable[[str], None] | None = None) -> list[Method]:
     """The full model, each POP configuration and each baseline at each ratio (Wanda at its own sparsity)."""
-    from poptune.baselines.methods import WANDA_SPARSITY, build_baseline
+    from poptune.baselines.methods import build_baseline
+    from poptune.baselines.methods import method as baseline_method
 
     layers = evaluator.num_layers
     rows = [Method("full", "full", "full model", 0.0, PopConfig(skip=0))]
     for config in pop:
         config.check(layers)
-        label = f"{config.skip}/{config.boundary}/{config.offset}"
+        label = config.label
         rows.append(Method(f"pop {label}", "pop", label, config.skip / layers, config))
     memo: dict[str, Any] = {}
     for method in baselines:
-        wanted = (WANDA_SPARSITY,) if method == "wanda" else tuple(ratios)
+        wanted = baseline_method(method).ratios(ratios)
         built = {}
         for ratio in sorted(wanted, reverse=True):  # the largest first: SLEB's shorter orders are its prefixes
             if progress:

@@ -50,23 +50,23 @@ merged image+text sequence, and:
   unchanged), so deeper skipped layers write their K/V from ``x + deepstack``. In the 8B model the injections
   follow layers 0-2, so only ``skip >= 34`` of 36 reaches them.
 
-The package (floor 2; ``docs/architecture.md``): this module is the engine (``PopConfig``, :func:`apply_pop`),
-re-exported by the package; ``block``: the skipped block's forward and masks; ``segments``: prompts fed in
-segments (chunked prefill, turns); ``prefix``: prefix-state reuse; ``speculate``: greedy POP generation verified in
-rounds.
+The package (floor 2; ``docs/architecture.md``): this module is the engine (:func:`apply_pop`; ``PopConfig`` and
+every outside form of a configuration are ``config``'s), re-exported by the package; ``block``: the skipped block's
+forward and masks; ``segments``: prompts fed in segments (chunked prefill, turns); ``prefix``: prefix-state reuse;
+``speculate``: greedy POP generation verified in rounds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import re
 import weakref
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine.block import cache_context, mask_layout, skipping
+from poptune.engine.config import PopConfig
 from poptune.errors import ConfigError, InputError, UnsupportedModelError
 from poptune.kv import registry
 from poptune.kv.source import Segment
@@ -76,13 +76,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["BOUNDARIES", "STAGES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config", "decoder_of",
+__all__ = ["STAGES", "PopConfig", "PopHandle", "apply_pop", "remove_pop", "get_pop_config", "decoder_of",
            "stage"]
-
-#: The boundary rules the tuner searches; ``window-<W>`` for any positive W is accepted too.
-BOUNDARIES: tuple[str, ...] = ("none", "last", "window-4", "window-16", "window-64")
-
-_WINDOW = re.compile(r"^window-([1-9][0-9]*)$")
 
 # Decoder classes (the module owning `layers`) the engine knows, by the model family they belong to.
 _SUPPORTED_DECODERS: dict[str, str] = {
@@ -96,111 +91,6 @@ _STATE_ATTR = "_poptune_pop"
 
 #: What a forward of a model with POP can be (see :func:`stage`).
 STAGES: tuple[str, ...] = ("prompt", "chunk", "decode")
-
-
-@dataclass(frozen=True)
-class PopConfig:
-    """One POP configuration.
-
-    Args:
-        skip: Number of layers skipped in prefill (0 = the full model).
-        boundary: ``"none"`` (the whole prompt is pruned), ``"last"`` (tokens 1..N-1 pruned, token N through
-            the full model: the paper's rule) or ``"window-W"`` (the last W prompt tokens through the full
-            model).
-        offset: Number of final layers kept even in prefill. The skipped block is
-            ``[L - offset - skip, L - offset)``; the paper's case is 0.
-        layers: An explicit set of skipped layers instead of a final block (for baselines that choose layers by
-            a metric, e.g. ShortGPT's prefill-only variant); ``skip`` must equal its size and ``offset`` be 0.
-        kv: Where the pruned tokens' K/V come from, the name of a source of :mod:`poptune.kv.registry`
-            (``registry.NAMES``; each source's module says what it needs): by default the skipped layers' own
-            projections (the paper).
-    """
-
-    skip: int
-    boundary: str = "last"
-    offset: int = 0
-    layers: tuple[int, ...] | None = None
-    kv: str = registry.DEFAULT
-
-    def __post_init__(self) -> None:
-        for name in ("skip", "offset"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"`{name}` must be an integer, got {value!r}")
-            if value < 0:
-                raise ConfigError(f"`{name}` must be >= 0, got {value}")
-        if not isinstance(self.boundary, str) or (
-            self.boundary not in ("none", "last") and not _WINDOW.match(self.boundary)
-        ):
-            raise ConfigError(
-                f"`boundary` must be one of {', '.join(BOUNDARIES)} (or window-<W>), got {self.boundary!r}"
-            )
-        if self.layers is not None:
-            layers = self.layers
-            if not isinstance(layers, tuple) or any(isinstance(i, bool) or not isinstance(i, int) for i in layers):
-                raise ConfigError(f"`layers` must be a tuple of layer indices, got {layers!r}")
-            if list(layers) != sorted(set(layers)) or (layers and layers[0] < 0):
-                raise ConfigError(f"`layers` must be distinct indices >= 0 in increasing order, got {list(layers)}")
-            if self.skip != len(layers) or self.offset:
-                raise ConfigError(f"with `layers`, `skip` must be {len(layers)} (their number) and `offset` 0")
-        registry.source(self.kv).check(self)
-
-    @property
-    def boundary_width(self) -> int:
-        """Number of final prompt tokens that run through the full model (0 for ``none``)."""
-        if self.boundary == "none":
-            return 0
-        if self.boundary == "last":
-            return 1
-        return int(self.boundary.split("-", 1)[1])
-
-    def check(self, num_layers: int) -> None:
-        """Raise :class:`ConfigError` unless this configuration fits a model with ``num_layers`` layers."""
-        if self.layers and self.layers[-1] >= num_layers:
-            raise ConfigError(f"`layers` must be in [0, {num_layers - 1}] for this model, got {list(self.layers)}")
-        if self.skip > num_layers - 1:
-            raise ConfigError(f"`skip` must be in [0, {num_layers - 1}] for this model, got {self.skip}")
-        if self.offset > num_layers - 1 - self.skip:
-            raise ConfigError(
-                f"`offset` must be in [0, {num_layers - 1 - self.skip}] for this model with skip={self.skip}, "
-                f"got {self.offset}"
-            )
-
-    def skipped_layers(self, num_layers: int) -> tuple[int, ...] | range:
-        """Indices of the layers skipped in prefill: ``layers``, else ``[L - offset - skip, L - offset)``."""
-        self.check(num_layers)
-        if self.layers is not None:
-            return self.layers
-        stop = num_layers - self.offset
-        return range(stop - self.skip, stop)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if self.layers is None:
-            del data["layers"]  # a final block: the three fields every stored configuration has
-        else:
-            data["layers"] = list(self.layers)
-        if registry.is_default(self.kv):
-            del data["kv"]  # the paper's K/V: configurations stored before other K/V sources read the same
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PopConfig":
-        unknown = set(data) - {"skip", "boundary", "offset", "layers", "kv"}
-        if unknown:
-            raise ConfigError(f"unknown PopConfig field(s): {', '.join(sorted(unknown))}")
-        if "skip" not in data:
-            raise ConfigError("a PopConfig needs `skip`")
-        data = dict(data)
-        if data.get("layers") is not None:
-            data["layers"] = tuple(data["layers"])
-        return cls(**data)
-
-    def __str__(self) -> str:
-        text = f"skip={self.skip} boundary={self.boundary} offset={self.offset}"
-        if not registry.is_default(self.kv):
-            text += f" kv={self.kv}"
-        return text if self.layers is None else f"{text} layers={','.join(map(str, self.layers))}"
 
 
 @dataclass
@@ -352,7 +242,7 @@ def _pop_forward(
     n = tokens.shape[1] if tokens is not None else 0
     past = cache.get_seq_length() if cache is not None else 0
     kind = state.stage or ("decode" if n == 1 and past > 0 else "prompt")
-    pruned = n if kind == "chunk" else n - state.config.boundary_width
+    pruned = n if kind == "chunk" else state.config.rule.pruned(n)
     # Prefix states (see poptune.engine.prefix) are whole prompts from position 0: segments over a cache never use them.
     prefix = getattr(decoder, "_poptune_prefix_states", None) if past == 0 else None
     if state.config.skip == 0 or kind == "decode" or pruned <= 0:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from poptune.errors import ConfigError
 from poptune.evaluate.synthetic import EMBEDDED
-from poptune.evaluate.tasks.longctx import GENERATED_TASKS
+from poptune.evaluate.tasks import registry
 
 __all__ = ["ACCURACY_JUDGE", "JUDGEABLE", "LIKELIHOOD_JUDGE", "LIKELIHOOD_TASKS", "SUFFIX", "base_task",
            "check_one_judge", "judge_of", "judged_tasks", "likelihood_task"]
@@ -37,7 +37,7 @@ LIKELIHOOD_JUDGE = "likelihood"
 SUFFIX = ":likelihood"
 
 #: Tasks that generate an answer, so can be judged by its likelihood (the long pack's generation tasks, embedded).
-JUDGEABLE: tuple[str, ...] = (*GENERATED_TASKS, *EMBEDDED)
+JUDGEABLE: tuple[str, ...] = (*registry.generated(), *EMBEDDED)
 
 
 def likelihood_task(task: str) -> str:

@@ -24,6 +24,7 @@ from lm_eval.models.huggingface import HFLM
 from tqdm import tqdm
 
 from poptune import progress
+from poptune.boundary import registry as boundary_registry
 from poptune.engine import apply_pop, decoder_of
 from poptune.engine.prefix import attached_states
 from poptune.engine.segments import chunk_bounds
@@ -88,7 +89,7 @@ class PopLM(HFLM):
         self,
         pretrained: Any = "gemma-3",
         skip: int = 0,
-        boundary: str = "last",
+        boundary: str = boundary_registry.DEFAULT,
         offset: int = 0,
         layers: tuple[int, ...] | str | None = None,
         kv: str = registry.DEFAULT,
@@ -126,10 +127,7 @@ class PopLM(HFLM):
     @property
     def config_tag(self) -> str:
         """A file-name-safe name of the configuration, e.g. ``pop-skip6-last-off0``."""
-        c = self.pop_config
-        source = registry.source(c.kv)
-        tag = f"pop-skip{c.skip}-{c.boundary}-off{c.offset}" + (f"-{source.tag}" if source.tag else "")
-        return tag if c.layers is None else f"{tag}-layers{'_'.join(map(str, c.layers))}"
+        return self.pop_config.tag
 
     def set_cache_hook(self, cache_hook: Any) -> None:
         """Refuse an lm-eval request cache that another configuration could share.

@@ -11,28 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from poptune.boundary import registry as boundary_registry
 from poptune.engine import PopConfig
-from poptune.errors import ConfigError
 from poptune.kv import registry
 
 __all__ = ["check_model_args", "option_values", "pop_config"]
 
 
-def pop_config(skip: Any = 0, boundary: Any = "last", offset: Any = 0, layers: Any = None,
+def pop_config(skip: Any = 0, boundary: Any = boundary_registry.DEFAULT, offset: Any = 0, layers: Any = None,
                kv: Any = registry.DEFAULT) -> PopConfig:
-    """The configuration of ``--model_args`` values (strings there), or a one-line ConfigError."""
-    try:
-        if isinstance(layers, str):  # lm-eval's --model_args splits on commas: layers are dash-separated there
-            layers = tuple(int(i) for i in layers.replace(",", "-").split("-") if i)
-        if layers is not None:
-            layers = tuple(layers)
-            skip = skip or len(layers)
-        skip, offset = int(skip), int(offset)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"PopLM: `skip`, `offset` and `layers` must be integers, got skip={skip!r}, "
-                          f"offset={offset!r}, layers={layers!r}") from e
-    boundary = "none" if boundary is None else boundary  # lm-eval reads `boundary=none` as None
-    return PopConfig(skip=skip, boundary=str(boundary), offset=offset, layers=layers, kv=str(kv))
+    """The configuration of ``--model_args`` values (strings there; lm-eval splits on commas, so layers are
+    dash-separated: ``layers=3-5-9``), read by :meth:`PopConfig.from_fields`, or a one-line ConfigError."""
+    return PopConfig.from_fields(skip, boundary, offset, layers, kv, who="PopLM")
 
 
 def option_values(argv: list[str], names: tuple[str, ...]) -> list[str]:

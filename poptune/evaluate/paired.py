@@ -57,7 +57,7 @@ from poptune.evaluate.groupseq import OBRIEN_FLEMING, hwang_shih_decani
 from poptune.interval import Interval
 
 __all__ = ["PairedDrop", "paired_drop", "SEQUENTIAL", "BETTING", "BOOTSTRAP", "IDENTICAL", "UPPER_SPENDING",
-           "LOWER_SPENDING", "el_moments", "restricted_rates"]
+           "LOWER_SPENDING", "bound_of_counts", "el_moments", "restricted_rates"]
 
 #: The spending function of the interval's upper end (a verdict "within budget"): O'Brien-Fleming type, which keeps
 #: almost all the error for the last look, so a race run to its cap has nearly a one-look test's power.
@@ -331,7 +331,7 @@ def _bound(diffs: list[Any], critical: float, upper: bool) -> float:
         else:
             values, counts = np.unique(d, return_counts=True)
             tasks.append((tuple(values.tolist()), tuple(counts.tolist()), n, mean))
-    return _bound_of(tuple(tasks), float(critical), upper)
+    return bound_of_counts(tuple(tasks), float(critical), upper)
 
 
 def el_moments(values: Any, counts: Any, drop: float) -> tuple[float, float]:
@@ -376,9 +376,9 @@ def el_moments(values: Any, counts: Any, drop: float) -> tuple[float, float]:
 
 
 @lru_cache(maxsize=4096)
-def _bound_of(counts: tuple[tuple[Any, Any, int, float], ...], critical: float, upper: bool) -> float:
-    """:func:`_bound` from each task's (gains, losses, items, mean difference) or (values, their counts, items,
-    mean difference): a race's earlier looks recur."""
+def bound_of_counts(counts: tuple[tuple[Any, Any, int, float], ...], critical: float, upper: bool) -> float:
+    """The score test's bound at one look (:func:`_bound`) from each task's (gains, losses, items, mean difference)
+    or (values, their counts, items, mean difference); cached, since a race's earlier looks recur."""
     centre = sum(m for *_, m in counts) / len(counts)
     sign = 1.0 if upper else -1.0
     correction = 1 / (2 * sum(n for _, _, n, _ in counts))  # half the lattice step of a mean of +-1, 0 items

@@ -33,6 +33,7 @@ from poptune.evaluate.paired import PairedDrop, paired_drop
 from poptune.evaluate.prompts import LIKELIHOOD, PROMPT_TASKS, REFERENCES
 from poptune.evaluate.synthetic import EMBEDDED, run_synthetic
 from poptune.evaluate.taskpack import GROUPS, SHORT_TASKS, TASKS, expand
+from poptune.evaluate.tasks import registry as pack_registry
 
 __all__ = [
     "EMBEDDED", "LIKELIHOOD_ITEMS", "LOWER_IS_BETTER", "PRIMARY_METRIC", "EvalSpec", "EvalResult", "TaskRun",
@@ -42,31 +43,16 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The metric each task's accuracy is read from: length-normalised where lm-eval reports it (the usual
-#: convention for HellaSwag and ARC), plain accuracy otherwise.
+#: The metric each task's accuracy is read from: the task pack's, as its registry says
+#: (:mod:`poptune.evaluate.tasks.registry`: length-normalised where lm-eval reports it, the usual convention for
+#: HellaSwag and ARC; plain accuracy otherwise; a long prompt's own metric; bits per byte), then the others'.
 PRIMARY_METRIC = {
-    "piqa": "acc_norm",
-    "arc_easy": "acc_norm",
-    "arc_challenge": "acc_norm",
-    "hellaswag": "acc_norm",
-    "winogrande": "acc",
-    "boolq": "acc",
+    **pack_registry.PRIMARY,
     "passkey": "acc",
     "kv_recall": "acc",
     "prompts": "unchanged",  # a user's prompts: the full model's greedy answer kept (poptune.evaluate.answers)
     REFERENCES: "reference",  # the same, judged on their reference answers
     LIKELIHOOD: "answer_prob",  # the same, judged on the full answer's mean token probability under POP's prefill
-    # Long prompts: generation scored by the task's own metric; QASPER by the likelier choice.
-    "longctx_squad": "f1",
-    "longctx_drop": "f1",
-    "longctx_coqa": "f1",
-    "longctx_gsm8k": "exact_match",
-    "longctx_qasper": "acc",
-    # The gold continuation's bits per byte.
-    "longctx_squad_bpb": "bpb",
-    "longctx_drop_bpb": "bpb",
-    "longctx_coqa_bpb": "bpb",
-    "longctx_gsm8k_bpb": "bpb",
     # A generation task judged by likelihood (poptune.evaluate.judges): the full answer's mean token probability.
     **dict.fromkeys(LIKELIHOOD_TASKS, "answer_prob"),
 }

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING
 
 from poptune.data import ENV_VAR, data_dir
 from poptune.errors import ConfigError, DataError
-from poptune.evaluate.tasks import longctx
-from poptune.evaluate.tasks.loaders import SOURCES as SHORT_SOURCES
+from poptune.evaluate.tasks import registry
 from poptune.evaluate.tasks.loaders import read_docs, read_piqa
 
 if TYPE_CHECKING:
@@ -46,18 +45,18 @@ __all__ = [
     "get_task_dict", "task_manager",
 ]
 
-#: lm-eval's short zero-shot multiple-choice tasks, under their built-in names.
-SHORT_TASKS: tuple[str, ...] = ("piqa", "arc_easy", "arc_challenge", "hellaswag", "winogrande", "boolq")
+#: lm-eval's short zero-shot multiple-choice tasks, under their built-in names (the pack's tasks of no group).
+SHORT_TASKS: tuple[str, ...] = tuple(t.name for t in registry.PACK if t.group is None)
 #: Long real prompts, scored by generation (QASPER: multiple choice) with each task's own metric.
-LONG_TASKS: tuple[str, ...] = longctx.GENERATION_TASKS
+LONG_TASKS: tuple[str, ...] = registry.GROUPS["longctx"]
 #: The same long prompts, scored by the gold continuation's bits per byte (lower is better).
-LONG_BPB_TASKS: tuple[str, ...] = longctx.BPB_TASKS
-#: Every task of the pack.
-TASKS: tuple[str, ...] = SHORT_TASKS + LONG_TASKS + LONG_BPB_TASKS
+LONG_BPB_TASKS: tuple[str, ...] = registry.GROUPS["longctx_bpb"]
+#: Every task of the pack (:mod:`poptune.evaluate.tasks.registry`).
+TASKS: tuple[str, ...] = registry.NAMES
 #: Group names that stand for several tasks.
-GROUPS: dict[str, tuple[str, ...]] = {"longctx": LONG_TASKS, "longctx_bpb": LONG_BPB_TASKS}
+GROUPS: dict[str, tuple[str, ...]] = registry.GROUPS
 
-SOURCES = {**SHORT_SOURCES, **longctx.SOURCES}
+SOURCES = {t.name: t.source for t in registry.PACK}
 
 # check_data parses this many documents per file; the loaders parse every line when lm-eval builds the task.
 _CHECK_LINES = 5

@@ -149,7 +149,8 @@ def _el(values: Any, counts: Any, drop: Any) -> tuple[Any, Any]:
 
 def _margin(counts: list[Any], values: Any, budget: float, critical: float, upper: bool) -> Any:
     """Each race's margin of the candidate drop ``budget`` on one side at one look (positive: rejected there),
-    from each task's counts per grid value (races x values): :func:`poptune.evaluate.paired._bound_of`'s margin."""
+    from each task's counts per grid value (races x values): the margin of
+    :func:`poptune.evaluate.paired.bound_of_counts`."""
     import numpy as np
 
     tasks = len(counts)

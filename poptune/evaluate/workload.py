@@ -32,7 +32,7 @@ from poptune.evaluate.judges import LIKELIHOOD_TASKS, base_task
 from poptune.evaluate.prompts import PROMPT_TASKS, REFERENCES, PromptRequest
 
 __all__ = ["ORDER_SEED", "SYNTHETIC_MAX", "Workload", "build_workload", "check_supply", "supply", "synthetic_pool",
-           "task_requests"]
+           "task_prompts", "task_requests"]
 
 #: Seed of the fixed item order of real tasks: the same items in the same order for every trial and study.
 ORDER_SEED = 1234
@@ -235,7 +235,9 @@ def check_supply(tasks: Sequence[str], data_dir: Path | None, counts: dict[str, 
                 raise ConfigError(f"`{name}` {value} is more items than task {task} holds ({most} in {data_dir})")
 
 
-def _real_prompts(tasks: Sequence[str], data_dir: Path | None) -> dict[str, list[str]]:
+def task_prompts(tasks: Sequence[str], data_dir: Path | None) -> dict[str, list[str]]:
+    """Every item's prompt text of each task-pack task of ``tasks``, in the pack's item order (``data_dir``'s
+    documents)."""
     from poptune.evaluate.taskpack import get_task_dict
 
     task_dict = get_task_dict(list(tasks), data_dir)["tasks"]
@@ -283,7 +285,7 @@ def build_workload(
     skipped: dict[str, int] = {}
     base = {t: base_task(t) for t in tasks}  # a likelihood-judged task has its base task's items, in its order
     real = list(dict.fromkeys(base[t] for t in tasks if base[t] not in EMBEDDED and t not in PROMPT_TASKS))
-    texts_of = _real_prompts(real, data_dir) if real else {}
+    texts_of = task_prompts(real, data_dir) if real else {}
     for task in tasks:
         if task in PROMPT_TASKS:
             want, candidates, lengths, fits = _prompt_candidates(tokenizer, prompts, cap, max_positions,
@@ -379,7 +381,7 @@ def calibration_prompts(
 
     real = list(dict.fromkeys(base_task(t) for t in workload.order
                               if base_task(t) not in EMBEDDED and t not in PROMPT_TASKS))
-    texts = _real_prompts(real, data_dir) if real else {}
+    texts = task_prompts(real, data_dir) if real else {}
     per_task: list[list[str]] = []
     said = []
     for task, scored in workload.order.items():

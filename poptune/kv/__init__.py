@@ -12,3 +12,6 @@
 This package is the bottom of the engine's floor (the engine and the block import it, it imports neither);
 what needs the engine -- fitting and checking maps, the one preparation path -- is :mod:`poptune.kvfit`.
 """
+
+#: The package's modules (its API: import the one you need; importing the package imports none of them).
+__all__ = ["anchor", "calibrated", "compact", "maps", "own", "project", "registry", "source"]

@@ -11,3 +11,6 @@ one preparation of a model for a configuration's K/V source.
 The K/V sources themselves -- what each writes for the pruned tokens, its label, what an export carries -- are
 :mod:`poptune.kv`, below the engine; fitting runs POP prefills, so it cannot live there.
 """
+
+#: The package's modules (its API: import the one you need; importing the package imports none of them).
+__all__ = ["calibration", "check", "fit", "prepare"]

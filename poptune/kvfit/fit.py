@@ -42,6 +42,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from poptune.boundary import registry as boundary_registry
 from poptune.engine import PopConfig, decoder_of
 from poptune.errors import ConfigError, DataError
 from poptune.files import typed_path
@@ -308,8 +309,8 @@ class KVFitter:
         held = [calib.ids for calib, out in self.texts() if out and calib.ids.shape[1] > self.spec.continuation + 1]
         if not held:
             return None
-        own = PopConfig(maps.stop - maps.start, "last", offset=layers - maps.stop, kv=DEFAULT)
-        calibrated = PopConfig(own.skip, "last", offset=own.offset, kv=calibrated_source.SOURCE.name)
+        own = PopConfig(maps.stop - maps.start, boundary_registry.DEFAULT, offset=layers - maps.stop, kv=DEFAULT)
+        calibrated = PopConfig(own.skip, own.boundary, offset=own.offset, kv=calibrated_source.SOURCE.name)
         decoder, holder = decoder_of(self.model), calibrated_source.SOURCE
         previous = holder.held(decoder).get(maps.block)
         holder.attach(decoder, maps)

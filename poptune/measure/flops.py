@@ -116,7 +116,7 @@ def prefill_flops(config: Any, length: int, pop: PopConfig | None = None, *, att
         return attention == "eager" or (attention == "sdpa" and (materialised or (win is not None and length >= win)))
 
     skipped = set(pop.skipped_layers(s["layers"])) if pop is not None and pop.skip else set()
-    pruned = max(length - pop.boundary_width, 0) if skipped and pop is not None else 0
+    pruned = pop.rule.pruned(length) if skipped and pop is not None else 0
     if pruned == 0:
         skipped = set()
     kept = kv_registry.source(pop.kv).kept(pruned) if skipped and pop is not None else 0

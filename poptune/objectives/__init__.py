@@ -12,3 +12,6 @@
 Adding an objective is one new module here and one line in the registry. Importing this package imports none of
 its modules.
 """
+
+#: The package's modules (its API: import the one you need; importing the package imports none of them).
+__all__ = ["accuracy", "base", "energy", "kv_bytes", "registry", "tpot", "ttft"]

@@ -11,3 +11,6 @@
 The Optuna study (:mod:`poptune.tune`) and the Gymnasium environments (:mod:`poptune.env`) both stand on this
 floor and neither imports the other. Importing this package imports none of its modules; import the one you need.
 """
+
+#: The package's modules (its API: import the one you need; importing the package imports none of them).
+__all__ = ["evaluator", "grid", "presets", "problem", "replay", "runtime", "space", "vllm_runtime"]

@@ -168,9 +168,8 @@ def _interval(row: dict[str, str], key: str, point: float, where: str) -> Interv
 def _measurement(row: dict[str, str], where: str) -> Measurement:
     """A row as a :class:`Measurement` of one timed length and one task (``workload``)."""
     try:
-        config = PopConfig(skip=int(row["skip"]), boundary=row["boundary"].strip(), offset=int(row["offset"]),
-                           kv=(row.get("kv") or kv_registry.DEFAULT).strip())
-    except (ValueError, ConfigError) as e:
+        config = PopConfig.from_fields(row["skip"], row["boundary"], row["offset"], kv=row.get("kv"), who="its fields")
+    except ConfigError as e:
         raise InputError(f"{where}: not a configuration ({e})") from None
     speedup = _float(row, "speedup", where)
     if speedup is None or speedup <= 0:

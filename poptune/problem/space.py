@@ -6,7 +6,7 @@ A space is a model's ``num_layers`` and the K/V sources it searches (``kv``). It
 - ``skip`` in [0, L-1]; ``skip = 0`` is the full model and has no other parameter;
 - for ``skip > 0``, ``offset`` in [0, min(:data:`MAX_OFFSET`, L-1-skip)] (final layers kept, the block
   ``[L-offset-skip, L-offset)`` always fits: :func:`max_offset_at`) and ``boundary`` in
-  :data:`~poptune.engine.BOUNDARIES`;
+  :data:`poptune.boundary.registry.NAMES`;
 - the K/V sources of the space that differ at that skip (:func:`sources_at`, from
   :func:`poptune.kv.registry.distinct_at`: calibrated K/V of one skipped layer are its own), each once.
 
@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from poptune.engine import BOUNDARIES, PopConfig
+from poptune.boundary import registry as boundary_registry
+from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 
@@ -46,7 +47,7 @@ OWN = (kv_registry.DEFAULT,)
 
 def paper_default(num_layers: int) -> PopConfig:
     """The paper's fixed rule: skip the last third of the layers in prefill, boundary handling on."""
-    return PopConfig(skip=round(num_layers / 3), boundary="last")
+    return PopConfig(skip=round(num_layers / 3), boundary=boundary_registry.DEFAULT)
 
 
 def max_offset_at(skip: int, num_layers: int) -> int:
@@ -66,7 +67,8 @@ def all_configs(num_layers: int, kv: tuple[str, ...] = OWN) -> list[PopConfig]:
     for skip in range(1, num_layers):
         sources = sources_at(skip, kv)
         for offset in range(max_offset_at(skip, num_layers) + 1):
-            configs += [PopConfig(skip=skip, boundary=b, offset=offset, kv=k) for b in BOUNDARIES for k in sources]
+            configs += [PopConfig(skip=skip, boundary=b, offset=offset, kv=k)
+                        for b in boundary_registry.NAMES for k in sources]
     return configs
 
 
@@ -79,13 +81,13 @@ def check_enqueue(configs: Sequence[PopConfig], num_layers: int, kv: tuple[str, 
     space = set(all_configs(num_layers, kv))
     for config in configs:
         if config not in space:
-            label = f"{config.skip}/{config.boundary}/{config.offset}"
+            label = config.label
             try:
                 config.check(num_layers)
             except ConfigError as e:
                 raise ConfigError(f"`--enqueue` item {label} is outside the search space: {e}") from e
             raise ConfigError(f"`--enqueue` item {label} ({config}) is outside the search space: boundary must be "
-                              f"one of {', '.join(BOUNDARIES)}, offset at most {MAX_OFFSET} and kv one of "
+                              f"one of {', '.join(boundary_registry.NAMES)}, offset at most {MAX_OFFSET} and kv one of "
                               f"{', '.join(kv)}")
 
 
@@ -94,18 +96,18 @@ def check_enqueue(configs: Sequence[PopConfig], num_layers: int, kv: tuple[str, 
 
 def action_space(num_layers: int, kv: tuple[str, ...] = OWN, seed: int | None = None) -> "spaces.Dict":
     """The Gymnasium action space of the space: ``skip``, ``boundary`` (an index into
-    :data:`~poptune.engine.BOUNDARIES`), ``offset`` and ``kv`` (an index into ``kv``). ``skip`` is not bounded
+    :data:`poptune.boundary.registry.NAMES`), ``offset`` and ``kv`` (an index into ``kv``). ``skip`` is not bounded
     by the offset here: :func:`config_from_action` clips it, so that every action of the box is valid."""
     from gymnasium import spaces
 
-    return spaces.Dict({"skip": spaces.Discrete(num_layers), "boundary": spaces.Discrete(len(BOUNDARIES)),
+    return spaces.Dict({"skip": spaces.Discrete(num_layers), "boundary": spaces.Discrete(len(boundary_registry.NAMES)),
                         "offset": spaces.Discrete(MAX_OFFSET + 1), "kv": spaces.Discrete(len(kv))}, seed=seed)
 
 
 def action_of(config: PopConfig, kv: tuple[str, ...] = OWN) -> dict[str, int]:
     """The action of :func:`action_space` that names ``config`` (a point of the space of ``kv``)."""
     source = config.kv if config.kv in kv else kv[0]
-    return {"skip": config.skip, "boundary": BOUNDARIES.index(config.boundary), "offset": config.offset,
+    return {"skip": config.skip, "boundary": boundary_registry.NAMES.index(config.boundary), "offset": config.offset,
             "kv": kv.index(source)}
 
 
@@ -127,7 +129,7 @@ def _index(action: Mapping[str, Any], key: str, names: Sequence[str], default: s
 def config_from_action(action: Mapping[str, Any], num_layers: int, kv: tuple[str, ...] = OWN) -> PopConfig:
     """A POP configuration from an action ``{"skip", "boundary", "offset"}`` and optionally ``"kv"``.
 
-    ``boundary`` may be an index into :data:`~poptune.engine.BOUNDARIES` or its name, ``kv`` an index into the
+    ``boundary`` may be an index into :data:`poptune.boundary.registry.NAMES` or its name, ``kv`` an index into the
     space's sources ``kv`` or its name (default: the space's first). ``skip`` is clipped so that
     ``skip + offset <= L - 1``, ``skip=0`` is always the plain full model and a point that does not search the
     K/V source takes the space's (several actions then name one configuration; it is measured once). The
@@ -141,7 +143,7 @@ def config_from_action(action: Mapping[str, Any], num_layers: int, kv: tuple[str
         action["boundary"]
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"an action needs integer `skip`, `offset` and a `boundary`, got {dict(action)!r}") from e
-    boundary = _index(action, "boundary", BOUNDARIES, "")
+    boundary = _index(action, "boundary", boundary_registry.NAMES, "")
     if not 0 <= offset <= MAX_OFFSET:
         raise ConfigError(f"`offset` must be in [0, {MAX_OFFSET}], got {offset}")
     if not 0 <= skip <= num_layers - 1:

@@ -8,3 +8,8 @@
 
 Each module is imported by what needs it; this package imports nothing.
 """
+
+#: The package's modules (its API: import the one you need; importing the package imports none of them).
+__all__ = [
+    "certification", "export", "gridtable", "leaderboard", "naming", "prompts_lines", "study_report", "tunertable"
+]

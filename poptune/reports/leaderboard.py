@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from poptune import store
 from poptune.baselines.methods import METHODS
+from poptune.baselines.methods import method as baseline_method
 from poptune.errors import ConfigError
 from poptune.interval import Interval
-from poptune.kv import registry as kv_registry
 from poptune.objectives.accuracy import ACCURACY
 from poptune.objectives.registry import DEFAULT, get, named
 from poptune.store.trials import StoredTrial
@@ -80,17 +80,9 @@ def _entry(trial: StoredTrial, num_layers: int, note: str = "", confirmed: dict[
     if method == "pop" and config.skip == 0:
         method, label, ratio = "full", "full model", 0.0
     elif method == "pop":
-        label, ratio = f"skip {config.skip}, {config.boundary}, offset {config.offset}", config.skip / num_layers
-        kv = kv_registry.source(config.kv).label
-        label += f", {kv}" if kv else ""
-    elif method == "wanda":
-        label, ratio = f"{100 * details['ratio']:.0f}% unstructured", details["ratio"]
-    elif method == "width":
-        label, ratio = f"{100 * details['channel_share']:.0f}% of MLP channels", details["ratio"]
+        label, ratio = config.title, config.skip / num_layers
     else:
-        removed = details.get("removed", [])
-        verb = "skipped in prefill" if method == "shortgpt-gen" else "removed"
-        label, ratio = f"{len(removed)} {verb}: {','.join(map(str, removed))}", len(removed) / num_layers
+        label, ratio = baseline_method(method).label(details, num_layers)
     latency = {int(k): dict(v) for k, v in trial.latency.items()}
     if confirmed:  # the confirmation pass's figures at the target length
         latency[int(target)].update({k: confirmed[k] for k in ("speedup", "speedup_lo", "speedup_hi")})

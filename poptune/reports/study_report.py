@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import optuna
 
 __all__ = ["Reference", "StudyReport", "references", "undecided", "front_table", "verdict_table", "verdict_line",
-           "summary_markdown", "front_plot", "write_report"]
+           "summary_markdown", "front_plot"]
 
 #: What the embedded tasks are (the real tasks are named by their lm-eval names).
 _TASKS = {"passkey": "synthetic passkey retrieval", "kv_recall": "synthetic key-value recall"}
@@ -333,12 +333,6 @@ def _duration(run: dict[str, Any]) -> str:
 def summary_markdown(study: "optuna.Study", plot: str | None = None) -> str:
     """The study's summary: what it measured and for how long, its front, the references, the null checks."""
     return StudyReport.of(study).markdown(plot)
-
-
-def write_report(study: "optuna.Study", folder: str | Path, storage: str | None = None) -> tuple[Path, Path]:
-    """Write the study's plot and summary in ``folder``, named after ``storage`` and the study
-    (:meth:`StudyReport.write`); returns both."""
-    return StudyReport.of(study).write(folder, storage)
 
 
 @dataclass(frozen=True)

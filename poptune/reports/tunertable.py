@@ -173,7 +173,7 @@ def _markdown(replay: Any, rows: list[Any], spec: TunerSpec, where: list[str], s
     feasible = [m for m in replay.table.values() if m.candidate(spec.max_drop)]
     target = max(feasible, key=lambda m: m.speedup, default=None)
     fastest = "no configuration is a candidate" if target is None else (
-        f"the fastest candidate is skip {target.config.skip}, {target.config.boundary}, offset {target.config.offset} "
+        f"the fastest candidate is {target.config.title} "
         f"at {target.speedup:.3f}x (drop {target.drop_points:+.2f} [{target.drop_lower:+.2f}, "
         f"{float(target.drop['hi']):+.2f}])")
     ns = " | ".join(f"@{n}" for n in CHECKPOINTS)

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from poptune.engine import PopConfig
 from poptune.errors import MeasurementError
 from poptune.interval import Interval
-from poptune.kv import registry as kv_registry
 from poptune.objectives.accuracy import ACCURACY
 from poptune.objectives.base import References
 from poptune.objectives.registry import DEFAULT, OBJECTIVES, dominates, named
@@ -87,9 +86,7 @@ class FrontRow:
     """
 
     trial: int
-    skip: int
-    boundary: str
-    offset: int
+    config: PopConfig
     method: str
     speedup: float
     drop: float
@@ -102,18 +99,39 @@ class FrontRow:
     confirmed: bool = False
     ttft_ms: float | None = None
     full_ttft_ms: float | None = None
-    kv: str = kv_registry.DEFAULT
     verdict: str | None = None
     values: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def skip(self) -> int:
+        return self.config.skip
+
+    @property
+    def boundary(self) -> str:
+        return self.config.boundary
+
+    @property
+    def offset(self) -> int:
+        return self.config.offset
+
+    @property
+    def kv(self) -> str:
+        return self.config.kv
+
     def to_dict(self) -> dict[str, Any]:
-        """The row as ``poptune pareto --out`` writes it: every field, each interval as its ends under the names
-        of the written format (``drop_lo``/``drop_hi``, ``speedup_lo``/``speedup_hi``; None where there is none)."""
+        """The row as ``poptune pareto --out`` writes it: every field, the configuration's as its fields (``skip``,
+        ``boundary``, ``offset``, ``layers`` where given, ``kv`` always), each interval as its ends under the names of
+        the written format (``drop_lo``/``drop_hi``, ``speedup_lo``/``speedup_hi``; None where there is none)."""
         out: dict[str, Any] = {}
+        record = {**self.config.to_dict(), "kv": self.config.kv}
         for key, value in asdict(replace(self, drop_ci=None, speedup_ci=None)).items():
-            if key in ("drop_ci", "speedup_ci"):
+            if key == "config":
+                out.update((k, v) for k, v in record.items() if k != "kv")
+            elif key in ("drop_ci", "speedup_ci"):
                 ci: Interval | None = getattr(self, key)
                 out[f"{key[:-3]}_lo"], out[f"{key[:-3]}_hi"] = ci.ends() if ci is not None else (None, None)
+            elif key == "verdict":
+                out["kv"], out[key] = record["kv"], value
             else:
                 out[key] = value
         return out
@@ -130,16 +148,9 @@ class FrontRow:
         return self.values[ACCURACY.name]
 
     @property
-    def config(self) -> PopConfig:
-        """The POP configuration of the row."""
-        return PopConfig(skip=self.skip, boundary=self.boundary, offset=self.offset, kv=self.kv)
-
-    @property
     def label(self) -> str:
-        """``skip/boundary/offset`` (``/<kv>`` for a K/V source other than the paper's), or ``full model``."""
-        if self.skip == 0:
-            return "full model"
-        return f"{self.skip}/{self.boundary}/{self.offset}" + ("" if kv_registry.is_default(self.kv) else f"/{self.kv}")
+        """The configuration's label (:attr:`poptune.engine.config.PopConfig.label`)."""
+        return self.config.label
 
     @classmethod
     def from_trial(cls, trial: "optuna.trial.FrozenTrial | StoredTrial", confirmed: dict[str, Any] | None = None,
@@ -162,9 +173,7 @@ class FrontRow:
                          {**anew, **(revised or {})})
         return cls(
             trial=t.number,
-            skip=t.config.skip,
-            boundary=t.config.boundary,
-            offset=t.config.offset,
+            config=t.config,
             method=t.method,
             speedup=speedup,
             drop=t.drop_points,
@@ -177,7 +186,6 @@ class FrontRow:
             confirmed=bool(confirmed),
             ttft_ms=t.ttft_ms,
             full_ttft_ms=t.full_ttft_ms,
-            kv=t.config.kv,
             values=values,
         )
 
@@ -208,7 +216,7 @@ def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
         if not trusted(trial, mine):
             continue
         row = FrontRow.from_trial(trial, mine, references, objectives)
-        key = (row.method, row.skip, row.boundary, row.offset, row.kv)
+        key = (row.method, row.config)
         if key not in rows or (row.confirmed and not rows[key].confirmed):
             rows[key] = row
     candidates = list(rows.values())

@@ -12,3 +12,9 @@ the configuration space, the evaluator); what it optimises, the study's objectiv
 
 Importing this package imports none of its modules; import the one you need.
 """
+
+#: The package's modules (its API: import the one you need; importing the package imports none of them).
+__all__ = [
+    "baseline_trials", "batch", "certify", "efficiency", "gridstudy", "interrupt", "objective", "params", "samplers",
+    "simulate", "structured", "study", "trust", "workers"
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from poptune import progress, store
-from poptune.baselines.methods import WANDA_SPARSITY
+from poptune.baselines.methods import method as baseline_method
 from poptune.kvfit.calibration import CalibrationSpec
 from poptune.problem.evaluator import ConfigEvaluator
 from poptune.problem.space import paper_default
@@ -52,7 +52,7 @@ def add_baselines(
     measured = []
     memo: dict[str, Any] = {}
     for method in methods:
-        for ratio in [WANDA_SPARSITY] if method == "wanda" else sorted(ratios, reverse=True):
+        for ratio in baseline_method(method).ratios(sorted(ratios, reverse=True)):
             key = (method, _amount(method, ratio, num_layers))
             if key in done:
                 continue
@@ -68,4 +68,4 @@ def add_baselines(
 
 def _amount(method: str, ratio: float, num_layers: int) -> float:
     """What identifies a baseline at a ratio: layers removed (Wanda: its sparsity)."""
-    return round(ratio, 4) if method == "wanda" else round(ratio * num_layers)
+    return baseline_method(method).amount(ratio, num_layers)

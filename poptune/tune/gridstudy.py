@@ -188,7 +188,7 @@ def replay_grid(storage: str | None, *, model: str, tasks: tuple[str, ...], limi
                 max_drop: float | None) -> None:
     """Measure a grid study for real into ``storage`` to replay (the tuner table's ``--build``): every configuration
     of ``model`` on ``tasks`` (``limit`` items each) at ``lengths``, two repeats, no decode, the grid sampler."""
-    from poptune.engine import BOUNDARIES
+    from poptune.boundary import registry as boundary_registry
     from poptune.evaluate.taskpack import data_dir
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
@@ -199,5 +199,6 @@ def replay_grid(storage: str | None, *, model: str, tasks: tuple[str, ...], limi
     problem = TuningProblem(model=model, tasks=tasks, limit=limit, data_dir=str(directory) if directory else None,
                             lengths=lengths, repeats=2, decode_tokens=0, max_drop=max_drop)
     evaluator = ConfigEvaluator(problem)
-    raw = evaluator.num_layers * len(BOUNDARIES) * (MAX_OFFSET + 1)  # room enough: the grid sampler stops the study
+    # Room enough: the grid sampler stops the study.
+    raw = evaluator.num_layers * len(boundary_registry.NAMES) * (MAX_OFFSET + 1)
     run_study(StudySpec(problem=problem, trials=raw + 8, sampler="grid", storage=storage), evaluator=evaluator)

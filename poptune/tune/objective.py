@@ -142,7 +142,7 @@ def settle_reference(study: "optuna.Study", measurement: Measurement) -> Referen
 
 def _measure(evaluator: ConfigEvaluator, trial: "optuna.Trial", config: PopConfig) -> Measurement:
     """Measure ``config``; an out-of-memory error or a non-finite result fails this trial only."""
-    label = "full model" if config.skip == 0 else f"skip {config.skip} {config.boundary} offset {config.offset}"
+    label = config.label
     try:
         with progress.phase(f"trial {trial.number} ({label})", unit="step"):
             return evaluator.evaluate(config)

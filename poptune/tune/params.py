@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from poptune.engine import BOUNDARIES, PopConfig
+from poptune.boundary import registry as boundary_registry
+from poptune.engine import PopConfig
 from poptune.kv import registry as kv_registry
 from poptune.problem.space import OWN, config_from_action, max_offset_at, sources_at
 from poptune.store.trials import stored_config
@@ -43,7 +44,7 @@ def suggest_config(trial: "optuna.Trial", num_layers: int, kv: tuple[str, ...] =
     if skip == 0:
         return PopConfig(skip=0)
     offset = trial.suggest_int("offset", 0, max_offset_at(skip, num_layers))
-    boundary = trial.suggest_categorical("boundary", list(BOUNDARIES))
+    boundary = trial.suggest_categorical("boundary", list(boundary_registry.NAMES))
     param, sources = _kv_param(skip, kv), sources_at(skip, kv)
     source = trial.suggest_categorical(param, list(sources)) if param else sources[0]
     return PopConfig(skip=skip, boundary=boundary, offset=offset, kv=source)
@@ -67,7 +68,7 @@ def distributions_of(config: PopConfig, num_layers: int, kv: tuple[str, ...] = O
     space: dict[str, Any] = {"skip": IntDistribution(0, num_layers - 1)}
     if config.skip:
         space["offset"] = IntDistribution(0, max_offset_at(config.skip, num_layers))
-        space["boundary"] = CategoricalDistribution(list(BOUNDARIES))
+        space["boundary"] = CategoricalDistribution(list(boundary_registry.NAMES))
     param = _kv_param(config.skip, kv)
     if param:
         space[param] = CategoricalDistribution(list(sources_at(config.skip, kv)))

@@ -2,7 +2,9 @@
 
 **The order.** Configuration ``a`` is *no deeper* than ``b`` (:func:`no_deeper`) when both use the same K/V
 source, the layers ``a`` skips are a subset of those ``b`` skips, and ``a`` keeps at least as many final prompt
-tokens at full depth (boundary width: ``none`` 0 < ``last`` 1 < ``window-4`` < ``window-16`` < ``window-64``).
+tokens at full depth (the boundary rule's width, as its contract orders it,
+:meth:`poptune.boundary.rule.BoundaryRule.order`; ``none`` 0 < ``last`` 1 < ``window-4`` < ``window-16`` <
+``window-64``, never their place in the registry).
 Within a family (boundary, offset, K/V source) that is ``skip`` ascending; across boundaries at one block, the
 wider window; across offsets it relates nested blocks (skip 6 at offset 1 skips a subset of skip 7 at offset
 0). Up to noise the accuracy drop grows along the order, and the FLOPs ideal speedup, known before anything is
@@ -56,7 +58,8 @@ from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from poptune.engine import BOUNDARIES, PopConfig
+from poptune.boundary import registry as boundary_registry
+from poptune.engine import PopConfig
 from poptune.errors import ConfigError
 from poptune.kv import registry as kv_registry
 from poptune.objectives.accuracy import ACCURACY
@@ -113,9 +116,9 @@ def proxy_ideal(config: PopConfig, num_layers: int, length: int = 1024, kv_share
     the FLOPs ideal does within a family and across boundaries."""
     if config.skip == 0:
         return 1.0
-    tokens = max(length - config.boundary_width, 0)
+    tokens = config.rule.pruned(length)
     share = kv_share * kv_registry.source(config.kv).kept(tokens) / tokens if tokens else kv_share
-    return num_layers / (num_layers - config.skip * tokens / length * (1 - share))
+    return num_layers / (num_layers - config.skip * config.rule.pruned_share(length) * (1 - share))
 
 
 @dataclass(frozen=True)
@@ -311,11 +314,12 @@ def order_violations(table: Mapping[PopConfig, Measurement], num_layers: int, ma
                            sum(m.drop_lower > max_drop for _, m in rows))
 
 
-def _nested_thresholds(num_layers: int) -> "np.ndarray":
-    """Every nested tuple of thresholds ``T_none <= ... <= T_window-64`` in ``[0, L-1]``: (n, boundaries)."""
+def _nested_thresholds(num_layers: int, boundaries: int) -> "np.ndarray":
+    """Every nested tuple of thresholds ``T_none <= ... <= T_window-64`` in ``[0, L-1]`` of ``boundaries`` rules in
+    their order: (n, boundaries)."""
     import numpy as np
 
-    tuples = itertools.combinations_with_replacement(range(num_layers), len(BOUNDARIES))
+    tuples = itertools.combinations_with_replacement(range(num_layers), boundaries)
     return np.array(list(tuples), dtype=np.int16)
 
 
@@ -362,11 +366,13 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         get = ideal.__getitem__ if isinstance(ideal, Mapping) else ideal
         self._ideal = {c: float(get(c)) if get is not None else proxy_ideal(c, num_layers) for c in self._configs}
         self._rng = random.Random(seed)
-        self._tuples = _nested_thresholds(num_layers)
+        # The boundary rules in the contract's order (fewest tokens at full depth first): a threshold each, nested.
+        self._order = boundary_registry.ordered()
+        n = len(self._order)
+        self._tuples = _nested_thresholds(num_layers, n)
         # Uniform on the widest boundary's threshold, then uniform over the nested ones below it.
         widest = self._tuples[:, -1].astype(float)
-        self._log_prior = -np.array([math.log(math.comb(int(t) + len(BOUNDARIES) - 1, len(BOUNDARIES) - 1))
-                                     for t in widest])
+        self._log_prior = -np.array([math.log(math.comb(int(t) + n - 1, n - 1)) for t in widest])
         self._picked: dict[int, dict[str, Any]] = {}
 
     def infer_relative_search_space(self, study: "optuna.Study", trial: "optuna.trial.FrozenTrial"
@@ -421,7 +427,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         for o in seen.values():
             if o.within is None or o.config.skip == 0 or o.config.kv != source:
                 continue
-            b = BOUNDARIES.index(o.config.boundary)
+            b = self._order.index(o.config.boundary)
             holds = self._tuples[:, b] >= o.config.skip + o.config.offset
             weight = 1.0 if own is None or own == b else _OTHERS
             log_post += weight * np.where(holds, math.log(o.within), math.log(1 - o.within))
@@ -433,11 +439,12 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         import numpy as np
 
         mass = np.stack([np.bincount(self._tuples[:, b], weights, minlength=self.num_layers)
-                         for b in range(len(BOUNDARIES))])  # (boundaries, thresholds)
+                         for b in range(len(self._order))])  # (boundaries, thresholds)
         return mass[:, ::-1].cumsum(axis=1)[:, ::-1]
 
     def within_probability(self, seen: Mapping[PopConfig, Observation]) -> dict[str, "np.ndarray"]:
-        """Per K/V source, ``P(within)`` of every boundary (rows, :data:`~poptune.engine.BOUNDARIES`) and block
+        """Per K/V source, ``P(within)`` of every boundary (rows, in the contract's order, ``ordered()`` of
+        :mod:`poptune.boundary.registry`) and block
         depth ``skip + offset`` (columns) under the posterior."""
         return {source: self._marginals(self._posterior(seen, source)) for source in self.kv}
 
@@ -445,8 +452,8 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         """The ideal speedup's gain over the full model of each (boundary, skip) at offset 0: (boundaries, L)."""
         import numpy as np
 
-        gains = np.zeros((len(BOUNDARIES), self.num_layers))
-        for b, boundary in enumerate(BOUNDARIES):
+        gains = np.zeros((len(self._order), self.num_layers))
+        for b, boundary in enumerate(self._order):
             for skip in range(1, self.num_layers):
                 config = PopConfig(skip=skip, boundary=boundary, kv=kv_registry.distinct_at(skip, (source,))[0])
                 gains[b, skip] = self._ideal.get(config, proxy_ideal(config, self.num_layers)) - 1
@@ -462,9 +469,9 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         best, scored = 0.0, []
         posts = {source: self._posterior(seen, source) for source in self.kv}
         marginals = {source: np.stack([self._marginals(self._posterior(seen, source, b))[b]
-                                       for b in range(len(BOUNDARIES))]) for source in self.kv}
+                                       for b in range(len(self._order))]) for source in self.kv}
         for c, o in seen.items():
-            if c.skip and o.within is not None and marginals[c.kv][BOUNDARIES.index(c.boundary),
+            if c.skip and o.within is not None and marginals[c.kv][self._order.index(c.boundary),
                                                                    c.skip + c.offset] > 0.5:
                 best = max(best, self._ideal[c] - 1)
         for source in self.kv:
@@ -473,7 +480,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             for c in free:
                 if c.skip == 0 or c.offset or c.kv != kv_registry.distinct_at(c.skip, (source,))[0]:
                     continue
-                b = BOUNDARIES.index(c.boundary)
+                b = self._order.index(c.boundary)
                 p = float(marginals[source][b, c.skip])
                 scored.append((self._lookahead(posts[source], b, c.skip, gains) - now
                                + p * max(gains[b, c.skip] - best, 0.0), self._ideal[c], c))

@@ -8,7 +8,7 @@ trial's speedup, itself the median of POP/full pairs timed side by side: compara
 the machine was (raw p50 latencies are kept as trial attributes).
 Search space (:mod:`poptune.problem.space`): ``skip`` in [0, L-1], 0 being the full model with no other
 parameter; for ``skip > 0`` also ``offset`` in [0, min(2, L-1-skip)] and ``boundary`` in
-:data:`~poptune.engine.BOUNDARIES`: one point per configuration, parameters equal to what ran. The full model
+:data:`poptune.boundary.registry.NAMES`: one point per configuration, parameters equal to what ran. The full model
 and the paper's rule (``skip = round(L/3)``, ``boundary=last``) are enqueued first. A configuration already
 measured in the study is answered from storage, not re-run (TPE re-suggests points of small discrete spaces),
 and such an answer does not use up the budget: the budget counts measured configurations. With ``max_drop``

@@ -125,7 +125,7 @@ def test_beside_a_likelihood_verdict_the_accuracy_verdicts_cost_is_said():
         i: {"correct": 0.0, "full_correct": 0.0} for i in range(100)}}}), 200.0, problem, 0.95)
     assert fewer is not None and fewer["items"] < cost["items"]  # fewer flips, fewer items needed
     assert accuracy_cost(TaskRun({}, {}, {}, {}), 1.0, problem, 0.95) is None  # nothing graded: nothing said
-    row = FrontRow(trial=1, skip=2, boundary="last", offset=0, method="pop", speedup=1.1, drop=0.0, feasible=True,
+    row = FrontRow(trial=1, config=PopConfig(2), method="pop", speedup=1.1, drop=0.0, feasible=True,
                    verdict="certified within")
     line, = cost_lines([row], {"candidates": [{"accuracy_cost": cost}]}, 2.0, [], judge=LIKELIHOOD_JUDGE)
     assert "beside its likelihood verdict, an accuracy verdict" in line and f"about {cost['items']:,} items" in line
@@ -150,7 +150,7 @@ def test_beside_a_likelihood_verdict_the_accuracy_drop_on_the_same_items_is_prin
     expected = paired_drop({task: [0.8] * 100}, {task: [f["correct"] for f in rows.values()]})
     assert said["drop"]["mean"] == pytest.approx(12.5) and said["drop"]["hi"] == pytest.approx(expected.hi)
     assert accuracy_drop(TaskRun({}, {}, {}, {})) is None
-    row = FrontRow(trial=1, skip=2, boundary="last", offset=0, method="pop", speedup=1.1, drop=0.0, feasible=True,
+    row = FrontRow(trial=1, config=PopConfig(2), method="pop", speedup=1.1, drop=0.0, feasible=True,
                    verdict="certified within")
     line, = cost_lines([row], {"candidates": [{"accuracy_drop": said}]}, 2.0, [], judge=LIKELIHOOD_JUDGE)
     assert re.fullmatch(r"2/last/0: accuracy drop on the same items: \+12\.50 \[\+\d+\.\d\d, \+\d+\.\d\d\] points "

@@ -131,10 +131,10 @@ def _counted(full: list[float], other: list[float], critical: float = 1.96) -> f
     """The upper bound as the counts' fit gives it, each move taken for part of a flip (before el_moments)."""
     import numpy as np
 
-    from poptune.evaluate.paired import _bound_of
+    from poptune.evaluate.paired import bound_of_counts
 
     d = np.asarray(full) - np.asarray(other)
-    return 100 * _bound_of(((float(-d[d < 0].sum()), float(d[d > 0].sum()), d.size, float(d.mean())),), critical,
+    return 100 * bound_of_counts(((float(-d[d < 0].sum()), float(d[d > 0].sum()), d.size, float(d.mean())),), critical,
                            True)
 
 

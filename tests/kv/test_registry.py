@@ -72,10 +72,10 @@ def test_labels_and_tags_come_from_the_source(shared):
     from poptune.evaluate.lm import PopLM
     from poptune.store.front import FrontRow
 
-    row = FrontRow(trial=0, skip=6, boundary="last", offset=0, method="pop", speedup=1.2,
-                   drop=0.1, feasible=True, kv="anchor", values={"ttft": 1.0, "accuracy": 0.5})
+    row = FrontRow(trial=0, config=PopConfig(6, kv="anchor"), method="pop", speedup=1.2,
+                   drop=0.1, feasible=True, values={"ttft": 1.0, "accuracy": 0.5})
     assert row.label == "6/last/0/anchor" and row.config == PopConfig(6, kv="anchor")
-    assert FrontRow(**{**row.__dict__, "kv": "calibrated"}).label == "6/last/0/calibrated"
+    assert FrontRow(**{**row.__dict__, "config": PopConfig(6, kv="calibrated")}).label == "6/last/0/calibrated"
     model, tok = shared("tiny-llama")
     assert PopLM(pretrained=model, tokenizer=tok, skip=3, kv="anchor", batch_size=1).config_tag == \
         "pop-skip3-last-off0-kvanchor"

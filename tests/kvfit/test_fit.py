@@ -425,12 +425,12 @@ def test_held_out_windows_share_no_token_with_any_fit_window(eval_data):
 def test_the_study_calibration_split_is_disjoint_from_every_scored_item(shared, eval_data):
     """The K/V calibration prompts of a study are its tasks' documents it never scores (racing and certification
     take a prefix of the fixed order; these come from its end), and say so."""
-    from poptune.evaluate.workload import _real_prompts, build_workload, calibration_prompts
+    from poptune.evaluate.workload import build_workload, calibration_prompts, task_prompts
 
     _, tok = shared("tiny-llama")
     workload = build_workload(tok, ("piqa",), data_dir=eval_data, cap=4)
     prompts, source = calibration_prompts(tok, workload, data_dir=eval_data, count=3, max_tokens=4096)
-    texts = _real_prompts(("piqa",), eval_data)["piqa"]
+    texts = task_prompts(("piqa",), eval_data)["piqa"]
     scored = {texts[i] for i in workload.order["piqa"]}
     assert len(prompts) == 3 and not scored & set(prompts)
     assert source.startswith("study workload calibration split: piqa: 3 prompts, the last 3 of ")
@@ -443,12 +443,12 @@ def test_the_study_calibration_split_is_disjoint_from_every_scored_item(shared, 
 def test_the_calibration_split_takes_every_task_in_turn(shared, eval_data):
     """With two tasks, the calibration prompts alternate between them, so a fit that stops at its token budget
     still holds both tasks' content (before, the first task's prompts filled the budget alone)."""
-    from poptune.evaluate.workload import _real_prompts, build_workload, calibration_prompts
+    from poptune.evaluate.workload import build_workload, calibration_prompts, task_prompts
 
     _, tok = shared("tiny-llama")
     tasks = ("piqa", "arc_easy")
     workload = build_workload(tok, tasks, data_dir=eval_data, cap=4)
     prompts, _ = calibration_prompts(tok, workload, data_dir=eval_data, count=3, max_tokens=4096)
-    texts = _real_prompts(tasks, eval_data)
+    texts = task_prompts(tasks, eval_data)
     owner = [next(t for t in tasks if p in texts[t]) for p in prompts]
     assert owner == ["piqa", "arc_easy"] * 3

@@ -3,12 +3,13 @@ what deciding it costs and how."""
 
 from dataclasses import replace
 
+from poptune.engine import PopConfig
 from poptune.evaluate.paired import paired_drop
 from poptune.interval import Interval
 from poptune.reports import certification as certreport
 from poptune.store.front import FrontRow
 
-ROW = FrontRow(trial=3, skip=5, boundary="window-64", offset=0, method="pop", speedup=1.26,
+ROW = FrontRow(trial=3, config=PopConfig(5, "window-64"), method="pop", speedup=1.26,
                drop=-3.12, feasible=True, items=128, speedup_ci=Interval(1.26, 1.16, 1.32), pairs=16,
                values={"ttft": 8.0, "accuracy": 0.78})
 

@@ -3,11 +3,12 @@ never the 95% of a search's."""
 
 import pytest
 
+from poptune.engine import PopConfig
 from poptune.interval import Interval
 from poptune.reports.study_report import front_table, level, verdict_table
 from poptune.store.front import FrontRow
 
-ROW = FrontRow(trial=3, skip=5, boundary="window-64", offset=0, method="pop", speedup=1.26,
+ROW = FrontRow(trial=3, config=PopConfig(5, "window-64"), method="pop", speedup=1.26,
                drop=0.4, feasible=True, items=256, speedup_ci=Interval(1.26, 1.16, 1.32), pairs=16,
                drop_ci=Interval(0.4, -1.1, 1.9), verdict="certified within", values={"ttft": 8.0, "accuracy": 0.78})
 

@@ -54,7 +54,7 @@ def test_without_a_budget_the_front_shows_every_trade_off(tmp_path):
 
 def test_the_summary_and_the_plot_are_written_side_by_side(tmp_path):
     study = _study(tmp_path, max_drop=1.5)
-    md, png = report.write_report(study, tmp_path)
+    md, png = report.StudyReport.of(study).write(tmp_path)
     text = md.read_text()
     assert png.exists() and png.stat().st_size > 10_000 and md.parent == png.parent
     assert text.startswith(f"# Study {study.study_name}")
@@ -140,13 +140,13 @@ def _copies(tmp_path, *names):
 def test_two_studies_in_one_folder_keep_two_reports(tmp_path):
     # Issue 57: reports were named after the study alone, so a second storage's study of the same name replaced
     # the first's report.
-    written = [report.write_report(store.read_study(url, None), tmp_path, url)
+    written = [report.StudyReport.of(store.read_study(url, None)).write(tmp_path, url)
                for url in _copies(tmp_path, "a.journal", "b.journal")]
     (md_a, png_a), (md_b, png_b) = written
     assert len({md_a, md_b, png_a, png_b}) == 4 and all(p.exists() for p in (md_a, md_b, png_a, png_b))
     assert md_a.name == "a.fake.md" and md_b.name == "b.fake.md"
     assert md_a.read_text().rstrip().endswith('{"storage": "a.journal", "study": "fake"} -->')
-    again = report.write_report(store.read_study(f"journal:{tmp_path / 'a.journal'}", None), tmp_path,
+    again = report.StudyReport.of(store.read_study(f"journal:{tmp_path / 'a.journal'}", None)).write(tmp_path,
                                 f"journal:{tmp_path / 'a.journal'}")
     assert again == (md_a, png_a)  # a study's own report is rewritten in place
 
@@ -165,7 +165,7 @@ def test_a_report_never_replaces_another_studys(tmp_path):
     notes = tmp_path / "s.fake.md"
     notes.write_text("my notes\n")
     (url,) = _copies(tmp_path, "s.journal")
-    md_x, _ = report.write_report(store.read_study(url, None), tmp_path, url)
+    md_x, _ = report.StudyReport.of(store.read_study(url, None)).write(tmp_path, url)
     assert md_x != notes and notes.read_text() == "my notes\n"
 
 

@@ -380,7 +380,7 @@ def test_a_study_reports_its_phases_and_work_to_a_listener(problem, tmp_path):
         run_study(StudySpec(problem=problem, trials=2, storage=f"sqlite:///{tmp_path}/s.db"))
     seen = record.seen
     assert "state reuse check" in seen and any(s.startswith("full model accuracy") for s in seen)
-    paper = "trial 1 (skip 2 last offset 0)"
+    paper = "trial 1 (2/last/0)"
     assert f"{paper} > latency" in seen and f"{paper} > accuracy > round 1: 4 items per task" in seen
     assert record.done[f"{paper} > latency"] >= 1  # timing pairs
     assert record.done[f"{paper} > accuracy > round 1: 4 items per task"] >= 4  # scored requests
