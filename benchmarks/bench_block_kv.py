@@ -76,8 +76,9 @@ def _block_inputs(model: Any, inputs: dict[str, Any], skipped: range) -> tuple[t
     return entry, [(cos[:, :pruned], sin[:, :pruned]) for _, (cos, sin) in (seen[i] for i in skipped)]
 
 
-def _kv_pair(model: Any, inputs: dict[str, Any], skip: int, policy: RepeatPolicy) -> PairRecord:
-    """The K/V write of the whole block: the product (A) against per layer (B)."""
+def _kv_pair(model: Any, inputs: dict[str, Any], skip: int, policy: RepeatPolicy) -> tuple[PairRecord, float]:
+    """The K/V write of the whole block: the product (A) against per layer (B); and the largest difference of the
+    K/V the two write."""
     from transformers import DynamicCache
 
     decoder = decoder_of(model)
@@ -86,24 +87,30 @@ def _kv_pair(model: Any, inputs: dict[str, Any], skip: int, policy: RepeatPolicy
     layers = [decoder.layers[i] for i in skipped]
     config = model.config.get_text_config()
 
-    def per_layer() -> None:
+    def per_layer() -> Any:
         cache = DynamicCache(config=config)
         for layer, pe in zip(layers, cos_sin):
             project.write_prompt_kv(layer, entry, pe, cache)
+        return cache
 
-    def product() -> None:
+    def product() -> Any:
         cache = DynamicCache(config=config)
         fused = block_kv.plan(decoder, skipped)
         assert fused is not None
         for layer, pe in zip(layers, cos_sin):
             assert fused.write(layer, entry, pe, cache)
+        return cache
 
     with torch.no_grad():
-        return measure_pair(product, per_layer, timer=Timer("cpu"), policy=policy)
+        a, b = product(), per_layer()
+        diffs = [float((x - y).abs().max()) for i in skipped
+                 for x, y in ((a.layers[i].keys, b.layers[i].keys), (a.layers[i].values, b.layers[i].values))]
+        return measure_pair(product, per_layer, timer=Timer("cpu"), policy=policy), max(diffs)
 
 
-def _prefill_pair(model: Any, inputs: dict[str, Any], skip: int, policy: RepeatPolicy) -> PairRecord:
-    """POP's whole prefill: with the product (A) against today's engine (B)."""
+def _prefill_pair(model: Any, inputs: dict[str, Any], skip: int, policy: RepeatPolicy) -> tuple[PairRecord, float]:
+    """POP's whole prefill: with the product (A) against today's engine (B); and the largest difference of their
+    logits."""
 
     def run() -> None:
         model(**inputs, logits_to_keep=1)
@@ -113,13 +120,18 @@ def _prefill_pair(model: Any, inputs: dict[str, Any], skip: int, policy: RepeatP
             run()
 
     with apply_pop(model, PopConfig(skip)), torch.no_grad():
-        return measure_pair(run, today, timer=Timer("cpu"), policy=policy)
+        a = model(**inputs, logits_to_keep=1).logits
+        with todays_engine():
+            b = model(**inputs, logits_to_keep=1).logits
+        return measure_pair(run, today, timer=Timer("cpu"), policy=policy), float((a - b).abs().max())
 
 
-def _row(name: str, length: int, pair: PairRecord) -> dict[str, Any]:
+def _row(name: str, length: int, measured: tuple[PairRecord, float]) -> dict[str, Any]:
+    pair, diff = measured
     ci = pair.speedup_ci
     return {"what": name, "length": length, "per_layer_ms": pair.b.p50, "product_ms": pair.a.p50,
-            "ratio": pair.speedup, "lo": ci.lo, "hi": ci.hi, "pairs": pair.count, "raw": pair.to_dict()}
+            "ratio": pair.speedup, "lo": ci.lo, "hi": ci.hi, "pairs": pair.count, "max_diff": diff,
+            "raw": pair.to_dict()}
 
 
 def _markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
@@ -131,14 +143,15 @@ def _markdown(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "engine (every skipped layer's K/V by its own norm, projections, key norm and RoPE; a new concatenation "
         "of the hidden states per skipped layer) against the product (`poptune/kv/block_kv.py`: one norm, one GEMM "
         "with the norm weights folded in, one key norm, one RoPE per rotary group; one tensor through the block). "
-        "Ratio: median of per-pair (today / product) times [95% interval]; times: medians.",
+        "Ratio: median of per-pair (today / product) times [95% interval]; times: medians. Max abs difference: "
+        "between the two sides' outputs on the row's prompt (the block's cached K/V; the first token's logits).",
         "",
-        "| what | prompt tokens | today ms | product ms | ratio [95%] | pairs |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| what | prompt tokens | today ms | product ms | ratio [95%] | pairs | max abs difference |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(f"| {r['what']} | {r['length']} | {r['per_layer_ms']:.2f} | {r['product_ms']:.2f} | "
-                     f"{r['ratio']:.3f}x [{r['lo']:.3f}, {r['hi']:.3f}] | {r['pairs']} |")
+                     f"{r['ratio']:.3f}x [{r['lo']:.3f}, {r['hi']:.3f}] | {r['pairs']} | {r['max_diff']:.2e} |")
     lines += ["", "## Provenance", "", f"- command: `{meta['command']}`", f"- date: {meta['date']}",
               f"- hardware: {meta['hardware_name']} ({meta['hardware']}), torch threads {meta['threads']}; "
               "load average "
