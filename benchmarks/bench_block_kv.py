@@ -177,18 +177,25 @@ def main() -> None:
     parser.add_argument("--lengths", default="512,2048")
     parser.add_argument("--min-pairs", type=int, default=12)
     parser.add_argument("--min-seconds", type=float, default=8.0)
+    parser.add_argument("--rows", default="kv,prefill", help="which pairs: kv (the K/V write), prefill (TTFT)")
     parser.add_argument("--out", default=str(ROOT / "leaderboards"))
     args = parser.parse_args()
+    pairs = {"kv": ("K/V write of the block", _kv_pair), "prefill": ("POP prefill (TTFT)", _prefill_pair)}
+    chosen = [pairs[name] for name in args.rows.split(",")]
     model, tokenizer = load_model(args.model)
     policy = RepeatPolicy(warmup=2, min_repeats=args.min_pairs, min_seconds=args.min_seconds, order="random")
-    rows = []
-    for length in (int(n) for n in args.lengths.split(",")):
-        inputs = prompt_batch(tokenizer, length)
-        for name, pair_of in (("K/V write of the block", _kv_pair), ("POP prefill (TTFT)", _prefill_pair)):
+    rows: list[dict[str, Any]] = []
+    for name, pair_of in chosen:  # every length's K/V write first, then the prefills
+        for length in (int(n) for n in args.lengths.split(",")):
+            inputs = prompt_batch(tokenizer, length)
             rows.append(_row(name, length, pair_of(model, inputs, args.skip, policy)))
             r = rows[-1]
             print(f"{name} at {length}: {r['per_layer_ms']:.2f} / {r['product_ms']:.2f} ms = {r['ratio']:.3f}x "
                   f"[{r['lo']:.3f}, {r['hi']:.3f}] ({r['pairs']} pairs)", file=sys.stderr)
+            _write(args, model, rows)  # after every row: a run cut short keeps what it measured
+
+
+def _write(args: argparse.Namespace, model: Any, rows: list[dict[str, Any]]) -> None:
     hw = fingerprint("cpu")
     stem = f"block-kv-{resolve_model(args.model).name}-{hw.hardware_id}"
     meta = {"model": resolve_model(args.model).name, "hardware": hw.hardware_id, "hardware_name": hw.name,
