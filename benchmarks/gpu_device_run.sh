@@ -2,19 +2,24 @@
 # The GPU check's device run: the one prepared script for a call of a lent GPU machine (docs/gpu-check.md).
 #
 #   PREFLIGHT=1 DEVICE_BUDGET_S=<budget_left_s> bash benchmarks/gpu_device_run.sh   # HERE, before the call
-#   DEVICE_BUDGET_S=<budget_left_s> bash benchmarks/gpu_device_run.sh               # the call; the tool sets $OUT
-#   RESUME_FROM=leaderboards/gpu-check-h200/gpu-check.json DEVICE_BUDGET_S=<left> bash ...  # a rerun, if one fits
+#   POPTUNE_COMMIT=<sha> CUDA_TESTS=<files|none> DEVICE_BUDGET_S=<left> bash benchmarks/gpu_device_run.sh  # the call
 #   DRY_RUN=1 OUT=/tmp/dry bash benchmarks/gpu_device_run.sh             # every stage's code path on CPU stand-ins
 #
+# The preflight (here) refuses a working tree with uncommitted changes to tracked files (the device run must
+# measure a commit, not "+dirty"), and prints the call's command: the commit it measures (POPTUNE_COMMIT) and the
+# CUDA test files whose code changed since the commit they last passed at (CUDA_TESTS_PASSED_AT=<sha>; without it,
+# all; "none" where nothing they cover changed).
+#
 # DEVICE_BUDGET_S is the budget_left_s the device tool's `status` reports before the call; the script refuses to
-# run without it (issue 59). Every call pays a fresh machine's start-up (STARTUP_S, the worst of 2-4 minutes) and
-# the transfers (MARGIN_S). One call is sized to what is left: RUN_SECONDS = budget - STARTUP_S - MARGIN_S, at
-# most 560 s (a command runs at most 600 s; timeout_s = RUN_SECONDS + 40). Only where the budget holds the whole
-# plan (NEED_S: the stages admitted with their margins, the steps before them, the CUDA tests) AND a second
-# start-up and a short rerun (RERUN_MIN_S) is the run shortened to keep that rerun. 900 s: one call of 560 s;
-# 650 s left after a failed try: one call of 390 s; under MIN_RUN_S the script refuses (the call would be wasted).
-# A rerun copies a previous run's gpu-check.json (RESUME_FROM) into $OUT: the check keeps the stages that run
-# finished and the rows of a stage cut short, and measures the rest.
+# run without it (issue 59). Every call pays a fresh machine's start-up (STARTUP_S: what the last run measured,
+# issue 89) and the transfers (MARGIN_S). One call is sized to what is left: RUN_SECONDS = budget - STARTUP_S -
+# MARGIN_S, at most 560 s (a command runs at most 600 s; timeout_s = RUN_SECONDS + 40). Only where the budget holds
+# the whole plan (NEED_S: the stages admitted with their margins, the steps before them, the CUDA tests) AND a
+# second start-up and a short rerun (RERUN_MIN_S) is the run shortened to keep that rerun. Under MIN_RUN_S the
+# script refuses (the call would be wasted).
+# A rerun: RESUME_FROM=<the previous call's gpu-check/gpu-check.json, copied into the tree> copies it into $OUT; the
+# check keeps the rows it measured at the same commit on the same card, and measures the rest (every row, after a
+# new commit or on another card).
 #
 # Imports: the device machine installs nothing and copies the working tree only, so the repository root goes on
 # PYTHONPATH (after the carried wheels' /tmp/site) and the check runs as `python -m poptune gpu-check`. Torch is
@@ -27,10 +32,10 @@
 
 set -uo pipefail
 PY=${PYTHON:-python3}
-STARTUP_S=${STARTUP_S:-240}      # a fresh machine's start-up, the worst seen (2-4 minutes), paid by every call
+STARTUP_S=${STARTUP_S:-30}       # a fresh machine's start-up as the last run measured it: held 242 s, ran 211 s
 MARGIN_S=${MARGIN_S:-20}         # transfers, the give-back
 CALL_LIMIT_S=560                 # a command runs at most 600 s; the call's timeout_s is RUN_SECONDS + 40
-NEED_S=450                       # the plan admitted with its margins + install + versions + grace + CUDA tests
+NEED_S=520                       # the plan admitted with its margins + install + versions + grace + CUDA tests
 RERUN_MIN_S=120                  # the shortest rerun worth a second start-up
 MIN_RUN_S=150                    # under this the call would measure nothing: refused
 TESTS_SECONDS=60                 # allowance of the CUDA tests: ~15 energy blocks, imports, 4 tiny models' likelihood pairs
@@ -62,6 +67,18 @@ fi
 WHEELS="transformers==5.25.0 huggingface_hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 click==8.5.1
 hf_xet==1.8.0 regex==2026.11.19 accelerate==1.16.0"
 WHEELS_DIR=${WHEELS_DIR:-.whl}  # what the call carries; a test points it elsewhere
+# Each CUDA test file and the code it covers: run on the device only where that code changed since the commit the
+# tests last passed at (issue 89: ~47 s of a call otherwise spent on tests that already passed).
+CUDA_TEST_FILES="tests/measure/test_cuda.py:poptune/measure,poptune/engine,poptune/kv,poptune/models,tests/measure/test_cuda.py
+tests/evaluate/test_answers_shared.py:poptune/evaluate,poptune/engine,poptune/kv,poptune/models,tests/evaluate/test_answers_shared.py"
+cuda_tests_changed() {  # cuda_tests_changed [SHA]: the test files whose covered code changed since SHA (all without)
+    local since=$1 out="" file paths
+    for entry in $CUDA_TEST_FILES; do
+        file=${entry%%:*}; paths=${entry#*:}
+        if [ -z "$since" ] || ! git diff --quiet "$since" HEAD -- ${paths//,/ } 2>/dev/null; then out="$out $file"; fi
+    done
+    out=${out# }; echo "${out:-none}"
+}
 if [ "${PREFLIGHT:-0}" = 1 ]; then  # on this machine, before the call: what must travel with it
     missing=""
     for pin in $WHEELS; do
@@ -72,7 +89,14 @@ if [ "${PREFLIGHT:-0}" = 1 ]; then  # on this machine, before the call: what mus
         echo "  echo /.whl/ >> .git/info/exclude; python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl$missing" >&2
         exit 1
     fi
-    echo "PREFLIGHT PASS: call run with carry=[\".whl\"], timeout_s=$((RUN_SECONDS + 40)), command \"DEVICE_BUDGET_S=${DEVICE_BUDGET_S} bash benchmarks/gpu_device_run.sh\""
+    if [ -n "$(git status --porcelain --untracked-files=no -- . ':!leaderboards' ':!studies' 2>/dev/null)" ]; then
+        echo "REFUSED: uncommitted changes to tracked files: commit them first (the device run measures a commit)" >&2
+        git status --short --untracked-files=no -- . ':!leaderboards' ':!studies' >&2
+        exit 1
+    fi
+    commit=$(git rev-parse HEAD)
+    tests=$(cuda_tests_changed "${CUDA_TESTS_PASSED_AT:-}")
+    echo "PREFLIGHT PASS: call run with carry=[\".whl\"], timeout_s=$((RUN_SECONDS + 40)), command \"POPTUNE_COMMIT=${commit} CUDA_TESTS=\\\"${tests}\\\" DEVICE_BUDGET_S=${DEVICE_BUDGET_S} bash benchmarks/gpu_device_run.sh\""
     exit 0
 fi
 : "${OUT:?set OUT to the folder the results go to}"
@@ -160,9 +184,12 @@ step gpu-check "$status" "$t" "at most ${budget} s (--deadline; each stage's own
 
 t=$SECONDS
 left=$((RUN_SECONDS - (SECONDS - START)))
-if [ "$left" -ge "$TESTS_SECONDS" ]; then
-    timeout "$left" "$PY" -u -m pytest -m cuda -q -p no:cacheprovider tests/measure/test_cuda.py \
-        tests/evaluate/test_answers_shared.py 2>&1 \
+CUDA_TESTS=${CUDA_TESTS:-tests/measure/test_cuda.py tests/evaluate/test_answers_shared.py}
+if [ "$CUDA_TESTS" = none ]; then
+    step cuda-tests "SKIP (nothing they cover changed since they last passed: the preflight's CUDA_TESTS)" "$t" "0 s"
+elif [ "$left" -ge "$TESTS_SECONDS" ]; then
+    # shellcheck disable=SC2086  # a list of test files
+    timeout "$left" "$PY" -u -m pytest -m cuda -q -p no:cacheprovider $CUDA_TESTS 2>&1 \
         | tee "$OUT/cuda-tests.txt"
     trc=${PIPESTATUS[0]}
     if [ "$trc" = 0 ] || [ "$trc" = 5 ]; then status=PASS; else status="FAIL (exit $trc)"; fi
@@ -173,7 +200,9 @@ fi
 
 {
     echo
-    echo "Total $((SECONDS - START)) s of at most ${RUN_SECONDS} s. The check's status lines:"
+    echo "Total $((SECONDS - START)) s of at most ${RUN_SECONDS} s. $(grep -m1 '^Board: ' "$OUT/gpu-check/gpu-check.md" 2>/dev/null)"
+    echo
+    echo "The check's status lines:"
     echo
     echo '```'
     sed -n '/^```$/,/^```$/p' "$OUT/gpu-check/gpu-check.md" 2>/dev/null | sed '/^```$/d'

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -63,14 +64,21 @@ def mask_layout(config: Any) -> str:
 
 
 @contextlib.contextmanager
-def skipping(decoder: Any, skipped: Sequence[int], pruned: int, layout: str, write: "Write") -> Iterator[None]:
+def skipping(decoder: Any, skipped: Sequence[int], pruned: int, layout: str, write: "Write",
+             reuse: bool = False) -> Iterator[None]:
     """Within the block, layers write the first ``pruned`` tokens' K/V only (with ``write``, the K/V source's) and
-    run in full for the others."""
+    run in full for the others.
+
+    With ``reuse`` (no autograd, no caller recording each layer's output), the block hands one (B, N, C) tensor from
+    layer to layer and writes each layer's boundary rows into it in place, instead of a new concatenation per layer
+    -- unless a hook on a skipped layer could hold its input or output (:func:`_hooked`).
+    """
     patches: list[Patch] = []
+    carry = _Carry(reuse and not _hooked([decoder.layers[i] for i in skipped]))
     try:
         for i in skipped:
             layer = decoder.layers[i]
-            forward = partial(_skipped_layer_forward, layer, pruned=pruned, layout=layout, write=write)
+            forward = partial(_skipped_layer_forward, layer, pruned=pruned, layout=layout, write=write, carry=carry)
             patches.append(Patch(layer, forward))
         yield
     finally:
@@ -78,7 +86,37 @@ def skipping(decoder: Any, skipped: Sequence[int], pruned: int, layout: str, wri
             patch.undo()
 
 
-def _skipped_layer_forward(layer: Any, inner: Any, pruned: int, layout: str, write: "Write") -> Any:
+def _hooked(layers: Sequence[Any]) -> bool:
+    """Whether a forward hook (of these layers, or global) may keep a layer's input or output: then each skipped
+    layer hands on a tensor of its own, never one written in place later."""
+    from torch.nn.modules import module
+
+    if module._global_forward_hooks or module._global_forward_pre_hooks:
+        return True
+    return any(layer._forward_hooks or layer._forward_pre_hooks for layer in layers)
+
+
+@dataclass
+class _Carry:
+    """What the skipped layers of one segment hand on (the :data:`~poptune.kv.source.Write` contract).
+
+    Attributes:
+        reuse: Whether the block may write its own tensor in place (see :func:`skipping`).
+        state: The (B, N, C) tensor a skipped layer last handed on, whose first ``pruned`` rows are the state
+            ``pruned`` holds (None before the first skipped layer).
+        pruned: The view of those rows every writer is handed while they stay the same: one object, so that a
+            source may project once for the whole block (:mod:`poptune.kv.block_kv`).
+        owned: Whether ``state`` is the block's own tensor, written in place.
+    """
+
+    reuse: bool
+    state: Any = None
+    pruned: Any = None
+    owned: bool = False
+
+
+def _skipped_layer_forward(layer: Any, inner: Any, pruned: int, layout: str, write: "Write",
+                           carry: _Carry | None = None) -> Any:
     """One segment through a skipped layer, all its tokens at once; ``inner`` is the layer's own forward.
 
     Tokens ``[0, pruned)`` pass through unchanged and write their K/V with ``write`` (POP's independent K/V, as
@@ -86,6 +124,7 @@ def _skipped_layer_forward(layer: Any, inner: Any, pruned: int, layout: str, wri
     K/V and to their own: exactly what a separate boundary pass over the cache would compute, without paying
     a second forward over the model.
     """
+    carry = _Carry(False) if carry is None else carry
 
     def forward(
         hidden_states: "torch.Tensor",  # (B, N, C)
@@ -101,7 +140,9 @@ def _skipped_layer_forward(layer: Any, inner: Any, pruned: int, layout: str, wri
         # The model built the mask over the keys the cache returned before this layer wrote anything.
         _, mask_offset = cache.get_mask_sizes(n, layer.self_attn.layer_idx)
         cos, sin = position_embeddings  # (B, N, D) each
-        write(layer, hidden_states[:, :pruned], (cos[:, :pruned], sin[:, :pruned]), cache)
+        if hidden_states is not carry.state:  # not what the previous skipped layer handed on: another state
+            carry.state, carry.pruned, carry.owned = hidden_states, hidden_states[:, :pruned], False
+        write(layer, carry.pruned, (cos[:, :pruned], sin[:, :pruned]), cache)
         if pruned == n:
             return hidden_states
         position_ids = kwargs.pop("position_ids", None)
@@ -118,7 +159,12 @@ def _skipped_layer_forward(layer: Any, inner: Any, pruned: int, layout: str, wri
             cache=cache,
             **kwargs,
         )
-        return torch.cat([hidden_states[:, :pruned], boundary], dim=1)
+        if carry.owned:  # the block's own tensor: only its boundary rows change
+            hidden_states[:, pruned:] = boundary
+            return hidden_states
+        out = torch.cat([hidden_states[:, :pruned], boundary], dim=1)  # the pruned rows: copies of carry.pruned
+        carry.state, carry.owned = out, carry.reuse
+        return out
 
     return forward
 

@@ -266,7 +266,13 @@ def _pop_forward(
     segment = Segment(pruned, None if pads == 0 else attention_mask, n, pads)
     write = source.writer(decoder, state.config, state.skipped, segment)
     attending = cache_context(decoder, cache, state.skipped)  # over a cache its source marked, outside the block
-    with skipping(decoder, state.skipped, pruned, layout, write), attending, replaying:
+    import torch
+
+    # One tensor handed through the block, written in place, unless autograd or a caller recording every layer's
+    # output needs each layer's own.
+    recorded = kwargs.get("output_hidden_states", getattr(decoder.config, "output_hidden_states", False))
+    reuse = not torch.is_grad_enabled() and not recorded
+    with skipping(decoder, state.skipped, pruned, layout, write, reuse), attending, replaying:
         out = inner(cache=cache, use_cache=True, **inputs)
     # Only positions that ran at full depth yield logits: (B, N, C) -> (B, N - P, C); with boundary "none", the
     # prompt's last (pruned) position, which predicts the first token; a chunk, none.

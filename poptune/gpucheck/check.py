@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import signal
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -38,8 +40,9 @@ from poptune.gpucheck.dryrun import dry_plan, stand_ins
 from poptune.gpucheck.plan import Plan, full_plan, stage_seconds, tiny_plan
 from poptune.gpucheck.preflight import preflight, version_checks
 from poptune.gpucheck.report import Report
-from poptune.gpucheck.rows import measure_case, null_checks
+from poptune.gpucheck.rows import aa_checks, measure_case, null_checks, row_key
 from poptune.gpucheck.scores import compare_scores
+from poptune.measure.provenance import git_commit
 from poptune.models import load_model, load_tokenizer
 
 __all__ = ["BUDGET_SECONDS", "SCORES_SECONDS", "TimeLimit", "run"]
@@ -100,7 +103,10 @@ def _free(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def _model_stage(report: Report, plan: Plan, index: int, device: torch.device) -> Callable[[], None]:
+def _model_stage(report: Report, plan: Plan, index: int, device: torch.device,
+                 spare: Callable[[], float] = lambda: float("inf")) -> Callable[[], None]:
+    """Stage ``index``: its model built, the null checks where it is the null case's, its rows; ``spare()``: the
+    seconds the later stages do not need (what re-measuring a wide row may take)."""
     case = plan.cases[index]
 
     def work() -> None:
@@ -111,9 +117,13 @@ def _model_stage(report: Report, plan: Plan, index: int, device: torch.device) -
                 report.data["null_checks"] = checks
                 report.data["benches"].append(checks.pop("bench"))
                 report.write()
-            done = {(r["batch"], None if r["image"] else r["length"]) for r in report.data["rows"]
-                    if r["model"] == case.model}  # rows a cut run measured (Report.resume keeps them)
-            measure_case(model, tokenizer, case, plan, report.add_row, done=done)
+            if case.model == plan.null_case.model and not report.data["aa_more"]:
+                for extra in aa_checks(model, tokenizer, plan):  # A/A at the null case's further lengths
+                    report.data["benches"].append(extra.pop("bench"))
+                    report.data["aa_more"].append(extra)
+                report.write()
+            done = {row_key(r) for r in report.data["rows"] if r["model"] == case.model}  # a cut run's (kept)
+            measure_case(model, tokenizer, case, plan, report.add_row, done=done, spare=spare)
         finally:
             del model
             _free(device)
@@ -166,10 +176,12 @@ def _run(out: Path, *, tiny: bool, device: str | None, end: float, dry_run: bool
         dev = torch.device("cpu")
     else:
         dev = resolve_device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    report = Report(out, plan, str(dev)) if dry_run else Report.resume(out, plan, str(dev))
+    commit = os.environ.get("POPTUNE_COMMIT") or git_commit()  # the device script passes the clean commit
+    report = Report(out, plan, str(dev), commit=commit) if dry_run else Report.resume(out, plan, str(dev), commit)
     report.data["dry_run"] = dry_run
     if not _preflight(report, plan, dev, dry_run):
         return report
+    report.keep_card(report.data["hardware"])  # rows of another card are measured again
     work = dry_plan(plan) if dry_run else plan
     within = stand_ins if dry_run else contextlib.nullcontext
     profiled = False
@@ -179,16 +191,23 @@ def _run(out: Path, *, tiny: bool, device: str | None, end: float, dry_run: bool
                 continue
             expected = stage_seconds(plan, case, first_import="transformers" not in sys.modules,
                                      first_profile=not profiled)  # the device's figures, outside the stand-ins
-            ran = _stage(report, case.model, _inside(within, _model_stage(report, work, index, dev)),
-                         end - time.time(), expected, admit=not dry_run)
+            later = sum(stage_seconds(plan, c, first_import=False, first_profile=False)["admit"]
+                        for c in plan.cases[index + 1:] if c.model not in report.data["kept"])
+            stage = _model_stage(report, work, index, dev, spare=partial(_spare, end, later))
+            ran = _stage(report, case.model, _inside(within, stage), end - time.time(), expected, admit=not dry_run)
             profiled = profiled or ran
-        if "scores" not in report.data["kept"]:
+        if plan.scores and "scores" not in report.data["kept"]:
             _stage(report, "scores", _inside(within, _scores_stage(report, work, dev, plan.scores_model)),
                    end - time.time(), {"total": SCORES_SECONDS}, admit=not dry_run)
     except TimeLimit:
         report.data["notes"].append("the outer time limit stopped the check: the rows measured are kept")
         report.write()
     return report
+
+
+def _spare(end: float, later: float) -> float:
+    """Seconds to the deadline ``end`` that the later stages' admission (``later``) does not need."""
+    return end - time.time() - later
 
 
 def _inside(context: Callable[[], contextlib.AbstractContextManager], work: Callable[[], None]) -> Callable[[], None]:

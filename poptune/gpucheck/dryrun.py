@@ -80,7 +80,8 @@ def _dry_case(case: Case) -> Case:
     return replace(case, lengths=tuple(lengths.values()), max_tokens=None,
                    batched=None if case.batched is None else tuple(lengths[n] for n in case.batched),
                    image=None if case.image is None else ImageSize(64, 64),
-                   energy_at=None if case.energy_at is None else tuple((lengths[n], b) for n, b in case.energy_at))
+                   energy_at=None if case.energy_at is None else tuple((lengths[n], b) for n, b in case.energy_at),
+                   graphs_at=tuple((None if n is None else lengths[n], b) for n, b in case.graphs_at))
 
 
 def dry_plan(plan: Plan) -> Plan:

@@ -21,9 +21,12 @@ from poptune.models import configs
 from poptune.models.vision import ImageSize
 
 __all__ = ["AA_TOLERANCE", "ADMIT_FACTOR", "ADMIT_ROW_SECONDS", "Case", "DECODE_TOLERANCE", "IDEAL_SLACK",
-           "LAUNCH_BOUND_BUSY", "Plan", "TARGET", "Target", "case_rows", "case_seconds", "full_plan", "parameters",
-           "plan_seconds", "row_seconds", "stage_seconds", "tiny_plan"]
+           "LAUNCH_BOUND_BUSY", "MIN_PAIRS", "Plan", "TARGET", "Target", "case_rows", "case_seconds", "full_plan",
+           "parameters",
+           "plan_seconds", "row_seconds", "stage_seconds", "tiny_plan", "wide"]
 
+#: The fewest timed pairs of a row of the full plan, whatever its seconds.
+MIN_PAIRS = 12
 #: A/A (full against full) may read 1 +- this before the check fails.
 AA_TOLERANCE = 0.02
 #: POP's decode against the full model's (identical work) may read 1 +- this.
@@ -33,6 +36,14 @@ IDEAL_SLACK = 1.05
 #: Below this share of a prefill's wall time with a kernel running, the row is launch-bound: the timer sees
 #: dispatch, not compute.
 LAUNCH_BOUND_BUSY = 0.5
+
+
+def wide(row: dict, precision: float | None) -> bool:
+    """Whether a measured row's interval of its speedup is wider than ``+-precision`` of it (the plan's target):
+    such a row is measured again where time allows, and the summary says so where it stays wide."""
+    if precision is None:
+        return False
+    return (row["speedup_hi"] - row["speedup_lo"]) / 2 / row["speedup"] > precision
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,9 @@ class Case:
     max_tokens: int | None = None
     batched: tuple[int, ...] | None = None  # the lengths timed at batch sizes above 1 (None: all of them)
     energy_at: tuple[tuple[int, int], ...] | None = None  # the (length, batch) rows with energy blocks (None: all)
+    #: The (length, or None for the image; batch) rows timed a second time with CUDA graphs on both sides (POP and
+    #: the full model captured alike; ``--graphs``), without energy blocks.
+    graphs_at: tuple[tuple[int | None, int], ...] = ()
 
     def energy(self, length: int | None, batch: int) -> bool:
         """Whether the row at ``length`` (None: the image) and ``batch`` times energy blocks."""
@@ -92,6 +106,9 @@ class Plan:
     #: The prefill rate the plan's time estimates assume (TFLOP/s): an assumption of the arithmetic, not a
     #: measurement. The full plan takes half the H200's dense BF16 peak (989 TFLOP/s, NVIDIA's datasheet).
     tflops: float = 494.5
+    #: Whether the plan has the scores stage (the real Gemma-3-270M on the GPU against the CPU). The full plan has
+    #: not: its 245 MB of weights are not on the device, so there it could only ever say SKIP (issue 89).
+    scores: bool = True
 
 
 def full_plan() -> Plan:
@@ -103,17 +120,22 @@ def full_plan() -> Plan:
         cases=(
             # Batch 8 at the target's length only, and energy blocks on the target row only (issue 59: each
             # energy row costs ~20 s more, and Llama and Gemma must both fit one call of 390 s, 650 s left).
-            Case("llama-3.1", 10, (512, 2048, 8192), (1, 8), batched=(2048,), energy_at=((2048, 8),)),
+            # Issue 89: 512 and 2048 at batch 1 (and Qwen's image) again with CUDA graphs on both sides.
+            Case("llama-3.1", 10, (512, 2048, 8192), (1, 8), batched=(2048,), energy_at=((2048, 8),),
+                 graphs_at=((512, 1), (2048, 1))),
             Case("gemma-3-12b", 16, (2048,), (1, 8)),  # past the 1024-token sliding window
-            Case("qwen3-vl", 12, image=ImageSize(1280, 720)),
+            Case("qwen3-vl", 12, image=ImageSize(1280, 720), graphs_at=((None, 1),)),
         ),
-        null_case=Case("llama-3.1", 10, (2048,)),
+        null_case=Case("llama-3.1", 10, (2048, 512)),  # A/A at both; decode at the first
         decode_tokens=16,
-        policy=RepeatPolicy(warmup=2, warmup_seconds=1.0, min_repeats=5, min_seconds=1.0, max_repeats=40,
+        # Issue 89: at least MIN_PAIRS pairs as well as a second, so that every row's interval is an interval (8,192
+        # tokens and batch 8 stopped at 6-7 pairs under the 3 s cap: their "95% CI" was the pairs' range).
+        policy=RepeatPolicy(warmup=2, warmup_seconds=1.0, min_repeats=MIN_PAIRS, min_seconds=1.0, max_repeats=40,
                             precision=0.02, max_seconds=3.0),
         energy_seconds=1.0,
         scores_model="gemma-3",
         scores_skip=6,
+        scores=False,
     )
 
 
@@ -208,10 +230,17 @@ def row_seconds(plan: Plan, case: Case, tokens: int, batch: int, *, energy: bool
 
 
 def case_rows(plan: Plan, case: Case) -> list[tuple[int, int]]:
-    """The (prompt tokens, batch) of each row of ``case``, in the order measured."""
+    """The (prompt tokens, batch) of each row of ``case``, in the order measured (its graphed rows last)."""
     config = configs.full_config(case.model) or configs.tiny_config(case.model) or {}
     tokens = _prompt_tokens(case, config)
-    return [(n, b) for b in case.batches for n in (case.lengths_at(b) if case.image is None else tokens)]
+    eager = [(n, b) for b in case.batches for n in (case.lengths_at(b) if case.image is None else tokens)]
+    graphed = [(tokens[0] if n is None else n, b) for n, b in case.graphs_at]
+    return eager + graphed
+
+
+#: Calls of each side a graphed row adds to an eager one: the capture's warm-up calls (poptune.measure.graphs), the
+#: capture and its first replay.
+GRAPH_CALLS = 4
 
 
 def _idle_seconds(plan: Plan) -> float:
@@ -221,21 +250,28 @@ def _idle_seconds(plan: Plan) -> float:
 def _null_seconds(plan: Plan, case: Case) -> float:
     """The null checks' bench run (no energy blocks): its prefill row, the A/A pairs and the decode pairs, each
     decode side a prefill and ``decode_tokens`` eager steps, timed in rounds like the prefill pairs."""
-    n, policy = plan.null_case.lengths[0], plan.policy
-    call = _call_seconds(plan, case, n, 1)
-    aa = max(AA_PAIRS * 2 * call, policy.min_seconds) + policy.warmup_seconds
-    pair = 2 * (call + plan.decode_tokens * (DECODE_STEP_SECONDS if not plan.tiny else 0.0))
-    decode = max(policy.warmup * pair, policy.warmup_seconds) + max(policy.min_repeats * pair,
-                                                                     policy.max_seconds or policy.min_seconds) + pair
-    return row_seconds(plan, case, n, 1, energy=False) + aa + decode
+    policy, total = plan.policy, 0.0
+    for i, n in enumerate(plan.null_case.lengths):  # an A/A at each length, the decode pairs at the first
+        call = _call_seconds(plan, case, n, 1)
+        total += row_seconds(plan, case, n, 1, energy=False) + max(AA_PAIRS * 2 * call, policy.min_seconds)
+        total += policy.warmup_seconds
+        if i == 0:
+            pair = 2 * (call + plan.decode_tokens * (DECODE_STEP_SECONDS if not plan.tiny else 0.0))
+            total += max(policy.warmup * pair, policy.warmup_seconds) + pair + max(
+                policy.min_repeats * pair, policy.max_seconds or policy.min_seconds)
+    return total
 
 
 def case_seconds(plan: Plan, case: Case) -> float:
     """Expected seconds of one model's rows: each row (one bench run, so its idle block after the GPU settles
     where it times energy), and the null checks (:func:`_null_seconds`) on the null case's model. Builds,
     imports, profiler start-ups and each run's set-up: :func:`stage_seconds`."""
-    rows = [(n, b, case.energy(None if case.image else n, b)) for n, b in case_rows(plan, case)]
-    total = sum(row_seconds(plan, case, n, b, energy=e) + (_idle_seconds(plan) if e else 0.0) for n, b, e in rows)
+    rows = case_rows(plan, case)
+    eager, graphed = rows[:len(rows) - len(case.graphs_at)], rows[len(rows) - len(case.graphs_at):]
+    flagged = [(n, b, case.energy(None if case.image else n, b)) for n, b in eager]
+    total = sum(row_seconds(plan, case, n, b, energy=e) + (_idle_seconds(plan) if e else 0.0) for n, b, e in flagged)
+    total += sum(row_seconds(plan, case, n, b, energy=False) + 2 * GRAPH_CALLS * _call_seconds(plan, case, n, b)
+                 for n, b in graphed)
     if case.model == plan.null_case.model:
         total += _null_seconds(plan, case)
     return total
@@ -261,7 +297,7 @@ def stage_seconds(plan: Plan, case: Case, *, first_import: bool, first_profile: 
     provenance), their ``total``, and ``admit``: the seconds that must be left to start it (the margin)."""
     config = configs.full_config(case.model) or configs.tiny_config(case.model) or {}
     rows = len(case_rows(plan, case))
-    runs = rows + (1 if case.model == plan.null_case.model else 0)
+    runs = rows + (len(plan.null_case.lengths) if case.model == plan.null_case.model else 0)
     parts = {
         "rows": case_seconds(plan, case),
         "build": BUILD_SECONDS + BUILD_SECONDS_PER_BILLION * parameters(config) / 1e9 if not plan.tiny else 1.0,

@@ -45,7 +45,7 @@ def prompt_kv(layer: Any, hidden_states: "torch.Tensor", position_embeddings: An
     # The architecture's own RoPE (Gemma-3 local vs global bases, Qwen3-VL's interleaved mRoPE are already
     # folded into cos/sin by the model's rotary embedding for this layer).
     rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
-    _, keys = rope(keys, keys, cos, sin)
+    _, keys = rope(keys[:, :0], keys, cos, sin)  # the keys only: an empty query, not the keys rotated twice
     return keys, values
 
 

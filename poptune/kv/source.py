@@ -55,7 +55,10 @@ if TYPE_CHECKING:
 __all__ = ["Decoder", "Fitter", "KVSource", "Preparation", "Segment", "SkipPlan", "Write", "block_of", "source_of"]
 
 #: ``write(layer, hidden_states, position_embeddings, cache)``: one skipped layer's pruned tokens' K/V into the
-#: cache; ``hidden_states`` (B, P, C) is the block-entry state of the P pruned tokens.
+#: cache; ``hidden_states`` (B, P, C) is the state of the P pruned tokens entering the layer (the block-entry state,
+#: unless something between the skipped layers changed it). Within one segment the engine hands the layers that
+#: receive the same pruned state the very same tensor object, so a writer may project once for all of them
+#: (:mod:`poptune.kv.block_kv`); another object may hold another state.
 Write = Callable[["nn.Module", "torch.Tensor", Any, Any], None]
 
 #: Set on a cache by the source that left it in a shape plain attention cannot read (:meth:`KVSource.mark`): read

@@ -8,16 +8,18 @@ the host clock (``time.perf_counter_ns``) brackets each call. The records live i
 Two functions timed as pairs run in balanced blocks: each two consecutive pairs are A-B then B-A (in a random
 order, a seeded coin picks which comes first within each block), so load that drifts over a block hits both
 sides alike; a precision rule judges the interval only on complete blocks, and never on fewer pairs than can
-reach its confidence (:func:`~poptune.measure.stats.pairs_for`: 6 at 95%).
+reach its confidence (:func:`~poptune.measure.stats.pairs_for`: 6 at 95%). Python's garbage collector is off
+during the timed rounds (:func:`gc_off`) and restored after.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,7 @@ __all__ = [
     "RepeatPolicy",
     "Staged",
     "Timer",
+    "gc_off",
     "measure",
     "measure_pair",
     "percentile",
@@ -239,10 +242,23 @@ def _repeat(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy,
     least = policy.min_repeats
     if policy.precision is not None:  # fewer pairs' interval is their range, short of its confidence
         least = max(least, pairs_for(policy.confidence))
-    with during if during is not None else contextlib.nullcontext():
+    with during if during is not None else contextlib.nullcontext(), gc_off():
         rounds, offsets, started, values = _timed(fns, timer, policy, orders, least)
     used = [o if len(fns) > 1 else "ab" for o in orders[:rounds]]
     return _Rounds(values, used, offsets, started)
+
+
+@contextlib.contextmanager
+def gc_off() -> Iterator[None]:
+    """Python's garbage collector off within (a collection inside a timed call is the host's, not the work's),
+    restored after to what it was."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _timed(fns: Sequence[Timed], timer: Timer, policy: RepeatPolicy, orders: list[str],

@@ -63,39 +63,48 @@ def deep(request):
     return _deep_tiny(request.param)
 
 
+@pytest.mark.parametrize("chunk", [None, 16], ids=["whole", "chunked"])
 @pytest.mark.parametrize("skip", [3, 6])
 @pytest.mark.parametrize("boundary", ["last", "window-4", "window-12"])  # 12: wider than Gemma's window of 8
 @torch.no_grad()
-def test_every_skipped_layers_kv_equals_a_hand_computation(deep, skip, boundary):
+def test_every_skipped_layers_kv_equals_a_hand_computation(deep, skip, boundary, chunk):
     """Pruned tokens: from the block-entry state through the layer's own norm, projections, key norm and RoPE.
-    Boundary tokens: the same from the state the layer itself receives (they ran the layers before at full depth)."""
+    Boundary tokens: the same from the state the layer itself receives (they ran the layers before at full depth).
+    Whole, and in chunks of 16 (each chunk's pruned tokens from its own block-entry state)."""
     from transformers import DynamicCache
+
+    from poptune.engine.segments import prefill_prompt
 
     config = PopConfig(skip=skip, boundary=boundary)
     layers = decoder_of(deep).layers
     skipped = config.skipped_layers(len(layers))
-    seen = {}
+    seen: dict[int, list] = {i: [] for i in skipped}
     hooks = [layers[i].register_forward_pre_hook(
-        lambda m, args, kwargs, i=i: seen.update({i: (args[0], kwargs["position_embeddings"])}), with_kwargs=True)
+        lambda m, args, kwargs, i=i: seen[i].append((args[0], kwargs["position_embeddings"])), with_kwargs=True)
         for i in skipped]
     ids = torch.randint(5, 250, (2, 40), generator=torch.Generator().manual_seed(skip))
+    cache = DynamicCache(config=deep.config.get_text_config())
     try:
         with apply_pop(deep, config):
-            cache = deep(input_ids=ids, cache=DynamicCache(config=deep.config.get_text_config()), use_cache=True).cache
+            if chunk is None:
+                deep(input_ids=ids, cache=cache, use_cache=True)
+            else:
+                prefill_prompt(deep, {"input_ids": ids}, chunk=chunk, cache=cache)
     finally:
         for hook in hooks:
             hook.remove()
-    entry = seen[skipped[0]][0]  # (B, N, C): the hidden state entering the block
+    assert chunk is None or len(seen[skipped[0]]) == 3  # (0, 16), (16, 32), (32, 40)
+    entry = torch.cat([x for x, _ in seen[skipped[0]]], dim=1)  # (B, N, C): the hidden state entering the block
     pruned = ids.shape[1] - config.boundary_width
     for i in skipped:
-        x, (cos, sin) = seen[i]
+        x = torch.cat([x for x, _ in seen[i]], dim=1)
+        cos, sin = (torch.cat([pe[k] for _, pe in seen[i]], dim=1) for k in (0, 1))
         state = torch.cat([entry[:, :pruned], x[:, pruned:]], dim=1)
         keys, values = _by_hand(layers[i], state, cos, sin)
         kept = cache.layers[i].keys.shape[2]  # a sliding layer keeps only its last window - 1 positions
         torch.testing.assert_close(cache.layers[i].keys, keys[:, :, -kept:], rtol=1e-4, atol=1e-5, msg=f"layer {i}")
         torch.testing.assert_close(cache.layers[i].values, values[:, :, -kept:], rtol=1e-4, atol=1e-5,
                                    msg=f"layer {i}")
-    assert all(i in seen for i in skipped)
 
 
 # --------------------------------------------------------------------------------------------------------------

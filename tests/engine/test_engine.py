@@ -7,6 +7,7 @@ import torch
 
 import poptune.engine as engine
 import poptune.engine.block as block
+import poptune.kv.block_kv as block_kv
 import poptune.kv.project as project
 from poptune import ConfigError, PopConfig, UnsupportedModelError, apply_pop, get_pop_config, remove_pop
 
@@ -122,6 +123,7 @@ def test_exact_kv_reproduces_the_full_model(arch, monkeypatch):
         cache.update(exact.layers[idx].keys[:, :, :n], exact.layers[idx].values[:, :, :n], idx)
 
     monkeypatch.setattr(project, "write_prompt_kv", write_exact)
+    monkeypatch.setattr(block_kv, "plan", lambda *args: None)  # every layer through the per-layer write
     with apply_pop(model, PopConfig(skip=3)):
         pop, _ = _prefill_and_decode(model, inputs)
     for a, b in zip(full, pop):
@@ -384,6 +386,7 @@ def test_images_exact_kv_reproduces_the_full_model(vlm, boundary, monkeypatch):
         cache.update(exact.layers[idx].keys[:, :, :n], exact.layers[idx].values[:, :, :n], idx)
 
     monkeypatch.setattr(project, "write_prompt_kv", write_exact)
+    monkeypatch.setattr(block_kv, "plan", lambda *args: None)  # every layer through the per-layer write
     with apply_pop(model, config), torch.no_grad():
         pop = model(**inputs).logits
     torch.testing.assert_close(pop, full, rtol=1e-4, atol=1e-5)

@@ -40,7 +40,7 @@ def test_the_device_scripts_dry_run_imports_nothing_outside_the_device_image(tmp
     env, log = _guarded(tmp_path)
     env.update(OUT=str(tmp_path / "out"), DRY_RUN="1")
     done = subprocess.run(["bash", "benchmarks/gpu_device_run.sh"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=400)
+                          text=True, timeout=900)
     summary = (tmp_path / "out" / "summary.md").read_text()
     blocked = log.read_text().splitlines()
     assert sum(line.startswith("active ") for line in blocked) >= 3  # versions, the check, the CUDA tests
@@ -58,8 +58,12 @@ def test_the_device_scripts_dry_run_imports_nothing_outside_the_device_image(tmp
     assert (tmp_path / "out" / "device-run.log").read_text().rstrip().splitlines()[-1].startswith("summary: ")
     data = json.loads((tmp_path / "out" / "gpu-check" / "gpu-check.json").read_text())
     assert data["dry_run"] and data["errors"] == {}
-    assert list(data["seconds"]) == ["llama-3.1", "gemma-3-12b", "qwen3-vl", "scores"]  # every stage ran
+    assert list(data["seconds"]) == ["llama-3.1", "gemma-3-12b", "qwen3-vl"]  # every stage ran (issue 89: no scores)
     assert {r["model"] for r in data["rows"]} == {"llama-3.1", "gemma-3-12b", "qwen3-vl"}
+    graphed = [r for r in data["rows"] if r.get("graphs")]  # issue 89: graphed rows, timed eagerly on a CPU
+    assert [(r["model"], r["batch"]) for r in graphed] == [("llama-3.1", 1)] * 2 + [("qwen3-vl", 1)]
+    assert all("CUDA graphs need a CUDA device" in r["graphs_reason"] for r in graphed)
+    assert [extra["length"] for extra in data["aa_more"]] == [16]  # the A/A at 512, at its stand-in length
 
 
 

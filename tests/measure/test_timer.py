@@ -85,6 +85,28 @@ def test_measure_records_each_call() -> None:
     assert rec.values_ms == pytest.approx([5.0, 1.0, 3.0, 2.0])
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_garbage_collector_is_off_in_the_timed_rounds_and_restored_after(enabled: bool) -> None:
+    import gc
+
+    clock, seen = FakeClock(), []
+
+    def call() -> None:
+        seen.append(gc.isenabled())
+        clock.advance_ms(1.0)
+
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        measure_pair(call, call, timer=Timer("cpu", clock=clock),
+                     policy=RepeatPolicy(warmup=1, min_repeats=12, min_seconds=0.0))
+        assert gc.isenabled() is enabled  # as it was before
+    finally:
+        gc.enable() if was else gc.disable()
+    assert seen[:2] == [enabled] * 2  # the warm-up pair: as the caller has it
+    assert len(seen) == 2 + 24 and not any(seen[2:])  # every timed call: off
+
+
 def test_warm_up_lasts_its_least_time_as_well_as_its_rounds() -> None:
     clock = FakeClock()
     durations = iter([300.0, 300.0, 300.0, 300.0, 5.0, 1.0])  # 4 warm-up calls reach 1 s; 2 were asked for
