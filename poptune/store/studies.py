@@ -30,6 +30,7 @@ from poptune.errors import ConfigError, PoptuneError
 from poptune.files import check_regular
 from poptune.store.attributes import PROBLEM_ATTR, StoredStudy
 from poptune.store.journal import check_journal_file
+from poptune.store.trials import check_trials
 from poptune.store.urls import DEFAULT_STORAGE, URL_FORMS, check_url, file_of, public_url
 
 if TYPE_CHECKING:
@@ -314,4 +315,5 @@ def read_study(url: str | None, name: str | None) -> "optuna.Study":
             "--study"
         )
     StoredStudy.of(study).attrs()  # a study of a newer schema is refused here, in one line
+    check_trials(study)  # a trial another tool wrote or changed, too
     return study
