@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from poptune.cli._checks import budget, count, finite, int_list, positive  # noqa: F401  (shared with the commands)
+from poptune.cli._checks import budget, count, finite, int_list, pairs_cap, positive  # noqa: F401  (shared with the commands)
 from poptune.cli._options import LibraryDefault, add_option, comma_list, default_of, items, resolve_defaults
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError
@@ -231,7 +231,7 @@ def add_precision(parser: argparse.ArgumentParser, *, repeats: Any, max_pairs: A
     parser.add_argument("--precision", type=finite, default=precision,
                         help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
                              f"(default: %(default)s; 0: stop at {stop})")
-    caps = {"--max-pairs": (count, max_pairs, "most timing pairs per measurement"),
+    caps = {"--max-pairs": (pairs_cap, max_pairs, "most timing pairs per measurement"),
             "--max-seconds": (finite, max_seconds, "most seconds per measurement while chasing --precision")}
     for flag, (kind, default, what) in caps.items():
         if preset:  # the preset's, unless given

@@ -447,12 +447,13 @@ def study_name_of(spec: StudySpec, target: "ResolvedTarget | None" = None) -> st
 
 
 def _complete_already(spec: StudySpec, target: "ResolvedTarget") -> "optuna.Study | None":
-    """The stored study when it already holds what ``spec`` asks for (its trials, no baseline to add)."""
+    """The stored study when it already holds what ``spec`` asks for (its trials, no baseline to add).
+
+    A stored study's enqueued configurations are checked against its model here, before the model loads, and a
+    complete study says that they wait (issue 87: they were not even checked)."""
     import optuna
     from optuna.trial import TrialState
 
-    if spec.add is not None or spec.baselines:
-        return None
     try:
         storage = store.open_reader(spec.storage)
     except ConfigError:  # no database yet
@@ -462,11 +463,21 @@ def _complete_already(spec: StudySpec, target: "ResolvedTarget") -> "optuna.Stud
         return None
     study = optuna.load_study(study_name=name, storage=storage)
     check_problem(study, spec.problem)
+    layers = study.user_attrs.get("num_layers")  # recorded with the problem
+    if spec.enqueue and isinstance(layers, int):
+        check_enqueue(spec.enqueue, layers, spec.problem.kv)
+    if spec.add is not None or spec.baselines:
+        return None
     if spec.confirm and not spec.shared and wants_certification(study, spec.problem):
         return None  # measured, but asked to certify on more fresh items than it holds
     if spec.confirm and not spec.shared and not spec.plan_certification:
         check_follow_up(study, spec.problem)  # --certify N within the positions the attempts took: one line
-    return study if count(study, TrialState.COMPLETE) >= spec.trials else None
+    if count(study, TrialState.COMPLETE) < spec.trials:
+        return None
+    if spec.enqueue:
+        log.warning("poptune: study %s already holds its %d trials: the configurations of --enqueue are not "
+                    "measured; raise --trials or use --add to measure them", study.study_name, spec.trials)
+    return study
 
 
 def _run_study(
@@ -484,7 +495,7 @@ def _run_study(
     began = trust.now()
     deadline = None if spec.time_budget is None else time.monotonic() + spec.time_budget
     problem = spec.problem
-    store.check_storage(spec.storage)  # a file that is not ours fails before the model loads (nothing created)
+    _check_files(spec)  # a file that is not ours fails before the model loads (nothing created)
     # A second worker on one SQLite file is refused in one line, before its model loads (and, for a new file,
     # once the file exists).
     locked = held.enter_context(store.sole_sqlite_worker(spec.storage))
@@ -550,6 +561,16 @@ def _note_plan(study: "optuna.Study", spec: StudySpec, more: int) -> None:
         log.warning("poptune: %d enqueued configurations wait and this run measures %d more: %d of them (the last "
                     "enqueued) are not measured now; raise --trials to measure them", waiting, max(more, 0),
                     waiting - max(more, 0))
+
+
+def _check_files(spec: StudySpec) -> None:
+    """The storage's file and the full model's answers beside it, checked before anything loads or is written."""
+    from poptune.store.answers import answers_path, check_answers_file
+
+    store.check_storage(spec.storage)
+    path = answers_path(spec.storage or store.DEFAULT_STORAGE)
+    if path is not None and (spec.remember_answers or spec.forget_answers):
+        check_answers_file(path)
 
 
 def _answers(evaluator: ConfigEvaluator, spec: StudySpec) -> None:
