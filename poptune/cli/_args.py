@@ -166,7 +166,7 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         f"certified on fresh items (default: planned by `study` to decide within --time-budget, up "
                         f"to the preset's most; standard: {STANDARD.plan}, {STANDARD.long_plan} on the long-prompt "
                         f"pack; elsewhere {STANDARD.certify} and {STANDARD.long_certify}; 0: no certification)")
-    parser.add_argument("--items", type=count, help="items per task in the first round (default: the preset's; "
+    parser.add_argument("--items", type=positive, help="items per task in the first round (default: the preset's; "
                         f"standard: {STANDARD.items})")
     add_option(parser, "--data-dir")
     add_prompts(parser)

@@ -285,8 +285,12 @@ def _open_journal(url: str, beat: dict[str, Any], retry: Any, *, writer: bool) -
         return SharedJournalStorage(backend, stale_trial_callback=retry, **beat)
     except PoptuneError:  # a partial record that cannot be cut
         raise
-    except Exception as e:  # a file that is not a journal
-        raise ConfigError(f"cannot open journal {path}: {e}") from e
+    except Exception as e:  # a file that is not a journal, or a record Optuna cannot replay
+        from poptune.store.journal import bad_record
+
+        fault = bad_record(path) or f"a record Optuna cannot replay ({type(e).__name__}: {e})"
+        raise ConfigError(f"journal {path} is corrupt, {fault}: restore it from a copy, or name another "
+                          "--storage") from e
 
 
 def study_names(storage: "optuna.storages.BaseStorage") -> list[str]:
