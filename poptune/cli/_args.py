@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from poptune.cli._checks import budget, count, finite, int_list, pairs_cap, positive  # noqa: F401  (shared with the commands)
+from poptune.cli._checks import budget, count, finite, int_list, pairs_cap, positive
 from poptune.cli._options import LibraryDefault, add_option, comma_list, default_of, items, resolve_defaults
 from poptune.engine import BOUNDARIES, PopConfig
 from poptune.errors import ConfigError

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     import optuna
 
 __all__ = [
-    "StoredTrial", "check_trials", "completed", "confirmations", "fail_reason", "is_answer", "is_pop", "latency_objective",
-    "measured_table", "measures", "reference_ms", "stored_config",
+    "StoredTrial", "check_trials", "completed", "confirmations", "fail_reason", "is_answer", "is_pop",
+    "latency_objective", "measured_table", "measures", "reference_ms", "stored_config",
 ]
 
 
