@@ -84,7 +84,9 @@ def _pop(value: Any, model: str, weights: str) -> tuple[Any, ...]:
     if twice:
         raise ConfigError(f"`--pop` names {', '.join(twice)} twice: each row once")
     layers = layer_count(model, weights)
-    for config in configs if layers is not None else ():
+    for config in configs:
+        if layers is None:  # none at hand without loading it: the model's load checks them
+            break
         try:
             config.check(layers)
         except ConfigError as e:

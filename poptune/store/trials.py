@@ -204,11 +204,11 @@ _INTEGERS = ("pairs", "target_length", "reused_from", "remeasure_of")
 _MAPPINGS = ("latency", "latency_weights", "accuracy", "full_accuracy", "drop", "items", "details", "provenance")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _checked(trial: "optuna.trial.FrozenTrial") -> Mapping[str, Any]:
+def _checked(trial: "optuna.trial.FrozenTrial") -> dict[str, Any]:
     """``trial``'s user attributes, checked to be what a measurement stores (issue 87: a foreign study's trial
     without ``config`` was a ``KeyError``, ``speedup = "fast"`` a ``ValueError``, ``latency = NaN`` an
     ``AttributeError``, in every reader)."""
@@ -224,7 +224,7 @@ def _checked(trial: "optuna.trial.FrozenTrial") -> Mapping[str, Any]:
         raise refuse(f"its `config` is {a['config']!r}, not a configuration")
     for key in (*_REQUIRED[1:], *_NUMBERS):
         value = a.get(key)
-        if (value is not None or key in _REQUIRED) and not (_is_number(value) and math.isfinite(value)):
+        if (value is not None or key in _REQUIRED) and not _is_finite(value):
             raise refuse(f"its `{key}` is {value!r}, not a finite number")
     for key in _INTEGERS:
         if a.get(key) is not None and not (isinstance(a[key], int) and not isinstance(a[key], bool)):
@@ -234,7 +234,7 @@ def _checked(trial: "optuna.trial.FrozenTrial") -> Mapping[str, Any]:
             raise refuse(f"its `{key}` is {a[key]!r}, not a mapping")
     ends = a.get("speedup_ci")
     if ends is not None and not (isinstance(ends, (list, tuple)) and len(ends) == 2 and all(
-            e is None or (_is_number(e) and math.isfinite(e)) for e in ends)):
+            e is None or _is_finite(e) for e in ends)):
         raise refuse(f"its `speedup_ci` is {ends!r}, not two finite numbers")
     if any(not isinstance(row, Mapping) for row in (a.get("latency") or {}).values()):
         raise refuse("its `latency` holds a row that is not a mapping")
