@@ -252,8 +252,9 @@ def check_trials(study: "optuna.Study") -> None:
     Raises:
         ConfigError: the first such trial, named.
     """
-    num_layers = StoredStudy.of(study).num_layers
-    for trial in completed(study, method=None):
+    trials = completed(study, method=None)
+    num_layers = StoredStudy.of(study).num_layers if trials else 0  # a study with none yet: nothing to check
+    for trial in trials:
         try:
             config = StoredTrial.of(trial).config
         except ConfigError as e:
