@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from poptune.boundary import registry as boundary_registry
-from poptune.cli._checks import budget, count, finite, int_list, positive  # noqa: F401  (shared with the commands)
+from poptune.cli._checks import budget, count, finite, int_list, pairs_cap, positive
 from poptune.cli._options import LibraryDefault, add_option, comma_list, default_of, items, resolve_defaults
 from poptune.engine import PopConfig
 from poptune.errors import ConfigError
@@ -167,7 +167,7 @@ def add_problem(parser: argparse.ArgumentParser) -> None:
                         f"certified on fresh items (default: planned by `study` to decide within --time-budget, up "
                         f"to the preset's most; standard: {STANDARD.plan}, {STANDARD.long_plan} on the long-prompt "
                         f"pack; elsewhere {STANDARD.certify} and {STANDARD.long_certify}; 0: no certification)")
-    parser.add_argument("--items", type=count, help="items per task in the first round (default: the preset's; "
+    parser.add_argument("--items", type=positive, help="items per task in the first round (default: the preset's; "
                         f"standard: {STANDARD.items})")
     add_option(parser, "--data-dir")
     add_prompts(parser)
@@ -232,7 +232,7 @@ def add_precision(parser: argparse.ArgumentParser, *, repeats: Any, max_pairs: A
     parser.add_argument("--precision", type=finite, default=precision,
                         help="pairs continue until the speedup's 95%% interval is +- this fraction of it "
                              f"(default: %(default)s; 0: stop at {stop})")
-    caps = {"--max-pairs": (count, max_pairs, "most timing pairs per measurement"),
+    caps = {"--max-pairs": (pairs_cap, max_pairs, "most timing pairs per measurement"),
             "--max-seconds": (finite, max_seconds, "most seconds per measurement while chasing --precision")}
     for flag, (kind, default, what) in caps.items():
         if preset:  # the preset's, unless given

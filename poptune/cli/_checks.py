@@ -57,6 +57,19 @@ def count(text: str) -> int:
     return _at_least(text, -COUNT_MAX)
 
 
+def pairs_cap(text: str) -> int:
+    """An argparse type: the most timing pairs of a measurement, at least
+    :data:`~poptune.measure.stats.MIN_JUDGED` (fewer leave the noise checks nothing to judge: a speedup far past
+    its FLOPs ideal went unflagged, issue 87)."""
+    from poptune.measure.stats import MIN_JUDGED
+
+    value = count(text)
+    if value < MIN_JUDGED:
+        raise argparse.ArgumentTypeError(f"must be >= {MIN_JUDGED} (the noise checks judge {MIN_JUDGED} pairs and "
+                                         f"more), got {value}")
+    return value
+
+
 def positive(text: str) -> int:
     """An argparse type: an integer >= 1."""
     return _at_least(text, 1)

@@ -70,7 +70,11 @@ def register(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _pop(value: Any) -> tuple[Any, ...]:
+def _pop(value: Any, model: str, weights: str) -> tuple[Any, ...]:
+    """``--pop``'s configurations, checked against the model's layers read from its configuration (before it
+    loads; issue 87: the default's 9/window-64/0 on a 6-layer model said only "`skip` must be in [0, 5]")."""
+    from poptune.models.registry import layer_count
+
     configs = config_list(value, "--pop")
     if not configs:
         raise ConfigError("`--pop` needs at least one configuration")
@@ -79,6 +83,18 @@ def _pop(value: Any) -> tuple[Any, ...]:
     twice = sorted({c.label for c in configs if configs.count(c) > 1})
     if twice:
         raise ConfigError(f"`--pop` names {', '.join(twice)} twice: each row once")
+    layers = layer_count(model, weights)
+    for config in configs:
+        if layers is None:  # none at hand without loading it: the model's load checks them
+            break
+        try:
+            config.check(layers)
+        except ConfigError as e:
+            given = ",".join(items(value))
+            shown = f"its default {given}" if given == DEFAULT_POP else given
+            raise ConfigError(f"`--pop` ({shown}) names {config.skip}/{config.boundary}/"
+                              f"{config.offset}, which does not fit {model}'s {layers} layers ({e}): give --pop rows "
+                              "that do") from None
     return configs
 
 
@@ -129,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.workload.strip():
         raise ConfigError("`--workload` names the workload in the leaderboard: it must not be empty")
-    pop, profiles = _pop(args.pop), _profiles(args.profiles)
+    pop, profiles = _pop(args.pop, args.model, args.weights), _profiles(args.profiles)
     methods, ratios = _choices(args.methods, METHODS, "baseline(s)"), ratio_list(args.ratios, "--ratios")
     if args.pairs < 6:
         raise ConfigError(f"`--pairs` must be >= 6 (an interval of the median at 95%), got {args.pairs}")

@@ -29,7 +29,9 @@ def register(sub: Any) -> None:
     add_model(parser)
     add_pop(parser, skip_required=False)
     parser.add_argument("--config", help="an exported configuration (poptune export) instead of --skip ...")
-    parser.add_argument("--force", action="store_true", help="apply --config made for another model or machine")
+    parser.add_argument("--force", action="store_true",
+                        help="apply --config made for another model, machine or weights, or one that names no weights "
+                             "fingerprint (meant for any weights)")
     parser.add_argument("--prompt", help="the prompt (default: a built-in passage of about 1,000 tokens and a "
                                          "question: the first chapter of Pride and Prejudice)")
     parser.add_argument("--max-new-tokens", type=count, default=32, help="greedy tokens for each model (default: 32)")

@@ -59,6 +59,10 @@ def _check_method(entry: Any, index: int, tasks: list[str]) -> str | None:
         return f"method {name!r}: `outcomes` must hold a list per task of `tasks` ({', '.join(tasks)})"
     if not all(isinstance(v, list) and v and all(_number(x) for x in v) for v in outcomes.values()):
         return f"method {name!r}: each task's `outcomes` must be a non-empty list of finite scores"
+    items = entry.get("items")  # the items scored, per task (issue 87: another count than the scores passed)
+    if items is not None and not (isinstance(items, dict) and sorted(items) == sorted(outcomes) and all(
+            isinstance(items[t], list) and len(items[t]) == len(outcomes[t]) for t in outcomes)):
+        return f"method {name!r}: `items` must name, per task, one item for each score of `outcomes`"
     return _check_timing(entry.get("timing"), name)
 
 
@@ -72,6 +76,8 @@ def _check_head(record: Mapping[str, Any]) -> str | None:
     tasks = record.get("tasks")
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks) or len(set(tasks)) != len(tasks):
         return "`tasks` must be a list of distinct task names"
+    if not _count(record.get("num_layers"), 1):  # issue 87: 0 was read
+        return "`num_layers` must be an integer >= 1"
     if not _count(record.get("per_task")) or ("skip" in record and not _count(record["skip"])):
         return "`per_task` and `skip` must be integers >= 0"
     profiles = record.get("profiles")

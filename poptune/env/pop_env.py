@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 from dataclasses import fields
 from typing import Any
 
@@ -152,6 +153,9 @@ class ReplayEnv(_OneStepEnv):
         _check_keywords("ReplayEnv", unknown, {"storage", "study", "grid", "max_drop", "noise"})
         if not isinstance(noise, bool):  # "yes" or "no" would both read as true
             raise ConfigError(f"`noise` must be True or False, got {noise!r}")
+        if max_drop is not None and (isinstance(max_drop, bool) or not isinstance(max_drop, (int, float))
+                                     or not math.isfinite(max_drop) or max_drop < 0):  # issue 87: "two" was taken
+            raise ConfigError(f"`max_drop` must be accuracy points (a finite number >= 0) or None, got {max_drop!r}")
 
         if grid is not None:
             if storage is not None or study is not None:

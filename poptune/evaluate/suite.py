@@ -28,7 +28,7 @@ from poptune.evaluate.fidelity import (
     measure_fidelity,
     wikitext,
 )
-from poptune.evaluate.judges import LIKELIHOOD_JUDGE, LIKELIHOOD_TASKS, base_task, judge_of
+from poptune.evaluate.judges import LIKELIHOOD_JUDGE, LIKELIHOOD_TASKS, base_task, check_one_judge, judge_of
 from poptune.evaluate.paired import PairedDrop, paired_drop
 from poptune.evaluate.prompts import LIKELIHOOD, PROMPT_TASKS, REFERENCES
 from poptune.evaluate.synthetic import EMBEDDED, run_synthetic
@@ -88,6 +88,26 @@ def resolve_tasks(text: str | None, data_dir: Path | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def task_names(tasks: Any) -> tuple[str, ...]:
+    """``tasks`` of a spec given through the Python API as a tuple of known task names: one name alone (a string)
+    is one task, not its letters (issue 87).
+
+    Raises:
+        ConfigError: a name that is not a string or not a task poptune scores (named, with the known ones listed),
+            at once rather than in lm-eval after seconds of loading.
+    """
+    names = (tasks,) if isinstance(tasks, str) else tuple(tasks) if isinstance(tasks, (list, tuple)) else None
+    if names is None:
+        raise ConfigError(f"`tasks` must be task names (a tuple of strings, or one string), got {tasks!r}")
+    check_one_judge([t for t in names if isinstance(t, str) and ":" in t])  # a judge a task cannot have, said so
+    known = (*TASKS, *EMBEDDED, *LIKELIHOOD_TASKS, *PROMPT_TASKS)
+    unknown = [repr(t) for t in names if not isinstance(t, str) or t not in known]
+    if unknown:
+        raise ConfigError(f"unknown task(s) {', '.join(unknown)}: use {', '.join(TASKS)}, {', '.join(EMBEDDED)} "
+                          f"(or a `:likelihood` judge of {', '.join(t.split(':')[0] for t in LIKELIHOOD_TASKS)})")
+    return names
+
+
 def item_indices(total: int, limit: int | None) -> list[int]:
     """Evenly spaced item indices, ``round(i * total / limit)``: a fixed subset spanning the whole set."""
     if limit is None or limit >= total:
@@ -126,6 +146,7 @@ class EvalSpec:
     prompts: str | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "tasks", task_names(self.tasks))
         chunk_bounds(2, self.prefill_chunk)  # validates it
         if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int)
                                        or self.limit < 1):

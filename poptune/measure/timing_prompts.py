@@ -58,7 +58,7 @@ def prompt_batch(tokenizer: Any, length: int, batch_size: int = 1, *, device: An
     stride = max(len(ids) // max(batch_size, 1), 1)
     rows = []
     for row in range(batch_size):
-        start = row * stride
+        start = (row * stride) % len(ids)  # past the text's end (a batch of more rows than tokens): wrap round
         tiled = (ids * (body // len(ids) + 2))[start : start + body]
         rows.append(bos + tiled)
     input_ids = torch.tensor(rows, dtype=torch.long, device=device)  # (B, length)

@@ -199,10 +199,15 @@ def _measurement(row: dict[str, str], where: str) -> Measurement:
 
 
 def _open_rows(path: Path) -> list[dict[str, str]]:
+    if path.is_dir():  # issue 87: `grid="."` said it did not exist
+        raise InputError(f"grid file {path} is a folder, not a grid file: name the .csv file `poptune grid` wrote "
+                         "(grid-<model>-<hardware>.csv)")
+    if path.exists() and not path.is_file():
+        raise InputError(f"grid file {path} is not a regular file")
     if not path.is_file():
         raise InputError(f"grid file {path} does not exist (build it with `poptune grid`)")
-    try:
-        with path.open(newline="", encoding="utf-8") as handle:
+    try:  # utf-8-sig: a table saved by a spreadsheet begins with a byte-order mark (issue 87: "missing skip")
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle)
             missing = [c for c in COLUMNS if c not in (reader.fieldnames or []) and c != "kv"]  # kv: own if absent
             if missing:

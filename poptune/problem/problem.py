@@ -138,6 +138,9 @@ class TuningProblem:
         if not self.tasks:
             raise ConfigError("a tuning problem needs at least one task")
         from poptune.evaluate.prompts import PROMPT_TASKS
+        from poptune.evaluate.suite import task_names
+
+        object.__setattr__(self, "tasks", task_names(self.tasks))  # one name alone is one task
 
         if bool(set(PROMPT_TASKS) & set(self.tasks)) != (self.prompts is not None):
             raise ConfigError("task `prompts` and a prompts file go together: give both or neither")
@@ -153,6 +156,9 @@ class TuningProblem:
             raise ConfigError(f"prompt lengths must be integers >= 2, got {list(self.lengths)}")
         if self.target_length is not None and self.target_length not in self.lengths:
             raise ConfigError(f"`target_length` {self.target_length} must be one of the lengths {list(self.lengths)}")
+        if self.max_drop is not None and (isinstance(self.max_drop, bool)
+                                          or not isinstance(self.max_drop, (int, float))):  # issue 87: a TypeError
+            raise ConfigError(f"`max_drop` must be accuracy points (a number >= 0) or None, got {self.max_drop!r}")
         if self.max_drop is not None and (not math.isfinite(self.max_drop) or self.max_drop < 0):
             raise ConfigError(f"`max_drop` must be >= 0 accuracy points, got {self.max_drop}")
         if self.limit is not None and self.limit < 1:

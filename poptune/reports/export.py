@@ -249,7 +249,8 @@ def load_config(
         device: If given, where it will run; another kind of machine (hardware id) is refused unless ``force``.
         force: Apply it anyway.
         weights: The weights of ``model`` (``pretrained`` or ``random``): their fingerprint must be the one the
-            file was tuned with, unless ``force``.
+            file was tuned with, unless ``force`` (a file that names none is refused too: ``force`` says it is
+            meant for any weights).
     """
     data = _read(path)
     try:
@@ -264,7 +265,10 @@ def load_config(
                 f"{path} was tuned for {data['model']['name']!r}, not {model!r} (use --force to apply it anyway)"
             )
         tuned = data["model"].get("weights_fingerprint")
-        if tuned and tuned != weights_fingerprint(model, weights):
+        if tuned is None:  # removed or null: the weights check would pass any weights silently (issue 87)
+            raise ConfigError(f"{path} names no `model.weights_fingerprint`, so nothing shows it was tuned on these "
+                              f"weights of {model}: use --force to apply it on any weights")
+        if tuned != weights_fingerprint(model, weights):
             raise ConfigError(f"{path} was tuned on other weights of {model} (fingerprint {tuned}, these are "
                               f"{weights_fingerprint(model, weights)}; use --force to apply it anyway)")
     if device is not None and not force:

@@ -54,7 +54,7 @@ def _checks(attrs: "StoredStudy") -> str:
 
 def _record(storage: str | None, csv_path: Path, resumable: bool = True) -> str:
     """Where the raw record of the table lies, for its README (``resumable``: whether a run may resume it,
-    :func:`poptune.tune.study.check_problem`)."""
+    :func:`poptune.tune.resume.check_problem`)."""
     from poptune import store
 
     if storage and storage.startswith("journal:"):

@@ -288,6 +288,8 @@ def write_leaderboards(storage: str | None, out_dir: str | Path, *, command: str
     opened = store.open_reader(storage)
     studies = [optuna.load_study(study_name=n, storage=opened) for n in store.study_names(opened)]
     studies = [s for s in studies if store.StoredStudy.of(s).recorded and store.completed(s)]
+    for study in studies:  # every study's trials before any board is written
+        store.check_trials(study)
     if not studies:
         raise ConfigError(f"no POP study with completed trials in {store.public_url(storage)}")
     from poptune.files import result_name, write_text

@@ -27,6 +27,7 @@ from poptune.store.studies import (
 )
 from poptune.store.trials import (
     StoredTrial,
+    check_trials,
     completed,
     confirmations,
     is_answer,
@@ -40,8 +41,8 @@ from poptune.store.urls import DEFAULT_STORAGE, check_study_name, check_url, is_
 __all__ = [
     "DEFAULT_STORAGE", "HEARTBEAT_S", "MAX_RETRY", "POP", "RETRY_S", "SCHEMA_VERSION", "FrontRow", "Measurement",
     "StoredStudy", "StoredTrial",
-    "certified", "check_storage", "check_study_name", "check_url", "completed", "confirmations", "front", "is_answer",
-    "is_pop", "is_server", "latency_objective", "load_study", "measured_table", "method_of", "open_reader",
-    "open_storage", "pareto", "public_url", "read_study", "reference_ms",
+    "certified", "check_storage", "check_study_name", "check_trials", "check_url", "completed", "confirmations",
+    "front", "is_answer", "is_pop", "is_server", "latency_objective", "load_study", "measured_table", "method_of",
+    "open_reader", "open_storage", "pareto", "public_url", "read_study", "reference_ms",
     "sole_sqlite_worker", "study_name", "study_names",
 ]

@@ -24,7 +24,7 @@ from typing import Any
 from poptune.errors import StorageError
 from poptune.store.urls import file_of
 
-__all__ = ["ANSWERS_FILE", "SCORING_VERSION", "FullAnswers", "answers_path", "item_key"]
+__all__ = ["ANSWERS_FILE", "SCORING_VERSION", "FullAnswers", "answers_path", "check_answers_file", "item_key"]
 
 #: The answers file's name, beside a study's storage.
 ANSWERS_FILE = "full-answers.sqlite"
@@ -43,6 +43,23 @@ def answers_path(storage: str) -> Path | None:
     server or memory, whose studies remember nothing on this machine's disk)."""
     found = file_of(storage)
     return None if found is None else found.parent / ANSWERS_FILE
+
+
+def check_answers_file(path: Path) -> None:
+    """Refuse an answers file that could not be read or written: a folder, a FIFO, a device, a link to nothing,
+    text or another database (whose file the answers' table would be added to). Checked before a study loads its
+    model or writes its storage (issue 87: the refusal came after both).
+
+    Raises:
+        ConfigError: one line naming the file and what it is.
+    """
+    from poptune.errors import ConfigError
+    from poptune.store.studies import check_sqlite_file
+
+    try:
+        check_sqlite_file(path, frozenset({"answers"}), "poptune's full-model answers")
+    except ConfigError as e:
+        raise ConfigError(f"the full model's answers beside the storage: {e}: move it away") from None
 
 
 def item_key(settings: Mapping[str, Any], task: str, item: int) -> str:

@@ -18,11 +18,11 @@ newer poptune keeps its attributes as they were):
   Before, lm-eval named the documents of a round asked out of order (a study's shuffled items) by the order asked,
   not their own: the full model's and a configuration's outcomes on the same round were paired right, but under
   each other's indices, so a study stored before 2 on such tasks is read, never resumed
-  (:attr:`StoredStudy.unindexed_tasks`, read by :func:`poptune.tune.study.check_problem` and the grid's table).
+  (:attr:`StoredStudy.unindexed_tasks`, read by :func:`poptune.tune.resume.check_problem` and the grid's table).
 
 Read with their defaults, no schema change: a ``problem`` without ``objectives`` (stored before they had names)
 has TTFT and accuracy, in that order; a ``problem`` whose ``dtype`` is None (stored before studies named it)
-ran float32 on a CPU and bfloat16 on CUDA, and a resume compares it so (:func:`poptune.tune.study.check_problem`);
+ran float32 on a CPU and bfloat16 on CUDA, and a resume compares it so (:func:`poptune.tune.resume.check_problem`);
 a study without an objective's reference (``reference_tpot_ms``, stored before it) reads each of its trials
 against its own paired full model. References are stored under their
 objective's attribute (:attr:`~poptune.objectives.base.Objective.reference_attr`: the names studies stored

@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from poptune.errors import ConfigError, StorageError
 
-__all__ = ["PARTIAL_SUFFIX", "check_journal_file", "cut_partial_record", "partial_record_start"]
+__all__ = ["PARTIAL_SUFFIX", "bad_record", "check_journal_file", "cut_partial_record", "partial_record_start"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,46 @@ def check_journal_file(path: Path) -> None:
         record = None
     if not isinstance(record, dict) or "op_code" not in record:
         raise ConfigError(f"{path} is not an Optuna journal file (its first line is not a journal record)")
+
+
+#: Optuna's journal operations (``JournalOperation``: create study ... discard trials).
+_OP_CODES = range(11)
+
+
+def _record_fault(line: bytes) -> str | None:
+    """What is wrong with one journal line (None: it reads as a record)."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return f"byte {e.start} is not UTF-8 text"
+    except ValueError as e:
+        return f"it is not JSON ({e})"
+    if not isinstance(record, dict):
+        return f"it is a JSON {type(record).__name__}, not a record (an object)"
+    op = record.get("op_code")
+    if isinstance(op, bool) or not isinstance(op, int) or op not in _OP_CODES:
+        return f"its op_code is {op!r}, not one of Optuna's operations (0-{_OP_CODES[-1]})"
+    if not isinstance(record.get("worker_id"), str):
+        return "it names no worker_id"
+    for key, ops in (("study_id", range(1, 5)), ("trial_id", range(5, 10))):  # what each operation acts on
+        if op in ops and (isinstance(record.get(key), bool) or not isinstance(record.get(key), int)):
+            return f"its {key} is {record.get(key)!r}, not a number"
+    return None
+
+
+def bad_record(path: str | os.PathLike[str]) -> str | None:
+    """The first complete line of the journal at ``path`` that is not a record Optuna can replay, said as
+    ``line N: what`` (None: every line reads; a partial last line is the cut's to handle). Asked only once a
+    replay failed, so that its message names the line, not Optuna's raw exception (issue 87)."""
+    try:
+        with open(path, "rb") as f:
+            for number, line in enumerate(f, 1):
+                fault = _record_fault(line) if line.endswith(b"\n") else None
+                if fault:
+                    return f"line {number}: {fault}"
+    except OSError:
+        return None
+    return None
 
 
 def partial_record_start(path: str | os.PathLike[str]) -> int | None:

@@ -30,14 +30,15 @@ from poptune.errors import ConfigError, PoptuneError
 from poptune.files import check_regular
 from poptune.store.attributes import PROBLEM_ATTR, StoredStudy
 from poptune.store.journal import check_journal_file
+from poptune.store.trials import check_trials
 from poptune.store.urls import DEFAULT_STORAGE, URL_FORMS, check_url, file_of, public_url
 
 if TYPE_CHECKING:
     import optuna
 
 __all__ = [
-    "HEARTBEAT_S", "MAX_RETRY", "RETRY_S", "check_storage", "load_study", "open_reader", "open_storage",
-    "read_study", "sole_sqlite_worker", "study_names",
+    "HEARTBEAT_S", "MAX_RETRY", "RETRY_S", "check_sqlite_file", "check_storage", "load_study", "open_reader",
+    "open_storage", "read_study", "sole_sqlite_worker", "study_names",
 ]
 
 # Heartbeats let a resumed study fail the trials a killed process left RUNNING, then retry them (a few times:
@@ -56,8 +57,13 @@ SQLITE_BUSY_S = 20
 OPEN_RETRY_S = 15.0
 
 
-def _check_sqlite_file(path: Path) -> None:
-    """Refuse a file that exists and is not an Optuna SQLite database (before Optuna creates tables in it)."""
+#: The tables of an Optuna SQLite database (any of them may hold more).
+OPTUNA_TABLES = frozenset({"studies", "trials", "version_info"})
+
+
+def _check_sqlite_file(path: Path, tables_of: frozenset[str] = OPTUNA_TABLES, kind: str = "an Optuna one") -> None:
+    """Refuse a file that exists and is not an SQLite database holding ``tables_of`` (``kind``) or no table at all:
+    an Optuna database by default (before Optuna creates tables in it)."""
     if path.is_dir():
         raise ConfigError(f"{path} is a directory, not a database file")
     check_regular(path, "database file")  # SQLite would write through a link to a device, and beside it
@@ -83,8 +89,15 @@ def _check_sqlite_file(path: Path) -> None:
             conn.close()
     except sqlite3.Error as e:
         raise ConfigError(f"cannot read {path} as SQLite: {e}") from e
-    if tables and not {"studies", "trials", "version_info"} <= tables:
-        raise ConfigError(f"{path} is an SQLite database but not an Optuna one (tables: {', '.join(sorted(tables))})")
+    if tables and not tables_of <= tables:
+        raise ConfigError(f"{path} is an SQLite database but not {kind} (tables: {', '.join(sorted(tables))})")
+
+
+def check_sqlite_file(path: str | Path, tables: frozenset[str], kind: str) -> None:
+    """Refuse ``path`` unless it is absent, empty, or an SQLite database holding ``tables`` (or none yet), a
+    regular file or a link to one: a folder, a FIFO, a device, a link to nothing, text or another database is
+    one line naming ``kind`` (e.g. "poptune's full-model answers"), before anything opens it for writing."""
+    _check_sqlite_file(Path(path), tables, kind)
 
 
 def open_storage(
@@ -272,8 +285,12 @@ def _open_journal(url: str, beat: dict[str, Any], retry: Any, *, writer: bool) -
         return SharedJournalStorage(backend, stale_trial_callback=retry, **beat)
     except PoptuneError:  # a partial record that cannot be cut
         raise
-    except Exception as e:  # a file that is not a journal
-        raise ConfigError(f"cannot open journal {path}: {e}") from e
+    except Exception as e:  # a file that is not a journal, or a record Optuna cannot replay
+        from poptune.store.journal import bad_record
+
+        fault = bad_record(path) or f"a record Optuna cannot replay ({type(e).__name__}: {e})"
+        raise ConfigError(f"journal {path} is corrupt, {fault}: restore it from a copy, or name another "
+                          "--storage") from e
 
 
 def study_names(storage: "optuna.storages.BaseStorage") -> list[str]:
@@ -314,4 +331,5 @@ def read_study(url: str | None, name: str | None) -> "optuna.Study":
             "--study"
         )
     StoredStudy.of(study).attrs()  # a study of a newer schema is refused here, in one line
+    check_trials(study)  # a trial another tool wrote or changed, too
     return study

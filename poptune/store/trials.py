@@ -7,12 +7,14 @@ attributes, so that what a stored key means, and its default for studies stored 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from poptune.engine import PopConfig
+from poptune.errors import ConfigError
 from poptune.interval import Interval
 from poptune.objectives.ttft import latency_objective
 from poptune.store.attributes import StoredStudy
@@ -22,8 +24,8 @@ if TYPE_CHECKING:
     import optuna
 
 __all__ = [
-    "StoredTrial", "completed", "confirmations", "fail_reason", "is_answer", "is_pop", "latency_objective",
-    "measured_table", "measures", "reference_ms", "stored_config",
+    "StoredTrial", "check_trials", "completed", "confirmations", "fail_reason", "is_answer", "is_pop",
+    "latency_objective", "measured_table", "measures", "reference_ms", "stored_config",
 ]
 
 
@@ -138,8 +140,13 @@ class StoredTrial:
 
     @classmethod
     def of(cls, trial: "optuna.trial.FrozenTrial") -> "StoredTrial":
-        """Read ``trial`` (a completed one: its measurement stored) once."""
-        a = trial.user_attrs
+        """Read ``trial`` (a completed one: its measurement stored) once.
+
+        Raises:
+            ConfigError: a key every measurement stores is missing, or a stored value is not of its kind
+                (:func:`_checked`): a trial another tool wrote or changed, named in one line.
+        """
+        a = _checked(trial)
         drop, items = a.get("drop"), a.get("items")
         start, end = trial.datetime_start, trial.datetime_complete
         return cls(
@@ -187,6 +194,76 @@ class StoredTrial:
         """A copy of everything stored, to store again (an answer from storage copies its trial's), but a batched
         trial's own seconds (the answer's are its own)."""
         return {k: v for k, v in self._info.items() if k != "seconds"}
+
+
+#: The keys every stored measurement holds, each a finite number but ``config`` (a mapping).
+_REQUIRED = ("config", "speedup", "drop_points")
+#: Keys a measurement may hold, by the kind of value (None allowed): numbers, whole numbers, mappings.
+_NUMBERS = ("ideal", "prefill_ms", "full_ms", "accuracy_mean", "objective_accuracy", "seconds")
+_INTEGERS = ("pairs", "target_length", "reused_from", "remeasure_of")
+_MAPPINGS = ("latency", "latency_weights", "accuracy", "full_accuracy", "drop", "items", "details", "provenance")
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _checked(trial: "optuna.trial.FrozenTrial") -> dict[str, Any]:
+    """``trial``'s user attributes, checked to be what a measurement stores (issue 87: a foreign study's trial
+    without ``config`` was a ``KeyError``, ``speedup = "fast"`` a ``ValueError``, ``latency = NaN`` an
+    ``AttributeError``, in every reader)."""
+    a = trial.user_attrs
+
+    def refuse(what: str) -> ConfigError:
+        return ConfigError(f"stored trial {trial.number} is not a measurement poptune stores: {what}")
+
+    for key in _REQUIRED:
+        if key not in a:
+            raise refuse(f"it has no `{key}`")
+    if not isinstance(a["config"], Mapping):
+        raise refuse(f"its `config` is {a['config']!r}, not a configuration")
+    for key in (*_REQUIRED[1:], *_NUMBERS):
+        value = a.get(key)
+        if (value is not None or key in _REQUIRED) and not _is_finite(value):
+            raise refuse(f"its `{key}` is {value!r}, not a finite number")
+    for key in _INTEGERS:
+        if a.get(key) is not None and not (isinstance(a[key], int) and not isinstance(a[key], bool)):
+            raise refuse(f"its `{key}` is {a[key]!r}, not a whole number")
+    for key in _MAPPINGS:
+        if a.get(key) is not None and not isinstance(a[key], Mapping):
+            raise refuse(f"its `{key}` is {a[key]!r}, not a mapping")
+    ends = a.get("speedup_ci")
+    if ends is not None and not (isinstance(ends, (list, tuple)) and len(ends) == 2 and all(
+            e is None or _is_finite(e) for e in ends)):
+        raise refuse(f"its `speedup_ci` is {ends!r}, not two finite numbers")
+    if any(not isinstance(row, Mapping) for row in (a.get("latency") or {}).values()):
+        raise refuse("its `latency` holds a row that is not a mapping")
+    try:
+        PopConfig.from_dict(dict(a["config"]))
+    except (ConfigError, TypeError) as e:
+        raise refuse(f"its `config` {dict(a['config'])} is not a configuration ({e})") from None
+    return a
+
+
+def check_trials(study: "optuna.Study") -> None:
+    """Refuse, in one line, a study whose completed trials are not measurements poptune stores, or whose
+    configurations do not fit the study's model (a ``skip`` past its layers, tampered in storage: issue 87).
+
+    Raises:
+        ConfigError: the first such trial, named.
+    """
+    trials = completed(study, method=None)
+    num_layers = StoredStudy.of(study).num_layers if trials else 0  # a study with none yet: nothing to check
+    for trial in trials:
+        try:
+            config = StoredTrial.of(trial).config
+        except ConfigError as e:
+            raise ConfigError(f"study {study.study_name!r}: {e}") from None
+        try:
+            config.check(num_layers)
+        except ConfigError as e:
+            raise ConfigError(f"study {study.study_name!r}: stored trial {trial.number}'s configuration ({config}) "
+                              f"does not fit its {num_layers}-layer model: {e}") from None
 
 
 def measured_table(study: "optuna.Study") -> dict[PopConfig, Measurement]:

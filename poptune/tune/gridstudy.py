@@ -66,7 +66,7 @@ def stored_grid(problem: TuningProblem, storage: str, study: str | None = None) 
         ConfigError: the storage holds no such study, or one made with other settings.
     """
     from poptune import store
-    from poptune.tune.study import check_problem
+    from poptune.tune.resume import check_problem
 
     found = _find(problem, storage, study)  # a missing database file raises its own message
     if found is None:

@@ -73,6 +73,7 @@ from poptune.tune.certify import CLOSING_S, candidates, certify_front, check_fol
 from poptune.tune.interrupt import marking_interrupted, requeue_lost
 from poptune.tune.objective import POLL_S, TrialFailed, config_of, count, fail_stale, make_objective, store_full_run
 from poptune.tune.params import params_of
+from poptune.tune.resume import check_problem
 from poptune.tune.samplers import DEFAULT_SAMPLER, SAMPLERS, make_sampler
 
 if TYPE_CHECKING:
@@ -82,7 +83,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SAMPLERS", "StudySpec", "run_study", "study_name_of", "target_of", "make_sampler", "add_baselines", "front_ratios",
-    "check_problem",
 ]
 
 log = logging.getLogger(__name__)
@@ -191,43 +191,6 @@ class StudySpec:
                               "others beside them), or another --sampler (tpe, nsga2, random, grid)")
         store.check_study_name(self.study)
         store.check_url(self.storage)
-
-
-def check_problem(study: "optuna.Study", problem: TuningProblem) -> None:
-    """Refuse to mix other settings into an existing study (before anything is written to it)."""
-    from dataclasses import replace
-
-    stored = store.StoredStudy.of(study).problem or None
-    problem = problem.dtype_named()
-    if stored is not None and (tasks := store.StoredStudy.of(study).unindexed_tasks):
-        raise ConfigError(
-            f"study {study.study_name!r} was stored by an older poptune whose per-item outcomes on "
-            f"{', '.join(tasks)} may sit under each other's indices (lm-eval named items asked out of order by that "
-            "order): it can be read, not resumed; use another --study name")
-    if stored is not None:  # the certification's size changes no trial: a resumed study may certify on more items
-        stored_problem = TuningProblem.from_dict(stored)
-        if stored_problem.dtype is None:  # stored before the dtype was: it was float32 on a CPU, bfloat16 on CUDA
-            stored = {**stored, "dtype": "bfloat16" if stored_problem.device.startswith("cuda") else "float32"}
-            stored_problem = TuningProblem.from_dict(stored)
-        problem = replace(problem, certify_limit=stored_problem.certify_limit,
-                          certify_candidates=stored_problem.certify_candidates)
-        if stored_problem.data_dir is not None and problem.data_dir is not None:  # the same tasks, wherever the
-            problem = replace(problem, data_dir=stored_problem.data_dir)  # data folder lies now (stored as typed)
-        if stored_problem.prompts_sha256 is None:  # stored before content hashes: its file's path is what it has
-            problem = replace(problem, prompts_sha256=None)
-        elif stored_problem.prompts_sha256 == problem.prompts_sha256:  # the same prompts, wherever the file is now
-            problem = replace(problem, prompts=stored_problem.prompts)
-        elif problem.prompts_sha256 is not None:
-            raise ConfigError(
-                f"study {study.study_name!r} was made on other prompts: {problem.prompts} holds other content (sha256 "
-                f"{problem.prompts_sha256[:12]}..., the study's {stored_problem.prompts_sha256[:12]}...): resume it "
-                "with the file it was made with, or use another --study name")
-    if stored is not None and TuningProblem.from_dict(stored) != problem:
-        changed = sorted(k for k, v in TuningProblem.from_dict(stored).to_dict().items() if problem.to_dict()[k] != v)
-        raise ConfigError(
-            f"study {study.study_name!r} was made with other settings ({', '.join(changed)}): "
-            "use the same options to resume it, or another --study name"
-        )
 
 
 def _record_problem(
@@ -447,12 +410,13 @@ def study_name_of(spec: StudySpec, target: "ResolvedTarget | None" = None) -> st
 
 
 def _complete_already(spec: StudySpec, target: "ResolvedTarget") -> "optuna.Study | None":
-    """The stored study when it already holds what ``spec`` asks for (its trials, no baseline to add)."""
+    """The stored study when it already holds what ``spec`` asks for (its trials, no baseline to add).
+
+    A stored study's enqueued configurations are checked against its model here, before the model loads, and a
+    complete study says that they wait (issue 87: they were not even checked)."""
     import optuna
     from optuna.trial import TrialState
 
-    if spec.add is not None or spec.baselines:
-        return None
     try:
         storage = store.open_reader(spec.storage)
     except ConfigError:  # no database yet
@@ -462,11 +426,21 @@ def _complete_already(spec: StudySpec, target: "ResolvedTarget") -> "optuna.Stud
         return None
     study = optuna.load_study(study_name=name, storage=storage)
     check_problem(study, spec.problem)
+    layers = study.user_attrs.get("num_layers")  # recorded with the problem
+    if spec.enqueue and isinstance(layers, int):
+        check_enqueue(spec.enqueue, layers, spec.problem.kv)
+    if spec.add is not None or spec.baselines:
+        return None
     if spec.confirm and not spec.shared and wants_certification(study, spec.problem):
         return None  # measured, but asked to certify on more fresh items than it holds
     if spec.confirm and not spec.shared and not spec.plan_certification:
         check_follow_up(study, spec.problem)  # --certify N within the positions the attempts took: one line
-    return study if count(study, TrialState.COMPLETE) >= spec.trials else None
+    if count(study, TrialState.COMPLETE) < spec.trials:
+        return None
+    if spec.enqueue:
+        log.warning("poptune: study %s already holds its %d trials: the configurations of --enqueue are not "
+                    "measured; raise --trials or use --add to measure them", study.study_name, spec.trials)
+    return study
 
 
 def _run_study(
@@ -484,7 +458,7 @@ def _run_study(
     began = trust.now()
     deadline = None if spec.time_budget is None else time.monotonic() + spec.time_budget
     problem = spec.problem
-    store.check_storage(spec.storage)  # a file that is not ours fails before the model loads (nothing created)
+    _check_files(spec)  # a file that is not ours fails before the model loads (nothing created)
     # A second worker on one SQLite file is refused in one line, before its model loads (and, for a new file,
     # once the file exists).
     locked = held.enter_context(store.sole_sqlite_worker(spec.storage))
@@ -550,6 +524,16 @@ def _note_plan(study: "optuna.Study", spec: StudySpec, more: int) -> None:
         log.warning("poptune: %d enqueued configurations wait and this run measures %d more: %d of them (the last "
                     "enqueued) are not measured now; raise --trials to measure them", waiting, max(more, 0),
                     waiting - max(more, 0))
+
+
+def _check_files(spec: StudySpec) -> None:
+    """The storage's file and the full model's answers beside it, checked before anything loads or is written."""
+    from poptune.store.answers import answers_path, check_answers_file
+
+    store.check_storage(spec.storage)
+    path = answers_path(spec.storage or store.DEFAULT_STORAGE)
+    if path is not None and (spec.remember_answers or spec.forget_answers):
+        check_answers_file(path)
 
 
 def _answers(evaluator: ConfigEvaluator, spec: StudySpec) -> None:

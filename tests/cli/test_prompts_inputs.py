@@ -12,7 +12,7 @@ from poptune.cli import build_parser
 from poptune.cli._args import problem
 from poptune.errors import ConfigError
 from poptune.evaluate.prompts import prompts_sha256, read_prompts
-from poptune.tune.study import check_problem
+from poptune.tune.resume import check_problem
 from tests.hostile import refused
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

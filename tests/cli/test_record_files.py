@@ -59,6 +59,25 @@ TAMPERED = {
     "a ratio a string": lambda r: {**r, "methods": [{**r["methods"][0], "ratio": "0"}, *r["methods"][1:]]},
 }
 
+#: Issue 87: accepted without a word before (tampered record, the field the refusal names).
+TAMPERED_87 = {
+    "num_layers 0": (lambda r: {**r, "num_layers": 0}, "`num_layers` must be an integer >= 1"),
+    "no num_layers": (lambda r: {k: v for k, v in r.items() if k != "num_layers"}, "`num_layers`"),
+    "items and outcomes of other lengths": (lambda r: {**r, "methods": [
+        {**r["methods"][0], "items": {t: v[:-1] for t, v in r["methods"][0]["items"].items()}}, *r["methods"][1:]]},
+        "one item for each score of `outcomes`"),
+    "items of another task": (lambda r: {**r, "methods": [{**r["methods"][0], "items": {"x": []}},
+                                                         *r["methods"][1:]]}, "one item for each score"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(TAMPERED_87))
+def test_a_record_whose_counts_do_not_agree_is_refused(scratch, capsys, how):
+    tamper, said = TAMPERED_87[how]
+    (scratch / "r" / "methods-x.json").write_text(json.dumps(tamper(_record())))
+    line = _refused(capsys, scratch, "leaderboard", "--records", "r", "--out", "out")
+    assert "methods-x.json" in line and said in line, line
+
 
 @pytest.mark.parametrize("how", sorted(TAMPERED))
 def test_a_tampered_record_is_refused_in_one_line(scratch, capsys, how):
@@ -117,3 +136,14 @@ def test_a_config_of_these_weights_is_applied(scratch, capsys):
     (scratch / "c.json").write_text(json.dumps(_export(weights_fingerprint=weights_fingerprint("tiny-llama"))))
     assert main(["generate", "--model", "tiny-llama", "--config", "c.json", "--prompt", "hi",
                  "--max-new-tokens", "2"]) == 0
+
+
+@pytest.mark.parametrize("fingerprint", [{}, {"weights_fingerprint": None}], ids=["removed", "null"])
+def test_a_config_without_its_weights_fingerprint_is_refused_unless_forced(scratch, capsys, fingerprint):
+    """Issue 87: a file whose fingerprint was removed or nulled was applied to any weights without a word; now
+    only ``--force`` says it is meant for any weights."""
+    (scratch / "c.json").write_text(json.dumps(_export(**fingerprint)))
+    argv = ["generate", "--model", "tiny-llama", "--config", "c.json", "--prompt", "hi", "--max-new-tokens", "2"]
+    line = _refused(capsys, scratch, *argv)
+    assert "c.json names no `model.weights_fingerprint`" in line and "--force" in line
+    assert main([*argv, "--force"]) == 0

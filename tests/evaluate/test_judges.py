@@ -232,7 +232,7 @@ def test_a_likelihood_study_runs_and_says_so(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("poptune.tune.certify.candidates", lambda study, *args: [
         FrontRow.from_trial(t) for t in store.completed(study) if t.user_attrs["config"]["skip"] > 0][:1])
     code = main(["study", "--model", "tiny-llama", "--judge", "likelihood", "--tasks", "kv_recall", "--limit", "2",
-                 "--items", "2", "--certify", "2", "--trials", "2", "--kv", "own", "--repeats", "1", "--max-pairs", "2",
+                 "--items", "2", "--certify", "2", "--trials", "2", "--kv", "own", "--repeats", "1", "--max-pairs", "3",
                  "--precision", "0", "--storage", f"sqlite:///{tmp_path}/s.db"])
     out = capsys.readouterr().out
     assert code == 0

@@ -85,7 +85,7 @@ def test_a_study_measures_the_null_once_stores_it_and_reports_it_beside_pops_row
     path = _write(tmp_path, [{"prompt": f"Item {i}: the colour of the sky is", "max_tokens": 3} for i in range(8)])
     storage = f"sqlite:///{tmp_path / 's.db'}"
     argv = ["study", "--model", "tiny-llama", "--prompts", str(path), "--judge", "likelihood", "--trials", "2",
-            "--items", "2", "--no-confirm", "--repeats", "1", "--max-pairs", "1", "--precision", "0",
+            "--items", "2", "--no-confirm", "--repeats", "1", "--max-pairs", "3", "--precision", "0",
             "--max-drop", "100", "--storage", storage]
     assert main(argv) == 0
     out = capsys.readouterr().out

@@ -172,7 +172,7 @@ def test_a_study_stores_no_prompt_text_unless_asked(tmp_path, capsys):
     for store_text, name in ((False, "private.db"), (True, "stored.db")):
         db = tmp_path / name
         argv = ["study", "--model", "tiny-llama", "--prompts", str(path), "--trials", "1", "--limit", "4",
-                "--items", "4", "--certify", "0", "--no-confirm", "--repeats", "1", "--max-pairs", "1",
+                "--items", "4", "--certify", "0", "--no-confirm", "--repeats", "1", "--max-pairs", "3",
                 "--precision", "0", "--storage", f"sqlite:///{db}"] + (["--store-prompts"] if store_text else [])
         assert main(argv) == 0
         out = capsys.readouterr().out
@@ -227,7 +227,7 @@ def test_a_prompts_study_shows_answers_unchanged_with_their_exact_interval_and_t
     path = _write(tmp_path, "p.jsonl", lines)
     db = tmp_path / "s.db"
     argv = ["study", "--model", "tiny-llama", "--prompts", str(path), "--trials", "2", "--items", "4",
-            "--no-confirm", "--repeats", "1", "--max-pairs", "1", "--precision", "0", "--max-drop", "100",
+            "--no-confirm", "--repeats", "1", "--max-pairs", "3", "--precision", "0", "--max-drop", "100",
             "--storage", f"sqlite:///{db}"]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -283,7 +283,7 @@ def test_a_study_judged_on_references_bounds_their_paired_drop(tmp_path, capsys)
     path = _write(tmp_path, "p.jsonl", lines)
     storage = f"sqlite:///{tmp_path / 's.db'}"
     argv = ["study", "--model", "tiny-llama", "--prompts", str(path), "--judge", "references", "--trials", "2",
-            "--items", "2", "--no-confirm", "--repeats", "1", "--max-pairs", "1", "--precision", "0",
+            "--items", "2", "--no-confirm", "--repeats", "1", "--max-pairs", "3", "--precision", "0",
             "--max-drop", "100", "--storage", storage]
     assert main(argv) == 0
     out = capsys.readouterr().out

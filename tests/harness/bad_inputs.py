@@ -96,6 +96,9 @@ HOSTILE_CASES: list[tuple[str, list[str]]] = [
     ("grid: --timeout -1", ["grid", "--model", "tiny-llama", "--tasks", "passkey", "--out", "{d}", "--timeout", "-1"]),
 ]
 
+#: Issue 87: what a folder's ``full-answers.sqlite`` is, in the folder of that name (:func:`issue_87_files`).
+ANSWERS_KINDS = ("a-folder", "a-FIFO", "text", "another-database", "a-link-to-nothing")
+
 #: (name, argv). ``{d}`` is the scratch folder.
 CASES: list[tuple[str, list[str]]] = [
     ("unknown command", ["frobnicate"]),
@@ -230,6 +233,36 @@ CASES: list[tuple[str, list[str]]] = [
         ("pareto --out ''", ["pareto", "--storage", "sqlite:///{d}/ok.db", "--out", ""]),
         ("leaderboard --out ''", ["leaderboard", "--storage", "sqlite:///{d}/ok.db", "--out", ""]),
         ("study --study with a line break", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--study", "a\nb"]),
+        # the rest of points 4, 5 and 7
+        ("pareto: a trial without config", ["pareto", "--storage", "sqlite:///{d}/no-config.db"]),
+        ("export: a trial without config", ["export", "--storage", "sqlite:///{d}/no-config.db", "--max-drop",
+                                            "100"]),
+        ("pareto: speedup 'fast'", ["pareto", "--storage", "sqlite:///{d}/speedup-fast.db"]),
+        ("export: latency NaN", ["export", "--storage", "sqlite:///{d}/latency-nan.db", "--max-drop",
+                                 "100"]),
+        ("leaderboard: speedup 'fast'", ["leaderboard", "--storage", "sqlite:///{d}/speedup-fast.db", "--out",
+                                         "{d}/board"]),
+        ("export: a tampered skip=99", ["export", "--storage", "sqlite:///{d}/skip-99.db", "--max-drop",
+                                        "100"]),
+        ("study --max-pairs 2", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--max-pairs", "2"]),
+        ("bench --max-pairs 2", [*BENCH, "--max-pairs", "2"]),
+        ("generate --config without a weights fingerprint", [*GEN, "--config", "{d}/no-fingerprint.json",
+                                                             "--prompt", "hi"]),
+        ("generate --config with a null weights fingerprint", [*GEN, "--config", "{d}/null-fingerprint.json",
+                                                               "--prompt", "hi"]),
+        ("study --enqueue 20 digits on a complete study", [*STUDY, "--trials", "1", "--storage",
+                                                           "sqlite:///{d}/ok.db", "--enqueue",
+                                                           "99999999999999999999/last/0"]),
+        ("leaderboard --records: num_layers 0", ["leaderboard", "--records", "{d}/records-0", "--out", "{d}/board"]),
+        ("leaderboard --records: items and outcomes differ", ["leaderboard", "--records", "{d}/records-items",
+                                                             "--out", "{d}/board"]),
+        *[(f"study: full-answers.sqlite is {kind}", [*STUDY, "--storage", f"sqlite:///{{d}}/{kind}/new.db"])
+          for kind in ANSWERS_KINDS],
+        ("pareto: a journal record with op_code 99", ["pareto", "--storage", "journal:{d}/op-99.log"]),
+        ("pareto: a journal record without worker_id", ["pareto", "--storage", "journal:{d}/no-worker.log"]),
+        ("compare: its default --pop on 6 layers", COMPARE),
+        ("study --items 0", [*STUDY, "--storage", "sqlite:///{d}/new.db", "--items", "0"]),
+        ("tuners --grid .", ["tuners", "--grid", "{d}", "--max-drop", "1"]),
     )],
 ]
 
@@ -281,6 +314,7 @@ def make_scratch(folder: Path) -> None:
     for stray in folder.glob("*.png"):
         stray.unlink()
     hostile_files(folder)
+    issue_87_files(folder)
     read_only_folder(folder / "ro")
 
 
@@ -319,6 +353,66 @@ def hostile_files(folder: Path) -> None:
         "calibration": {"samples": 4, "prompt_tokens": 16, "new_tokens": 4, "source": "generated", "loss": 3.0}}))
     (folder / "no-sha.json").write_text(json.dumps(dict(config, pop_config=dict(config["pop_config"], kv="calibrated"),
                                                         kv_maps={"file": "m.kv.safetensors"})))
+
+
+def _tampered(source: Path, target: Path, key: str, value: str | None) -> None:
+    """A copy of the study database ``source`` whose first trial's attribute ``key`` holds the JSON ``value``
+    (None: removed), as another tool would leave it."""
+    import sqlite3
+
+    shutil.copyfile(source, target)
+    with sqlite3.connect(target) as db:
+        if value is None:
+            db.execute("DELETE FROM trial_user_attributes WHERE trial_id = 1 AND key = ?", (key,))
+        else:
+            db.execute("UPDATE trial_user_attributes SET value_json = ? WHERE trial_id = 1 AND key = ?", (value, key))
+    db.close()
+
+
+def issue_87_files(folder: Path) -> None:
+    """What the rest of issue 87's rows point at: tampered trials, exports without a weights fingerprint, compare
+    records whose counts disagree, broken answers files beside a storage, corrupt journal records."""
+    import json
+    import sqlite3
+
+    for name, key, value in (("no-config", "config", None), ("speedup-fast", "speedup", '"fast"'),
+                             ("latency-nan", "latency", "NaN"),
+                             ("skip-99", "config", '{"skip": 99, "boundary": "last", "offset": 0}')):
+        _tampered(folder / "ok.db", folder / f"{name}.db", key, value)
+    config = json.loads((folder / "export.json").read_text())
+    (folder / "no-fingerprint.json").write_text(json.dumps(dict(config, model={"name": config["model"]["name"]})))
+    (folder / "null-fingerprint.json").write_text(json.dumps(dict(config, model=dict(config["model"],
+                                                                                     weights_fingerprint=None))))
+    record = json.loads((ROOT / "leaderboards" / "raw" /
+                         "methods-long-prompts-gemma-3-270m-cpu-intel-xeon-processor-2t.json").read_text())
+    first = record["methods"][0]
+    for name, changed in (("records-0", dict(record, num_layers=0)),
+                          ("records-items", dict(record, methods=[dict(first, items={
+                              t: v[:-1] for t, v in first["items"].items()}), *record["methods"][1:]]))):
+        (folder / name).mkdir()
+        (folder / name / "methods-x.json").write_text(json.dumps(changed))
+    (folder / "board").mkdir()
+    for kind in ANSWERS_KINDS:
+        (folder / kind).mkdir()
+        path = folder / kind / "full-answers.sqlite"
+        if kind == "a-folder":
+            path.mkdir()
+        elif kind == "a-FIFO":
+            os.mkfifo(path)
+        elif kind == "text":
+            path.write_text("my notes\n")
+        elif kind == "another-database":
+            with sqlite3.connect(path) as db:
+                db.execute("CREATE TABLE mine (x)")
+            db.close()
+        else:
+            path.symlink_to(folder / "missing" / "x")
+    journal = (ROOT / "tests" / "reports" / "golden" / "fake-study.journal").read_bytes().splitlines(keepends=True)
+    record3 = json.loads(journal[2])
+    for name, line in (("op-99", dict(record3, op_code=99)),
+                       ("no-worker", {k: v for k, v in record3.items() if k != "worker_id"})):
+        (folder / f"{name}.log").write_bytes(b"".join([*journal[:2], json.dumps(line).encode() + b"\n",
+                                                       *journal[3:]]))
 
 
 def read_only_folder(path: Path) -> None:
