@@ -210,7 +210,9 @@ def add_prompts(parser: argparse.ArgumentParser, *, store: bool = True, judge: b
                                  "accuracy (default), or likelihood (the same likelihood drop on the items of the "
                                  "tasks that generate an answer, e.g. --tasks longctx_squad or embedded: a "
                                  "continuous outcome that decides with far fewer items, but its verdict bounds "
-                                 "that likelihood, never accuracy)")
+                                 "that likelihood, never accuracy: it ranks configurations as accuracy does, yet "
+                                 "a likelihood drop under the budget can hide a larger accuracy drop, "
+                                 "leaderboards/likelihood-accuracy-link-*)")
 
 
 def add_preset(parser: argparse.ArgumentParser) -> None:
