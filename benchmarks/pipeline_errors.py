@@ -6,9 +6,11 @@ candidate, plans the certification from its search flips (at most 1,024 per task
 certifies on fresh items at the first attempt's 1.25% (:mod:`poptune.tune.pipelinesim`). Per scenario: how often
 "certified within" is printed, how often it is wrong (the certified configuration's true drop at or over the 2-point
 budget; one-sided binomial check against 1.25%, a row FAILS under p = 0.001), how often a truly-within
-configuration is certified, and, where the certified candidate's true drop is 0, the plan's promised power beside
-the simulated one. Then :func:`poptune.tune.certify.accuracy_cost`'s F1 sizing: races of the size it prints, on
-F1-like grades, at true drop 0.
+configuration is certified, and, where the certified candidate's true drop is 0, the plan's promised power (80%, or
+the chance it printed where it bought less) beside the simulated one, with the one-sided binomial p-value of the
+simulated count at the mean promise. Then :func:`poptune.tune.certify.accuracy_cost`'s F1 sizing: races of the size
+it prints, on F1-like grades, at true drop 0 (its 80% NOT HELD where the p-value of the count under 80% is under
+0.001).
 
 Usage::
 
@@ -57,6 +59,8 @@ def _ci(k: int, n: int) -> str:
 
 
 def pipeline_rows(pipelines: int) -> tuple[list[str], int]:
+    from scipy.stats import binom
+
     from poptune.evaluate.vectorsim import binomial_check
     from poptune.tune.certify import attempt_error
     from poptune.tune.pipelinesim import simulate_pipelines
@@ -64,7 +68,8 @@ def pipeline_rows(pipelines: int) -> tuple[list[str], int]:
     level = attempt_error(1)
     lines = ["| scenario | seed | pipelines | certified within | wrong (true drop >= 2) | binomial p (wrong > 1.25%) | "
              "check | a truly-within config certified | candidate at true drop 0: plan's promise | simulated | "
-             "flip rate planned (one added) / seen / true | planned per task | passed over |", "|" + "---|" * 13]
+             "binomial p (simulated < promise) | flip rate planned (one added) / seen / true | planned per task | "
+             "passed over |", "|" + "---|" * 14]
     failed = 0
     for seed, scenario in enumerate(_scenarios(), start=86_101):
         r = simulate_pipelines(scenario, pipelines=pipelines, seed=seed)
@@ -72,9 +77,10 @@ def pipeline_rows(pipelines: int) -> tuple[list[str], int]:
         failed += p < 0.001
         certified = max(r.candidates, 1)
         promise = f"{100 * r.promised / r.zero:.1f}%" if r.zero else "-"
+        short = f"{binom.cdf(r.zero_within, r.zero, r.promised / r.zero):.3g}" if r.zero else "-"
         lines.append(f"| {scenario.label} | {seed} | {r.pipelines:,} | {_ci(r.within, r.pipelines)} | "
                      f"{_ci(r.wrong, r.pipelines)} | {p:.3g} | {'ok' if p >= 0.001 else 'FAILS'} | "
-                     f"{_ci(r.right, r.pipelines)} | {promise} ({r.zero:,}) | {_ci(r.zero_within, r.zero)} | "
+                     f"{_ci(r.right, r.pipelines)} | {promise} ({r.zero:,}) | {_ci(r.zero_within, r.zero)} | {short} | "
                      f"{100 * r.seen_rate / certified:.2f}% / {100 * r.raw_rate / certified:.2f}% / "
                      f"{100 * r.true_rate / certified:.2f}% | "
                      f"{r.planned / certified:.0f} | {r.passed_over:,} |")
@@ -83,10 +89,12 @@ def pipeline_rows(pipelines: int) -> tuple[list[str], int]:
 
 
 def f1_rows(replicates: int, races: int) -> list[str]:
+    from scipy.stats import binom
+
     from poptune.tune.pipelinesim import F1Grades, accuracy_cost_power
 
     lines = ["| grades | graded items sized from | seed | sizings x races | items sized (median [min, max]) | "
-             "certified within at true drop 0 (promised 80%) |", "|" + "---|" * 6]
+             "certified within at true drop 0 | binomial p (under the 80% promised) | promise |", "|" + "---|" * 8]
     seed = 86_200
     for grades in (F1Grades("F1-like: 30% zero, 40% one, 30% partial; 37% of items regraded", 0.3, 0.4, 0.37),
                    F1Grades("F1-like: 30% zero, 40% one, 30% partial; 10% of items regraded", 0.3, 0.4, 0.10)):
@@ -94,9 +102,11 @@ def f1_rows(replicates: int, races: int) -> list[str]:
             seed += 1
             sizes, share = accuracy_cost_power(grades, graded=graded, replicates=reps, races=each, seed=seed)
             n = reps * each
+            k = round(share * n)
+            p = binom.cdf(k, n, 0.8)
             lines.append(f"| {grades.label} | {graded:,} | {seed} | {reps:,} x {each:,} | "
                          f"{statistics.median(sizes):,.0f} [{min(sizes):,}, {max(sizes):,}] | "
-                         f"{_ci(round(share * n), n)} |")
+                         f"{_ci(k, n)} | {p:.3g} | {'held' if p >= 0.001 else 'NOT HELD'} |")
             print(lines[-1], file=sys.stderr, flush=True)
     return lines
 
