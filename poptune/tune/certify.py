@@ -374,9 +374,11 @@ def accuracy_cost(run: Any, seconds: float, problem: "TuningProblem", confidence
     """Under the likelihood judge, what an accuracy verdict on the same tasks would cost: the candidate's fresh
     items each carry its answer's and the full model's grade by the task's own metric
     (:func:`poptune.evaluate.answers.score_requests`), so the share whose grade changed is the accuracy judge's flip
-    rate on these very items; the items a verdict within the budget needs at it (80% power, true drop 0, as
-    :func:`_cost`) and their minutes at the seconds per item this certification spent (an accuracy item costs the
-    same generation, without the teacher-forced scoring). None without graded items or a budget."""
+    rate on these very items; the items a verdict within the budget needs at it (sized for 80% power, true drop 0,
+    as :func:`_cost`, by the normal approximation's stand-in for a continuous outcome: seeded races of F1-like grades
+    of that size certify 75-80% of the time, :func:`poptune.tune.pipelinesim.accuracy_cost_power`) and their minutes
+    at the seconds per item this certification spent (an accuracy item costs the same generation, without the
+    teacher-forced scoring). None without graded items or a budget."""
     graded = _graded(run)
     if not graded or not problem.max_drop:
         return None

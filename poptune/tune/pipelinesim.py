@@ -28,7 +28,7 @@ F1 sizing the same way. ``benchmarks/pipeline_errors.py`` runs both for the deci
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["F1Grades", "PipelineRow", "PipelineScenario", "Truth", "accuracy_cost_power", "simulate_pipelines"]
@@ -80,6 +80,9 @@ class PipelineRow:
             that certified: the selection's bias is ``raw_rate`` against ``true_rate``.
         planned: Items per task the plans chose, summed over the certifications; ``passed_over``: certifications
             of a slower candidate because the fastest's verdict was out of reach.
+        at_zero: The studies whose certified configuration's true drop is 0 by (its true flip rate, whether its
+            plan bought the verdict: promised 80%; else its printed chance): (studies, certified within, promise
+            summed).
     """
 
     pipelines: int
@@ -95,6 +98,7 @@ class PipelineRow:
     true_rate: float
     planned: int
     passed_over: int
+    at_zero: dict[tuple[float, bool], tuple[int, int, float]] = field(default_factory=dict)
 
 
 def _scenario(truth: Truth) -> Any:
@@ -205,6 +209,7 @@ def _tally(scenario: PipelineScenario, chosen: list[tuple[int, Any, bool] | None
            raw: list[float]) -> PipelineRow:
     counts = dict.fromkeys(("within", "wrong", "right", "zero", "zero_within", "planned", "passed"), 0)
     promised = seen = true = 0.0
+    at_zero: dict[tuple[float, bool], tuple[int, int, float]] = {}
     for study, pick in enumerate(chosen):
         if pick is None:
             continue
@@ -219,10 +224,13 @@ def _tally(scenario: PipelineScenario, chosen: list[tuple[int, Any, bool] | None
         if truth.drop == 0:
             counts["zero"] += 1
             counts["zero_within"] += yes
-            promised += plan.power if plan.per_task >= plan.needed else plan.chance
+            bought = plan.per_task >= plan.needed
+            promised += plan.power if bought else plan.chance
+            n, k, said = at_zero.get((truth.flips, bought), (0, 0, 0.0))
+            at_zero[(truth.flips, bought)] = (n + 1, k + yes, said + (plan.power if bought else plan.chance))
     return PipelineRow(len(chosen), sum(p is not None for p in chosen), counts["within"], counts["wrong"],
                        counts["right"], counts["zero"], counts["zero_within"], promised, seen, sum(raw), true,
-                       counts["planned"], counts["passed"])
+                       counts["planned"], counts["passed"], at_zero)
 
 
 @dataclass(frozen=True)

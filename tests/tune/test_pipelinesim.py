@@ -67,6 +67,7 @@ def test_the_pipelines_error_and_power_are_what_their_truth_makes_them():
     clean = simulate_pipelines(PipelineScenario("z", tuple(Truth(0, 0.0, 1.5 - i / 20) for i in range(8))),
                                pipelines=200, seed=2)
     assert clean.zero == clean.candidates == 200 and clean.zero_within == 200 and clean.raw_rate == 0
+    assert clean.at_zero == {(0.0, True): (200, 200, pytest.approx(160.0))}  # every plan bought it, promising 80%
     broken = simulate_pipelines(PipelineScenario("x", tuple(Truth(30, 0.3, 1.5 - i / 20) for i in range(8))),
                                 pipelines=100, seed=3)
     assert broken.candidates < 5 and broken.within == 0
