@@ -23,7 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["GridScenario", "RowResult", "binomial_check", "vector_races"]
+__all__ = ["BEYOND", "FUTILE", "GridScenario", "RowResult", "UNDECIDED", "WITHIN", "binomial_check", "decide",
+           "vector_races"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,13 @@ class GridScenario:
     def drop(self) -> float:
         """The true drop: the differences' mean."""
         return sum(v * p for v, p in zip(self.values, self.probabilities))
+
+    def draw(self, rng: Any, shape: tuple[int, ...]) -> Any:
+        """Items drawn from the scenario: indices into :attr:`values` (int16) of the given shape."""
+        import numpy as np
+
+        p = np.asarray(self.probabilities)
+        return rng.choice(len(self.values), size=shape, p=p / p.sum()).astype(np.int16)
 
     @classmethod
     def binary(cls, drop: float, flip_rate: float) -> "GridScenario":
@@ -182,33 +190,77 @@ def vector_races(scenario: GridScenario, *, cap: int, tasks: int, alpha: float, 
     budget in points; the verdict shares and the binomial check of "within" at ``alpha``."""
     import numpy as np
 
-    from poptune.evaluate.groupseq import boundaries
-    from poptune.evaluate.paired import LOWER_SPENDING, UPPER_SPENDING
     from poptune.evaluate.workload import rounds
 
     looks = rounds(start, cap)
-    fractions = [n / cap for n in looks]
-    uppers, lowers = boundaries(fractions, alpha, UPPER_SPENDING), boundaries(fractions, alpha, LOWER_SPENDING)
     values = np.asarray(scenario.values)
-    probabilities = np.asarray(scenario.probabilities) / sum(scenario.probabilities)
     rng = np.random.default_rng(seed)
     within = beyond = 0
     items = 0.0
     for first in range(0, races, chunk):
         size = min(chunk, races - first)
-        drawn = rng.choice(len(values), size=(tasks, size, cap), p=probabilities).astype(np.int16)
-        open_ = np.ones(size, dtype=bool)
-        spent = np.full(size, cap * tasks, dtype=float)
-        for look, c_hi, c_lo in zip(looks, uppers, lowers):
-            counts = [np.stack([(d[:, :look] == k).sum(axis=1) for k in range(len(values))], axis=1).astype(float)
-                      for d in drawn]
-            yes = open_ & (_margin(counts, values, budget / 100, c_hi, True) >= 0)
-            no = open_ & ~yes & (_margin(counts, values, budget / 100, c_lo, False) > 0)
-            within, beyond = within + int(yes.sum()), beyond + int(no.sum())
-            spent[yes | no] = look * tasks
-            open_ &= ~(yes | no)
+        verdicts, spent = decide(scenario.draw(rng, (tasks, size, cap)), values, looks, alpha, budget)
+        within, beyond = within + int((verdicts == WITHIN).sum()), beyond + int((verdicts == BEYOND).sum())
         items += float(spent.sum())
     return RowResult(races, within / races, beyond / races, items / races, binomial_check(within, races, alpha))
+
+
+#: :func:`decide`'s verdict codes: how each race stopped.
+WITHIN, BEYOND, FUTILE, UNDECIDED = 1, -1, 2, 0
+
+
+def decide(drawn: Any, values: Any, looks: list[int], alpha: float, budget: float, *,
+           futility: bool = False) -> tuple[Any, Any]:
+    """Each race's verdict (:data:`WITHIN`, :data:`BEYOND`, :data:`FUTILE`, :data:`UNDECIDED`) and the items it
+    scored (all tasks): ``drawn`` holds the races' items as indices into ``values`` (tasks x races x items, at least
+    the last look's), ``looks`` the items per task at each planned look, ``alpha`` each side's error, ``budget`` in
+    points. A race stops at its first decided look, as :func:`poptune.evaluate.racing.race` does; ``futility``: also
+    after a look before the last whose conditional power of "within" by the last is under
+    :data:`poptune.evaluate.racing.FUTILITY_POWER` (:func:`poptune.evaluate.racing.conditional_power`, vectorised)."""
+    import numpy as np
+
+    from poptune.evaluate.groupseq import boundaries
+    from poptune.evaluate.paired import LOWER_SPENDING, UPPER_SPENDING
+    from poptune.evaluate.racing import FUTILITY_POWER
+
+    cap, tasks, size = looks[-1], drawn.shape[0], drawn.shape[1]
+    fractions = [n / cap for n in looks]
+    uppers, lowers = boundaries(fractions, alpha, UPPER_SPENDING), boundaries(fractions, alpha, LOWER_SPENDING)
+    verdicts = np.full(size, UNDECIDED, dtype=np.int8)
+    spent = np.full(size, cap * tasks, dtype=float)
+    open_ = np.ones(size, dtype=bool)
+    for number, (look, c_hi, c_lo) in enumerate(zip(looks, uppers, lowers), start=1):
+        counts = [np.stack([(d[:, :look] == k).sum(axis=1) for k in range(len(values))], axis=1).astype(float)
+                  for d in drawn]
+        yes = open_ & (_margin(counts, values, budget / 100, c_hi, True) >= 0)
+        no = open_ & ~yes & (_margin(counts, values, budget / 100, c_lo, False) > 0)
+        verdicts[yes], verdicts[no] = WITHIN, BEYOND
+        stop = yes | no
+        if futility and number < len(looks):
+            futile = open_ & ~stop & (_conditional_power(counts, values, budget / 100, cap * tasks, uppers[-1])
+                                      < FUTILITY_POWER)
+            verdicts[futile] = FUTILE
+            stop |= futile
+        spent[stop] = look * tasks
+        open_ &= ~stop
+    return verdicts, spent
+
+
+def _conditional_power(counts: list[Any], values: Any, b: float, planned: int, last: float) -> Any:
+    """:func:`poptune.evaluate.racing.conditional_power` for many races at once: the items left assumed to lose
+    nothing and to move as :func:`poptune.evaluate.racing.planning_rate` says of those seen."""
+    import numpy as np
+    from scipy.stats import norm
+
+    seen = sum(c.sum(axis=1) for c in counts)
+    total = sum((c * values[None, :]).sum(axis=1) for c in counts)
+    squares = sum((c * values[None, :] ** 2).sum(axis=1) for c in counts)
+    moved = sum((c * np.abs(values)[None, :]).sum(axis=1) for c in counts)
+    size = np.where(moved > 0, squares / np.where(moved > 0, moved, 1.0), 1.0)
+    flips = (squares + size * size) / (seen + 2)
+    variance, _ = _tango(flips / 2, flips / 2, np.ones_like(flips), np.full_like(flips, b))
+    room = planned * b - 0.5 - last * np.sqrt(variance * planned) - total
+    return norm.cdf(room / np.sqrt((planned - seen) * flips))
 
 
 def standard_error(share: float, races: int) -> float:

@@ -20,7 +20,7 @@ from poptune.store.trials import StoredTrial, completed, confirmations
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["FrontRow", "candidates", "certified", "front", "pareto", "trusted"]
+__all__ = ["FrontRow", "candidates", "certified", "front", "nondominated", "pareto", "trusted"]
 
 
 def pareto(trials: list["optuna.trial.FrozenTrial"], objectives: Sequence[str] = DEFAULT
@@ -219,8 +219,13 @@ def front(study: "optuna.Study", *, confirmed: bool = True) -> list[FrontRow]:
         key = (row.method, row.config)
         if key not in rows or (row.confirmed and not rows[key].confirmed):
             rows[key] = row
-    candidates = list(rows.values())
-    best = [r for r in candidates if not any(dominates(o.values, r.values, objectives) for o in candidates)]
+    return nondominated(list(rows.values()), objectives)
+
+
+def nondominated(rows: list[FrontRow], objectives: Sequence[str] = DEFAULT) -> list[FrontRow]:
+    """The ``rows`` no other of them dominates on ``objectives`` (their :attr:`FrontRow.values`), fastest first:
+    :func:`front`'s last step (the pipeline's simulation, :mod:`poptune.tune.pipelinesim`, selects by it too)."""
+    best = [r for r in rows if not any(dominates(o.values, r.values, objectives) for o in rows)]
     return sorted(best, key=lambda r: (r.prefill_ms, -r.accuracy, r.trial))
 
 

@@ -59,10 +59,10 @@ if TYPE_CHECKING:
     from poptune.problem.evaluator import ConfigEvaluator
     from poptune.problem.problem import TuningProblem
 
-__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "WITHIN", "BEYOND", "Repricing",
-           "accuracy_cost", "accuracy_drop", "attempt_error", "attempt_items", "candidates", "certification_policy",
-           "certify_front", "check_follow_up", "plan_certification", "spent_error", "verdict_of",
-           "wants_certification"]
+__all__ = ["CERTIFY_START", "CLOSING_S", "CertificationPlan", "ERROR", "PLAN_SIMULATED", "WITHIN", "BEYOND",
+           "Repricing", "accuracy_cost", "accuracy_drop", "attempt_error", "attempt_items", "candidates",
+           "certification_policy", "certify_front", "check_follow_up", "plan_certification", "spent_error",
+           "verdict_of", "wants_certification"]
 
 #: Items per task in a certification's first round (rounds double up to the cap).
 CERTIFY_START = 32
@@ -74,6 +74,15 @@ CLOSING_S = 45.0
 #: The most often any certification of a study says "certified within" for a candidate whose true drop is
 #: the budget: split across attempts (:func:`attempt_error`) and candidates.
 ERROR = 0.025
+
+#: What a plan that buys its verdict's items is worth in whole studies simulated (``benchmarks/pipeline_errors.py``,
+#: :mod:`poptune.tune.pipelinesim`: eight configurations of 0/1 items, the search, the selection, this plan, the
+#: certification; ``leaderboards/decision-errors-simulated-cpu-amd-epyc-2t.md``): the candidate the search selects
+#: showed fewer flips than it has, so its true-drop-0 certification came out 79.8-81.5% where the eight flip alike
+#: (4.5-5%), 86.9% down to 59.6% for candidates flipping 3.7% to 10% among configurations that flip differently, and
+#: 42.1% where a clock's 372 items per task bought the verdict only for candidates that had shown few flips.
+PLAN_SIMULATED = ("the search's few items understate the selected candidate's flips: simulated studies certify "
+                  "42-87% of such candidates")
 
 WITHIN = "certified within"
 BEYOND = "certified beyond"
@@ -214,8 +223,9 @@ class CertificationPlan:
             f"items move by {100 * math.sqrt(self.flip_rate):.1f} points (root mean square) as the search saw" \
             if self.squared else f"items move by {100 * self.flip_rate:.1f} points on average as the search saw"
         if self.per_task >= self.needed:
+            simulated = "" if kind else f" ({PLAN_SIMULATED})"
             return (f"{head}: {100 * self.power:.0f}% power for a {budget:g}-point {kind}verdict if the true drop "
-                    f"is 0 and {rate}")
+                    f"is 0 and {rate}{simulated}")
         why = "all the time budget buys" if self.affordable is not None and self.affordable < self.supply \
             else "all the certification's cap holds"
         return (f"{head}, {why}: a {budget:g}-point {kind}verdict needs about {self.needed * self.tasks:,} if the "
@@ -374,9 +384,11 @@ def accuracy_cost(run: Any, seconds: float, problem: "TuningProblem", confidence
     """Under the likelihood judge, what an accuracy verdict on the same tasks would cost: the candidate's fresh
     items each carry its answer's and the full model's grade by the task's own metric
     (:func:`poptune.evaluate.answers.score_requests`), so the share whose grade changed is the accuracy judge's flip
-    rate on these very items; the items a verdict within the budget needs at it (80% power, true drop 0, as
-    :func:`_cost`) and their minutes at the seconds per item this certification spent (an accuracy item costs the
-    same generation, without the teacher-forced scoring). None without graded items or a budget."""
+    rate on these very items; the items a verdict within the budget needs at it (sized for 80% power, true drop 0,
+    as :func:`_cost`, by the normal approximation's stand-in for a continuous outcome: seeded races of F1-like grades
+    of that size certify 75-80% of the time, :func:`poptune.tune.pipelinesim.accuracy_cost_power`) and their minutes
+    at the seconds per item this certification spent (an accuracy item costs the same generation, without the
+    teacher-forced scoring). None without graded items or a budget."""
     graded = _graded(run)
     if not graded or not problem.max_drop:
         return None

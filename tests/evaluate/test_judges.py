@@ -131,7 +131,7 @@ def test_beside_a_likelihood_verdict_the_accuracy_verdicts_cost_is_said():
     assert "beside its likelihood verdict, an accuracy verdict" in line and f"about {cost['items']:,} items" in line
     assert "10 of its 100 fresh items changed grade" in line
     assert "moving by 32.8 points (root mean square" in line and "with one added" not in line  # not a share of items
-    assert "not simulated" in line  # the F1 sizing's power is a planning figure, not a simulated promise
+    assert "reach only 75-80% of the time (a planning figure, not a promise)" in line  # what the F1 races reach
 
 
 def test_beside_a_likelihood_verdict_the_accuracy_drop_on_the_same_items_is_printed():
