@@ -114,7 +114,7 @@ def _every_stage_ran_on_stand_ins(out: Path, stdout: str) -> None:
     data = json.loads((out / "gpu-check.json").read_text())
     plan = full_plan()
     assert data["dry_run"] and data["errors"] == {} and data["skipped"] == {}
-    assert list(data["seconds"]) == [c.model for c in plan.cases] + ["scores"]
+    assert list(data["seconds"]) == [c.model for c in plan.cases] + (["scores"] if plan.scores else [])
     last = plan.cases[-1]  # its expected time is the device's (full-size build), not the stand-in's
     assert data["expected"][last.model] == round(stage_seconds(plan, last, first_import=False,
                                                                first_profile=False)["total"], 1) > 20
