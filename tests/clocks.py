@@ -25,24 +25,26 @@ __all__ = ["ScrambledTime", "WorkClock", "counting_work"]
 class WorkClock:
     """The ``time`` module as the timer sees it under :func:`counting_work`.
 
-    ``perf_counter_ns`` moves only with work: every ``nn.Linear`` call advances it by its multiply-adds (1 ns
-    each) and every reading by 1 us (so a call without such work still takes time). A/A pairs are exactly equal,
-    decode pairs too, and a POP configuration's speedup is the share of the projections it skips.
+    ``perf_counter_ns`` moves only with work: every linear product (``torch.nn.functional.linear``: an
+    ``nn.Linear`` call, and the skipped block's one K/V product, :mod:`poptune.kv.block_kv`) advances it by its
+    multiply-adds (1 ns each) and every reading by 1 us (so a call without such work still takes time). A/A
+    pairs are exactly equal, decode pairs too, and a POP configuration's speedup is the share of the projections it
+    skips.
     """
 
     def __init__(self) -> None:
         import torch  # lazily: conftest imports this module, and ``pytest --help`` needs no torch
 
-        self.ns, self._linear = 0, torch.nn.Linear
+        self.ns, self._linear = 0, torch.nn.functional.linear
 
     def perf_counter_ns(self) -> int:
         self.ns += 1_000
         return self.ns
 
-    def count(self, module: Any, args: tuple, output: Any) -> None:
-        """A global forward hook: charge an ``nn.Linear`` call its multiply-adds."""
-        if isinstance(module, self._linear) and args:
-            self.ns += args[0].numel() // module.in_features * module.in_features * module.out_features
+    def linear(self, x: Any, weight: Any, bias: Any = None) -> Any:
+        """``torch.nn.functional.linear``, charged its multiply-adds."""
+        self.ns += x.numel() // weight.shape[-1] * weight.numel()
+        return self._linear(x, weight, bias)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
@@ -52,16 +54,11 @@ class WorkClock:
 def counting_work() -> Iterator[WorkClock]:
     """Within it, the timer reads a fresh :class:`WorkClock` (``with counting_work(): run_study(spec)``, in a
     fixture of any scope)."""
-    import torch
-
     clock = WorkClock()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("poptune.measure.timer.time", clock)
-        handle = torch.nn.modules.module.register_module_forward_hook(clock.count)
-        try:
-            yield clock
-        finally:
-            handle.remove()
+        mp.setattr("torch.nn.functional.linear", clock.linear)
+        yield clock
 
 
 class ScrambledTime:

@@ -6,9 +6,9 @@
 - ``registry``: the sources by name, the one list (a new source: one module here and one line there);
 - ``own`` (the paper's, the default), ``calibrated`` (fitted maps), ``anchor`` (the first token and the boundary
   only): the sources;
-- ``project``: the independent K/V projection every source writes with; ``block_kv``: the skipped block's own K/V
-  in one product (the ``own`` source's, every layer's norm folded into one GEMM); ``maps``: calibrated maps and the folder
-  they are kept in; ``compact``: a layer cache that keeps some of its tokens, and the masks over it.
+- ``project``: the independent K/V projection every source writes with; ``block_kv``: the skipped block's own
+  K/V in one product (the ``own`` source's, every layer's norm folded into one GEMM); ``maps``: calibrated maps
+  and the folder they are kept in; ``compact``: a layer cache that keeps some of its tokens, and the masks over it.
 
 This package is the bottom of the engine's floor (the engine and the block import it, it imports neither);
 what needs the engine -- fitting and checking maps, the one preparation path -- is :mod:`poptune.kvfit`.

@@ -112,7 +112,7 @@ def _fusable(layers: Sequence[Any]) -> bool:
 
     first = layers[0].self_attn
     kinds = {_norm_kind(layer.input_layernorm) for layer in layers}
-    k_norms = {"none" if getattr(layer.self_attn, "k_norm", None) is None else _norm_kind(layer.self_attn.k_norm)
+    k_norms = {"absent" if getattr(layer.self_attn, "k_norm", None) is None else _norm_kind(layer.self_attn.k_norm)
                for layer in layers}
     if None in kinds or len(kinds) != 1 or None in k_norms or len(k_norms) != 1:
         return False

@@ -15,6 +15,6 @@ Importing this package imports none of its modules; import the one you need.
 
 #: The package's modules (its API: import the one you need; importing the package imports none of them).
 __all__ = [
-    "baseline_trials", "batch", "certify", "efficiency", "gridstudy", "interrupt", "objective", "params", "resume",
-    "samplers", "simulate", "structured", "study", "trust", "workers"
+    "baseline_trials", "batch", "certify", "efficiency", "gridstudy", "interrupt", "objective", "params",
+    "pipelinesim", "resume", "samplers", "simulate", "structured", "study", "trust", "workers"
 ]

@@ -154,10 +154,11 @@ class _Plans:
 def _select(scenario: PipelineScenario, searched: list[tuple[Any, Any, Any, Any]], speeds: Any, study: int,
             plans: _Plans) -> tuple[int, Any, bool] | None:
     """One study's certified candidate (index), its plan and whether it passed over the fastest; None without."""
+    from poptune.engine import PopConfig
     from poptune.evaluate.vectorsim import BEYOND
     from poptune.store.front import FrontRow, candidates, nondominated
 
-    rows = [FrontRow(trial=i, skip=1 + i, boundary="last", offset=0, method="pop", speedup=float(speeds[i, study]),
+    rows = [FrontRow(trial=i, config=PopConfig(skip=1 + i), method="pop", speedup=float(speeds[i, study]),
                      drop=float(drop[study]), feasible=True,
                      values={"ttft": 100.0 / float(speeds[i, study]), "accuracy": 0.7 - float(drop[study]) / 100})
             for i, (verdicts, _, drop, _) in enumerate(searched) if verdicts[study] != BEYOND]

@@ -86,7 +86,8 @@ def test_the_problem_itself_bounds_synthetic_items():
 
 @pytest.mark.parametrize("option, said", [
     (["--pop", "2/last/0,2/last/0"], "twice"), (["--workload", " "], "must not be empty"),
-    (["--methods", ""], "no baseline(s) given"), (["--methods", "shortgpt,shortgpt"], "twice")])
+    (["--pop", "2/last/0", "--methods", ""], "no baseline(s) given"),
+    (["--pop", "2/last/0", "--methods", "shortgpt,shortgpt"], "twice")])  # a --pop that fits tiny-llama's 6 layers
 def test_compare_refuses_empty_and_repeated_rows(capsys, scratch, option, said):
     line = _refused(capsys, scratch, "compare", "--model", "tiny-llama", "--tasks", "passkey", "--workload", "w",
                     "--out", str(scratch / "o.json"), *option)

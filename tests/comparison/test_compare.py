@@ -28,8 +28,8 @@ def test_compare_writes_a_record_the_leaderboard_rebuilds(tmp_path, capsys):
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
-    base = ["compare", "--model", "tiny-llama", "--tasks", "passkey", "--workload", "w", "--out",
-            str(tmp_path / "r.json")]
+    base = ["compare", "--model", "tiny-llama", "--tasks", "passkey", "--workload", "w", "--pop", "1/last/0", "--out",
+            str(tmp_path / "r.json")]  # a --pop that fits tiny-llama (the default's 6/last/0 is refused first)
     for extra, said in ((["--pop", "1/last"], "SKIP/BOUNDARY/OFFSET"), (["--profiles", "32x4"], "PROMPT+OUTPUT"),
                         (["--methods", "nope"], "unknown baseline"), (["--ratios", "2"], "(0, 1)"),
                         (["--pairs", "3"], ">= 6")):
@@ -63,7 +63,7 @@ def test_skip_scores_items_after_the_first_and_tasks_none_times_only(tmp_path, c
     assert timed["tasks"] == [] and timed["per_task"] == 0
     assert all("outcomes" not in m for m in timed["methods"]) and "timing" in timed["methods"][1]
     assert main(["compare", "--model", "tiny-llama", "--workload", "w", "--tasks", "none", "--profiles", "none",
-                 "--out", str(tmp_path / "x.json")]) == 2
+                 "--pop", "1/last/0", "--out", str(tmp_path / "x.json")]) == 2
     assert "needs `--profiles`" in capsys.readouterr().err
 
 

@@ -32,8 +32,10 @@ def test_a_bench_on_the_work_clock_is_the_same_every_time_and_just_under_its_flo
     row = first.rows[0]
     same = again.rows[0].prefill  # every value, not just the median (the wall-clock date of the run aside)
     assert (row.prefill.a.values_ms, row.prefill.b.values_ms) == (same.a.values_ms, same.b.values_ms)
-    # The projections' share of the work: above 1, below the FLOPs ideal (which counts attention too), by < 3%.
-    assert 1.0 < row.speedup <= row.ideal < row.speedup * 1.03 and not row.above_ideal
+    # The projections' share of the work: above 1, within 3% under the FLOPs ideal (which counts attention too);
+    # the block's one K/V product projects the pruned tokens only (the boundary token's K/V come from its own pass
+    # through the layer), one token's K/V per skipped layer fewer than the ideal counts: at most 0.5% above it.
+    assert 1.0 < row.speedup <= row.ideal * 1.005 and row.ideal < row.speedup * 1.03 and not row.above_ideal
     assert 1.0 < row.speedup < deeper.rows[0].speedup
     # Identical work takes identical time: the A/A pairs are equal, so the null check passes on any machine.
     check = first.null_check
