@@ -9,10 +9,10 @@ it aside) names the method where it should ask the registry (``method(name).own_
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from poptune.baselines.methods import BASELINES, METHODS, method
+from tests import registry_scan
 
 ROOT = Path(__file__).resolve().parents[2]
 HOMES = ("poptune/baselines/",)
@@ -25,40 +25,19 @@ ALLOWED: dict[tuple[str, str], str] = {
 _STRIP = " /,.;:_`'\"()"
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
-
-
 def violations(source: str) -> list[tuple[int, str]]:
     """``(line, literal)`` of every string literal of ``source`` that is a method's name, docstrings aside."""
-    tree = ast.parse(source)
-    skip = _docstrings(tree)
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
-            and node.value.strip(_STRIP) in METHODS]
+    return registry_scan.literals(source, lambda value: value.strip(_STRIP) in METHODS)
 
 
 def test_no_module_outside_the_registry_names_a_baseline():
-    found = []
-    for path in sorted((ROOT / "poptune").rglob("*.py")):
-        relative = path.relative_to(ROOT).as_posix()
-        if relative.startswith(HOMES):
-            continue
-        found += [f"{relative}:{line}: {value!r}" for line, value in violations(path.read_text(encoding="utf-8"))
-                  if (relative, value) not in ALLOWED]
+    found = registry_scan.outside(HOMES, violations, ALLOWED)
     assert not found, ("baselines named outside poptune/baselines/ (ask poptune.baselines.methods.method(name)):\n"
                        + "\n".join(found))
 
 
 def test_every_allowed_use_is_still_there():
-    stale = [key for key in ALLOWED
-             if key[1] not in [v for _, v in violations((ROOT / key[0]).read_text(encoding="utf-8"))]]
+    stale = registry_scan.stale(ALLOWED, violations)
     assert not stale, f"allowed uses no longer found (drop them from ALLOWED): {stale}"
 
 

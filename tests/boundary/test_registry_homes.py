@@ -14,6 +14,7 @@ import ast
 from pathlib import Path
 
 from poptune.boundary import registry
+from tests import registry_scan
 
 ROOT = Path(__file__).resolve().parents[2]
 HOMES = ("poptune/boundary/",)
@@ -40,16 +41,6 @@ ALLOWED: dict[tuple[str, str], str] = {
 _STRIP = " /,.;:_`'\"()"
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
-
-
 def _names(value: str) -> bool:
     """Whether ``value`` names a rule: as itself, or a window by its prefix."""
     bare = value.strip(_STRIP)
@@ -58,28 +49,17 @@ def _names(value: str) -> bool:
 
 def violations(source: str) -> list[tuple[int, str]]:
     """``(line, literal)`` of every string literal of ``source`` naming a boundary rule, docstrings aside."""
-    tree = ast.parse(source)
-    skip = _docstrings(tree)
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
-            and _names(node.value)]
-
-
-def _modules() -> list[tuple[str, Path]]:
-    return [(p.relative_to(ROOT).as_posix(), p) for p in sorted((ROOT / "poptune").rglob("*.py"))
-            if not p.relative_to(ROOT).as_posix().startswith(HOMES)]
+    return registry_scan.literals(source, _names)
 
 
 def test_no_module_outside_the_registry_names_a_boundary_rule():
-    found = [f"{relative}:{line}: {value!r}" for relative, path in _modules()
-             for line, value in violations(path.read_text(encoding="utf-8")) if (relative, value) not in ALLOWED]
+    found = registry_scan.outside(HOMES, violations, ALLOWED)
     assert not found, ("boundary rules named outside poptune/boundary/ (ask poptune.boundary.registry: rule(name), "
                        "DEFAULT, NAMES, ordered):\n" + "\n".join(found))
 
 
 def test_every_allowed_use_is_still_there():
-    stale = [key for key in ALLOWED
-             if key[1] not in [v for _, v in violations((ROOT / key[0]).read_text(encoding="utf-8"))]]
+    stale = registry_scan.stale(ALLOWED, violations)
     assert not stale, f"allowed uses no longer found (drop them from ALLOWED): {stale}"
 
 
@@ -112,7 +92,7 @@ def _aliases(source: str) -> list[tuple[int, str]]:
 
 
 def test_no_module_outside_the_registry_copies_its_list_of_rules():
-    found = [f"{relative}:{line}: {text}" for relative, path in _modules()
+    found = [f"{relative}:{line}: {text}" for relative, path in registry_scan.modules(HOMES)
              for line, text in _aliases(path.read_text(encoding="utf-8"))]
     assert not found, "aliases of the registry's list (read boundary_registry.NAMES where needed):\n" + "\n".join(found)
     assert _aliases("from poptune.boundary import registry as r\nB = tuple(r.NAMES)\n") == [

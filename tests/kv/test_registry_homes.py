@@ -22,6 +22,7 @@ from pathlib import Path
 
 from poptune.kv import registry
 from poptune.kv.source import KVSource
+from tests import registry_scan
 
 ROOT = Path(__file__).resolve().parents[2]
 HOMES = ("poptune/kv/",)
@@ -35,16 +36,6 @@ ALLOWED: dict[tuple[str, str], str] = {
 _STRIP = " /,.;:-_`'\"()"
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                found.add(id(first.value))
-    return found
-
-
 def _names(value: str) -> list[str]:
     """The sources ``value`` names: as itself, in a label, or by a file tag."""
     named = [s.name for s in registry.SOURCES if value.strip(_STRIP) == s.name]
@@ -55,29 +46,17 @@ def _names(value: str) -> list[str]:
 
 def violations(source: str) -> list[tuple[int, str]]:
     """``(line, literal)`` of every string literal of ``source`` naming a K/V source, docstrings aside."""
-    tree = ast.parse(source)
-    skip = _docstrings(tree)
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
-            and _names(node.value)]
+    return registry_scan.literals(source, _names)
 
 
 def test_no_module_outside_the_registry_names_a_kv_source():
-    found = []
-    for path in sorted((ROOT / "poptune").rglob("*.py")):
-        relative = path.relative_to(ROOT).as_posix()
-        if relative.startswith(HOMES):
-            continue
-        for line, value in violations(path.read_text(encoding="utf-8")):
-            if (relative, value) not in ALLOWED:
-                found.append(f"{relative}:{line}: {value!r}")
+    found = registry_scan.outside(HOMES, violations, ALLOWED)
     assert not found, ("K/V sources named outside poptune/kv/ (ask poptune.kv.registry: source(name).label, "
                        "is_default, NAMES, DEFAULT, distinct_at):\n" + "\n".join(found))
 
 
 def test_every_allowed_use_is_still_there():
-    stale = [key for key in ALLOWED
-             if key[1] not in [v for _, v in violations((ROOT / key[0]).read_text(encoding="utf-8"))]]
+    stale = registry_scan.stale(ALLOWED, violations)
     assert not stale, f"allowed uses no longer found (drop them from ALLOWED): {stale}"
 
 
